@@ -1,0 +1,40 @@
+/* loom/comm.h: collectives over all processes of the job's training roles
+ * (chief, then worker, procs each), ranked as LOOM_RANK.
+ *
+ * Peers find each other through the coordinator's KV store on the first
+ * call; no address or port is configured. Processes on the same host talk
+ * over shared memory, others over TCP; LOOM_COMM_TRANSPORT=tcp forces TCP.
+ * Every call is collective: all ranks make the same calls in the same order
+ * with the same count, dtype and op. Any count works, 0 included. send ==
+ * recv means in place. When a peer dies or the coordinator aborts the
+ * attempt, pending and later calls return LOOM_EABORTED, LOOM_EPEER or
+ * LOOM_ETIMEDOUT (loom_errmsg() names the peer) within 2 seconds. */
+#ifndef LOOM_COMM_H
+#define LOOM_COMM_H
+
+#include "../loom.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+LOOM_EXPORT int loom_allreduce(loom_t *l, const void *send, void *recv,
+                               size_t count, loom_dtype dt, loom_op op);
+LOOM_EXPORT int loom_broadcast(loom_t *l, void *buf, size_t bytes, int root);
+/* recv holds world_size * bytes: rank r's send lands at recv + r * bytes. */
+LOOM_EXPORT int loom_allgather(loom_t *l, const void *send, void *recv,
+                               size_t bytes);
+/* send holds count elements; the result is split into world_size blocks as
+ * evenly as possible (the first count % n blocks get one more element) and
+ * rank r receives block r into recv. */
+LOOM_EXPORT int loom_reduce_scatter(loom_t *l, const void *send, void *recv,
+                                    size_t count, loom_dtype dt, loom_op op);
+LOOM_EXPORT int loom_barrier(loom_t *l);
+/* The size in elements of rank r's block in loom_reduce_scatter(). */
+LOOM_EXPORT size_t loom_reduce_scatter_count(size_t count, int world_size,
+                                             int rank);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

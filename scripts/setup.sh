@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# setup.sh: installs, from Debian's archive, every package loom needs to
+# build, test and run its demo, then builds loom into build/ (and, with
+# --sanitize, build-asan/ with AddressSanitizer and UBSan). Idempotent:
+# packages already present are not fetched again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(build-essential cmake pkg-config git
+      libuv1-dev libyaml-dev libjansson-dev libssl-dev zlib1g-dev libcmocka-dev
+      libopenblas-dev dataset-fashion-mnist
+      python3-torch python3-numpy python3-pytest
+      openmpi-bin libopenmpi-dev procps iproute2)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q \
+    --no-install-recommends "${missing[@]}" >&2
+fi
+
+jobs=$(nproc)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs" >&2
+if [ "${1:-}" = "--sanitize" ]; then
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=ON \
+    -DLOOM_WERROR=ON >/dev/null
+  cmake --build build-asan -j"$jobs" >&2
+fi

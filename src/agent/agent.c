@@ -1,0 +1,766 @@
+/* agent.c: one task's agent; see agent.h.
+ *
+ * Before the command starts the agent works synchronously (connect,
+ * authenticate, register, prepare); from the moment it waits for the
+ * cluster spec a libuv loop drives the coordinator connection, the user's
+ * processes, their output pipes, signals and timers. */
+#include "agent/agent.h"
+#include "wire/wire.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uv.h>
+
+#define MAX_PROCS 1024
+
+typedef struct agent agent;
+
+typedef struct {
+  uv_pipe_t pipe;
+  agent *a;
+  int proc, stream;
+  loom__buf line;
+  bool open;
+} outpipe;
+
+typedef struct {
+  uv_process_t proc;
+  agent *a;
+  int local;
+  int pid;
+  bool running, spawned;
+  outpipe out[2];
+} uproc;
+
+struct agent {
+  uv_loop_t loop;
+  uv_tcp_t conn;
+  uv_timer_t hb, grace, drain;
+  uv_signal_t sigs[3];
+  wire_reader rd;
+  json_t *assign;
+  char task[96], host[256], secret[160], cgroup[512];
+  int attempt, port, reserve_fd, nprocs, running, open_pipes;
+  uproc *procs;
+  uint64_t last_rx;
+  bool started, stopping, exited_sent, conn_open, have_fail;
+  int fail_code, fail_sig;
+  int exit_status;
+};
+
+static void agent_log(const char *fmt, ...) LOOM__PRINTF(1, 2);
+static void agent_log(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("loom agent: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+/* ---- sending ---------------------------------------------------------- */
+typedef struct {
+  uv_write_t req;
+  unsigned char *buf;
+} wreq;
+
+static void wrote(uv_write_t *req, int status) {
+  wreq *w = (wreq *)req;
+  free(w->buf);
+  free(w);
+}
+
+static void send_msg(agent *a, uint16_t type, json_t *j, const void *blob, size_t len) {
+  if (!a->conn_open) {
+    json_decref(j);
+    return;
+  }
+  wreq *w = calloc(1, sizeof *w);
+  size_t n;
+  int rc = w ? wire_encode(type, j, blob, len, &w->buf, &n) : LOOM_ENOMEM;
+  json_decref(j);
+  if (rc < 0) {
+    free(w);
+    return;
+  }
+  uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)n);
+  if (uv_write(&w->req, (uv_stream_t *)&a->conn, &b, 1, wrote) < 0) {
+    free(w->buf);
+    free(w);
+  }
+}
+
+/* ---- ending -------------------------------------------------------------- */
+static void close_walk(uv_handle_t *h, void *arg) {
+  if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+static void remove_cgroup(agent *a) {
+  if (!a->cgroup[0]) return;
+  rmdir(a->cgroup);
+  char parent[512];
+  loom__strlcpy(parent, a->cgroup, sizeof parent);
+  rmdir(dirname(parent)); /* the job's cgroup, once its last task is gone */
+  a->cgroup[0] = 0;
+}
+
+static void shutdown_done(uv_shutdown_t *req, int status) {
+  agent *a = req->data;
+  free(req);
+  uv_walk(&a->loop, close_walk, NULL);
+}
+
+/* Ends the loop once what was queued for the coordinator is written. */
+static void agent_done(agent *a) {
+  remove_cgroup(a);
+  if (a->conn_open) {
+    a->conn_open = false;
+    uv_shutdown_t *req = calloc(1, sizeof *req);
+    if (req) {
+      req->data = a;
+      if (uv_shutdown(req, (uv_stream_t *)&a->conn, shutdown_done) == 0) return;
+      free(req);
+    }
+  }
+  uv_walk(&a->loop, close_walk, NULL);
+}
+
+static void kill_all(agent *a, int sig) {
+  for (int i = 0; i < a->nprocs; i++)
+    if (a->procs[i].running && kill(-a->procs[i].pid, sig) < 0) kill(a->procs[i].pid, sig);
+}
+
+static void grace_expired(uv_timer_t *t) { kill_all(t->data, SIGKILL); }
+
+/* Stops every process: SIGTERM to each process group, SIGKILL after
+ * grace_ms. */
+static void stop_procs(agent *a, uint64_t grace_ms) {
+  if (!a->stopping) {
+    a->stopping = true;
+    kill_all(a, SIGTERM);
+    uv_timer_start(&a->grace, grace_expired, grace_ms, 0);
+  }
+  if (a->running == 0 && a->open_pipes == 0 && a->conn_open && !a->exited_sent) {
+    /* nothing ran yet */
+  }
+}
+
+static void maybe_finish(agent *a) {
+  if (a->running > 0 || a->open_pipes > 0) return;
+  uv_timer_stop(&a->grace);
+  uv_timer_stop(&a->drain);
+  if (!a->exited_sent) {
+    a->exited_sent = true;
+    json_t *j = json_pack("{s:i, s:i}", "code", a->fail_code, "signal", a->fail_sig);
+    send_msg(a, WIRE_EXIT, j, NULL, 0);
+  }
+  agent_done(a);
+}
+
+/* The coordinator is gone: nothing may outlive it. */
+static void coordinator_lost(agent *a, const char *why) {
+  if (!a->conn_open) return;
+  agent_log("%s: %s; stopping the task", a->task, why);
+  a->conn_open = false;
+  a->exit_status = 3;
+  if (!uv_is_closing((uv_handle_t *)&a->conn)) uv_close((uv_handle_t *)&a->conn, NULL);
+  if (a->running > 0) {
+    stop_procs(a, 500);
+  } else {
+    agent_done(a);
+  }
+}
+
+/* ---- output ---------------------------------------------------------- */
+static void flush_lines(outpipe *o, bool all) {
+  agent *a = o->a;
+  size_t cut = 0;
+  for (size_t i = o->line.len; i > 0; i--)
+    if (o->line.p[i - 1] == '\n') {
+      cut = i;
+      break;
+    }
+  size_t maxl = (size_t)loom__tun(LOOM_TUN_MAX_LOG_LINE);
+  if (all || (cut == 0 && o->line.len >= maxl)) cut = o->line.len;
+  if (cut == 0) return;
+  /* whole lines, each '\n'-terminated but perhaps the last of a forced flush */
+  json_t *j = json_pack("{s:i, s:i}", "s", o->stream, "p", o->proc);
+  send_msg(a, WIRE_LOG, j, o->line.p, cut);
+  loom__buf_consume(&o->line, cut);
+}
+
+static void pipe_closed(uv_handle_t *h) {
+  outpipe *o = h->data;
+  loom__buf_free(&o->line);
+  o->a->open_pipes--;
+  maybe_finish(o->a);
+}
+
+static void close_pipe(outpipe *o) {
+  if (!o->open) return;
+  o->open = false;
+  flush_lines(o, true);
+  uv_close((uv_handle_t *)&o->pipe, pipe_closed);
+}
+
+static void out_alloc(uv_handle_t *h, size_t size, uv_buf_t *buf) {
+  static char slab[65536];
+  *buf = uv_buf_init(slab, sizeof slab);
+}
+
+static void out_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  outpipe *o = s->data;
+  if (n < 0) {
+    close_pipe(o);
+    return;
+  }
+  if (n == 0) return;
+  size_t off = 0;
+  while (off < (size_t)n) {
+    size_t room = o->line.max - o->line.len, take = (size_t)n - off;
+    if (take > room) take = room;
+    loom__buf_add(&o->line, buf->base + off, take);
+    off += take;
+    flush_lines(o, o->line.len >= o->line.max);
+  }
+}
+
+/* Pipes held open by a command's own children must not keep the task
+ * alive after its processes ended. */
+static void drain_expired(uv_timer_t *t) {
+  agent *a = t->data;
+  for (int i = 0; i < a->nprocs; i++)
+    for (int k = 0; k < 2; k++) close_pipe(&a->procs[i].out[k]);
+}
+
+static void proc_closed(uv_handle_t *h) {}
+
+static void proc_exited(uv_process_t *p, int64_t status, int sig) {
+  uproc *u = p->data;
+  agent *a = u->a;
+  u->running = false;
+  a->running--;
+  uv_close((uv_handle_t *)p, proc_closed);
+  if ((status != 0 || sig != 0) && !a->have_fail) {
+    a->have_fail = true;
+    a->fail_code = (int)status;
+    a->fail_sig = sig;
+    if (a->running > 0) stop_procs(a, (uint64_t)loom__tun(LOOM_TUN_STOP_GRACE_MS));
+  }
+  if (a->running == 0) uv_timer_start(&a->drain, drain_expired, 500, 0);
+  maybe_finish(a);
+}
+
+/* ---- starting the command --------------------------------------------- */
+typedef struct {
+  char **v;
+  int n, cap;
+} envv;
+
+static void env_set(envv *e, const char *k, const char *val) {
+  size_t kl = strlen(k);
+  for (int i = 0; i < e->n; i++)
+    if (!strncmp(e->v[i], k, kl) && e->v[i][kl] == '=') {
+      free(e->v[i]);
+      e->v[i] = loom__asprintf("%s=%s", k, val);
+      return;
+    }
+  if (e->n + 2 > e->cap) {
+    e->cap = e->cap ? e->cap * 2 : 64;
+    e->v = realloc(e->v, (size_t)e->cap * sizeof *e->v);
+  }
+  e->v[e->n++] = loom__asprintf("%s=%s", k, val);
+  e->v[e->n] = NULL;
+}
+
+static void env_setf(envv *e, const char *k, const char *fmt, ...) LOOM__PRINTF(3, 4);
+static void env_setf(envv *e, const char *k, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  env_set(e, k, buf);
+}
+
+static void env_free(envv *e) {
+  for (int i = 0; i < e->n; i++) free(e->v[i]);
+  free(e->v);
+}
+
+static const char *const STRIP[] = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TF_CONFIG", "LOOM_RANK", "LOOM_WORLD_SIZE", "LOOM_LOCAL_RANK", "LOOM_CLUSTER",
+    "LOOM_ROLE", "LOOM_INDEX", "LOOM__PPID", "LOOM__CPUS", "LOOM__MEM", "LOOM__CGROUP", NULL};
+
+static void build_env(agent *a, envv *e, int local, const json_t *cl, const char *cluster_s,
+                      const json_t *tf_cluster) {
+  extern char **environ;
+  memset(e, 0, sizeof *e);
+  for (char **p = environ; *p; p++) {
+    bool skip = false;
+    for (int s = 0; STRIP[s] && !skip; s++) {
+      size_t l = strlen(STRIP[s]);
+      skip = !strncmp(*p, STRIP[s], l) && (*p)[l] == '=';
+    }
+    if (skip) continue;
+    const char *eq = strchr(*p, '=');
+    if (!eq) continue;
+    char *k = strndup(*p, (size_t)(eq - *p));
+    env_set(e, k, eq + 1);
+    free(k);
+  }
+  const char *key;
+  json_t *v;
+  json_object_foreach(json_object_get(a->assign, "env"), key, v) env_set(e, key, json_string_value(v));
+  const json_t *as = a->assign;
+  const char *role = json_string_value(json_object_get(as, "role"));
+  int index = (int)json_integer_value(json_object_get(as, "index"));
+  int procs = a->nprocs;
+  env_set(e, "LOOM_ROLE", role);
+  env_setf(e, "LOOM_INDEX", "%d", index);
+  env_set(e, "LOOM_TASK", a->task);
+  env_setf(e, "LOOM_ATTEMPT", "%d", a->attempt);
+  env_set(e, "LOOM_JOB_ID", json_string_value(json_object_get(as, "job_id")));
+  env_set(e, "LOOM_JOB_DIR", json_string_value(json_object_get(as, "job_dir")));
+  env_set(e, "LOOM_HOST", a->host);
+  env_set(e, "LOOM_CLUSTER", cluster_s);
+  env_setf(e, "LOOM_LOCAL_RANK", "%d", local);
+  env_setf(e, "LOCAL_RANK", "%d", local);
+  env_setf(e, "LOCAL_WORLD_SIZE", "%d", procs);
+  if (json_is_true(json_object_get(as, "training"))) {
+    int rank = (int)json_integer_value(json_object_get(as, "rank_base")) + local;
+    int world = (int)json_integer_value(json_object_get(as, "world_size"));
+    env_setf(e, "LOOM_RANK", "%d", rank);
+    env_setf(e, "LOOM_WORLD_SIZE", "%d", world);
+    env_setf(e, "RANK", "%d", rank);
+    env_setf(e, "WORLD_SIZE", "%d", world);
+    env_setf(e, "GROUP_RANK", "%d", (int)json_integer_value(json_object_get(as, "rank_base")) / (procs ? procs : 1));
+    const char *ma = json_string_value(json_object_get(cl, "master_addr"));
+    json_t *mp = json_object_get(cl, "master_port");
+    if (ma) env_set(e, "MASTER_ADDR", ma);
+    if (mp) env_setf(e, "MASTER_PORT", "%d", (int)json_integer_value(mp));
+  }
+  /* TF_CONFIG: the cluster without evaluator/tensorboard, and this task. */
+  json_t *tf = json_pack("{s:O, s:{s:s, s:i}}", "cluster", tf_cluster, "task", "type", role,
+                         "index", index);
+  char *tfs = tf ? json_dumps(tf, JSON_COMPACT) : NULL;
+  if (tfs) env_set(e, "TF_CONFIG", tfs);
+  free(tfs);
+  json_decref(tf);
+  const char *gpus = json_string_value(json_object_get(as, "gpus"));
+  if (gpus && *gpus) env_set(e, "CUDA_VISIBLE_DEVICES", gpus);
+  env_setf(e, "LOOM__PPID", "%d", (int)getpid());
+  const char *cpus = json_string_value(json_object_get(as, "cpus"));
+  if (cpus && *cpus) env_set(e, "LOOM__CPUS", cpus);
+  json_int_t mem = json_integer_value(json_object_get(as, "memory"));
+  if (a->cgroup[0]) env_set(e, "LOOM__CGROUP", a->cgroup);
+  else if (mem > 0) env_setf(e, "LOOM__MEM", "%lld", (long long)mem);
+}
+
+/* Memory: a cgroup (v1 memory controller) per task where this machine lets
+ * us make one, else an rlimit on each process's data segment. */
+static void make_cgroup(agent *a) {
+  json_int_t mem = json_integer_value(json_object_get(a->assign, "memory"));
+  if (mem <= 0) return;
+  const char *base = getenv("LOOM_CGROUP_ROOT");
+  if (!base) base = "/sys/fs/cgroup/memory";
+  if (access(base, W_OK) != 0) return;
+  const char *job = json_string_value(json_object_get(a->assign, "job_id"));
+  char path[512], file[600];
+  snprintf(path, sizeof path, "%s/loom-%s/%s-%d", base, job ? job : "job",
+           json_string_value(json_object_get(a->assign, "role")),
+           (int)json_integer_value(json_object_get(a->assign, "index")));
+  if (loom__mkdir_p(path, 0755) < 0) return;
+  snprintf(file, sizeof file, "%s/memory.limit_in_bytes", path);
+  FILE *f = fopen(file, "w");
+  if (!f) {
+    rmdir(path);
+    return;
+  }
+  bool ok = fprintf(f, "%lld", (long long)mem) > 0;
+  ok &= fclose(f) == 0;
+  if (!ok) {
+    rmdir(path);
+    return;
+  }
+  loom__strlcpy(a->cgroup, path, sizeof a->cgroup);
+}
+
+static int start_procs(agent *a, const json_t *cl, const char *cluster_s,
+                       const json_t *tf_cluster) {
+  const json_t *as = a->assign;
+  const char *wd = json_string_value(json_object_get(as, "workdir"));
+  const char *shell = json_string_value(json_object_get(as, "shell"));
+  json_t *argvj = json_object_get(as, "argv");
+  size_t nargs = shell ? 3 : json_array_size(argvj);
+  char **args = calloc(nargs + 4, sizeof *args);
+  char self[PATH_MAX];
+  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (!args || sl <= 0) {
+    free(args);
+    return LOOM_EIO;
+  }
+  self[sl] = 0;
+  int k = 0;
+  args[k++] = self;
+  args[k++] = "__exec";
+  args[k++] = "--";
+  if (shell) {
+    args[k++] = "/bin/sh";
+    args[k++] = "-c";
+    args[k++] = (char *)shell;
+  } else {
+    for (size_t i = 0; i < nargs; i++) args[k++] = (char *)json_string_value(json_array_get(argvj, i));
+  }
+  args[k] = NULL;
+  if (a->reserve_fd >= 0) {
+    close(a->reserve_fd); /* hand the reserved port over to the command */
+    a->reserve_fd = -1;
+  }
+  make_cgroup(a);
+  json_t *pids = json_array();
+  int rc = 0;
+  for (int i = 0; i < a->nprocs; i++) {
+    uproc *u = &a->procs[i];
+    u->a = a;
+    u->local = i;
+    envv e;
+    build_env(a, &e, i, cl, cluster_s, tf_cluster);
+    uv_stdio_container_t stdio[3];
+    stdio[0].flags = UV_IGNORE;
+    for (int s = 0; s < 2; s++) {
+      outpipe *o = &u->out[s];
+      o->a = a;
+      o->proc = i;
+      o->stream = s + 1;
+      loom__buf_init(&o->line, (size_t)loom__tun(LOOM_TUN_MAX_LOG_LINE));
+      uv_pipe_init(&a->loop, &o->pipe, 0);
+      o->pipe.data = o;
+      o->open = true;
+      a->open_pipes++;
+      stdio[s + 1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+      stdio[s + 1].data.stream = (uv_stream_t *)&o->pipe;
+    }
+    uv_process_options_t opt = {.exit_cb = proc_exited, .file = self, .args = args,
+                                .env = e.v, .cwd = wd, .flags = UV_PROCESS_DETACHED,
+                                .stdio_count = 3, .stdio = stdio};
+    u->proc.data = u;
+    int r = uv_spawn(&a->loop, &u->proc, &opt);
+    env_free(&e);
+    if (r < 0) {
+      agent_log("%s: cannot start process %d: %s", a->task, i, uv_strerror(r));
+      uv_close((uv_handle_t *)&u->proc, proc_closed);
+      for (int s = 0; s < 2; s++) close_pipe(&u->out[s]);
+      rc = LOOM_EIO;
+      break;
+    }
+    u->pid = u->proc.pid;
+    u->running = u->spawned = true;
+    a->running++;
+    json_array_append_new(pids, json_integer(u->pid));
+    for (int s = 0; s < 2; s++)
+      uv_read_start((uv_stream_t *)&u->out[s].pipe, out_alloc, out_read);
+  }
+  free(args);
+  send_msg(a, WIRE_STARTED, json_pack("{s:o}", "pids", pids), NULL, 0);
+  return rc;
+}
+
+/* ---- the coordinator connection ------------------------------------------ */
+static void on_msg(agent *a, wire_frame *f) {
+  switch (f->type) {
+  case WIRE_CLUSTER: {
+    if (a->started) return;
+    a->started = true;
+    char *cs = strndup((const char *)f->blob, f->blob_len);
+    json_error_t err;
+    json_t *c = cs ? json_loads(cs, 0, &err) : NULL;
+    if (!c || !json_is_object(json_object_get(c, "cluster"))) {
+      agent_log("%s: malformed cluster spec", a->task);
+      json_decref(c);
+      free(cs);
+      coordinator_lost(a, "the coordinator sent a malformed cluster spec");
+      return;
+    }
+    json_t *cl = json_object_get(c, "cluster"), *tf = json_object_get(c, "tf_cluster");
+    char *cls = json_dumps(cl, JSON_COMPACT);
+    int rc = start_procs(a, f->json, cls ? cls : "{}", json_is_object(tf) ? tf : cl);
+    free(cls);
+    json_decref(c);
+    free(cs);
+    if (rc < 0 && !a->have_fail) {
+      a->have_fail = true;
+      a->fail_code = 126;
+      stop_procs(a, 0);
+    }
+    maybe_finish(a);
+    return;
+  }
+  case WIRE_STOP: {
+    json_int_t g = json_integer_value(json_object_get(f->json, "grace_ms"));
+    if (!a->started) {
+      a->exited_sent = true;
+      send_msg(a, WIRE_EXIT, json_pack("{s:i, s:i}", "code", 0, "signal", SIGTERM), NULL, 0);
+      agent_done(a);
+      return;
+    }
+    stop_procs(a, g > 0 ? (uint64_t)g : 1000);
+    maybe_finish(a);
+    return;
+  }
+  case WIRE_HEARTBEAT:
+    return;
+  default:
+    agent_log("%s: ignoring unexpected message %d from the coordinator", a->task, f->type);
+  }
+}
+
+static void conn_alloc(uv_handle_t *h, size_t size, uv_buf_t *buf) {
+  static char slab[65536];
+  *buf = uv_buf_init(slab, sizeof slab);
+}
+
+static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  agent *a = s->data;
+  if (n < 0) {
+    coordinator_lost(a, "the connection to the coordinator closed");
+    return;
+  }
+  a->last_rx = loom__now_ms();
+  if (wire_reader_push(&a->rd, buf->base, (size_t)n) < 0) {
+    coordinator_lost(a, "the coordinator sent an oversized frame");
+    return;
+  }
+  for (;;) {
+    wire_frame f;
+    int rc = wire_reader_pop(&a->rd, &f);
+    if (rc == 0) return;
+    if (rc < 0) {
+      coordinator_lost(a, "the coordinator sent a malformed frame");
+      return;
+    }
+    on_msg(a, &f);
+    wire_frame_free(&f);
+    if (!a->conn_open) return;
+  }
+}
+
+static void hb_tick(uv_timer_t *t) {
+  agent *a = t->data;
+  if (!a->conn_open) return;
+  if (loom__now_ms() - a->last_rx > (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_TIMEOUT_MS)) {
+    coordinator_lost(a, "no heartbeat from the coordinator");
+    return;
+  }
+  send_msg(a, WIRE_HEARTBEAT, NULL, NULL, 0);
+}
+
+static void on_signal(uv_signal_t *h, int sig) {
+  agent *a = h->data;
+  agent_log("%s: got SIG%s; stopping the task", a->task, sigabbrev_np(sig));
+  a->exit_status = 128 + sig;
+  if (a->running > 0) stop_procs(a, (uint64_t)loom__tun(LOOM_TUN_STOP_GRACE_MS));
+  else agent_done(a);
+}
+
+/* ---- before the loop: reserve, register, prepare ---------------------------- */
+static int reserve_port(agent *a) {
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  if (inet_pton(AF_INET, a->host, &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return LOOM_EIO;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  socklen_t len = sizeof sa;
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+    close(fd);
+    return LOOM_EIO;
+  }
+  a->reserve_fd = fd;
+  a->port = ntohs(sa.sin_port);
+  return 0;
+}
+
+static int place_files(agent *a, const char *wd, char *err, size_t errlen) {
+  const char *target;
+  json_t *src;
+  json_object_foreach(json_object_get(a->assign, "files"), target, src) {
+    char *dst = loom__asprintf("%s/%s", wd, target);
+    if (!dst) return LOOM_ENOMEM;
+    char dir[PATH_MAX];
+    loom__strlcpy(dir, dst, sizeof dir);
+    loom__mkdir_p(dirname(dir), 0755);
+    struct stat st;
+    if (lstat(dst, &st) == 0 && S_ISLNK(st.st_mode)) unlink(dst);
+    if (symlink(json_string_value(src), dst) < 0 && errno != EEXIST) {
+      snprintf(err, errlen, "cannot place files.%s at %s: %s", target, dst, strerror(errno));
+      free(dst);
+      return LOOM_EIO;
+    }
+    free(dst);
+  }
+  return 0;
+}
+
+/* A command given as a path that does not exist is known before anything
+ * starts: report it now rather than after the rendezvous. */
+static int check_command(agent *a, const char *wd, char *err, size_t errlen) {
+  const char *shell = json_string_value(json_object_get(a->assign, "shell"));
+  char first[PATH_MAX] = "";
+  if (shell) {
+    const char *p = shell;
+    while (*p == ' ' || *p == '\t') p++;
+    size_t n = strcspn(p, " \t\n;&|<>()$`\"'\\*?[]{}=");
+    if (n == 0 || n >= sizeof first || (p[n] && !strchr(" \t\n", p[n]))) return 0;
+    memcpy(first, p, n);
+    first[n] = 0;
+    if (!strchr(first, '/')) return 0; /* builtins and PATH: the shell decides */
+  } else {
+    const char *a0 = json_string_value(json_array_get(json_object_get(a->assign, "argv"), 0));
+    if (!a0) return LOOM_EPROTO;
+    loom__strlcpy(first, a0, sizeof first);
+  }
+  char path[PATH_MAX * 2];
+  if (strchr(first, '/')) {
+    if (first[0] == '/') snprintf(path, sizeof path, "%s", first);
+    else snprintf(path, sizeof path, "%s/%s", wd, first);
+    if (access(path, X_OK) == 0) return 0;
+    snprintf(err, errlen, "command not found: %s (%s in %s)", first,
+             access(path, F_OK) == 0 ? "not executable" : "no such file", wd);
+    return access(path, F_OK) == 0 ? 126 : 127;
+  }
+  const char *pathenv = getenv("PATH");
+  char *copy = strdup(pathenv ? pathenv : "/usr/bin:/bin"), *save = NULL;
+  for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+    snprintf(path, sizeof path, "%s/%s", *d ? d : ".", first);
+    if (access(path, X_OK) == 0) {
+      free(copy);
+      return 0;
+    }
+  }
+  free(copy);
+  snprintf(err, errlen, "command not found: %s (not in PATH)", first);
+  return 127;
+}
+
+int agent_main(void) {
+  const char *coord = getenv("LOOM_COORD"), *secret = getenv("LOOM_SECRET");
+  const char *task = getenv("LOOM_TASK"), *att = getenv("LOOM_ATTEMPT");
+  if (!coord || !secret || !task) {
+    fprintf(stderr, "loom agent: LOOM_COORD, LOOM_SECRET and LOOM_TASK must be set; the "
+                    "agent is started by a backend, not by hand\n");
+    return 2;
+  }
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  signal(SIGPIPE, SIG_IGN);
+  agent *a = calloc(1, sizeof *a);
+  if (!a) return 3;
+  a->reserve_fd = -1;
+  loom__strlcpy(a->task, task, sizeof a->task);
+  loom__strlcpy(a->secret, secret, sizeof a->secret);
+  long long an = 0;
+  if (att) loom__parse_int(att, 0, 1 << 30, &an);
+  a->attempt = (int)an;
+  const char *h = getenv("LOOM_HOST");
+  if (h && *h) loom__strlcpy(a->host, h, sizeof a->host);
+  else if (gethostname(a->host, sizeof a->host) < 0) loom__strlcpy(a->host, "localhost", sizeof a->host);
+  wire_reader_init(&a->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
+
+  const char *stall = getenv("LOOM_FAULT_STALL_TASK");
+  if (stall && !strcmp(stall, task)) pause(); /* fault injection for tests */
+
+  int fd = -1, rc = reserve_port(a);
+  if (rc < 0) {
+    agent_log("%s: cannot reserve a port: %s", task, strerror(errno));
+    return 3;
+  }
+  rc = wire_dial(coord, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS), &fd);
+  if (rc == 0) rc = wire_client_auth(fd, &a->rd, secret, (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS));
+  if (rc < 0) {
+    agent_log("%s: cannot join the coordinator at %s: %s", task, coord, loom_strerror(rc));
+    return 3;
+  }
+  json_t *reg = json_pack("{s:s, s:i, s:s, s:i, s:i}", "task", task, "attempt", a->attempt,
+                          "host", a->host, "port", a->port, "pid", (int)getpid());
+  rc = wire_send(fd, WIRE_REGISTER, reg, NULL, 0);
+  json_decref(reg);
+  wire_frame f;
+  if (rc == 0) rc = wire_recv(fd, &a->rd, &f, 30000);
+  if (rc < 0 || f.type != WIRE_ASSIGN) {
+    if (rc == 0) wire_frame_free(&f);
+    agent_log("%s: the coordinator refused the registration (attempt %d)", task, a->attempt);
+    return 3;
+  }
+  a->assign = json_incref(f.json);
+  wire_frame_free(&f);
+  json_int_t procs = json_integer_value(json_object_get(a->assign, "procs"));
+  a->nprocs = procs < 1 || procs > MAX_PROCS ? 1 : (int)procs;
+  a->procs = calloc((size_t)a->nprocs, sizeof *a->procs);
+  const char *wd = json_string_value(json_object_get(a->assign, "workdir"));
+  char err[1024] = "";
+  int code = 0;
+  if (!wd || !a->procs || loom__mkdir_p(wd, 0755) < 0) {
+    snprintf(err, sizeof err, "cannot create the working directory %s: %s", wd ? wd : "?",
+             strerror(errno));
+    code = 1;
+  }
+  if (!code && place_files(a, wd, err, sizeof err) < 0) code = 1;
+  if (!code) code = check_command(a, wd, err, sizeof err);
+  if (code) {
+    json_t *j = json_pack("{s:s, s:i}", "reason", err, "code", code);
+    wire_send(fd, WIRE_FAIL, j, NULL, 0);
+    json_decref(j);
+    close(fd);
+    return 0;
+  }
+  if (wire_send(fd, WIRE_READY, NULL, NULL, 0) < 0) {
+    agent_log("%s: lost the coordinator while starting", task);
+    return 3;
+  }
+
+  uv_loop_init(&a->loop);
+  uv_tcp_init(&a->loop, &a->conn);
+  a->conn.data = a;
+  if (uv_tcp_open(&a->conn, fd) < 0) return 3;
+  a->conn_open = true;
+  a->last_rx = loom__now_ms();
+  uv_timer_init(&a->loop, &a->hb);
+  uv_timer_init(&a->loop, &a->grace);
+  uv_timer_init(&a->loop, &a->drain);
+  a->hb.data = a->grace.data = a->drain.data = a;
+  uint64_t hb = (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_MS);
+  uv_timer_start(&a->hb, hb_tick, hb, hb);
+  int sigs[3] = {SIGTERM, SIGINT, SIGHUP};
+  for (int i = 0; i < 3; i++) {
+    uv_signal_init(&a->loop, &a->sigs[i]);
+    a->sigs[i].data = a;
+    uv_signal_start(&a->sigs[i], on_signal, sigs[i]);
+  }
+  uv_read_start((uv_stream_t *)&a->conn, conn_alloc, conn_read);
+  uv_run(&a->loop, UV_RUN_DEFAULT);
+  uv_walk(&a->loop, close_walk, NULL);
+  uv_run(&a->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&a->loop);
+  remove_cgroup(a);
+  int status = a->exit_status;
+  if (a->reserve_fd >= 0) close(a->reserve_fd);
+  json_decref(a->assign);
+  wire_reader_free(&a->rd);
+  free(a->procs);
+  free(a);
+  return status;
+}

@@ -1,0 +1,112 @@
+/* local.c: the local backend: every agent is a child process of the
+ * coordinator on this machine, in its own session (so a Ctrl-C on the
+ * terminal reaches the coordinator, which stops the job in order). */
+#include "backend/backend.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  uv_process_t proc;
+  backend *b;
+  int task_id;
+  bool running;
+} local_agent;
+
+static int local_check(const spec_job *s, char *err, size_t errlen) {
+  int cpus = backend_local_cpus(), gpus = backend_local_gpus();
+  uint64_t mem = backend_local_memory();
+  for (int i = 0; i < s->nroles; i++) {
+    const spec_role *r = &s->roles[i];
+    if (r->vcores > cpus) {
+      snprintf(err, errlen, "role '%s' asks for %d vcores per task; this machine has %d "
+               "cores: lower roles.%s.vcores to at most %d", r->name, r->vcores, cpus,
+               r->name, cpus);
+      return LOOM_ERESOURCE;
+    }
+    if (r->memory > mem) {
+      snprintf(err, errlen, "role '%s' asks for %.1f GiB of memory per task; this machine "
+               "has %.1f GiB: lower roles.%s.memory", r->name,
+               (double)r->memory / 1073741824.0, (double)mem / 1073741824.0, r->name);
+      return LOOM_ERESOURCE;
+    }
+    if (r->gpus > gpus) {
+      snprintf(err, errlen, "role '%s' asks for %d gpus per task; this machine has %d: "
+               "lower roles.%s.gpus or use a cluster with GPUs", r->name, r->gpus, gpus,
+               r->name);
+      return LOOM_ERESOURCE;
+    }
+  }
+  return 0;
+}
+
+static int local_probe(char *msg, size_t len) {
+  snprintf(msg, len, "local: %d cores, %.1f GiB memory, %d GPUs", backend_local_cpus(),
+           (double)backend_local_memory() / 1073741824.0, backend_local_gpus());
+  return 0;
+}
+
+static void local_closed(uv_handle_t *h) { free(h->data); }
+
+static void local_exited(uv_process_t *p, int64_t status, int sig) {
+  local_agent *a = p->data;
+  a->running = false;
+  backend *b = a->b;
+  int id = a->task_id;
+  ((local_agent **)b->priv)[id] = NULL;
+  uv_close((uv_handle_t *)p, local_closed);
+  b->on_exit(b->arg, id, status, sig);
+}
+
+static int local_launch(backend *b, int task_id, char *const *argv,
+                        char *const *env, char *err, size_t errlen) {
+  local_agent *a = calloc(1, sizeof *a);
+  if (!a) return LOOM_ENOMEM;
+  a->b = b;
+  a->task_id = task_id;
+  a->proc.data = a;
+  uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
+                                   {.flags = UV_INHERIT_FD, .data.fd = 2},
+                                   {.flags = UV_INHERIT_FD, .data.fd = 2}};
+  uv_process_options_t o = {.exit_cb = local_exited,
+                            .file = argv[0],
+                            .args = (char **)argv,
+                            .env = (char **)env,
+                            .flags = UV_PROCESS_DETACHED,
+                            .stdio_count = 3,
+                            .stdio = stdio};
+  int rc = uv_spawn(b->loop, &a->proc, &o);
+  if (rc < 0) {
+    snprintf(err, errlen, "cannot start the agent %s: %s", argv[0], uv_strerror(rc));
+    uv_close((uv_handle_t *)&a->proc, local_closed);
+    return LOOM_EBACKEND;
+  }
+  a->running = true;
+  ((local_agent **)b->priv)[task_id] = a;
+  return 0;
+}
+
+static void local_signal(backend *b, int task_id, int sig) {
+  local_agent *a = ((local_agent **)b->priv)[task_id];
+  if (a && a->running) uv_process_kill(&a->proc, sig);
+}
+
+static const char *local_host(backend *b, int task_id) { return "127.0.0.1"; }
+
+static void local_destroy(backend *b) {
+  free(b->priv);
+  free(b);
+}
+
+const backend_ops loom__backend_local = {
+    .name = "local",
+    .tracks_processes = true,
+    .check = local_check,
+    .probe = local_probe,
+    .launch = local_launch,
+    .signal = local_signal,
+    .host = local_host,
+    .destroy = local_destroy,
+};

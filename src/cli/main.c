@@ -1,0 +1,573 @@
+/* main.c: the loom command. Only this file prints for people and decides
+ * exit statuses: 0 job succeeded, 1 job failed, 2 usage or spec error,
+ * 3 backend or infrastructure error, 130 interrupted. */
+#include "agent/agent.h"
+#include "backend/backend.h"
+#include "cli/jobs.h"
+#include "coord/coord.h"
+#include "wire/wire.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#define VERSION "0.1.0"
+
+static const struct verb {
+  const char *name, *args, *what, *help;
+} VERBS[] = {
+    {"run", "SPEC [--backend B] [--set key=value]...",
+     "run a job and stay attached; exits with the job's status",
+     "Starts the job described by SPEC (YAML) and streams every task's output,\n"
+     "prefixed [role:index] (colored on a terminal), with a live status line on\n"
+     "a terminal. Exits 0 when the job succeeded, 1 when a task failed past its\n"
+     "retries (a root-cause summary is printed), 2 for a usage or spec error, 3\n"
+     "for a backend error, 130 when interrupted (Ctrl-C stops the whole job).\n\n"
+     "  --backend B        local (default), external; overrides the spec's backend\n"
+     "  --set key=value    override a spec key, e.g. --set roles.worker.instances=4\n"},
+    {"submit", "SPEC [--backend B] [--set key=value]...",
+     "run a job detached; prints its id",
+     "Like run, but the coordinator runs in the background and loom prints the\n"
+     "job id once it is up. Follow it with loom status/logs/events; stop it with\n"
+     "loom kill.\n"},
+    {"status", "[JOB]", "a job's tasks and states, or all recent jobs",
+     "Without JOB, one line per recent job. With JOB (an id, a unique prefix, or\n"
+     "'last'), every task: state, attempt, exit code or signal, elapsed time.\n"
+     "  --json             print state.json as it is\n"},
+    {"logs", "JOB [--task T] [--follow]", "a task's log, or all tasks interleaved",
+     "Prints the log of task T (role:index, e.g. worker:1), or every task's lines\n"
+     "interleaved and prefixed. --follow keeps printing until the job ends.\n"},
+    {"events", "JOB [--json]", "the job's event log",
+     "Prints events.jsonl, one event a line: time, task, attempt, event, details.\n"
+     "  --json             the raw JSON lines\n"},
+    {"kill", "JOB", "stop a running job",
+     "Asks the job's coordinator to stop every task (SIGTERM, then SIGKILL after\n"
+     "the grace period) and waits until it has.\n"},
+    {"check", "[--backend B]", "is this machine ready to run jobs",
+     "Checks the job directory, the backend and the loopback network.\n"},
+    {"agent", "", "internal: a task's agent, started by backends", ""},
+    {"coordinator", "JOBDIR", "internal: a job's coordinator, started by submit", ""},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "loom %s: run distributed training and inference jobs\n\n"
+             "usage: loom VERB [ARGS]   (loom VERB --help for more)\n\n", VERSION);
+  for (size_t i = 0; i < LOOM__ARRAY_LEN(VERBS); i++)
+    fprintf(f, "  %-12s %s\n", VERBS[i].name, VERBS[i].what);
+  fprintf(f, "\nJobs live in $LOOM_HOME/jobs/<id>/ (LOOM_HOME defaults to ~/.loom).\n"
+             "Exit status: 0 succeeded, 1 job failed, 2 usage or spec error, 3 backend\n"
+             "or infrastructure error, 130 interrupted.\n");
+}
+
+static int verb_help(const char *name) {
+  for (size_t i = 0; i < LOOM__ARRAY_LEN(VERBS); i++)
+    if (!strcmp(VERBS[i].name, name)) {
+      printf("usage: loom %s %s\n\n%s\n%s", name, VERBS[i].args, VERBS[i].what, VERBS[i].help);
+      return 0;
+    }
+  return 2;
+}
+
+static int bad_usage(const char *verb, const char *fmt, ...) LOOM__PRINTF(2, 3);
+static int bad_usage(const char *verb, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "loom %s: ", verb);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n(see loom %s --help)\n", verb);
+  va_end(ap);
+  return EXIT_USAGE;
+}
+
+static bool has_help(int argc, char **argv) {
+  for (int i = 2; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return true;
+  return false;
+}
+
+static int self_exe(char *buf, size_t len) {
+  ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  return 0;
+}
+
+/* ---- run / submit ---------------------------------------------------------- */
+static int cmd_run(int argc, char **argv, bool detach) {
+  const char *verb = argv[1], *path = NULL, *bopt = NULL;
+  const char *sets[64];
+  int nsets = 0;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--backend") && i + 1 < argc) bopt = argv[++i];
+    else if (!strncmp(argv[i], "--backend=", 10)) bopt = argv[i] + 10;
+    else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+      if (nsets == 64) return bad_usage(verb, "at most 64 --set");
+      sets[nsets++] = argv[++i];
+    } else if (!strncmp(argv[i], "--set=", 6)) {
+      if (nsets == 64) return bad_usage(verb, "at most 64 --set");
+      sets[nsets++] = argv[i] + 6;
+    } else if (argv[i][0] == '-') return bad_usage(verb, "unknown option %s", argv[i]);
+    else if (!path) path = argv[i];
+    else return bad_usage(verb, "one spec only (got %s and %s)", path, argv[i]);
+  }
+  if (!path) return bad_usage(verb, "missing SPEC: loom %s job.yaml", verb);
+  char err[2048];
+  spec_job *s;
+  int rc = spec_load(path, sets, nsets, &s, err, sizeof err);
+  if (rc < 0) {
+    fprintf(stderr, "loom: %s\n", err);
+    return rc == LOOM_ESPEC ? EXIT_USAGE : EXIT_USAGE;
+  }
+  const char *bname = bopt ? bopt : s->backend;
+  const backend_ops *ops = backend_find(bname);
+  if (!ops) {
+    spec_free(s);
+    return bad_usage(verb, "backend '%s' is not available here: use local or external", bname);
+  }
+  if (ops->check(s, err, sizeof err) < 0) {
+    fprintf(stderr, "loom: %s: cannot run on backend %s: %s\n", path, bname, err);
+    spec_free(s);
+    return EXIT_USAGE;
+  }
+  char id[160], dir[PATH_MAX], secret[80], exe[PATH_MAX];
+  if (self_exe(exe, sizeof exe) < 0 || jobs_create(s, id, dir, secret, err, sizeof err) < 0) {
+    fprintf(stderr, "loom: %s\n", err);
+    spec_free(s);
+    return EXIT_INFRA;
+  }
+  if (detach) {
+    uv_loop_t *loop = uv_default_loop();
+    char *log = loom__asprintf("%s/coordinator.log", dir);
+    FILE *lf = log ? fopen(log, "a") : NULL;
+    free(log);
+    uv_process_t proc;
+    uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
+                                     {.flags = UV_INHERIT_FD, .data.fd = lf ? fileno(lf) : 2},
+                                     {.flags = UV_INHERIT_FD, .data.fd = lf ? fileno(lf) : 2}};
+    char *args[] = {exe, "coordinator", dir, bopt ? "--backend" : NULL, (char *)bopt, NULL};
+    uv_process_options_t o = {.file = exe, .args = args, .flags = UV_PROCESS_DETACHED,
+                              .stdio_count = 3, .stdio = stdio};
+    rc = uv_spawn(loop, &proc, &o);
+    if (lf) fclose(lf);
+    if (rc < 0) {
+      fprintf(stderr, "loom: cannot start the coordinator: %s\n", uv_strerror(rc));
+      spec_free(s);
+      return EXIT_INFRA;
+    }
+    uv_unref((uv_handle_t *)&proc);
+    char cj[PATH_MAX + 16];
+    snprintf(cj, sizeof cj, "%s/coord.json", dir);
+    for (int i = 0; i < 1000 && access(cj, F_OK) != 0; i++) usleep(10000);
+    spec_free(s);
+    if (access(cj, F_OK) != 0) {
+      fprintf(stderr, "loom: the coordinator did not come up within 10s; see %s/coordinator.log\n",
+              dir);
+      return EXIT_INFRA;
+    }
+    printf("%s\n", id);
+    return EXIT_OK;
+  }
+  coord_opts o = {.job_dir = dir, .job_id = id, .secret = secret, .spec = s, .backend = bopt,
+                  .self_exe = exe, .console = true,
+                  .color = isatty(1) && !getenv("NO_COLOR"), .status_line = isatty(2)};
+  if (isatty(2)) fprintf(stderr, "loom: job %s (%s)\n", id, dir);
+  else fprintf(stderr, "loom: job %s\n", id);
+  rc = coord_run(&o);
+  spec_free(s);
+  return rc;
+}
+
+static int cmd_coordinator(int argc, char **argv) {
+  if (argc < 3) return bad_usage("coordinator", "missing JOBDIR");
+  const char *dir = argv[2], *bopt = NULL;
+  if (argc >= 5 && !strcmp(argv[3], "--backend")) bopt = argv[4];
+  char p[PATH_MAX + 32], err[2048], exe[PATH_MAX];
+  snprintf(p, sizeof p, "%s/spec.yaml", dir);
+  spec_job *s;
+  if (spec_load(p, NULL, 0, &s, err, sizeof err) < 0) {
+    fprintf(stderr, "loom coordinator: %s\n", err);
+    return EXIT_USAGE;
+  }
+  snprintf(p, sizeof p, "%s/secret", dir);
+  char *secret = NULL;
+  if (loom__read_file(p, 256, &secret, NULL) < 0 || self_exe(exe, sizeof exe) < 0) {
+    fprintf(stderr, "loom coordinator: cannot read %s\n", p);
+    spec_free(s);
+    return EXIT_INFRA;
+  }
+  const char *slash = strrchr(dir, '/');
+  coord_opts o = {.job_dir = dir, .job_id = slash ? slash + 1 : dir, .secret = secret,
+                  .spec = s, .backend = bopt, .self_exe = exe};
+  setsid();
+  int rc = coord_run(&o);
+  free(secret);
+  spec_free(s);
+  return rc;
+}
+
+/* ---- status ----------------------------------------------------------------- */
+static const char *job_state_str(const char *dir, json_t *st) {
+  const char *s = json_string_value(json_object_get(st, "state"));
+  if (!s) return "unknown";
+  bool live = !strcmp(s, "running") || !strcmp(s, "starting") || !strcmp(s, "stopping");
+  if (live && !jobs_coord_alive(dir)) return "lost (coordinator gone)";
+  return s;
+}
+
+static void fmt_dur(double s, char *buf, size_t len) {
+  if (s < 0) s = 0;
+  if (s < 60) snprintf(buf, len, "%.1fs", s);
+  else if (s < 3600) snprintf(buf, len, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else snprintf(buf, len, "%dh%02dm", (int)s / 3600, (int)s / 60 % 60);
+}
+
+static int cmd_status(int argc, char **argv) {
+  const char *job = NULL;
+  bool json = false;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) json = true;
+    else if (argv[i][0] == '-') return bad_usage("status", "unknown option %s", argv[i]);
+    else job = argv[i];
+  }
+  if (!job) {
+    static char ids[50][160];
+    static char dir[PATH_MAX + 200];
+    int n = jobs_list(ids, 50);
+    if (n == 0) {
+      printf("no jobs under %s/jobs\n", jobs_home());
+      return 0;
+    }
+    printf("%-44s %-24s %-8s %-9s %s\n", "JOB", "STATE", "ATTEMPT", "ELAPSED", "TASKS");
+    for (int i = 0; i < n; i++) {
+      snprintf(dir, sizeof dir, "%s/jobs/%.159s", jobs_home(), ids[i]);
+      json_t *st = jobs_state(dir);
+      if (!st) {
+        printf("%-44s %-24s\n", ids[i], "unknown (no state.json)");
+        continue;
+      }
+      int run = 0, done = 0, failed = 0, total = 0;
+      json_t *t;
+      size_t k;
+      json_array_foreach(json_object_get(st, "tasks"), k, t) {
+        const char *ts = json_string_value(json_object_get(t, "state"));
+        total++;
+        if (!ts) continue;
+        if (!strcmp(ts, "running")) run++;
+        else if (!strcmp(ts, "succeeded") || !strcmp(ts, "stopped")) done++;
+        else if (!strcmp(ts, "failed") || !strcmp(ts, "lost")) failed++;
+      }
+      double start = json_real_value(json_object_get(st, "started"));
+      json_t *fin = json_object_get(st, "finished");
+      char el[32];
+      fmt_dur((fin ? json_real_value(fin) : loom__wall()) - start, el, sizeof el);
+      printf("%-44s %-24s %-8lld %-9s %d total, %d running, %d done, %d failed\n", ids[i],
+             job_state_str(dir, st), (long long)json_integer_value(json_object_get(st, "attempt")),
+             el, total, run, done, failed);
+      json_decref(st);
+    }
+    return 0;
+  }
+  char dir[PATH_MAX], err[512];
+  if (jobs_find(job, dir, sizeof dir, err, sizeof err) < 0) {
+    fprintf(stderr, "loom status: %s\n", err);
+    return EXIT_USAGE;
+  }
+  json_t *st = jobs_state(dir);
+  if (!st) {
+    fprintf(stderr, "loom status: %s has no readable state.json yet\n", dir);
+    return EXIT_INFRA;
+  }
+  if (json) {
+    char *s = json_dumps(st, JSON_INDENT(2));
+    printf("%s\n", s ? s : "{}");
+    free(s);
+    json_decref(st);
+    return 0;
+  }
+  double start = json_real_value(json_object_get(st, "started"));
+  json_t *fin = json_object_get(st, "finished");
+  char el[32];
+  fmt_dur((fin ? json_real_value(fin) : loom__wall()) - start, el, sizeof el);
+  printf("job      %s\nstate    %s\nattempt  %lld (retries %lld)\nelapsed  %s\ndir      %s\n",
+         json_string_value(json_object_get(st, "job")), job_state_str(dir, st),
+         (long long)json_integer_value(json_object_get(st, "attempt")),
+         (long long)json_integer_value(json_object_get(st, "retries")), el, dir);
+  json_t *rc = json_object_get(st, "root_cause");
+  if (rc)
+    printf("cause    %s%s%s\n", json_string_value(json_object_get(rc, "task")) ?: "",
+           json_object_get(rc, "task") ? ": " : "",
+           json_string_value(json_object_get(rc, "message")) ?: "");
+  printf("\n%-20s %-10s %-7s %-22s %-6s %-9s %s\n", "TASK", "STATE", "ATTEMPT", "ADDRESS",
+         "EXIT", "ELAPSED", "REASON");
+  json_t *t;
+  size_t k;
+  json_array_foreach(json_object_get(st, "tasks"), k, t) {
+    char addr[300] = "-", ex[32] = "-", tel[32] = "-";
+    if (json_object_get(t, "port"))
+      snprintf(addr, sizeof addr, "%s:%lld", json_string_value(json_object_get(t, "host")) ?: "?",
+               (long long)json_integer_value(json_object_get(t, "port")));
+    if (json_object_get(t, "signal_name"))
+      snprintf(ex, sizeof ex, "SIG%s", json_string_value(json_object_get(t, "signal_name")));
+    else if (json_object_get(t, "exit_code"))
+      snprintf(ex, sizeof ex, "%lld", (long long)json_integer_value(json_object_get(t, "exit_code")));
+    json_t *ts = json_object_get(t, "started"), *tf = json_object_get(t, "finished");
+    if (ts) fmt_dur((tf ? json_real_value(tf) : loom__wall()) - json_real_value(ts), tel, sizeof tel);
+    printf("%-20s %-10s %-7lld %-22s %-6s %-9s %s\n", json_string_value(json_object_get(t, "task")),
+           json_string_value(json_object_get(t, "state")),
+           (long long)json_integer_value(json_object_get(t, "attempt")), addr, ex, tel,
+           json_string_value(json_object_get(t, "reason")) ?: "");
+  }
+  json_decref(st);
+  return 0;
+}
+
+/* ---- logs -------------------------------------------------------------- */
+static bool job_live(const char *dir) {
+  json_t *st = jobs_state(dir);
+  const char *s = st ? job_state_str(dir, st) : "unknown";
+  bool live = !strcmp(s, "running") || !strcmp(s, "starting") || !strcmp(s, "stopping");
+  json_decref(st);
+  return live;
+}
+
+static int cmd_logs(int argc, char **argv) {
+  const char *job = NULL, *task = NULL;
+  bool follow = false;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--task") && i + 1 < argc) task = argv[++i];
+    else if (!strncmp(argv[i], "--task=", 7)) task = argv[i] + 7;
+    else if (!strcmp(argv[i], "--follow") || !strcmp(argv[i], "-f")) follow = true;
+    else if (argv[i][0] == '-') return bad_usage("logs", "unknown option %s", argv[i]);
+    else job = argv[i];
+  }
+  if (!job) return bad_usage("logs", "missing JOB");
+  char dir[PATH_MAX], err[512], path[PATH_MAX + 200];
+  if (jobs_find(job, dir, sizeof dir, err, sizeof err) < 0) {
+    fprintf(stderr, "loom logs: %s\n", err);
+    return EXIT_USAGE;
+  }
+  if (task) {
+    const char *c = strchr(task, ':');
+    long long idx;
+    if (!c || c == task || loom__parse_int(c + 1, 0, 1 << 30, &idx) < 0)
+      return bad_usage("logs", "--task wants role:index, e.g. worker:1 (got '%s')", task);
+    snprintf(path, sizeof path, "%s/logs/%.*s-%lld.log", dir, (int)(c - task), task, idx);
+  } else {
+    snprintf(path, sizeof path, "%s/logs/all.log", dir);
+  }
+  FILE *f = fopen(path, "r");
+  if (!f && !follow) {
+    fprintf(stderr, "loom logs: no log at %s%s\n", path, task ? " (is the task name right? see "
+                                                             "loom status)" : "");
+    return EXIT_USAGE;
+  }
+  char buf[65536];
+  uint64_t idle_since = loom__now_ms();
+  for (;;) {
+    if (!f) f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (n > 0) {
+      fwrite(buf, 1, n, stdout);
+      idle_since = loom__now_ms();
+      continue;
+    }
+    fflush(stdout);
+    if (!follow) break;
+    if (!job_live(dir) && loom__now_ms() - idle_since > 300) break;
+    if (f) clearerr(f);
+    usleep(100000);
+  }
+  if (f) fclose(f);
+  return 0;
+}
+
+/* ---- events ------------------------------------------------------------- */
+static int cmd_events(int argc, char **argv) {
+  const char *job = NULL;
+  bool raw = false;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) raw = true;
+    else if (argv[i][0] == '-') return bad_usage("events", "unknown option %s", argv[i]);
+    else job = argv[i];
+  }
+  if (!job) return bad_usage("events", "missing JOB");
+  char dir[PATH_MAX], err[512], path[PATH_MAX + 32];
+  if (jobs_find(job, dir, sizeof dir, err, sizeof err) < 0) {
+    fprintf(stderr, "loom events: %s\n", err);
+    return EXIT_USAGE;
+  }
+  snprintf(path, sizeof path, "%s/events.jsonl", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "loom events: no event log at %s\n", path);
+    return EXIT_INFRA;
+  }
+  char line[65536];
+  while (fgets(line, sizeof line, f)) {
+    if (raw) {
+      fputs(line, stdout);
+      continue;
+    }
+    json_error_t e;
+    json_t *j = json_loads(line, 0, &e);
+    if (!j) continue;
+    char iso[40];
+    loom__wall_iso(json_real_value(json_object_get(j, "t")), iso, sizeof iso);
+    const char *task = json_string_value(json_object_get(j, "task"));
+    printf("%s  %-16s a%-3lld %-20s", iso + 11, task ? task : "-",
+           (long long)json_integer_value(json_object_get(j, "attempt")),
+           json_string_value(json_object_get(j, "event")) ?: "?");
+    const char *k;
+    json_t *v;
+    json_object_foreach(j, k, v) {
+      if (!strcmp(k, "t") || !strcmp(k, "task") || !strcmp(k, "attempt") || !strcmp(k, "event") ||
+          !strcmp(k, "job"))
+        continue;
+      char *vs = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+      printf(" %s=%s", k, vs ? vs : "?");
+      free(vs);
+    }
+    printf("\n");
+    json_decref(j);
+  }
+  fclose(f);
+  return 0;
+}
+
+/* ---- kill ------------------------------------------------------------------ */
+static int cmd_kill(int argc, char **argv) {
+  if (argc < 3 || argv[2][0] == '-') return bad_usage("kill", "missing JOB");
+  char dir[PATH_MAX], err[512], p[PATH_MAX + 32];
+  if (jobs_find(argv[2], dir, sizeof dir, err, sizeof err) < 0) {
+    fprintf(stderr, "loom kill: %s\n", err);
+    return EXIT_USAGE;
+  }
+  if (!job_live(dir)) {
+    printf("loom kill: the job is not running (see loom status %s)\n", argv[2]);
+    return 0;
+  }
+  snprintf(p, sizeof p, "%s/coord.json", dir);
+  json_error_t e;
+  json_t *cj = json_load_file(p, 0, &e);
+  snprintf(p, sizeof p, "%s/secret", dir);
+  char *secret = NULL;
+  int rc = cj && loom__read_file(p, 256, &secret, NULL) == 0 ? 0 : LOOM_EIO;
+  int fd = -1;
+  wire_reader r;
+  wire_reader_init(&r, 1 << 20);
+  if (rc == 0) rc = wire_dial(json_string_value(json_object_get(cj, "addr")), 3000, &fd);
+  if (rc == 0) rc = wire_client_auth(fd, &r, secret, 3000);
+  if (rc == 0) {
+    json_t *req = json_pack("{s:i}", "id", 1);
+    rc = wire_send(fd, WIRE_CTL_KILL, req, NULL, 0);
+    json_decref(req);
+    wire_frame f;
+    if (rc == 0 && (rc = wire_recv(fd, &r, &f, 5000)) == 0) wire_frame_free(&f);
+  }
+  if (rc < 0) {
+    int pid = (int)json_integer_value(json_object_get(cj, "pid"));
+    if (pid > 0 && jobs_coord_alive(dir)) {
+      fprintf(stderr, "loom kill: coordinator unreachable (%s); sending it SIGTERM\n",
+              loom_strerror(rc));
+      kill(pid, SIGTERM);
+      rc = 0;
+    }
+  }
+  if (fd >= 0) close(fd);
+  wire_reader_free(&r);
+  free(secret);
+  json_decref(cj);
+  if (rc < 0) {
+    fprintf(stderr, "loom kill: cannot reach the job's coordinator: %s\n", loom_strerror(rc));
+    return EXIT_INFRA;
+  }
+  for (int i = 0; i < 300 && job_live(dir); i++) usleep(50000);
+  if (job_live(dir)) {
+    fprintf(stderr, "loom kill: the job is still stopping after 15s\n");
+    return EXIT_INFRA;
+  }
+  printf("killed %s\n", strrchr(dir, '/') + 1);
+  return 0;
+}
+
+/* ---- check ------------------------------------------------------------- */
+static int cmd_check(int argc, char **argv) {
+  const char *bname = "local";
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--backend") && i + 1 < argc) bname = argv[++i];
+    else return bad_usage("check", "unknown argument %s", argv[i]);
+  }
+  int bad = 0;
+  char p[PATH_MAX + 64], msg[512];
+  snprintf(p, sizeof p, "%s/jobs", jobs_home());
+  bool dirok = loom__mkdir_p(p, 0755) == 0 && access(p, W_OK) == 0;
+  printf("%s job directory %s%s\n", dirok ? "ok  " : "FAIL", p, dirok ? "" : " is not writable");
+  bad += !dirok;
+  const backend_ops *ops = backend_find(bname);
+  if (!ops) {
+    printf("FAIL backend '%s' is not available (local, external)\n", bname);
+    bad++;
+  } else {
+    int rc = ops->probe(msg, sizeof msg);
+    printf("%s backend %s\n", rc == 0 ? "ok  " : "FAIL", msg);
+    bad += rc != 0;
+  }
+  uv_loop_t *loop = uv_default_loop();
+  uv_tcp_t t;
+  struct sockaddr_in sa;
+  uv_ip4_addr("127.0.0.1", 0, &sa);
+  uv_tcp_init(loop, &t);
+  int rc = uv_tcp_bind(&t, (struct sockaddr *)&sa, 0);
+  if (rc == 0) rc = uv_listen((uv_stream_t *)&t, 1, NULL);
+  printf("%s loopback TCP %s\n", rc == 0 ? "ok  " : "FAIL", rc == 0 ? "listens" : uv_strerror(rc));
+  bad += rc != 0;
+  uv_close((uv_handle_t *)&t, NULL);
+  uv_run(loop, UV_RUN_DEFAULT);
+  char exe[PATH_MAX];
+  bool exeok = self_exe(exe, sizeof exe) == 0 && access(exe, X_OK) == 0;
+  printf("%s agent executable %s\n", exeok ? "ok  " : "FAIL", exeok ? exe : "not found");
+  bad += !exeok;
+  return bad ? EXIT_INFRA : 0;
+}
+
+int main(int argc, char **argv) {
+  loom__log_init();
+  if (argc >= 2 && !strcmp(argv[1], "__exec")) return agent_exec_main(argc - 1, argv + 1);
+  if (argc < 2) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  const char *v = argv[1];
+  if (!strcmp(v, "--help") || !strcmp(v, "-h") || !strcmp(v, "help")) {
+    if (argc >= 3) return verb_help(argv[2]) == 0 ? 0 : bad_usage("help", "no verb %s", argv[2]);
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(v, "--version")) {
+    printf("loom %s\n", VERSION);
+    return 0;
+  }
+  if (has_help(argc, argv)) {
+    if (verb_help(v) == 0) return 0;
+  }
+  if (!strcmp(v, "run")) return cmd_run(argc, argv, false);
+  if (!strcmp(v, "submit")) return cmd_run(argc, argv, true);
+  if (!strcmp(v, "status")) return cmd_status(argc, argv);
+  if (!strcmp(v, "logs")) return cmd_logs(argc, argv);
+  if (!strcmp(v, "events")) return cmd_events(argc, argv);
+  if (!strcmp(v, "kill")) return cmd_kill(argc, argv);
+  if (!strcmp(v, "check")) return cmd_check(argc, argv);
+  if (!strcmp(v, "agent")) return agent_main();
+  if (!strcmp(v, "coordinator")) return cmd_coordinator(argc, argv);
+  fprintf(stderr, "loom: unknown verb '%s'\n\n", v);
+  usage(stderr);
+  return EXIT_USAGE;
+}

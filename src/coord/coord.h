@@ -1,0 +1,31 @@
+/* coord.h: the coordinator: one per job. It asks the backend for every
+ * task's agent, runs the rendezvous, the KV store and the event log,
+ * collects logs, follows each task's state and decides what a failure
+ * means (stop the attempt, retry, give up). */
+#ifndef LOOM_COORD_H
+#define LOOM_COORD_H
+
+#include "spec/spec.h"
+
+typedef struct {
+  const char *job_dir;  /* $LOOM_HOME/jobs/<id> */
+  const char *job_id;
+  const char *secret;   /* the job's secret, hex */
+  const spec_job *spec;
+  const char *backend;  /* overrides spec->backend when not NULL */
+  const char *self_exe; /* the loom executable the agents run */
+  const char *bind;     /* address to listen on; "127.0.0.1" by default */
+  bool console;         /* stream task output and the summary to stdout */
+  bool color;           /* color the task prefixes */
+  bool status_line;     /* a live status line on stderr */
+} coord_opts;
+
+/* Runs the job to its end and returns its exit status: 0 succeeded, 1 a
+ * task failed past its retries, 3 the backend failed, 130 interrupted or
+ * killed. Handles SIGINT and SIGTERM itself while it runs. */
+int coord_run(const coord_opts *o);
+
+/* Exit statuses (DESIGN.md). */
+enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_INFRA = 3, EXIT_INTR = 130 };
+
+#endif

@@ -1,0 +1,91 @@
+/* core.h: the small things every part of loom uses: errors, logging, time,
+ * strings and growable buffers with caps, files, tunables. No I/O policy
+ * lives here: callers decide what to do with what these return. */
+#ifndef LOOM_CORE_H
+#define LOOM_CORE_H
+
+#include "loom.h"
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LOOM__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define LOOM__PRINTF(f, a) __attribute__((format(printf, f, a)))
+
+/* ---- logging: loom__log(LOOM_LOG_DEBUG, "coord", "...") --------------- */
+enum { LOOM_LOG_ERROR, LOOM_LOG_WARN, LOOM_LOG_INFO, LOOM_LOG_DEBUG };
+typedef void (*loom__log_sink)(int level, const char *subsys,
+                               const char *msg, void *arg);
+/* Levels and subsystems come from LOOM_LOG ("debug", "info",
+ * "debug:coord,agent"); default "warn". The default sink writes to stderr. */
+void loom__log_init(void);
+void loom__log_set_sink(loom__log_sink sink, void *arg);
+bool loom__log_on(int level, const char *subsys);
+void loom__log(int level, const char *subsys, const char *fmt, ...)
+    LOOM__PRINTF(3, 4);
+
+/* ---- time ------------------------------------------------------------ */
+uint64_t loom__now_ms(void);       /* monotonic */
+uint64_t loom__now_ns(void);       /* monotonic */
+double loom__wall(void);           /* seconds since the epoch */
+/* "2026-11-22T13:36:01.123Z" into buf (at least 32 bytes). */
+void loom__wall_iso(double t, char *buf, size_t len);
+
+/* ---- strings ---------------------------------------------------------- */
+char *loom__strdup(const char *s); /* NULL on NULL or no memory */
+char *loom__asprintf(const char *fmt, ...) LOOM__PRINTF(1, 2);
+size_t loom__strlcpy(char *dst, const char *src, size_t len);
+int loom__levenshtein(const char *a, const char *b);
+/* "512", "2GiB", "1.5 MiB", "10KiB", "3GB" (decimal). Returns 0 or
+ * LOOM_EINVAL / LOOM_ERANGE. */
+int loom__parse_size(const char *s, uint64_t *out);
+/* Strict integer parse of the whole string. */
+int loom__parse_int(const char *s, long long min, long long max,
+                    long long *out);
+void loom__hex(const unsigned char *in, size_t n, char *out /* 2n+1 */);
+
+/* ---- a growable buffer that never grows past its cap ------------------ */
+typedef struct {
+  char *p;
+  size_t len, cap, max;
+} loom__buf;
+void loom__buf_init(loom__buf *b, size_t max);
+int loom__buf_add(loom__buf *b, const void *data, size_t n);
+int loom__buf_printf(loom__buf *b, const char *fmt, ...) LOOM__PRINTF(2, 3);
+void loom__buf_consume(loom__buf *b, size_t n); /* drop the first n bytes */
+void loom__buf_free(loom__buf *b);
+
+/* ---- files ------------------------------------------------------------ */
+int loom__mkdir_p(const char *path, int mode);
+/* Writes data to path atomically: temp file, fsync, rename, fsync dir. */
+int loom__write_atomic(const char *path, const void *data, size_t len,
+                       int mode);
+/* Reads a whole file (at most max bytes) into a malloc'ed NUL-terminated
+ * buffer the caller frees. */
+int loom__read_file(const char *path, size_t max, char **out, size_t *len);
+
+/* ---- tunables: one line each, name, environment variable, default ---- */
+#define LOOM_TUNABLES(X)                                                     \
+  X(RENDEZVOUS_TIMEOUT_MS, "LOOM_RENDEZVOUS_TIMEOUT", 60000)                 \
+  X(STOP_GRACE_MS, "LOOM_STOP_GRACE", 1000)                                  \
+  X(SERVICE_GRACE_MS, "LOOM_SERVICE_GRACE", 3000)                            \
+  X(HEARTBEAT_MS, "LOOM_HEARTBEAT", 1000)                                    \
+  X(HEARTBEAT_TIMEOUT_MS, "LOOM_HEARTBEAT_TIMEOUT", 15000)                   \
+  X(AUTH_TIMEOUT_MS, "LOOM_AUTH_TIMEOUT", 5000)                              \
+  X(CONNECT_TIMEOUT_MS, "LOOM_CONNECT_TIMEOUT", 10000)                       \
+  X(MAX_FRAME, "LOOM_MAX_FRAME", 4 << 20)                                    \
+  X(MAX_LOG_LINE, "LOOM_MAX_LOG_LINE", 64 << 10)                             \
+  X(KV_MAX_TOTAL, "LOOM_KV_MAX_TOTAL", 256 << 20)
+
+typedef enum {
+#define LOOM__TUN_ENUM(name, env, def) LOOM_TUN_##name,
+  LOOM_TUNABLES(LOOM__TUN_ENUM)
+#undef LOOM__TUN_ENUM
+      LOOM_TUN__COUNT
+} loom__tunable;
+/* The tunable's value: its environment variable if set and valid, else
+ * the default. */
+long long loom__tun(loom__tunable t);
+
+#endif

@@ -1,0 +1,374 @@
+/* loom.c: libloom's handle: identity from the task's environment, the
+ * authenticated connection to the coordinator, and the KV store and event
+ * calls over it.
+ *
+ * One reader thread owns the receiving side of the connection: it hands
+ * each REPLY to the caller waiting for that request id, and turns an ABORT
+ * (or the loss of the connection) into a readable abort fd that collectives
+ * poll. Senders serialize on a mutex, so calls are thread-safe. */
+#include "lib/lib.h"
+#include "wire/wire.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define LIB_MAX_PENDING 64
+
+struct pending {
+  uint64_t id;
+  bool done;
+  int rc;
+  json_t *json;
+  unsigned char *blob;
+  size_t blob_len;
+};
+
+struct loom {
+  int rank, world, local_rank, local_size, index, attempt;
+  char role[64], task[96], job_id[160], host[256], secret[160];
+  int fd, abort_efd;
+  wire_reader reader;
+  pthread_t thread;
+  bool thread_started;
+  pthread_mutex_t mu; /* guards everything below and sends */
+  pthread_cond_t cv;
+  uint64_t next_id;
+  struct pending *pending[LIB_MAX_PENDING];
+  int aborted; /* 0, LOOM_EABORTED or LOOM_ECONN */
+  char abort_reason[256];
+  char errmsg[512];
+  void *comm;
+};
+
+int loom__fail(loom_t *l, int code, const char *fmt, ...) {
+  if (!l) return code;
+  va_list ap;
+  va_start(ap, fmt);
+  pthread_mutex_lock(&l->mu);
+  vsnprintf(l->errmsg, sizeof l->errmsg, fmt, ap);
+  pthread_mutex_unlock(&l->mu);
+  va_end(ap);
+  return code;
+}
+
+const char *loom_errmsg(const loom_t *l) { return l ? l->errmsg : ""; }
+int loom_rank(const loom_t *l) { return l ? l->rank : -1; }
+int loom_world_size(const loom_t *l) { return l ? l->world : 0; }
+int loom_local_rank(const loom_t *l) { return l ? l->local_rank : 0; }
+int loom_local_size(const loom_t *l) { return l ? l->local_size : 1; }
+const char *loom_role(const loom_t *l) { return l ? l->role : ""; }
+int loom_index(const loom_t *l) { return l ? l->index : -1; }
+int loom_attempt(const loom_t *l) { return l ? l->attempt : 0; }
+const char *loom_job_id(const loom_t *l) { return l ? l->job_id : ""; }
+int loom__abort_fd(const loom_t *l) { return l ? l->abort_efd : -1; }
+const char *loom__host(const loom_t *l) { return l->host; }
+void **loom__comm_slot(loom_t *l) { return &l->comm; }
+/* The collectives define the real one; a program without them links this. */
+__attribute__((weak)) void loom__comm_fini(loom_t *l) { (void)l; }
+
+int loom__aborted(const loom_t *l) {
+  return __atomic_load_n(&l->aborted, __ATOMIC_ACQUIRE);
+}
+
+static int env_int(const char *name, int def) {
+  const char *v = getenv(name);
+  long long out;
+  if (!v || loom__parse_int(v, -1, 1 << 30, &out) < 0) return def;
+  return (int)out;
+}
+
+static void env_str(const char *name, char *dst, size_t len, const char *def) {
+  const char *v = getenv(name);
+  loom__strlcpy(dst, v && *v ? v : def, len);
+}
+
+/* Marks the attempt as over for every waiter and every collective. Called
+ * with mu held. */
+static void lib_abort_locked(loom_t *l, int code, const char *why) {
+  if (l->aborted) return;
+  loom__strlcpy(l->abort_reason, why, sizeof l->abort_reason);
+  __atomic_store_n(&l->aborted, code, __ATOMIC_RELEASE);
+  uint64_t one = 1;
+  if (write(l->abort_efd, &one, sizeof one) < 0) { /* counter saturated */ }
+  pthread_cond_broadcast(&l->cv);
+}
+
+static void *lib_reader(void *arg) {
+  loom_t *l = arg;
+  for (;;) {
+    wire_frame f;
+    int rc = wire_recv(l->fd, &l->reader, &f, -1);
+    if (rc < 0) {
+      pthread_mutex_lock(&l->mu);
+      lib_abort_locked(l, LOOM_ECONN, "lost the connection to the coordinator");
+      pthread_mutex_unlock(&l->mu);
+      return NULL;
+    }
+    if (f.type == WIRE_ABORT) {
+      const char *why = json_string_value(json_object_get(f.json, "reason"));
+      pthread_mutex_lock(&l->mu);
+      lib_abort_locked(l, LOOM_EABORTED, why ? why : "attempt aborted");
+      pthread_mutex_unlock(&l->mu);
+    } else if (f.type == WIRE_REPLY) {
+      json_int_t id = json_integer_value(json_object_get(f.json, "id"));
+      pthread_mutex_lock(&l->mu);
+      for (int i = 0; i < LIB_MAX_PENDING; i++) {
+        struct pending *p = l->pending[i];
+        if (!p || p->id != (uint64_t)id) continue;
+        p->done = true;
+        p->rc = (int)json_integer_value(json_object_get(f.json, "rc"));
+        p->json = json_incref(f.json);
+        if (f.blob_len) {
+          p->blob = malloc(f.blob_len + 1);
+          if (p->blob) {
+            memcpy(p->blob, f.blob, f.blob_len);
+            p->blob[f.blob_len] = 0;
+            p->blob_len = f.blob_len;
+          } else {
+            p->rc = LOOM_ENOMEM;
+          }
+        }
+        pthread_cond_broadcast(&l->cv);
+        break;
+      }
+      pthread_mutex_unlock(&l->mu);
+    }
+    wire_frame_free(&f);
+  }
+}
+
+int loom_init(loom_t **out) {
+  if (!out) return LOOM_EINVAL;
+  *out = NULL;
+  const char *coord = getenv("LOOM_COORD"), *secret = getenv("LOOM_SECRET");
+  if (!coord || !*coord || !secret || !*secret) return LOOM_ENOENV;
+  loom_t *l = calloc(1, sizeof *l);
+  if (!l) return LOOM_ENOMEM;
+  pthread_mutex_init(&l->mu, NULL);
+  pthread_cond_init(&l->cv, NULL);
+  l->fd = -1;
+  l->rank = env_int("LOOM_RANK", -1);
+  l->world = env_int("LOOM_WORLD_SIZE", l->rank >= 0 ? 1 : 0);
+  l->local_rank = env_int("LOOM_LOCAL_RANK", 0);
+  l->local_size = env_int("LOCAL_WORLD_SIZE", 1);
+  l->index = env_int("LOOM_INDEX", 0);
+  l->attempt = env_int("LOOM_ATTEMPT", 0);
+  env_str("LOOM_ROLE", l->role, sizeof l->role, "");
+  env_str("LOOM_TASK", l->task, sizeof l->task, "");
+  env_str("LOOM_JOB_ID", l->job_id, sizeof l->job_id, "");
+  loom__strlcpy(l->secret, secret, sizeof l->secret);
+  const char *h = getenv("LOOM_HOST");
+  if (h && *h) {
+    loom__strlcpy(l->host, h, sizeof l->host);
+  } else if (gethostname(l->host, sizeof l->host) < 0) {
+    loom__strlcpy(l->host, "localhost", sizeof l->host);
+  }
+  wire_reader_init(&l->reader, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
+  l->abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  int rc = l->abort_efd < 0 ? LOOM_EIO : 0;
+  if (rc == 0)
+    rc = wire_dial(coord, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS), &l->fd);
+  if (rc == 0)
+    rc = wire_client_auth(l->fd, &l->reader, l->secret,
+                          (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS));
+  if (rc == 0) {
+    json_t *j = json_pack("{s:s, s:i, s:i}", "task", l->task, "rank", l->rank,
+                          "pid", (int)getpid());
+    rc = j ? wire_send(l->fd, WIRE_HELLO, j, NULL, 0) : LOOM_ENOMEM;
+    json_decref(j);
+  }
+  if (rc == 0) {
+    if (pthread_create(&l->thread, NULL, lib_reader, l) != 0) rc = LOOM_EIO;
+    else l->thread_started = true;
+  }
+  if (rc < 0) {
+    loom__log(LOOM_LOG_ERROR, "lib", "cannot join the job's coordinator at %s: %s",
+              coord, loom_strerror(rc));
+    loom_finish(l);
+    return rc;
+  }
+  *out = l;
+  return 0;
+}
+
+void loom_finish(loom_t *l) {
+  if (!l) return;
+  loom__comm_fini(l);
+  if (l->fd >= 0) shutdown(l->fd, SHUT_RDWR);
+  if (l->thread_started) pthread_join(l->thread, NULL);
+  if (l->fd >= 0) close(l->fd);
+  if (l->abort_efd >= 0) close(l->abort_efd);
+  wire_reader_free(&l->reader);
+  pthread_mutex_destroy(&l->mu);
+  pthread_cond_destroy(&l->cv);
+  free(l);
+}
+
+/* Sends one request and waits for its reply (at most wait_ms, -1 forever).
+ * Takes ownership of req. On success *rep holds the reply; the caller
+ * frees it with pending_free. */
+static void pending_free(struct pending *p) {
+  if (!p) return;
+  if (p->json) json_decref(p->json);
+  free(p->blob);
+  free(p);
+}
+
+static int lib_call(loom_t *l, uint16_t type, json_t *req, const void *blob,
+                    size_t blob_len, int wait_ms, struct pending **rep) {
+  *rep = NULL;
+  if (!req) return LOOM_ENOMEM;
+  struct pending *p = calloc(1, sizeof *p);
+  if (!p) {
+    json_decref(req);
+    return LOOM_ENOMEM;
+  }
+  pthread_mutex_lock(&l->mu);
+  int slot = -1, rc = 0;
+  for (int i = 0; i < LIB_MAX_PENDING && slot < 0; i++)
+    if (!l->pending[i]) slot = i;
+  if (l->aborted) {
+    rc = l->aborted;
+  } else if (slot < 0) {
+    rc = LOOM_ERANGE;
+  } else {
+    p->id = ++l->next_id;
+    l->pending[slot] = p;
+    json_object_set_new(req, "id", json_integer((json_int_t)p->id));
+    rc = wire_send(l->fd, type, req, blob, blob_len);
+  }
+  json_decref(req);
+  uint64_t deadline = wait_ms < 0 ? UINT64_MAX : loom__now_ms() + (uint64_t)wait_ms;
+  while (rc == 0 && !p->done && !l->aborted) {
+    uint64_t now = loom__now_ms();
+    if (now >= deadline) {
+      rc = LOOM_ETIMEDOUT;
+      break;
+    }
+    uint64_t left = deadline == UINT64_MAX ? 1000 : deadline - now;
+    if (left > 1000) left = 1000;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(left / 1000);
+    ts.tv_nsec += (long)(left % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+  }
+  if (rc == 0 && !p->done) rc = l->aborted;
+  if (slot >= 0 && l->pending[slot] == p) l->pending[slot] = NULL;
+  const char *why = l->abort_reason;
+  pthread_mutex_unlock(&l->mu);
+  if (rc < 0) {
+    pending_free(p);
+    if (rc == LOOM_EABORTED || rc == LOOM_ECONN)
+      return loom__fail(l, rc, "%s", why);
+    return loom__fail(l, rc, "request to the coordinator failed: %s",
+                      loom_strerror(rc));
+  }
+  *rep = p;
+  return 0;
+}
+
+static int check_key(loom_t *l, const char *key) {
+  if (!l || !key) return LOOM_EINVAL;
+  size_t n = strlen(key);
+  if (n == 0 || n > LOOM_KV_MAX_KEY)
+    return loom__fail(l, LOOM_EINVAL, "KV key must be 1..%d bytes, got %zu",
+                      LOOM_KV_MAX_KEY, n);
+  return 0;
+}
+
+int loom_kv_set(loom_t *l, const char *key, const void *val, size_t len) {
+  int rc = check_key(l, key);
+  if (rc < 0) return rc;
+  if (len > LOOM_KV_MAX_VALUE || (len && !val))
+    return loom__fail(l, LOOM_ERANGE, "KV value for '%s' is %zu bytes; at most %u",
+                      key, len, LOOM_KV_MAX_VALUE);
+  struct pending *p;
+  rc = lib_call(l, WIRE_KV_SET, json_pack("{s:s}", "key", key), val, len,
+                (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
+  if (rc < 0) return rc;
+  rc = p->rc;
+  pending_free(p);
+  return rc < 0 ? loom__fail(l, rc, "KV set '%s' refused", key) : 0;
+}
+
+int loom_kv_get(loom_t *l, const char *key, int timeout_ms, void **val,
+                size_t *len) {
+  int rc = check_key(l, key);
+  if (rc < 0) return rc;
+  if (!val) return LOOM_EINVAL;
+  *val = NULL;
+  if (len) *len = 0;
+  struct pending *p;
+  int wait = timeout_ms < 0 ? -1 : timeout_ms + 10000;
+  rc = lib_call(l, WIRE_KV_GET,
+                json_pack("{s:s, s:i}", "key", key, "timeout_ms", timeout_ms),
+                NULL, 0, wait, &p);
+  if (rc < 0) return rc;
+  rc = p->rc;
+  if (rc == 0) {
+    if (!p->blob) {
+      p->blob = calloc(1, 1);
+      if (!p->blob) rc = LOOM_ENOMEM;
+    }
+    *val = p->blob;
+    if (len) *len = p->blob_len;
+    p->blob = NULL;
+  }
+  pending_free(p);
+  if (rc == LOOM_ETIMEDOUT)
+    return loom__fail(l, rc, "KV key '%s' did not appear within %d ms", key,
+                      timeout_ms);
+  return rc < 0 ? loom__fail(l, rc, "KV get '%s' failed", key) : 0;
+}
+
+int loom_kv_add(loom_t *l, const char *key, int64_t delta, int64_t *result) {
+  int rc = check_key(l, key);
+  if (rc < 0) return rc;
+  struct pending *p;
+  rc = lib_call(l, WIRE_KV_ADD,
+                json_pack("{s:s, s:I}", "key", key, "delta", (json_int_t)delta),
+                NULL, 0, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
+  if (rc < 0) return rc;
+  rc = p->rc;
+  if (rc == 0 && result)
+    *result = (int64_t)json_integer_value(json_object_get(p->json, "value"));
+  pending_free(p);
+  return rc < 0 ? loom__fail(l, rc, "KV add '%s': the value is not an integer",
+                             key)
+                : 0;
+}
+
+int loom_event(loom_t *l, const char *name, const char *detail_json) {
+  if (!l || !name || !*name || strlen(name) > 128) return LOOM_EINVAL;
+  json_t *req = json_pack("{s:s}", "name", name);
+  if (detail_json) {
+    json_error_t err;
+    json_t *d = json_loads(detail_json, 0, &err);
+    if (!d || !json_is_object(d)) {
+      json_decref(d);
+      json_decref(req);
+      return loom__fail(l, LOOM_EINVAL,
+                        "event detail must be a JSON object: %s (column %d)",
+                        err.text, err.column);
+    }
+    json_object_set_new(req, "detail", d);
+  }
+  struct pending *p;
+  int rc = lib_call(l, WIRE_EVENT, req, NULL, 0,
+                    (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
+  if (rc < 0) return rc;
+  rc = p->rc;
+  pending_free(p);
+  return rc;
+}

@@ -1,0 +1,745 @@
+/* spec.c: the job spec from YAML to a validated spec_job.
+ *
+ * libyaml loads the document; we copy it into a small tree that keeps each
+ * node's line and column (and lets --set overrides be grafted on), then
+ * walk the tree against the tables of known keys below. Every error says
+ * where (file:line:column), what is wrong and what to do. */
+#include "spec/spec.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#define SPEC_MAX_BYTES (1u << 20)
+#define SPEC_MAX_NODES 100000
+#define SPEC_MAX_DEPTH 32
+
+enum { N_SCALAR, N_SEQ, N_MAP };
+
+typedef struct node node;
+struct node {
+  int type;
+  char *value;  /* scalar text */
+  bool plain;   /* an unquoted scalar: may be a number or a bool */
+  const char *file;
+  int line, col;
+  node **items; /* seq: items; map: key0, val0, key1, val1, ... */
+  int n;        /* number of items (seq) or of keys (map) */
+};
+
+typedef struct {
+  const char *file;
+  char *err;
+  size_t errlen;
+  int nodes;
+  node **all; /* every node, for freeing */
+  int nall, capall;
+  char basedir[PATH_MAX];
+} ctx;
+
+static int fail(ctx *c, const node *at, const char *fmt, ...)
+    LOOM__PRINTF(3, 4);
+static int fail(ctx *c, const node *at, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (at)
+    snprintf(c->err, c->errlen, "%s:%d:%d: %s", at->file, at->line, at->col,
+             msg);
+  else
+    snprintf(c->err, c->errlen, "%s: %s", c->file, msg);
+  return LOOM_ESPEC;
+}
+
+static node *node_new(ctx *c, int type, const char *file, int line, int col) {
+  if (c->nodes++ >= SPEC_MAX_NODES) return NULL;
+  node *n = calloc(1, sizeof *n);
+  if (!n) return NULL;
+  if (c->nall == c->capall) {
+    int cap = c->capall ? c->capall * 2 : 64;
+    node **a = realloc(c->all, (size_t)cap * sizeof *a);
+    if (!a) {
+      free(n);
+      return NULL;
+    }
+    c->all = a;
+    c->capall = cap;
+  }
+  c->all[c->nall++] = n;
+  n->type = type;
+  n->file = file;
+  n->line = line;
+  n->col = col;
+  return n;
+}
+
+static void ctx_free(ctx *c) {
+  for (int i = 0; i < c->nall; i++) {
+    free(c->all[i]->value);
+    free(c->all[i]->items);
+    free(c->all[i]);
+  }
+  free(c->all);
+}
+
+static int node_push(node *p, node *item) {
+  node **a = realloc(p->items, (size_t)(p->type == N_MAP ? 2 * (p->n + 1) : p->n + 1) * sizeof *a);
+  if (!a) return LOOM_ENOMEM;
+  p->items = a;
+  if (p->type == N_MAP) {
+    a[2 * p->n] = item; /* the caller sets the value next */
+    a[2 * p->n + 1] = NULL;
+  } else {
+    a[p->n] = item;
+  }
+  p->n++;
+  return 0;
+}
+
+static node *map_get(const node *m, const char *key) {
+  if (!m || m->type != N_MAP) return NULL;
+  for (int i = 0; i < m->n; i++)
+    if (strcmp(m->items[2 * i]->value, key) == 0) return m->items[2 * i + 1];
+  return NULL;
+}
+
+/* Copies libyaml's node into our tree. */
+static int convert(ctx *c, yaml_document_t *doc, yaml_node_t *yn,
+                   const char *file, int depth, node **out) {
+  if (depth > SPEC_MAX_DEPTH) {
+    snprintf(c->err, c->errlen, "%s:%zu:%zu: nested too deeply (at most %d levels)",
+             file, yn->start_mark.line + 1, yn->start_mark.column + 1,
+             SPEC_MAX_DEPTH);
+    return LOOM_ESPEC;
+  }
+  int line = (int)yn->start_mark.line + 1, col = (int)yn->start_mark.column + 1;
+  node *n = NULL;
+  switch (yn->type) {
+  case YAML_SCALAR_NODE:
+    n = node_new(c, N_SCALAR, file, line, col);
+    if (!n) goto toobig;
+    n->value = strndup((const char *)yn->data.scalar.value, yn->data.scalar.length);
+    if (!n->value) return LOOM_ENOMEM;
+    if (strlen(n->value) != yn->data.scalar.length)
+      return fail(c, n, "a value contains a NUL byte");
+    n->plain = yn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    break;
+  case YAML_SEQUENCE_NODE:
+    n = node_new(c, N_SEQ, file, line, col);
+    if (!n) goto toobig;
+    for (yaml_node_item_t *it = yn->data.sequence.items.start;
+         it < yn->data.sequence.items.top; it++) {
+      node *kid;
+      int rc = convert(c, doc, yaml_document_get_node(doc, *it), file, depth + 1, &kid);
+      if (rc < 0) return rc;
+      if (node_push(n, kid) < 0) return LOOM_ENOMEM;
+    }
+    break;
+  case YAML_MAPPING_NODE:
+    n = node_new(c, N_MAP, file, line, col);
+    if (!n) goto toobig;
+    for (yaml_node_pair_t *pr = yn->data.mapping.pairs.start;
+         pr < yn->data.mapping.pairs.top; pr++) {
+      node *k, *v;
+      int rc = convert(c, doc, yaml_document_get_node(doc, pr->key), file, depth + 1, &k);
+      if (rc < 0) return rc;
+      if (k->type != N_SCALAR) return fail(c, k, "a key must be a plain name, not a list or a map");
+      node *dup = NULL;
+      for (int i = 0; i < n->n; i++)
+        if (strcmp(n->items[2 * i]->value, k->value) == 0) dup = n->items[2 * i];
+      if (dup)
+        return fail(c, k, "duplicate key '%s' (first at line %d): keep one of them",
+                    k->value, dup->line);
+      rc = convert(c, doc, yaml_document_get_node(doc, pr->value), file, depth + 1, &v);
+      if (rc < 0) return rc;
+      if (node_push(n, k) < 0) return LOOM_ENOMEM;
+      n->items[2 * (n->n - 1) + 1] = v;
+    }
+    break;
+  default:
+    snprintf(c->err, c->errlen, "%s:%d:%d: empty node", file, line, col);
+    return LOOM_ESPEC;
+  }
+  *out = n;
+  return 0;
+toobig:
+  snprintf(c->err, c->errlen, "%s: the document is too large (more than %d nodes)",
+           file, SPEC_MAX_NODES);
+  return LOOM_ESPEC;
+}
+
+/* Parses YAML text into a tree. An empty document is an empty map. */
+static int load_yaml(ctx *c, const char *file, const char *text, size_t len,
+                     node **out) {
+  yaml_parser_t p;
+  yaml_document_t doc;
+  if (!yaml_parser_initialize(&p)) return LOOM_ENOMEM;
+  yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+  int rc = 0;
+  if (!yaml_parser_load(&p, &doc)) {
+    yaml_mark_t m = p.problem_mark;
+    if (p.context)
+      snprintf(c->err, c->errlen, "%s:%zu:%zu: YAML syntax error: %s %s: fix the syntax there",
+               file, m.line + 1, m.column + 1, p.problem ? p.problem : "?", p.context);
+    else
+      snprintf(c->err, c->errlen, "%s:%zu:%zu: YAML syntax error: %s: fix the syntax there",
+               file, m.line + 1, m.column + 1, p.problem ? p.problem : "?");
+    yaml_parser_delete(&p);
+    return LOOM_ESPEC;
+  }
+  yaml_node_t *root = yaml_document_get_root_node(&doc);
+  if (!root) {
+    *out = node_new(c, N_MAP, file, 1, 1);
+    rc = *out ? 0 : LOOM_ENOMEM;
+  } else {
+    rc = convert(c, &doc, root, file, 0, out);
+  }
+  yaml_document_delete(&doc);
+  yaml_parser_delete(&p);
+  return rc;
+}
+
+/* ---- --set overrides --------------------------------------------------- */
+static int apply_set(ctx *c, node *root, const char *set) {
+  const char *eq = strchr(set, '=');
+  if (!eq || eq == set) {
+    snprintf(c->err, c->errlen, "--set %s: expected key=value, e.g. --set roles.worker.instances=4", set);
+    return LOOM_ESPEC;
+  }
+  char *label = loom__asprintf("--set %s", set);
+  char *path = strndup(set, (size_t)(eq - set));
+  if (!label || !path) {
+    free(label);
+    free(path);
+    return LOOM_ENOMEM;
+  }
+  /* The label lives as long as the tree: park it in a node. */
+  node *holder = node_new(c, N_SCALAR, "", 0, 0);
+  if (!holder) {
+    free(label);
+    free(path);
+    return LOOM_ENOMEM;
+  }
+  holder->value = label;
+  node *val;
+  int rc = load_yaml(c, label, eq + 1, strlen(eq + 1), &val);
+  if (rc == 0 && val->type == N_MAP && val->n == 0 && eq[1] == 0) {
+    val->type = N_SCALAR;
+    val->value = strdup("");
+    val->plain = false;
+  }
+  node *m = root;
+  for (char *save = NULL, *tok = strtok_r(path, ".", &save); rc == 0 && tok;) {
+    char *next = strtok_r(NULL, ".", &save);
+    if (m->type != N_MAP) {
+      snprintf(c->err, c->errlen, "%s: '%s' is inside a value that is not a map", label, tok);
+      rc = LOOM_ESPEC;
+      break;
+    }
+    int i;
+    for (i = 0; i < m->n; i++)
+      if (strcmp(m->items[2 * i]->value, tok) == 0) break;
+    if (i == m->n) {
+      node *k = node_new(c, N_SCALAR, label, 1, 1);
+      node *v = next ? node_new(c, N_MAP, label, 1, 1) : val;
+      if (!k || !v || !(k->value = strdup(tok)) || node_push(m, k) < 0) {
+        rc = LOOM_ENOMEM;
+        break;
+      }
+      m->items[2 * i + 1] = v;
+    } else if (!next) {
+      m->items[2 * i + 1] = val;
+    }
+    m = m->items[2 * i + 1];
+    tok = next;
+  }
+  free(path);
+  return rc;
+}
+
+/* ---- typed access ------------------------------------------------------ */
+static const char *type_name(const node *n) {
+  return n->type == N_MAP ? "a map" : n->type == N_SEQ ? "a list" : "a value";
+}
+
+static int want_str(ctx *c, const node *n, const char *what, char **out) {
+  if (n->type != N_SCALAR)
+    return fail(c, n, "%s must be a string, not %s", what, type_name(n));
+  free(*out);
+  *out = strdup(n->value);
+  return *out ? 0 : LOOM_ENOMEM;
+}
+
+static int want_int(ctx *c, const node *n, const char *what, long long min,
+                    long long max, int *out) {
+  long long v;
+  if (n->type != N_SCALAR || !n->plain)
+    return fail(c, n, "%s must be a whole number, not %s", what,
+                n->type == N_SCALAR ? "a quoted string" : type_name(n));
+  int rc = loom__parse_int(n->value, LLONG_MIN, LLONG_MAX, &v);
+  if (rc < 0) return fail(c, n, "%s must be a whole number, got '%s'", what, n->value);
+  if (v < min || v > max) {
+    if (max == INT_MAX)
+      return fail(c, n, "%s must be at least %lld, got %lld", what, min, v);
+    return fail(c, n, "%s must be between %lld and %lld, got %lld", what, min, max, v);
+  }
+  *out = (int)v;
+  return 0;
+}
+
+static int want_bool(ctx *c, const node *n, const char *what, bool *out) {
+  if (n->type == N_SCALAR && n->plain) {
+    const char *v = n->value;
+    if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "True")) return *out = true, 0;
+    if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "False")) return *out = false, 0;
+  }
+  return fail(c, n, "%s must be true or false, got %s", what,
+              n->type == N_SCALAR ? n->value : type_name(n));
+}
+
+static int want_size(ctx *c, const node *n, const char *what, uint64_t *out) {
+  if (n->type != N_SCALAR)
+    return fail(c, n, "%s must be a size like 512MiB or 2GiB, not %s", what, type_name(n));
+  int rc = loom__parse_size(n->value, out);
+  if (rc < 0)
+    return fail(c, n, "%s: '%s' is not a size: write a number with KiB, MiB or GiB (e.g. 2GiB)",
+                what, n->value);
+  return 0;
+}
+
+static bool name_ok(const char *s, size_t max) {
+  size_t n = strlen(s);
+  if (n == 0 || n > max) return false;
+  if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= '0' && s[0] <= '9'))) return false;
+  for (size_t i = 1; i < n; i++) {
+    char ch = s[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '-'))
+      return false;
+  }
+  return true;
+}
+
+/* Unknown key: say which, where, and the nearest known one. */
+static int unknown_key(ctx *c, const node *k, const char *where,
+                       const char *const *known) {
+  const char *best = NULL;
+  int bestd = 1000;
+  for (int i = 0; known[i]; i++) {
+    int d = loom__levenshtein(k->value, known[i]);
+    if (d < bestd) {
+      bestd = d;
+      best = known[i];
+    }
+  }
+  int lim = (int)strlen(k->value) / 2 + 1;
+  if (best && bestd <= (lim < 3 ? lim : 3))
+    return fail(c, k, "unknown key '%s' in %s: did you mean '%s'?", k->value, where, best);
+  char list[512] = "";
+  for (int i = 0; known[i]; i++) {
+    strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+    strncat(list, known[i], sizeof list - strlen(list) - 1);
+  }
+  return fail(c, k, "unknown key '%s' in %s; known keys: %s", k->value, where, list);
+}
+
+static int check_keys(ctx *c, const node *m, const char *where,
+                      const char *const *known) {
+  for (int i = 0; i < m->n; i++) {
+    const node *k = m->items[2 * i];
+    bool ok = false;
+    for (int j = 0; known[j] && !ok; j++) ok = strcmp(k->value, known[j]) == 0;
+    if (!ok) return unknown_key(c, k, where, known);
+  }
+  return 0;
+}
+
+static int want_env(ctx *c, const node *n, const char *what, spec_kv **out,
+                    int *count) {
+  if (n->type != N_MAP)
+    return fail(c, n, "%s must be a map of NAME: value, not %s", what, type_name(n));
+  *out = calloc((size_t)n->n + 1, sizeof **out);
+  if (!*out) return LOOM_ENOMEM;
+  for (int i = 0; i < n->n; i++) {
+    const node *k = n->items[2 * i], *v = n->items[2 * i + 1];
+    const char *s = k->value;
+    bool ok = *s && !(*s >= '0' && *s <= '9');
+    for (; *s && ok; s++)
+      ok = (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') ||
+           (*s >= '0' && *s <= '9') || *s == '_';
+    if (!ok)
+      return fail(c, k, "'%s' is not a valid environment variable name (letters, digits, _)",
+                  k->value);
+    if (v->type != N_SCALAR)
+      return fail(c, v, "the value of %s must be a string, not %s", k->value, type_name(v));
+    (*out)[i].key = strdup(k->value);
+    (*out)[i].value = strdup(v->value);
+    if (!(*out)[i].key || !(*out)[i].value) return LOOM_ENOMEM;
+    (*count)++;
+  }
+  return 0;
+}
+
+static const char *const JOB_KEYS[] = {"name",  "backend", "queue", "retries",
+                                       "restart", "max_restarts", "env",
+                                       "files", "roles", "feed", NULL};
+static const char *const ROLE_KEYS[] = {"instances", "command", "vcores",
+                                        "memory", "gpus", "label", "procs",
+                                        "env", "service", NULL};
+static const char *const FEED_KEYS[] = {"input", "format", "epochs", "shuffle",
+                                        "seed", "output", NULL};
+
+static int parse_role(ctx *c, const node *k, const node *v, spec_role *r) {
+  int rc;
+  r->name = strdup(k->value);
+  if (!r->name) return LOOM_ENOMEM;
+  if (!name_ok(k->value, 32))
+    return fail(c, k, "role name '%s' is not valid: use 1-32 of a-z, 0-9, _ and -, "
+                      "starting with a letter or digit", k->value);
+  r->instances = 1;
+  r->procs = 1;
+  r->service = !strcmp(r->name, "ps") || !strcmp(r->name, "tensorboard");
+  if (v->type != N_MAP)
+    return fail(c, v, "role '%s' must be a map with at least a command, e.g. "
+                      "{instances: 2, command: ./train}", r->name);
+  char where[64];
+  snprintf(where, sizeof where, "role '%s'", r->name);
+  if ((rc = check_keys(c, v, where, ROLE_KEYS)) < 0) return rc;
+  const node *n;
+  char what[96];
+#define WHAT(key) (snprintf(what, sizeof what, "roles.%s.%s", r->name, key), what)
+  if ((n = map_get(v, "instances")) &&
+      (rc = want_int(c, n, WHAT("instances"), 1, 100000, &r->instances)) < 0)
+    return rc;
+  if ((n = map_get(v, "procs")) && (rc = want_int(c, n, WHAT("procs"), 1, 1024, &r->procs)) < 0)
+    return rc;
+  if ((n = map_get(v, "vcores")) && (rc = want_int(c, n, WHAT("vcores"), 1, 100000, &r->vcores)) < 0)
+    return rc;
+  if ((n = map_get(v, "gpus")) && (rc = want_int(c, n, WHAT("gpus"), 0, 1024, &r->gpus)) < 0)
+    return rc;
+  if ((n = map_get(v, "memory")) && (rc = want_size(c, n, WHAT("memory"), &r->memory)) < 0)
+    return rc;
+  if (n && r->memory < (1u << 20))
+    return fail(c, n, "roles.%s.memory is %llu bytes; at least 1MiB (did you forget the unit, "
+                      "e.g. 2GiB?)", r->name, (unsigned long long)r->memory);
+  if ((n = map_get(v, "label")) && (rc = want_str(c, n, WHAT("label"), &r->label)) < 0)
+    return rc;
+  if ((n = map_get(v, "service")) && (rc = want_bool(c, n, WHAT("service"), &r->service)) < 0)
+    return rc;
+  if ((n = map_get(v, "env")) && (rc = want_env(c, n, WHAT("env"), &r->env, &r->nenv)) < 0)
+    return rc;
+#undef WHAT
+  n = map_get(v, "command");
+  if (!n)
+    return fail(c, v, "role '%s' has no command: add e.g. `command: ./train --epochs 5` "
+                      "(a string run by /bin/sh -c, or a list exec'd directly)", r->name);
+  if (n->type == N_SCALAR) {
+    if (!*n->value) return fail(c, n, "roles.%s.command is empty", r->name);
+    r->shell = strdup(n->value);
+    if (!r->shell) return LOOM_ENOMEM;
+  } else if (n->type == N_SEQ) {
+    if (n->n == 0) return fail(c, n, "roles.%s.command is an empty list", r->name);
+    r->argv = calloc((size_t)n->n + 1, sizeof *r->argv);
+    if (!r->argv) return LOOM_ENOMEM;
+    for (int i = 0; i < n->n; i++) {
+      if (n->items[i]->type != N_SCALAR)
+        return fail(c, n->items[i], "each word of roles.%s.command must be a string", r->name);
+      if (!(r->argv[i] = strdup(n->items[i]->value))) return LOOM_ENOMEM;
+    }
+    if (!*r->argv[0]) return fail(c, n->items[0], "roles.%s.command starts with an empty word", r->name);
+  } else {
+    return fail(c, n, "roles.%s.command must be a string or a list of strings, not a map",
+                r->name);
+  }
+  return 0;
+}
+
+static int parse_feed(ctx *c, const node *n, json_t **out) {
+  int rc;
+  if (n->type != N_MAP) return fail(c, n, "feed must be a map (input, format, ...)");
+  if ((rc = check_keys(c, n, "feed", FEED_KEYS)) < 0) return rc;
+  json_t *f = json_object();
+  *out = f;
+  const node *v = map_get(n, "input");
+  if (!v) return fail(c, n, "feed has no input: add e.g. `input: [data/train-*.csv]`");
+  json_t *in = json_array();
+  json_object_set_new(f, "input", in);
+  if (v->type == N_SCALAR) {
+    json_array_append_new(in, json_string(v->value));
+  } else if (v->type == N_SEQ && v->n > 0) {
+    for (int i = 0; i < v->n; i++) {
+      if (v->items[i]->type != N_SCALAR) return fail(c, v->items[i], "feed.input entries must be globs");
+      json_array_append_new(in, json_string(v->items[i]->value));
+    }
+  } else {
+    return fail(c, v, "feed.input must be a glob or a non-empty list of globs");
+  }
+  const char *fmt = "lines";
+  if ((v = map_get(n, "format"))) {
+    if (v->type != N_SCALAR) return fail(c, v, "feed.format must be a string");
+    fmt = v->value;
+    long long b;
+    bool ok = !strcmp(fmt, "lines") || !strcmp(fmt, "tfrecord") || !strcmp(fmt, "idx") ||
+              (!strncmp(fmt, "fixed:", 6) && loom__parse_int(fmt + 6, 1, 1 << 30, &b) == 0);
+    if (!ok)
+      return fail(c, v, "feed.format '%s' is not known: use lines, tfrecord, idx or fixed:<bytes>", fmt);
+  }
+  json_object_set_new(f, "format", json_string(fmt));
+  int epochs = 1, seed = 0;
+  bool shuffle = false;
+  if ((v = map_get(n, "epochs")) && (rc = want_int(c, v, "feed.epochs", 1, 1000000, &epochs)) < 0)
+    return rc;
+  if ((v = map_get(n, "seed")) && (rc = want_int(c, v, "feed.seed", 0, INT_MAX, &seed)) < 0)
+    return rc;
+  if ((v = map_get(n, "shuffle")) && (rc = want_bool(c, v, "feed.shuffle", &shuffle)) < 0)
+    return rc;
+  json_object_set_new(f, "epochs", json_integer(epochs));
+  json_object_set_new(f, "seed", json_integer(seed));
+  json_object_set_new(f, "shuffle", json_boolean(shuffle));
+  if ((v = map_get(n, "output"))) {
+    if (v->type != N_SCALAR) return fail(c, v, "feed.output must be a directory path");
+    json_object_set_new(f, "output", json_string(v->value));
+  }
+  return 0;
+}
+
+static int parse_files(ctx *c, const node *n, spec_job *s) {
+  if (n->type != N_MAP)
+    return fail(c, n, "files must be a map of target: source, e.g. {data: ./data}");
+  s->files = calloc((size_t)n->n + 1, sizeof *s->files);
+  if (!s->files) return LOOM_ENOMEM;
+  for (int i = 0; i < n->n; i++) {
+    const node *k = n->items[2 * i], *v = n->items[2 * i + 1];
+    const char *t = k->value;
+    if (!*t || t[0] == '/' || strstr(t, "..") || strchr(t, '\n'))
+      return fail(c, k, "files target '%s' must be a relative path inside the task's "
+                        "directory (no leading / and no ..)", t);
+    if (v->type != N_SCALAR || !*v->value)
+      return fail(c, v, "the source of files.%s must be a path", t);
+    char *src = v->value[0] == '/' ? strdup(v->value)
+                                   : loom__asprintf("%s/%s", c->basedir, v->value);
+    if (!src) return LOOM_ENOMEM;
+    char real[PATH_MAX];
+    if (!realpath(src, real)) {
+      int e = errno;
+      int rc = fail(c, v, "files.%s: source '%s' (%s): %s: fix the path (relative paths "
+                          "start at the spec's directory)", t, v->value, src, strerror(e));
+      free(src);
+      return rc;
+    }
+    free(src);
+    s->files[i].key = strdup(t);
+    s->files[i].value = strdup(real);
+    if (!s->files[i].key || !s->files[i].value) return LOOM_ENOMEM;
+    s->nfiles++;
+  }
+  return 0;
+}
+
+static int parse_job(ctx *c, const node *root, spec_job *s) {
+  int rc;
+  if (root->type != N_MAP)
+    return fail(c, root, "a job spec is a map with at least name and roles, not %s",
+                type_name(root));
+  if ((rc = check_keys(c, root, "the job", JOB_KEYS)) < 0) return rc;
+  const node *n = map_get(root, "name");
+  if (!n) return fail(c, root, "the spec has no name: add e.g. `name: fashion-mlp` at the top");
+  if ((rc = want_str(c, n, "name", &s->name)) < 0) return rc;
+  if (!name_ok(s->name, 63))
+    return fail(c, n, "name '%s' is not valid: use 1-63 of a-z, 0-9, _ and -, starting "
+                      "with a letter or digit", s->name);
+  s->backend = strdup("local");
+  s->restart = strdup("job");
+  if (!s->backend || !s->restart) return LOOM_ENOMEM;
+  if ((n = map_get(root, "backend"))) {
+    if ((rc = want_str(c, n, "backend", &s->backend)) < 0) return rc;
+    if (strcmp(s->backend, "local") && strcmp(s->backend, "slurm") && strcmp(s->backend, "external"))
+      return fail(c, n, "backend '%s' is not known: use local, slurm or external", s->backend);
+  }
+  if ((n = map_get(root, "queue")) && (rc = want_str(c, n, "queue", &s->queue)) < 0) return rc;
+  if ((n = map_get(root, "retries")) && (rc = want_int(c, n, "retries", 0, 1000, &s->retries)) < 0)
+    return rc;
+  if ((n = map_get(root, "max_restarts")) &&
+      (rc = want_int(c, n, "max_restarts", 0, 100000, &s->max_restarts)) < 0)
+    return rc;
+  if ((n = map_get(root, "restart"))) {
+    if ((rc = want_str(c, n, "restart", &s->restart)) < 0) return rc;
+    if (strcmp(s->restart, "job") && strcmp(s->restart, "task"))
+      return fail(c, n, "restart must be job or task, got '%s'", s->restart);
+  }
+  if ((n = map_get(root, "env")) && (rc = want_env(c, n, "env", &s->env, &s->nenv)) < 0) return rc;
+  if ((n = map_get(root, "files")) && (rc = parse_files(c, n, s)) < 0) return rc;
+  if ((n = map_get(root, "feed")) && (rc = parse_feed(c, n, &s->feed)) < 0) return rc;
+  n = map_get(root, "roles");
+  if (!n)
+    return fail(c, root, "the spec has no roles: add e.g. `roles: {worker: {instances: 2, "
+                         "command: ./train}}`");
+  if (n->type != N_MAP || n->n == 0)
+    return fail(c, n, "roles must be a map with at least one role, e.g. {worker: {command: ./train}}");
+  s->roles = calloc((size_t)n->n, sizeof *s->roles);
+  if (!s->roles) return LOOM_ENOMEM;
+  for (int i = 0; i < n->n; i++) {
+    rc = parse_role(c, n->items[2 * i], n->items[2 * i + 1], &s->roles[i]);
+    s->nroles++;
+    if (rc < 0) return rc;
+  }
+  long long total = 0;
+  for (int i = 0; i < s->nroles; i++) total += (long long)s->roles[i].instances;
+  if (total > 100000) return fail(c, n, "the job has %lld tasks; at most 100000", total);
+  bool finishing = false;
+  for (int i = 0; i < s->nroles; i++) finishing |= !s->roles[i].service;
+  if (!finishing)
+    return fail(c, n, "every role is a service (ps, tensorboard, or service: true): the job "
+                      "would never finish; add a role that does the work");
+  return 0;
+}
+
+int spec_parse(const char *name, const char *text, size_t len,
+               const char *const *sets, int nsets, spec_job **out, char *err,
+               size_t errlen) {
+  ctx c = {.file = name, .err = err, .errlen = errlen};
+  err[0] = 0;
+  *out = NULL;
+  if (len > SPEC_MAX_BYTES) {
+    snprintf(err, errlen, "%s: the spec is %zu bytes; at most %u", name, len, SPEC_MAX_BYTES);
+    return LOOM_ESPEC;
+  }
+  char tmp[PATH_MAX];
+  loom__strlcpy(tmp, name, sizeof tmp);
+  char *dir = dirname(tmp);
+  if (!realpath(dir, c.basedir)) loom__strlcpy(c.basedir, dir, sizeof c.basedir);
+  spec_job *s = calloc(1, sizeof *s);
+  if (!s) return LOOM_ENOMEM;
+  node *root = NULL;
+  int rc = load_yaml(&c, name, text, len, &root);
+  for (int i = 0; rc == 0 && i < nsets; i++) rc = apply_set(&c, root, sets[i]);
+  if (rc == 0) rc = parse_job(&c, root, s);
+  if (rc == 0) {
+    char real[PATH_MAX];
+    s->path = strdup(realpath(name, real) ? real : name);
+    if (!s->path) rc = LOOM_ENOMEM;
+  }
+  ctx_free(&c);
+  if (rc < 0) {
+    if (rc == LOOM_ENOMEM) snprintf(err, errlen, "%s: out of memory", name);
+    spec_free(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+int spec_load(const char *path, const char *const *sets, int nsets,
+              spec_job **out, char *err, size_t errlen) {
+  char *text;
+  size_t len;
+  int rc = loom__read_file(path, SPEC_MAX_BYTES + 1, &text, &len);
+  if (rc < 0) {
+    snprintf(err, errlen, "%s: cannot read the spec: %s", path,
+             rc == LOOM_ENOENT ? "no such file" : rc == LOOM_ERANGE ? "larger than 1 MiB"
+                                                                     : strerror(errno));
+    *out = NULL;
+    return rc == LOOM_ERANGE ? LOOM_ESPEC : LOOM_EIO;
+  }
+  rc = spec_parse(path, text, len, sets, nsets, out, err, errlen);
+  free(text);
+  return rc;
+}
+
+static void kv_free(spec_kv *kv, int n) {
+  for (int i = 0; kv && i < n; i++) {
+    free(kv[i].key);
+    free(kv[i].value);
+  }
+  free(kv);
+}
+
+void spec_free(spec_job *s) {
+  if (!s) return;
+  for (int i = 0; i < s->nroles; i++) {
+    spec_role *r = &s->roles[i];
+    free(r->name);
+    free(r->shell);
+    for (int j = 0; r->argv && r->argv[j]; j++) free(r->argv[j]);
+    free(r->argv);
+    free(r->label);
+    kv_free(r->env, r->nenv);
+  }
+  free(s->roles);
+  kv_free(s->env, s->nenv);
+  kv_free(s->files, s->nfiles);
+  if (s->feed) json_decref(s->feed);
+  free(s->path);
+  free(s->name);
+  free(s->backend);
+  free(s->queue);
+  free(s->restart);
+  free(s);
+}
+
+static json_t *kv_json(const spec_kv *kv, int n) {
+  json_t *o = json_object();
+  for (int i = 0; i < n; i++) json_object_set_new(o, kv[i].key, json_string(kv[i].value));
+  return o;
+}
+
+json_t *spec_to_json(const spec_job *s) {
+  json_t *j = json_object();
+  json_object_set_new(j, "name", json_string(s->name));
+  json_object_set_new(j, "backend", json_string(s->backend));
+  if (s->queue) json_object_set_new(j, "queue", json_string(s->queue));
+  json_object_set_new(j, "retries", json_integer(s->retries));
+  json_object_set_new(j, "restart", json_string(s->restart));
+  json_object_set_new(j, "max_restarts", json_integer(s->max_restarts));
+  json_object_set_new(j, "env", kv_json(s->env, s->nenv));
+  json_object_set_new(j, "files", kv_json(s->files, s->nfiles));
+  json_t *roles = json_object();
+  for (int i = 0; i < s->nroles; i++) {
+    const spec_role *r = &s->roles[i];
+    json_t *o = json_object();
+    json_object_set_new(o, "instances", json_integer(r->instances));
+    if (r->shell) {
+      json_object_set_new(o, "command", json_string(r->shell));
+    } else {
+      json_t *a = json_array();
+      for (int k = 0; r->argv[k]; k++) json_array_append_new(a, json_string(r->argv[k]));
+      json_object_set_new(o, "command", a);
+    }
+    if (r->vcores) json_object_set_new(o, "vcores", json_integer(r->vcores));
+    if (r->memory) json_object_set_new(o, "memory", json_integer((json_int_t)r->memory));
+    json_object_set_new(o, "gpus", json_integer(r->gpus));
+    if (r->label) json_object_set_new(o, "label", json_string(r->label));
+    json_object_set_new(o, "procs", json_integer(r->procs));
+    json_object_set_new(o, "service", json_boolean(r->service));
+    json_object_set_new(o, "env", kv_json(r->env, r->nenv));
+    json_object_set_new(roles, r->name, o);
+  }
+  json_object_set_new(j, "roles", roles);
+  if (s->feed) json_object_set(j, "feed", s->feed);
+  return j;
+}
+
+const spec_role *spec_role_find(const spec_job *s, const char *name) {
+  for (int i = 0; i < s->nroles; i++)
+    if (!strcmp(s->roles[i].name, name)) return &s->roles[i];
+  return NULL;
+}
+
+bool spec_role_is_training(const spec_job *s, const spec_role *r) {
+  if (spec_role_find(s, "chief") || spec_role_find(s, "worker"))
+    return !strcmp(r->name, "chief") || !strcmp(r->name, "worker");
+  return !r->service && strcmp(r->name, "evaluator") && strcmp(r->name, "tensorboard");
+}
+
+int spec_total_tasks(const spec_job *s) {
+  int n = 0;
+  for (int i = 0; i < s->nroles; i++) n += s->roles[i].instances;
+  return n;
+}

@@ -1,0 +1,62 @@
+/* spec.h: the job spec: parse YAML into a typed, validated, resolved spec.
+ * Every error names file:line:column and what to do. See DESIGN.md for the
+ * keys. */
+#ifndef LOOM_SPEC_H
+#define LOOM_SPEC_H
+
+#include "core/core.h"
+#include <jansson.h>
+
+typedef struct {
+  char *key, *value;
+} spec_kv;
+
+typedef struct {
+  char *name;
+  int instances;
+  char *shell;  /* command as a string, run by /bin/sh -c; or NULL */
+  char **argv;  /* command as a list, exec'd; NULL-terminated, or NULL */
+  int vcores;   /* 0: not constrained */
+  uint64_t memory; /* bytes; 0: not limited */
+  int gpus;
+  char *label;
+  int procs;
+  bool service; /* the job does not wait for it; stopped at the end */
+  spec_kv *env;
+  int nenv;
+} spec_role;
+
+typedef struct {
+  char *path; /* the spec file, absolute */
+  char *name, *backend, *queue, *restart;
+  int retries, max_restarts;
+  spec_kv *env;
+  int nenv;
+  spec_kv *files; /* target -> absolute source */
+  int nfiles;
+  spec_role *roles;
+  int nroles;
+  json_t *feed; /* as written, validated; NULL if absent */
+} spec_job;
+
+/* Parses and validates the spec at path, applying overrides ("a.b=c") on
+ * top. On error returns LOOM_ESPEC (or LOOM_EIO) and writes a message
+ * ("job.yaml:4:3: ...") into err. On success *out is owned by the caller
+ * (spec_free). */
+int spec_load(const char *path, const char *const *sets, int nsets,
+              spec_job **out, char *err, size_t errlen);
+/* Same, from text in memory (name is used in messages and to resolve
+ * relative paths from the current directory). */
+int spec_parse(const char *name, const char *text, size_t len,
+               const char *const *sets, int nsets, spec_job **out, char *err,
+               size_t errlen);
+void spec_free(spec_job *s);
+/* The resolved spec as JSON (valid YAML), defaults filled in. */
+json_t *spec_to_json(const spec_job *s);
+const spec_role *spec_role_find(const spec_job *s, const char *name);
+/* Training roles: chief and worker, or when neither exists every role that
+ * is not a service, evaluator or tensorboard. */
+bool spec_role_is_training(const spec_job *s, const spec_role *r);
+int spec_total_tasks(const spec_job *s);
+
+#endif
