@@ -305,7 +305,7 @@ static int cmd_status(int argc, char **argv) {
     printf("cause    %s%s%s\n", json_string_value(json_object_get(rc, "task")) ?: "",
            json_object_get(rc, "task") ? ": " : "",
            json_string_value(json_object_get(rc, "message")) ?: "");
-  printf("\n%-20s %-10s %-7s %-22s %-6s %-9s %s\n", "TASK", "STATE", "ATTEMPT", "ADDRESS",
+  printf("\n%-20s %-10s %-7s %-22s %-8s %-9s %s\n", "TASK", "STATE", "ATTEMPT", "ADDRESS",
          "EXIT", "ELAPSED", "REASON");
   json_t *t;
   size_t k;
@@ -320,7 +320,7 @@ static int cmd_status(int argc, char **argv) {
       snprintf(ex, sizeof ex, "%lld", (long long)json_integer_value(json_object_get(t, "exit_code")));
     json_t *ts = json_object_get(t, "started"), *tf = json_object_get(t, "finished");
     if (ts) fmt_dur((tf ? json_real_value(tf) : loom__wall()) - json_real_value(ts), tel, sizeof tel);
-    printf("%-20s %-10s %-7lld %-22s %-6s %-9s %s\n", json_string_value(json_object_get(t, "task")),
+    printf("%-20s %-10s %-7lld %-22s %-8s %-9s %s\n", json_string_value(json_object_get(t, "task")),
            json_string_value(json_object_get(t, "state")),
            (long long)json_integer_value(json_object_get(t, "attempt")), addr, ex, tel,
            json_string_value(json_object_get(t, "reason")) ?: "");

@@ -1,0 +1,115 @@
+"""Nothing outlives a job: interrupts, SIGKILL of the coordinator, submit
+and kill, two jobs at once."""
+import os
+import signal
+import time
+
+from conftest import loom_pids_of
+
+LONG = """
+name: {name}
+roles:
+  chief: {{command: 'exec sleep 120'}}
+  worker: {{instances: 2, procs: 2, command: 'sleep 120 & sleep 120; wait'}}
+  ps: {{command: 'exec sleep 120'}}
+"""
+
+
+def running(loom, jd=None):
+    try:
+        st = loom.state(jd)
+    except (FileNotFoundError, ValueError, AssertionError):
+        return False
+    return all(t["state"] == "running" and t.get("pids") for t in st["tasks"])
+
+
+def user_pids(loom, jd=None):
+    return [p for t in loom.state(jd)["tasks"] for p in t.get("pids", [])]
+
+
+def test_sigint_stops_the_job_and_exits_130(loom):
+    p = loom.popen("run", loom.spec(LONG.format(name="intr")))
+    loom.wait_for(lambda: loom.jobs() and running(loom), what="job running")
+    pids = user_pids(loom)
+    assert len(pids) == 6
+    t0 = time.time()
+    os.kill(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=15)
+    assert p.returncode == 130, err
+    assert time.time() - t0 < 5
+    assert "interrupted" in err
+    assert loom_pids_of(loom.home) == []
+    assert loom.state()["state"] == "killed"
+
+
+def test_sigterm_exits_130(loom):
+    p = loom.popen("run", loom.spec(LONG.format(name="term")))
+    loom.wait_for(lambda: loom.jobs() and running(loom), what="job running")
+    os.kill(p.pid, signal.SIGTERM)
+    p.communicate(timeout=15)
+    assert p.returncode == 130
+    assert loom_pids_of(loom.home) == []
+
+
+def test_sigkill_of_loom_run_leaves_nothing_within_5s(loom):
+    p = loom.popen("run", loom.spec(LONG.format(name="kill9")))
+    loom.wait_for(lambda: loom.jobs() and running(loom), what="job running")
+    assert len(loom_pids_of(loom.home)) >= 1 + 4 + 6
+    t0 = time.time()
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate(timeout=5)
+    loom.wait_for(lambda: loom_pids_of(loom.home) == [], timeout=5, what="all job processes gone")
+    assert time.time() - t0 < 5
+    st = loom.run("status", loom.job_dir().name)
+    assert "lost (coordinator gone)" in st.stdout
+
+
+def test_submit_status_logs_follow_kill(loom):
+    spec = loom.spec("""
+name: detached
+roles:
+  worker: {instances: 2, command: 'i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.1; done'}
+""")
+    r = loom.run("submit", spec, timeout=20)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    assert job.startswith("detached-")
+    loom.wait_for(lambda: running(loom), what="job running")
+    st = loom.run("status", job)
+    assert "running" in st.stdout and "worker:1" in st.stdout
+    f = loom.popen("logs", job, "--task", "worker:0", "--follow")
+    time.sleep(1.0)
+    k = loom.run("kill", job, timeout=20)
+    assert k.returncode == 0 and "killed" in k.stdout, k.stderr
+    out, _ = f.communicate(timeout=10)  # --follow ends with the job
+    assert "tick 3" in out
+    assert loom.state()["state"] == "killed"
+    assert loom_pids_of(loom.home) == []
+    assert loom.run("kill", job).returncode == 0  # idempotent
+
+
+def test_submitted_coordinator_sigkill_leaves_nothing(loom):
+    r = loom.run("submit", loom.spec(LONG.format(name="subkill")), timeout=20)
+    assert r.returncode == 0
+    loom.wait_for(lambda: running(loom), what="job running")
+    coord = loom.state()["coordinator"]["pid"]
+    os.kill(coord, signal.SIGKILL)
+    loom.wait_for(lambda: loom_pids_of(loom.home) == [], timeout=5, what="all job processes gone")
+
+
+def test_two_jobs_at_once(loom):
+    spec = loom.spec("""
+name: twin
+roles:
+  chief: {command: 'sleep 1; echo $MASTER_PORT'}
+  worker: {instances: 2, command: 'sleep 1; echo $MASTER_PORT'}
+""")
+    a, b = loom.popen("run", spec), loom.popen("run", spec)
+    oa, ea = a.communicate(timeout=30)
+    ob, eb = b.communicate(timeout=30)
+    assert a.returncode == 0 and b.returncode == 0, ea + eb
+    jobs = loom.jobs()
+    assert len(jobs) == 2 and jobs[0] != jobs[1]
+    pa = {l.split()[-1] for l in oa.splitlines()}
+    pb = {l.split()[-1] for l in ob.splitlines()}
+    assert len(pa) == 1 and len(pb) == 1 and pa != pb

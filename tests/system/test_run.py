@@ -1,0 +1,170 @@
+"""A multi-role job on the local backend: what each task sees, where its
+files and logs go, and what status/logs/events show."""
+import json
+import os
+
+from conftest import BUILD
+
+
+def test_roles_environment_and_tf_config(loom, tmp_path):
+    data = tmp_path / "data.txt"
+    data.write_text("payload\n")
+    spec = loom.spec(f"""
+name: envcheck
+env: {{JOBVAR: job-level}}
+files: {{input/data.txt: {data}}}
+roles:
+  chief: {{command: 'env > env.txt; cat input/data.txt'}}
+  worker:
+    instances: 2
+    procs: 2
+    env: {{ROLEVAR: from-role}}
+    command: [sh, -c, 'env > env-$LOCAL_RANK.txt']
+  ps: {{command: 'env > env.txt; exec sleep 60'}}
+  evaluator: {{command: 'env > env.txt'}}
+""")
+    r = loom.run("run", spec)
+    assert r.returncode == 0, r.stderr
+    assert "[chief:0] payload" in r.stdout
+    jd = loom.job_dir()
+
+    def env_of(task, f="env.txt"):
+        lines = (jd / "tasks" / task / f).read_text().splitlines()
+        return dict(l.split("=", 1) for l in lines if "=" in l)
+
+    chief = env_of("chief-0")
+    w = {(i, p): env_of(f"worker-{i}", f"env-{p}.txt") for i in range(2) for p in range(2)}
+    ps, ev = env_of("ps-0"), env_of("evaluator-0")
+    # Ranks: chief first, then workers, procs each.
+    assert chief["RANK"] == "0" and chief["LOOM_RANK"] == "0"
+    assert [w[(i, p)]["RANK"] for i in range(2) for p in range(2)] == ["1", "2", "3", "4"]
+    assert {e["WORLD_SIZE"] for e in [chief, *w.values()]} == {"5"}
+    assert w[(1, 1)]["LOCAL_RANK"] == "1" and w[(1, 1)]["LOCAL_WORLD_SIZE"] == "2"
+    assert w[(0, 0)]["LOOM_TASK"] == "worker:0" and w[(0, 0)]["LOOM_ROLE"] == "worker"
+    assert w[(1, 0)]["LOOM_INDEX"] == "1" and w[(1, 0)]["LOOM_ATTEMPT"] == "0"
+    assert w[(0, 0)]["JOBVAR"] == "job-level" and w[(0, 0)]["ROLEVAR"] == "from-role"
+    assert "ROLEVAR" not in chief
+    # Non-training roles get no torch rank.
+    assert "RANK" not in ps and "LOOM_RANK" not in ps
+    # MASTER_ADDR/PORT: rank 0's reserved port, the same for everyone.
+    cluster = json.loads(chief["LOOM_CLUSTER"])
+    assert set(cluster) == {"chief", "worker", "ps", "evaluator"}
+    assert len(cluster["worker"]) == 2
+    assert f'{chief["MASTER_ADDR"]}:{chief["MASTER_PORT"]}' == cluster["chief"][0]
+    assert w[(1, 1)]["MASTER_PORT"] == chief["MASTER_PORT"]
+    ports = [hp.rsplit(":", 1)[1] for hps in cluster.values() for hp in hps]
+    assert len(set(ports)) == len(ports) == 5
+    # TF_CONFIG exactly as TensorFlow parses it; evaluator outside the cluster.
+    tf = json.loads(w[(1, 0)]["TF_CONFIG"])
+    assert tf == {"cluster": {"chief": cluster["chief"], "worker": cluster["worker"],
+                              "ps": cluster["ps"]},
+                  "task": {"type": "worker", "index": 1}}
+    tfe = json.loads(ev["TF_CONFIG"])
+    assert "evaluator" not in tfe["cluster"] and tfe["task"] == {"type": "evaluator", "index": 0}
+    # Secrets and coordinator address for libloom.
+    assert len(chief["LOOM_SECRET"]) == 64 and chief["LOOM_COORD"].startswith("127.0.0.1:")
+    assert chief["LOOM_JOB_DIR"] == str(jd) and chief["LOOM_JOB_ID"] == jd.name
+    # files: placed in the working dir.
+    assert (jd / "tasks/chief-0/input/data.txt").read_text() == "payload\n"
+    # state.json: ps stopped as a service, everything else succeeded.
+    st = loom.state()
+    assert st["state"] == "succeeded" and st["exit_status"] == 0
+    states = {t["task"]: t["state"] for t in st["tasks"]}
+    assert states == {"chief:0": "succeeded", "worker:0": "succeeded", "worker:1": "succeeded",
+                      "ps:0": "stopped", "evaluator:0": "succeeded"}
+
+
+def test_logs_status_events(loom):
+    spec = loom.spec("""
+name: logs
+roles:
+  worker:
+    instances: 2
+    command: 'for i in 1 2 3; do echo "out $LOOM_INDEX $i"; echo "err $LOOM_INDEX $i" >&2; done; printf "no newline"'
+""")
+    r = loom.run("run", spec)
+    assert r.returncode == 0, r.stderr
+    for i in range(2):
+        for k in (1, 2, 3):
+            assert f"[worker:{i}] out {i} {k}" in r.stdout.splitlines()
+            assert f"[worker:{i}] err {i} {k}" in r.stdout.splitlines()
+        assert f"[worker:{i}] no newline" in r.stdout.splitlines()
+    job = loom.job_dir().name
+    one = loom.run("logs", job, "--task", "worker:1")
+    assert one.returncode == 0
+    body = [l for l in one.stdout.splitlines() if not l.startswith("=== loom:")]
+    assert sorted(body) == sorted([f"out 1 {k}" for k in (1, 2, 3)] +
+                                  [f"err 1 {k}" for k in (1, 2, 3)] + ["no newline"])
+    both = loom.run("logs", job[:12])  # a unique prefix works
+    assert both.returncode == 0 and "[worker:0] out 0 3" in both.stdout
+    st = loom.run("status", job)
+    assert st.returncode == 0 and "succeeded" in st.stdout and "worker:1" in st.stdout
+    lst = loom.run("status")
+    assert job in lst.stdout and "succeeded" in lst.stdout
+    ev = loom.run("events", job, "--json")
+    names = [json.loads(l)["event"] for l in ev.stdout.splitlines()]
+    for n in ("job_started", "registered", "ready", "rendezvous_done", "started", "succeeded",
+              "job_finished"):
+        assert n in names, n
+    # every event carries a time, and attempt numbers
+    for l in ev.stdout.splitlines():
+        e = json.loads(l)
+        assert e["t"] > 1.7e9 and "attempt" in e
+    bad = loom.run("logs", "nope-nope")
+    assert bad.returncode == 2 and "no job" in bad.stderr
+
+
+def test_list_command_is_execd_without_shell(loom):
+    spec = loom.spec("""
+name: argv
+roles:
+  worker: {command: [echo, '$HOME', 'a  b']}
+""")
+    r = loom.run("run", spec)
+    assert r.returncode == 0
+    assert "[worker:0] $HOME a  b" in r.stdout
+
+
+def test_libloom_kv_and_events_through_a_job(loom):
+    probe = BUILD / "tests/system/kvprobe"
+    spec = loom.spec(f"""
+name: kv
+roles:
+  chief: {{command: [{probe}]}}
+  worker: {{instances: 3, procs: 2, command: [{probe}]}}
+""")
+    r = loom.run("run", spec)
+    assert r.returncode == 0, r.stdout + r.stderr
+    oks = [l for l in r.stdout.splitlines() if "KVOK" in l]
+    assert len(oks) == 7
+    # sum over ranks of rank*7 = 7 * 21
+    assert all(l.endswith("world=7 sum=147") for l in oks), oks
+    evs = [e for e in loom.events() if e["event"] == "probe_done"]
+    assert sorted(e["rank"] for e in evs) == list(range(7))
+    assert all(e["source"] == "user" and e["task"].split(":")[0] in ("chief", "worker")
+               for e in evs)
+
+
+def test_help_describes_every_verb(loom):
+    r = loom.run("--help")
+    assert r.returncode == 0
+    for verb in ("run", "submit", "status", "logs", "events", "kill", "check"):
+        assert verb in r.stdout
+        h = loom.run(verb, "--help")
+        assert h.returncode == 0 and f"usage: loom {verb}" in h.stdout
+    r = loom.run("frobnicate")
+    assert r.returncode == 2 and "unknown verb" in r.stderr
+    c = loom.run("check")
+    assert c.returncode == 0 and "ok   backend local" in c.stdout
+
+
+def test_resources_beyond_this_machine_are_refused(loom):
+    cores = os.cpu_count()
+    for key, val, what in (("vcores", cores + 1, f"has {cores} cores"),
+                           ("memory", "100000GiB", "GiB of memory"),
+                           ("gpus", 64, "gpus per task")):
+        spec = loom.spec(f"name: big\nroles:\n  worker: {{command: 'true', {key}: {val}}}\n")
+        r = loom.run("run", spec)
+        assert r.returncode == 2, (key, r.stderr)
+        assert what in r.stderr and "worker" in r.stderr, r.stderr
+    assert loom.jobs() == []  # refused before anything started

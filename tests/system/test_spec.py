@@ -1,0 +1,64 @@
+"""Bad specs are refused with exit 2 and file:line:column, before anything
+starts."""
+import pytest
+
+CASES = [
+    # (spec text, expected location, expected words)
+    ("name: x\nroles:\n  worker: {command: 'true'\n", "4:1", "YAML syntax error"),
+    ("name: x\nroles:\n  worker:\n    comand: ./train\n", "4:5",
+     "unknown key 'comand' in role 'worker': did you mean 'command'?"),
+    ("name: x\nrolez: {}\n", "2:1", "did you mean 'roles'?"),
+    ("name: x\nroles:\n  worker: {instances: two, command: x}\n", "3:23",
+     "roles.worker.instances must be a whole number"),
+    ("name: x\nroles:\n  worker: {instances: 0, command: x}\n", "3:23",
+     "roles.worker.instances must be between 1 and"),
+    ("name: x\nroles:\n  worker: {instances: -2, command: x}\n", "3:23", "-2"),
+    ("name: x\nroles:\n  worker: {memory: 2 GiG, command: x}\n", "3:20",
+     "'2 GiG' is not a size"),
+    ("name: x\nroles:\n  worker: {command: x}\n  worker: {command: y}\n", "4:3",
+     "duplicate key 'worker' (first at line 3)"),
+    ("name: x\nroles: {}\n", "2:8", "at least one role"),
+    ("name: x\n", "1:1", "the spec has no roles"),
+    ("name: x\nroles:\n  worker: {instances: 2}\n", "3:11", "role 'worker' has no command"),
+    ("name: Bad Name\nroles:\n  w: {command: x}\n", "1:7", "name 'Bad Name' is not valid"),
+    ("roles:\n  w: {command: x}\n", "1:1", "the spec has no name"),
+    ("name: x\nretries: [1]\nroles:\n  w: {command: x}\n", "2:10", "retries must be a whole number"),
+    ("name: x\nroles:\n  w: {command: {a: b}}\n", "3:16", "must be a string or a list"),
+    ("name: x\nenv: {1BAD: x}\nroles:\n  w: {command: x}\n", "2:7", "not a valid environment"),
+    ("name: x\nfiles: {data: ./does-not-exist}\nroles:\n  w: {command: x}\n", "2:15",
+     "No such file"),
+    ("name: x\nroles:\n  ps: {command: x}\n", "3:3", "every role is a service"),
+    ("- a\n- b\n", "1:1", "a job spec is a map"),
+]
+
+
+@pytest.mark.parametrize("text,where,words", CASES)
+def test_bad_spec(loom, text, where, words):
+    spec = loom.spec(text)
+    r = loom.run("run", spec)
+    assert r.returncode == 2, r.stderr
+    assert f"{spec}:{where}:" in r.stderr, r.stderr
+    assert words in r.stderr, r.stderr
+    assert loom.jobs() == []
+
+
+def test_set_overrides(loom):
+    spec = loom.spec("name: s\nroles:\n  worker: {command: 'echo $LOOM_INDEX'}\n")
+    r = loom.run("run", spec, "--set", "roles.worker.instances=3", "--set", "env.X=1")
+    assert r.returncode == 0, r.stderr
+    assert sorted(l for l in r.stdout.splitlines()) == [f"[worker:{i}] {i}" for i in range(3)]
+    r = loom.run("run", spec, "--set", "roles.worker.instances=abc")
+    assert r.returncode == 2
+    assert "--set roles.worker.instances=abc:1:1: roles.worker.instances must be a whole number" \
+        in r.stderr
+    r = loom.run("run", spec, "--set", "noequals")
+    assert r.returncode == 2 and "expected key=value" in r.stderr
+
+
+def test_missing_spec_file_and_usage(loom):
+    r = loom.run("run", loom.tmp / "nope.yaml")
+    assert r.returncode == 2 and "nope.yaml: cannot read the spec: no such file" in r.stderr
+    r = loom.run("run")
+    assert r.returncode == 2 and "missing SPEC" in r.stderr
+    r = loom.run("run", "a.yaml", "--bogus")
+    assert r.returncode == 2 and "unknown option --bogus" in r.stderr
