@@ -1056,7 +1056,7 @@ static void attempt_start(coord *co) {
   for (int i = 0; i < co->ntasks && co->jstate == J_RENDEZVOUS; i++) {
     task *t = &co->tasks[i];
     char **env = make_env(co, t);
-    char err[512] = "";
+    char err[400] = "";
     int rc = env ? co->be->ops->launch(co->be, t->id, argv, env, err, sizeof err) : LOOM_ENOMEM;
     free_env(env);
     t->t_launch = loom__wall();

