@@ -164,6 +164,19 @@ static void maybe_finish(agent *a) {
   if (!a->exited_sent) {
     a->exited_sent = true;
     json_t *j = json_pack("{s:i, s:i}", "code", a->fail_code, "signal", a->fail_sig);
+    if (a->fail_sig == SIGKILL && !a->stopping && a->cgroup[0]) {
+      /* the kernel's OOM killer leaves its mark in the cgroup */
+      char p[600], *txt = NULL;
+      snprintf(p, sizeof p, "%s/memory.failcnt", a->cgroup);
+      long long hits = 0;
+      if (loom__read_file(p, 64, &txt, NULL) == 0) hits = atoll(txt);
+      free(txt);
+      json_int_t mem = json_integer_value(json_object_get(a->assign, "memory"));
+      if (hits > 0)
+        json_object_set_new(j, "reason", json_sprintf("out of memory: the task reached its "
+                                                      "memory limit of %lld MiB",
+                                                      (long long)(mem >> 20)));
+    }
     send_msg(a, WIRE_EXIT, j, NULL, 0);
   }
   agent_done(a);

@@ -732,8 +732,9 @@ static void task_exited(coord *co, task *t, int code, int sig, const char *reaso
   if (!ok) {
     char why[600];
     if (sig)
-      snprintf(why, sizeof why, "killed by signal %d (SIG%s)", sig,
-               sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
+      snprintf(why, sizeof why, "killed by signal %d (SIG%s)%s%s", sig,
+               sigabbrev_np(sig) ? sigabbrev_np(sig) : "?", reason ? ": " : "",
+               reason ? reason : "");
     else if (code == 127)
       snprintf(why, sizeof why, "exited with code 127 (command not found)%s%s",
                reason ? ": " : "", reason ? reason : "");

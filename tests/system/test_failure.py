@@ -153,6 +153,9 @@ roles:
     r = loom.run("run", spec, timeout=60)
     assert r.returncode == 1, r.stdout
     assert "allocated" not in r.stdout
+    # cgroup: the OOM kill is named; rlimit fallback: the allocation fails
+    assert "out of memory: the task reached its memory limit of 64 MiB" in r.stderr or \
+        "MemoryError" in r.stderr, r.stderr
     spec = loom.spec("""
 name: limits2
 roles:
