@@ -1,0 +1,232 @@
+/* comm.c: the communicator (creation from a store, per-pair choice of
+ * transport, teardown) and the public loom_* collectives, which create one
+ * communicator per handle on first use over the coordinator's KV store.
+ *
+ * Keys of one communicator live under its prefix. The public path takes
+ * the prefix from a join counter in the KV store ("comm/join"): the k-th
+ * communicator created by a job's ranks gets generation (k-1) / world, so
+ * a re-created communicator never reads its predecessor's keys. */
+#include "comm/comm.h"
+#include "lib/lib.h"
+#include "loom/comm.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *comm_errmsg(const comm_t *c) { return c ? c->errmsg : ""; }
+
+static int comm_publish_hosts(comm_t *c) {
+  char key[LOOM_KV_MAX_KEY + 1], val[300];
+  snprintf(key, sizeof key, "%s/host/%d", c->prefix, c->rank);
+  int n = snprintf(val, sizeof val, "%d %s", (int)getpid(), c->host);
+  int rc = c->store->ops->set(c->store, key, val, (size_t)n);
+  if (rc < 0)
+    return comm__fail(c, rc, "rank %d: cannot publish its address: %s",
+                      c->rank, loom_strerror(rc));
+  for (int r = 0; r < c->world; r++) {
+    void *v = NULL;
+    size_t len = 0;
+    snprintf(key, sizeof key, "%s/host/%d", c->prefix, r);
+    int left = (int)((c->deadline_ns - comm__now_ns()) / 1000000u);
+    rc = c->store->ops->get(c->store, key, left < 0 ? 0 : left, &v, &len);
+    if (rc < 0)
+      return comm__fail(c, rc, "rank %d: rank %d never joined the "
+                               "communicator (%s)",
+                        c->rank, r, loom_strerror(rc));
+    /* "<pid> <host>", from a peer: check it all. */
+    char *sp = len < 300 ? memchr(v, ' ', len) : NULL, *end = NULL;
+    long pid = sp ? strtol(v, &end, 10) : -1;
+    if (!sp || end != sp || pid <= 0 || sp[1] == 0 || strchr(sp + 1, ' ') ||
+        !(c->hosts[r] = strdup(sp + 1))) {
+      free(v);
+      return comm__fail(c, LOOM_EPROTO, "rank %d: bad address record from "
+                                        "rank %d",
+                        c->rank, r);
+    }
+    c->pids[r] = (int)pid;
+    free(v);
+  }
+  return 0;
+}
+
+int comm_create(comm_store *store, const char *prefix, int rank, int world,
+                const char *host, int abort_fd, comm_t **out, char *errmsg,
+                size_t errlen) {
+  if (errmsg && errlen) errmsg[0] = 0;
+  if (!store || !prefix || !host || !out || world < 1 || rank < 0 ||
+      rank >= world || strlen(prefix) >= 64 || !*host ||
+      strlen(host) >= 256 || strchr(host, ' '))
+    return LOOM_EINVAL;
+  *out = NULL;
+  comm_t *c = calloc(1, sizeof *c);
+  if (!c) return LOOM_ENOMEM;
+  c->rank = rank;
+  c->world = world;
+  c->store = store;
+  c->abort_fd = abort_fd;
+  strcpy(c->prefix, prefix);
+  strcpy(c->host, host);
+  comm_tunables_load(&c->t);
+  const char *mode = getenv("LOOM_COMM_TRANSPORT");
+  int rc = 0;
+  if (mode && strcmp(mode, "tcp") == 0) c->mode = COMM_TP_TCP;
+  else if (mode && *mode && strcmp(mode, "auto") && strcmp(mode, "shm"))
+    rc = comm__fail(c, LOOM_EINVAL,
+                    "LOOM_COMM_TRANSPORT=%s: use auto, shm or tcp", mode);
+  c->pairs = calloc((size_t)world, sizeof *c->pairs);
+  c->hosts = calloc((size_t)world, sizeof *c->hosts);
+  c->pids = calloc((size_t)world, sizeof *c->pids);
+  int *local = calloc((size_t)world, sizeof *local);
+  int *remote = calloc((size_t)world, sizeof *remote);
+  if (!rc && (!c->pairs || !c->hosts || !c->pids || !local || !remote))
+    rc = comm__fail(c, LOOM_ENOMEM, "out of memory");
+  comm__begin(c);
+  if (!rc && world > 1) rc = comm_publish_hosts(c);
+  int nl = 0, nr = 0, nhost = 1;
+  for (int r = 0; !rc && r < world; r++) {
+    if (r == rank) continue;
+    nhost += strcmp(c->hosts[r], host) == 0;
+    if (c->mode != COMM_TP_TCP && strcmp(c->hosts[r], host) == 0)
+      local[nl++] = r;
+    else
+      remote[nr++] = r;
+  }
+  if (!rc && nl > 0) rc = comm__shm_transport.setup(c, local, nl);
+  if (!rc && nr > 0) rc = comm__tcp_transport.setup(c, remote, nr);
+  free(local);
+  free(remote);
+  if (c->t.spin < 0) {
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0
+                   ? CPU_COUNT(&cpus)
+                   : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    c->t.spin = nhost <= ncpu ? 2000 : 50;
+  }
+  if (rc < 0) {
+    if (errmsg && errlen) snprintf(errmsg, errlen, "%s", c->errmsg);
+    comm_destroy(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+void comm_destroy(comm_t *c) {
+  if (!c) return;
+  comm__shm_transport.teardown(c);
+  comm__tcp_transport.teardown(c);
+  for (int r = 0; c->hosts && r < c->world; r++) free(c->hosts[r]);
+  free(c->hosts);
+  free(c->pids);
+  free(c->pairs);
+  free(c->tmp);
+  free(c);
+}
+
+/* ---- the public API ------------------------------------------------- */
+
+/* What hangs in the handle's comm slot. */
+struct comm_state {
+  pthread_mutex_t mu; /* one collective at a time on a handle */
+  comm_store *store;
+  comm_t *c;
+  int err; /* creation failed: every call returns this */
+  char errmsg[256];
+};
+
+static pthread_mutex_t comm_create_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int comm_state_get(loom_t *l, struct comm_state **out) {
+  if (!l) return LOOM_EINVAL;
+  void **slot = loom__comm_slot(l);
+  pthread_mutex_lock(&comm_create_mu);
+  struct comm_state *s = *slot;
+  int rc = 0;
+  if (!s) {
+    int rank = loom_rank(l), world = loom_world_size(l);
+    if (rank < 0 || world < 1) {
+      pthread_mutex_unlock(&comm_create_mu);
+      return loom__fail(l, LOOM_ESTATE,
+                        "collectives need a rank: this task's role is not a "
+                        "training role (chief or worker)");
+    }
+    if (!(s = calloc(1, sizeof *s))) {
+      pthread_mutex_unlock(&comm_create_mu);
+      return loom__fail(l, LOOM_ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    *slot = s;
+    int64_t v = 0;
+    char prefix[64];
+    rc = comm_store_loom(l, &s->store);
+    if (rc == 0) rc = loom_kv_add(l, "comm/join", 1, &v);
+    if (rc == 0) {
+      snprintf(prefix, sizeof prefix, "comm/g%lld",
+               (long long)((v - 1) / world));
+      rc = comm_create(s->store, prefix, rank, world, loom__host(l),
+                       loom__abort_fd(l), &s->c, s->errmsg,
+                       sizeof s->errmsg);
+    } else {
+      snprintf(s->errmsg, sizeof s->errmsg,
+               "cannot join the communicator through the KV store: %s",
+               loom_strerror(rc));
+    }
+    s->err = rc;
+  }
+  pthread_mutex_unlock(&comm_create_mu);
+  if (s->err < 0) return loom__fail(l, s->err, "%s", s->errmsg);
+  if (loom__aborted(l))
+    comm__fail(s->c, LOOM_EABORTED, "the coordinator aborted the attempt");
+  *out = s;
+  return 0;
+}
+
+void loom__comm_fini(loom_t *l) {
+  if (!l) return;
+  void **slot = loom__comm_slot(l);
+  struct comm_state *s = *slot;
+  if (!s) return;
+  comm_destroy(s->c);
+  if (s->store) s->store->ops->destroy(s->store);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+  *slot = NULL;
+}
+
+#define COMM_PUBLIC(call)                                                    \
+  struct comm_state *s;                                                      \
+  int rc = comm_state_get(l, &s);                                            \
+  if (rc < 0) return rc;                                                     \
+  pthread_mutex_lock(&s->mu);                                                \
+  rc = call;                                                                 \
+  pthread_mutex_unlock(&s->mu);                                              \
+  return rc < 0 ? loom__fail(l, rc, "%s", comm_errmsg(s->c)) : 0
+
+int loom_allreduce(loom_t *l, const void *send, void *recv, size_t count,
+                   loom_dtype dt, loom_op op) {
+  COMM_PUBLIC(comm_allreduce(s->c, send, recv, count, dt, op));
+}
+
+int loom_broadcast(loom_t *l, void *buf, size_t bytes, int root) {
+  COMM_PUBLIC(comm_broadcast(s->c, buf, bytes, root));
+}
+
+int loom_allgather(loom_t *l, const void *send, void *recv, size_t bytes) {
+  COMM_PUBLIC(comm_allgather(s->c, send, recv, bytes));
+}
+
+int loom_reduce_scatter(loom_t *l, const void *send, void *recv,
+                        size_t count, loom_dtype dt, loom_op op) {
+  COMM_PUBLIC(comm_reduce_scatter(s->c, send, recv, count, dt, op));
+}
+
+int loom_barrier(loom_t *l) { COMM_PUBLIC(comm_barrier(s->c)); }
+
+size_t loom_reduce_scatter_count(size_t count, int world_size, int rank) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) return 0;
+  return comm__block_len(count, world_size, rank);
+}

@@ -1,0 +1,159 @@
+/* comm.h: libloom's collectives inside the library: the communicator, its
+ * tunables, the engine the algorithms run on, and the reduction kernels.
+ *
+ * The public loom_allreduce() & co. (comm.c) create one communicator per
+ * handle on first use, over the coordinator's KV store; unit tests create
+ * them directly with comm_create() over a file store. */
+#ifndef LOOM_COMM_COMM_H
+#define LOOM_COMM_COMM_H
+
+#include "comm/store.h"
+#include "comm/transport.h"
+#include "loom.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Every tunable, once: field, environment variable, default, why. The
+ * defaults come from measurements on a 2-core host (see the report in
+ * comm.c's header). */
+#define COMM_TUNABLES(X)                                                     \
+  X(timeout_ms, "LOOM_COMM_TIMEOUT_MS", 300000,                              \
+    "a collective (or setup) gives up after this long")                      \
+  X(check_ms, "LOOM_COMM_CHECK_MS", 100,                                     \
+    "while waiting, check peers' liveness and the abort fd this often")      \
+  X(spin, "LOOM_COMM_SPIN", -1,                                              \
+    "busy polls before yielding the CPU when nothing moves; -1: 2000 "       \
+    "when this host's ranks fit its CPUs, else 50 (spinning then only "     \
+    "delays the rank being waited for)")                                     \
+  X(yield, "LOOM_COMM_YIELD", 100, "sched_yield()s before sleeping")         \
+  X(small_bytes, "LOOM_COMM_SMALL_BYTES", 32768,                             \
+    "allreduce: recursive doubling up to this size, ring above")             \
+  X(bcast_small_bytes, "LOOM_COMM_BCAST_SMALL_BYTES", 65536,                 \
+    "broadcast: binomial tree up to this size, pipelined chain above")       \
+  X(shm_ring, "LOOM_COMM_SHM_RING", 1 << 20,                                 \
+    "bytes of each shared-memory ring (one per ordered pair on a host)")     \
+  X(shm_chunk, "LOOM_COMM_SHM_CHUNK", 128 << 10,                             \
+    "shm: publish/consume at most this much at once (pipelining grain)")     \
+  X(tcp_sockbuf, "LOOM_COMM_TCP_SOCKBUF", 4 << 20,                           \
+    "SO_SNDBUF/SO_RCVBUF of peer sockets")                                   \
+  X(tcp_stage, "LOOM_COMM_TCP_STAGE", 256 << 10,                             \
+    "TCP: receive buffer for pieces that are reduced, not copied")
+
+struct comm_tunables {
+#define COMM__TUNABLE_FIELD(f, env, def, why) long f;
+  COMM_TUNABLES(COMM__TUNABLE_FIELD)
+#undef COMM__TUNABLE_FIELD
+};
+
+/* Fills t from the defaults and the environment. */
+void comm_tunables_load(struct comm_tunables *t);
+
+enum { COMM_TP_AUTO, COMM_TP_TCP };
+
+struct comm {
+  int rank, world;
+  comm_store *store; /* borrowed */
+  char prefix[96];   /* namespace of this communicator's store keys */
+  char host[256];
+  int abort_fd; /* -1: none */
+  int mode;     /* COMM_TP_*, from LOOM_COMM_TRANSPORT */
+  char **hosts; /* [world], every rank's host */
+  int *pids;    /* [world], every rank's process id (on its host) */
+  comm_pair *pairs; /* [world]; pairs[rank] has no transport */
+  void *shm, *tcp;  /* the transports' per-communicator state */
+  struct comm_tunables t;
+  int err; /* first error; the communicator is poisoned once set */
+  char errmsg[256];
+  uint64_t deadline_ns, next_check_ns;
+  void *tmp; /* scratch for algorithms, grown by comm__scratch() */
+  size_t tmp_cap;
+};
+
+/* Creates a communicator of world ranks, this one being rank. All ranks
+ * call it with the same prefix (the key namespace; a fresh one for each
+ * communicator) and store. Ranks with equal host strings share memory
+ * unless LOOM_COMM_TRANSPORT=tcp. abort_fd, if >= 0, is polled while
+ * waiting: once readable every call fails with LOOM_EABORTED. On failure
+ * returns the error and, if errmsg is not NULL, its detail (errlen bytes). */
+int comm_create(comm_store *store, const char *prefix, int rank, int world,
+                const char *host, int abort_fd, comm_t **out, char *errmsg,
+                size_t errlen);
+/* Frees c and everything it holds. Not collective. */
+void comm_destroy(comm_t *c);
+/* Detail of the error that poisoned c, "" if none. */
+const char *comm_errmsg(const comm_t *c);
+
+/* The collectives; semantics as in include/loom/comm.h. */
+int comm_allreduce(comm_t *c, const void *send, void *recv, size_t count,
+                   loom_dtype dt, loom_op op);
+int comm_broadcast(comm_t *c, void *buf, size_t bytes, int root);
+int comm_allgather(comm_t *c, const void *send, void *recv, size_t bytes);
+int comm_reduce_scatter(comm_t *c, const void *send, void *recv,
+                        size_t count, loom_dtype dt, loom_op op);
+int comm_barrier(comm_t *c);
+
+/* ---- internal to src/comm ------------------------------------------- */
+
+/* Records the first error (its code and message) and poisons c: peers are
+ * told, and every later call returns the same code. Returns c->err. */
+int comm__fail(comm_t *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Starts a collective: 0, or the poisoning error. Arms the deadline. */
+int comm__begin(comm_t *c);
+uint64_t comm__now_ns(void);
+/* A scratch buffer of at least n bytes, valid until the next call. */
+void *comm__scratch(comm_t *c, size_t n);
+
+/* One step of a pipeline: an optional send to `to` and an optional receive
+ * from `from` (length 0: none). Sends run in stage order, one at a time;
+ * so do receives. The send of a stage with sdep >= 0 only sends bytes that
+ * the receive of stage sdep has delivered already (it forwards them, so
+ * slen <= that stage's rlen); a receive of stage k starts only once the
+ * sends of stages < k are complete, so it may overwrite what they read. */
+struct comm_stage {
+  int to;
+  const void *sbuf;
+  size_t slen;
+  int sdep;
+  int from;
+  size_t rlen;
+  struct comm_sink sink;
+  size_t sdone, rdone; /* the engine's progress; start at 0 */
+};
+/* Runs stages until all are complete, waiting with the engine's policy
+ * (spin, yield, sleep; liveness and abort checks; the deadline). */
+int comm__pipeline(comm_t *c, struct comm_stage *st, int n);
+
+/* Reduction kernels. dst = a op b elementwise over n elements; dst may be
+ * a (in place) but must not otherwise overlap a or b. */
+size_t comm_dtype_size(loom_dtype dt);
+void comm_reduce(loom_dtype dt, loom_op op, void *dst, const void *a,
+                 const void *b, size_t n);
+/* AVG's second half: dst[i] /= div. Integers divide truncating toward
+ * zero (C's /), so AVG of integers is the truncated mean of the sum. */
+void comm_scale(loom_dtype dt, void *dst, size_t n, int div);
+
+/* A sink that reduces what arrives into dst = a op piece at the same
+ * offset, then divides by div when div > 1 (AVG's last step). */
+struct comm_reduce_sink {
+  char *dst;
+  const char *a;
+  loom_dtype dt;
+  loom_op op;
+  int div;
+};
+void comm__reduce_piece(void *arg, const void *piece, size_t off, size_t n);
+
+/* Checks a reduction's arguments (c's message says what is wrong) and
+ * starts the collective. */
+int comm__check_reduce(comm_t *c, const void *send, const void *recv,
+                       size_t count, loom_dtype dt, loom_op op);
+
+/* Block b of count elements split n ways (first count % n blocks one
+ * larger): its first element and its length. */
+size_t comm__block_off(size_t count, int n, int b);
+size_t comm__block_len(size_t count, int n, int b);
+
+#endif

@@ -1,0 +1,439 @@
+/* shm.c: the shared-memory transport, for peers on the same host.
+ *
+ * All ranks of a host share one segment: a header, one slot per local rank
+ * (its doorbell and pid), and a ring buffer for every ordered pair of local
+ * ranks. A ring is single-producer single-consumer: the writer copies into
+ * it and advances head, the reader consumes (copying out or reducing
+ * straight from the ring) and advances tail. Every message starts 8-byte
+ * aligned in the ring, so the reader always sees whole elements.
+ *
+ * Waiting: each rank has one doorbell word in its slot. Whoever advances a
+ * ring that a peer may wait on increments the peer's doorbell and, if the
+ * peer sleeps, wakes it with a futex (FUTEX_WAIT on shared memory works
+ * across processes). A sleeper rereads the doorbell before it sleeps, so
+ * no wake-up is lost, and sleeps at most LOOM_COMM_CHECK_MS at a time.
+ *
+ * Lifetime: the lowest local rank creates the segment (shm_open, random
+ * name) and publishes its name through the store; the last rank to map it
+ * unlinks it, so nothing is left in /dev/shm even after a crash. A dead
+ * peer is noticed through a pidfd (or kill(pid, 0) where there is none)
+ * while a rank waits on it; any failure poisons the segment (code and
+ * message in the header) and rings every doorbell. */
+#include "comm/comm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <signal.h>
+
+#define SHM_MAGIC 0x316d68736d6f6f6cULL /* "loomshm1" */
+#define SHM_HDR_BYTES 512
+#define SHM_RING_CTL 4096 /* ring control block, keeps data page-aligned */
+
+enum { SLOT_EMPTY, SLOT_LIVE, SLOT_LEFT };
+
+struct shm_hdr {
+  uint64_t magic;
+  uint32_t nlocal;
+  uint32_t pad;
+  uint64_t ring_size; /* a power of two */
+  uint64_t total;     /* bytes of the segment */
+  _Atomic uint32_t mapped;
+  _Atomic int32_t poison; /* 0, or the LOOM_E* code that poisoned it */
+  int32_t poison_by;      /* the rank that poisoned it */
+  char poison_msg[256];
+};
+
+struct shm_slot {
+  _Alignas(64) _Atomic uint32_t bell;
+  _Atomic uint32_t sleeping;
+  _Atomic uint32_t state; /* SLOT_* */
+  int32_t rank;
+  char pad[48];
+};
+
+struct shm_ring {
+  _Alignas(64) _Atomic uint64_t head; /* bytes written, by the writer */
+  char pad1[56];
+  _Atomic uint64_t tail; /* bytes consumed, by the reader */
+  char pad2[56];
+};
+
+struct shm_link {
+  struct shm_dev *d;
+  int li;                /* the peer's local index */
+  struct shm_ring *out;  /* me -> peer */
+  struct shm_ring *in;   /* peer -> me */
+  char *out_data, *in_data;
+};
+
+struct shm_dev {
+  comm_t *c;
+  char name[64];
+  int unlinked;
+  char *base;
+  size_t size;
+  struct shm_hdr *hdr;
+  struct shm_slot *slots;
+  int nlocal, me;
+  int *ranks;  /* [nlocal] local index -> rank */
+  int *pidfd;  /* [nlocal] -1: none */
+  int *lidx;   /* [world] rank -> local index, -1 if not local */
+  struct shm_link *links; /* [nlocal] */
+  uint64_t mask, chunk;
+};
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val,
+                  const struct timespec *ts) {
+  return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
+}
+
+static void shm_ring_bell(struct shm_slot *s) {
+  atomic_fetch_add(&s->bell, 1);
+  if (atomic_load(&s->sleeping))
+    futex((_Atomic uint32_t *)&s->bell, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+uint32_t comm__shm_bell_token(comm_t *c) {
+  struct shm_dev *d = c->shm;
+  return atomic_load(&d->slots[d->me].bell);
+}
+
+void comm__shm_bell_sleep(comm_t *c, uint32_t token, int timeout_ms) {
+  struct shm_dev *d = c->shm;
+  struct shm_slot *s = &d->slots[d->me];
+  struct timespec ts = {timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+  atomic_store(&s->sleeping, 1);
+  if (atomic_load(&s->bell) == token)
+    futex(&s->bell, FUTEX_WAIT, token, &ts);
+  atomic_store(&s->sleeping, 0);
+}
+
+static size_t shm_layout(uint32_t nlocal, uint64_t ring, size_t *rings_at) {
+  size_t at = SHM_HDR_BYTES + (size_t)nlocal * sizeof(struct shm_slot);
+  at = (at + 4095) & ~(size_t)4095;
+  *rings_at = at;
+  return at + (size_t)nlocal * nlocal * (SHM_RING_CTL + ring);
+}
+
+static struct shm_ring *shm_ring_at(struct shm_dev *d, int from, int to) {
+  size_t rings_at;
+  shm_layout(d->hdr->nlocal, d->hdr->ring_size, &rings_at);
+  size_t i = (size_t)from * (size_t)d->nlocal + (size_t)to;
+  return (struct shm_ring *)(d->base + rings_at +
+                             i * (SHM_RING_CTL + d->hdr->ring_size));
+}
+
+static int shm_create(comm_t *c, struct shm_dev *d, int *fd_out) {
+  uint64_t ring = 4096;
+  while (ring * 2 <= (uint64_t)c->t.shm_ring) ring *= 2;
+  size_t rings_at, total = shm_layout((uint32_t)d->nlocal, ring, &rings_at);
+  unsigned char rnd[8];
+  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+    return comm__fail(c, LOOM_EIO, "rank %d: getrandom failed", c->rank);
+  snprintf(d->name, sizeof d->name, "/loom-comm-%d-%02x%02x%02x%02x%02x%02x",
+           (int)getpid(), rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
+  int fd = shm_open(d->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return comm__fail(c, LOOM_EIO, "rank %d: shm_open(%s): %s", c->rank,
+                      d->name, strerror(errno));
+  *fd_out = fd;
+  /* Reserve the memory now: a full /dev/shm then fails here, cleanly,
+   * instead of with SIGBUS in the middle of a collective. */
+  int err = ftruncate(fd, (off_t)total) < 0 ? errno
+                                            : posix_fallocate(fd, 0,
+                                                              (off_t)total);
+  if (err)
+    return comm__fail(c, LOOM_ERESOURCE,
+                      "rank %d: cannot reserve %zu bytes of shared memory "
+                      "(%s); lower LOOM_COMM_SHM_RING or grow /dev/shm",
+                      c->rank, total, strerror(err));
+  void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return comm__fail(c, LOOM_ENOMEM, "rank %d: mmap: %s", c->rank,
+                      strerror(errno));
+  d->base = p;
+  d->size = total;
+  d->hdr = p;
+  d->hdr->nlocal = (uint32_t)d->nlocal;
+  d->hdr->ring_size = ring;
+  d->hdr->total = total;
+  atomic_store(&d->hdr->magic, SHM_MAGIC); /* fresh pages are zero */
+  char key[LOOM_KV_MAX_KEY + 1];
+  snprintf(key, sizeof key, "%s/shm/%d", c->prefix, c->rank);
+  int rc = c->store->ops->set(c->store, key, d->name, strlen(d->name));
+  if (rc < 0)
+    return comm__fail(c, rc, "rank %d: cannot publish the shm segment",
+                      c->rank);
+  return 0;
+}
+
+static int shm_open_peer(comm_t *c, struct shm_dev *d, int *fd_out) {
+  int leader = d->ranks[0];
+  char key[LOOM_KV_MAX_KEY + 1];
+  snprintf(key, sizeof key, "%s/shm/%d", c->prefix, leader);
+  void *val = NULL;
+  size_t len = 0;
+  int rc = c->store->ops->get(c->store, key, (int)c->t.timeout_ms, &val,
+                              &len);
+  if (rc < 0)
+    return comm__fail(c, rc, "rank %d: no shared memory segment from rank %d "
+                             "(its host peer): %s",
+                      c->rank, leader, loom_strerror(rc));
+  if (len == 0 || len >= sizeof d->name || ((char *)val)[0] != '/' ||
+      memchr(val, '/', len) != val || memchr(val + 1, '/', len - 1)) {
+    free(val);
+    return comm__fail(c, LOOM_EPROTO, "rank %d: bad shm segment name",
+                      c->rank);
+  }
+  memcpy(d->name, val, len);
+  d->name[len] = 0;
+  free(val);
+  int fd = shm_open(d->name, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0)
+    return comm__fail(c, LOOM_EPEER, "rank %d: shm_open(%s): %s", c->rank,
+                      d->name, strerror(errno));
+  *fd_out = fd;
+  struct stat st;
+  if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(struct shm_hdr))
+    return comm__fail(c, LOOM_EPROTO, "rank %d: shm segment too small",
+                      c->rank);
+  size_t total = (size_t)st.st_size;
+  void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return comm__fail(c, LOOM_ENOMEM, "rank %d: mmap: %s", c->rank,
+                      strerror(errno));
+  d->base = p;
+  d->size = total;
+  d->hdr = p;
+  size_t rings_at;
+  uint64_t ring = d->hdr->ring_size;
+  if (d->hdr->magic != SHM_MAGIC || d->hdr->nlocal != (uint32_t)d->nlocal ||
+      ring < 4096 || (ring & (ring - 1)) || ring > (1ull << 32) ||
+      shm_layout(d->hdr->nlocal, ring, &rings_at) != total)
+    return comm__fail(c, LOOM_EPROTO,
+                      "rank %d: shm segment %s does not match this "
+                      "communicator",
+                      c->rank, d->name);
+  return 0;
+}
+
+static int shm_setup(comm_t *c, const int *peers, int n) {
+  struct shm_dev *d = calloc(1, sizeof *d);
+  if (!d) return comm__fail(c, LOOM_ENOMEM, "out of memory");
+  c->shm = d;
+  d->c = c;
+  d->nlocal = n + 1;
+  d->ranks = calloc((size_t)d->nlocal, sizeof *d->ranks);
+  d->pidfd = calloc((size_t)d->nlocal, sizeof *d->pidfd);
+  d->lidx = calloc((size_t)c->world, sizeof *d->lidx);
+  d->links = calloc((size_t)d->nlocal, sizeof *d->links);
+  if (!d->ranks || !d->pidfd || !d->lidx || !d->links)
+    return comm__fail(c, LOOM_ENOMEM, "out of memory");
+  /* Local indices in rank order; peers[] is sorted by the caller. */
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (k == i && peers[i] > c->rank) d->ranks[k++] = c->rank;
+    d->ranks[k++] = peers[i];
+  }
+  if (k == n) d->ranks[k++] = c->rank;
+  for (int i = 0; i < c->world; i++) d->lidx[i] = -1;
+  for (int i = 0; i < d->nlocal; i++) {
+    d->lidx[d->ranks[i]] = i;
+    d->pidfd[i] = -1;
+    if (d->ranks[i] == c->rank) d->me = i;
+  }
+  int fd = -1, rc;
+  rc = d->me == 0 ? shm_create(c, d, &fd) : shm_open_peer(c, d, &fd);
+  if (fd >= 0) close(fd);
+  if (rc < 0) return rc;
+  d->slots = (struct shm_slot *)(d->base + SHM_HDR_BYTES);
+  d->mask = d->hdr->ring_size - 1;
+  d->chunk = (uint64_t)c->t.shm_chunk;
+  d->slots[d->me].rank = c->rank;
+  atomic_store(&d->slots[d->me].state, SLOT_LIVE);
+  if (atomic_fetch_add(&d->hdr->mapped, 1) + 1 == (uint32_t)d->nlocal) {
+    shm_unlink(d->name);
+    d->unlinked = 1;
+  }
+  for (int i = 0; i < d->nlocal; i++) {
+    if (i == d->me) continue;
+    struct shm_link *lk = &d->links[i];
+    lk->d = d;
+    lk->li = i;
+    lk->out = shm_ring_at(d, d->me, i);
+    lk->in = shm_ring_at(d, i, d->me);
+    lk->out_data = (char *)lk->out + SHM_RING_CTL;
+    lk->in_data = (char *)lk->in + SHM_RING_CTL;
+    int r = d->ranks[i];
+    c->pairs[r].tp = &comm__shm_transport;
+    c->pairs[r].peer = r;
+    c->pairs[r].impl = lk;
+#ifdef SYS_pidfd_open
+    if (c->pids[r] > 0)
+      d->pidfd[i] = (int)syscall(SYS_pidfd_open, (pid_t)c->pids[r], 0);
+#endif
+  }
+  return 0;
+}
+
+static void shm_teardown(comm_t *c) {
+  struct shm_dev *d = c->shm;
+  if (!d) return;
+  if (d->base) {
+    if (d->slots) atomic_store(&d->slots[d->me].state, SLOT_LEFT);
+    /* A peer that never mapped it: nobody else will unlink it. */
+    if (!d->unlinked && d->name[0]) shm_unlink(d->name);
+    munmap(d->base, d->size);
+  } else if (d->me == 0 && d->name[0]) {
+    shm_unlink(d->name);
+  }
+  for (int i = 0; d->pidfd && i < d->nlocal; i++)
+    if (d->pidfd[i] >= 0) close(d->pidfd[i]);
+  free(d->ranks);
+  free(d->pidfd);
+  free(d->lidx);
+  free(d->links);
+  free(d);
+  c->shm = NULL;
+}
+
+static int shm_send(comm_pair *p, const void *buf, size_t len, size_t upto,
+                    size_t *done) {
+  struct shm_link *lk = p->impl;
+  struct shm_dev *d = lk->d;
+  uint64_t size = d->mask + 1;
+  uint64_t head = atomic_load_explicit(&lk->out->head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&lk->out->tail, memory_order_acquire);
+  uint64_t space = size - (head - tail), pos = head & d->mask;
+  uint64_t n = upto - *done;
+  if (n > space) n = space;
+  if (n > size - pos) n = size - pos;
+  if (n > d->chunk) n = d->chunk;
+  int last = *done + n == len;
+  if (!last) n &= ~(uint64_t)7;
+  if (n == 0) return 0;
+  memcpy(lk->out_data + pos, (const char *)buf + *done, n);
+  *done += n;
+  atomic_store_explicit(&lk->out->head, head + (last ? (n + 7) & ~7ull : n),
+                        memory_order_release);
+  shm_ring_bell(&d->slots[lk->li]);
+  return 0;
+}
+
+static int shm_recv(comm_pair *p, size_t len, size_t *done,
+                    const struct comm_sink *sink) {
+  struct shm_link *lk = p->impl;
+  struct shm_dev *d = lk->d;
+  uint64_t size = d->mask + 1;
+  uint64_t tail = atomic_load_explicit(&lk->in->tail, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&lk->in->head, memory_order_acquire);
+  uint64_t avail = head - tail, pos = tail & d->mask;
+  if (avail > size)
+    return comm__fail(d->c, LOOM_EPROTO, "rank %d: corrupt shm ring from "
+                                         "rank %d",
+                      d->c->rank, p->peer);
+  uint64_t n = len - *done;
+  if (n > avail) n = avail;
+  if (n > size - pos) n = size - pos;
+  if (n > d->chunk) n = d->chunk;
+  int last = *done + n == len;
+  if (!last) n &= ~(uint64_t)7;
+  if (n == 0) return 0;
+  const char *src = lk->in_data + pos;
+  if (sink->direct) memcpy((char *)sink->direct + *done, src, n);
+  else sink->fn(sink->arg, src, *done, n);
+  *done += n;
+  atomic_store_explicit(&lk->in->tail, tail + (last ? (n + 7) & ~7ull : n),
+                        memory_order_release);
+  shm_ring_bell(&d->slots[lk->li]);
+  return 0;
+}
+
+static void shm_want(comm_pair *p, int dir, struct comm_waitset *ws) {
+  (void)dir;
+  ws->bell = 1;
+  if (ws->npeers < (int)(sizeof ws->peers / sizeof ws->peers[0]))
+    ws->peers[ws->npeers++] = p->peer;
+}
+
+/* Whether process pid has ended (zombies included). */
+static int shm_pid_dead(int pidfd, int pid) {
+  if (pidfd >= 0) {
+    struct pollfd pf = {.fd = pidfd, .events = POLLIN};
+    return poll(&pf, 1, 0) > 0;
+  }
+  if (pid <= 0) return 0;
+  if (kill(pid, 0) < 0 && errno == ESRCH) return 1;
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t r = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (r <= 0) return 0;
+  buf[r] = 0;
+  const char *e = strrchr(buf, ')');
+  return e && e[1] == ' ' && (e[2] == 'Z' || e[2] == 'X');
+}
+
+static int shm_check(comm_t *c, int full, const struct comm_waitset *ws) {
+  struct shm_dev *d = c->shm;
+  int code = atomic_load_explicit(&d->hdr->poison, memory_order_acquire);
+  if (code < 0 && !c->err)
+    return comm__fail(c, code, "%.200s (reported by rank %d)",
+                      d->hdr->poison_msg, d->hdr->poison_by);
+  if (!full) return 0;
+  for (int i = 0; i < ws->npeers; i++) {
+    int r = ws->peers[i], li = r >= 0 && r < c->world ? d->lidx[r] : -1;
+    if (li < 0) continue;
+    uint32_t st = atomic_load(&d->slots[li].state);
+    if (st == SLOT_LEFT)
+      return comm__fail(c, LOOM_EPEER,
+                        "rank %d left the communicator while rank %d "
+                        "waited for it",
+                        r, c->rank);
+    if (shm_pid_dead(d->pidfd[li], c->pids[r]))
+      return comm__fail(c, LOOM_EPEER, "rank %d (pid %d, on this host) died",
+                        r, c->pids[r]);
+  }
+  return 0;
+}
+
+static void shm_poison(comm_t *c) {
+  struct shm_dev *d = c->shm;
+  if (!d || !d->slots) return;
+  int32_t zero = 0;
+  /* The message goes in before the code that makes it visible; a second
+   * failing rank leaves the first one's story alone. */
+  if (atomic_load(&d->hdr->poison) == 0) {
+    snprintf(d->hdr->poison_msg, sizeof d->hdr->poison_msg, "%s",
+             c->errmsg);
+    d->hdr->poison_by = c->rank;
+    atomic_compare_exchange_strong(&d->hdr->poison, &zero, c->err);
+  }
+  for (int i = 0; i < d->nlocal; i++)
+    if (i != d->me) shm_ring_bell(&d->slots[i]);
+}
+
+const struct comm_transport comm__shm_transport = {
+    .name = "shm",
+    .setup = shm_setup,
+    .teardown = shm_teardown,
+    .send = shm_send,
+    .recv = shm_recv,
+    .want = shm_want,
+    .check = shm_check,
+    .poison = shm_poison,
+};
