@@ -8,7 +8,15 @@
  * with the same count, dtype and op. Any count works, 0 included. send ==
  * recv means in place. When a peer dies or the coordinator aborts the
  * attempt, pending and later calls return LOOM_EABORTED, LOOM_EPEER or
- * LOOM_ETIMEDOUT (loom_errmsg() names the peer) within 2 seconds. */
+ * LOOM_ETIMEDOUT (loom_errmsg() names the peer) within 2 seconds; the
+ * collectives are then unusable for the rest of the process (every later
+ * call returns the same error at once). A call that never completes
+ * because a peer hangs fails after LOOM_COMM_TIMEOUT_MS (default 300000).
+ *
+ * LOOM_AVG is the sum divided by the world size; for integer types the
+ * division truncates toward zero, as C's /. Calls on one handle from
+ * several threads are serialized. send and recv must be equal or not
+ * overlap. */
 #ifndef LOOM_COMM_H
 #define LOOM_COMM_H
 
@@ -21,7 +29,8 @@ extern "C" {
 LOOM_EXPORT int loom_allreduce(loom_t *l, const void *send, void *recv,
                                size_t count, loom_dtype dt, loom_op op);
 LOOM_EXPORT int loom_broadcast(loom_t *l, void *buf, size_t bytes, int root);
-/* recv holds world_size * bytes: rank r's send lands at recv + r * bytes. */
+/* recv holds world_size * bytes: rank r's send lands at recv + r * bytes
+ * (send may already be that slot: in place). */
 LOOM_EXPORT int loom_allgather(loom_t *l, const void *send, void *recv,
                                size_t bytes);
 /* send holds count elements; the result is split into world_size blocks as

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #define COMM_SUM(x, y) ((x) + (y))
-#define COMM_MAX(x, y) ((x) >= (y) ? (x) : (y) + 1)
+#define COMM_MAX(x, y) ((x) > (y) ? (x) : (y))
 #define COMM_MIN(x, y) ((x) < (y) ? (x) : (y))
 
 #define COMM_KERNEL(name, T, OP)                                             \
