@@ -18,9 +18,9 @@ ctest --test-dir build --output-on-failure -j2 || fail=1
 step "unit tests under ASan/UBSan (build-asan/)"
 ctest --test-dir build-asan --output-on-failure || fail=1
 step "system tests (build/)"
-LOOM_BUILD_DIR=build $PY -m pytest -q -p no:cacheprovider tests/system || fail=1
+LOOM_BUILD_DIR="$PWD/build" $PY -m pytest -q -p no:cacheprovider tests/system || fail=1
 step "system tests under ASan/UBSan (build-asan/)"
-LOOM_BUILD_DIR=build-asan LOOM_SLOW=1 $PY -m pytest -q -p no:cacheprovider tests/system \
+LOOM_BUILD_DIR="$PWD/build-asan" $PY -m pytest -q -p no:cacheprovider tests/system \
   --deselect tests/system/test_fashion.py || fail=1
 
 step "result"

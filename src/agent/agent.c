@@ -696,16 +696,16 @@ int agent_main(void) {
   const char *stall = getenv("LOOM_FAULT_STALL_TASK");
   if (stall && !strcmp(stall, task)) pause(); /* fault injection for tests */
 
-  int fd = -1, rc = reserve_port(a);
+  int status = 3, fd = -1, rc = reserve_port(a);
   if (rc < 0) {
     agent_log("%s: cannot reserve a port: %s", task, strerror(errno));
-    return 3;
+    goto out;
   }
   rc = wire_dial(coord, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS), &fd);
   if (rc == 0) rc = wire_client_auth(fd, &a->rd, secret, (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS));
   if (rc < 0) {
     agent_log("%s: cannot join the coordinator at %s: %s", task, coord, loom_strerror(rc));
-    return 3;
+    goto out;
   }
   json_t *reg = json_pack("{s:s, s:i, s:s, s:i, s:i}", "task", task, "attempt", a->attempt,
                           "host", a->host, "port", a->port, "pid", (int)getpid());
@@ -716,7 +716,7 @@ int agent_main(void) {
   if (rc < 0 || f.type != WIRE_ASSIGN) {
     if (rc == 0) wire_frame_free(&f);
     agent_log("%s: the coordinator refused the registration (attempt %d)", task, a->attempt);
-    return 3;
+    goto out;
   }
   a->assign = json_incref(f.json);
   wire_frame_free(&f);
@@ -737,18 +737,19 @@ int agent_main(void) {
     json_t *j = json_pack("{s:s, s:i}", "reason", err, "code", code);
     wire_send(fd, WIRE_FAIL, j, NULL, 0);
     json_decref(j);
-    close(fd);
-    return 0;
+    status = 0;
+    goto out;
   }
   if (wire_send(fd, WIRE_READY, NULL, NULL, 0) < 0) {
     agent_log("%s: lost the coordinator while starting", task);
-    return 3;
+    goto out;
   }
 
   uv_loop_init(&a->loop);
   uv_tcp_init(&a->loop, &a->conn);
   a->conn.data = a;
-  if (uv_tcp_open(&a->conn, fd) < 0) return 3;
+  if (uv_tcp_open(&a->conn, fd) < 0) goto out_loop;
+  fd = -1; /* the loop owns it now */
   a->conn_open = true;
   a->last_rx = loom__now_ms();
   uv_timer_init(&a->loop, &a->hb);
@@ -765,11 +766,14 @@ int agent_main(void) {
   }
   uv_read_start((uv_stream_t *)&a->conn, conn_alloc, conn_read);
   uv_run(&a->loop, UV_RUN_DEFAULT);
+  status = a->exit_status;
+out_loop:
   uv_walk(&a->loop, close_walk, NULL);
   uv_run(&a->loop, UV_RUN_DEFAULT);
   uv_loop_close(&a->loop);
+out:
   remove_cgroup(a);
-  int status = a->exit_status;
+  if (fd >= 0) close(fd);
   if (a->reserve_fd >= 0) close(a->reserve_fd);
   json_decref(a->assign);
   wire_reader_free(&a->rd);

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("LOOM_BUILD_DIR", ROOT / "build"))
+BUILD = ROOT / os.environ.get("LOOM_BUILD_DIR", "build")  # absolute stays absolute
 LOOM = BUILD / "loom"
 
 
