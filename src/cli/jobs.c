@@ -51,12 +51,12 @@ int jobs_create(const spec_job *s, char *id, char *dir, char *secret, char *err,
   }
   char p[PATH_MAX + 32];
   snprintf(p, sizeof p, "%s/secret", dir);
-  int rc = loom__write_atomic(p, secret, strlen(secret), 0600);
+  int rc = loom__write_atomic(p, secret, strlen(secret), 0600, false);
   json_t *j = spec_to_json(s);
   char *txt = json_dumps(j, JSON_INDENT(2));
   json_decref(j);
   snprintf(p, sizeof p, "%s/spec.yaml", dir);
-  if (rc == 0) rc = txt ? loom__write_atomic(p, txt, strlen(txt), 0644) : LOOM_ENOMEM;
+  if (rc == 0) rc = txt ? loom__write_atomic(p, txt, strlen(txt), 0644, false) : LOOM_ENOMEM;
   free(txt);
   if (rc < 0) snprintf(err, errlen, "cannot write the job directory %s: %s", dir, strerror(errno));
   return rc;

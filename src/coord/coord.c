@@ -246,7 +246,7 @@ static void state_write(coord *co) {
   json_decref(j);
   if (!s) return;
   char *path = loom__asprintf("%s/state.json", co->o->job_dir);
-  if (path && loom__write_atomic(path, s, strlen(s), 0644) < 0)
+  if (path && loom__write_atomic(path, s, strlen(s), 0644, co->jstate == J_DONE) < 0)
     loom__log(LOOM_LOG_WARN, "coord", "cannot write %s: %s", path, strerror(errno));
   free(path);
   free(s);
@@ -267,15 +267,46 @@ static void task_set(coord *co, task *t, int st) {
 static bool terminal(const task *t) { return t->state >= T_SUCCEEDED; }
 
 /* ---- connections ---------------------------------------------------------- */
+/* A frame encoded once and written to many connections. */
+typedef struct {
+  int refs;
+  size_t len;
+  unsigned char *buf;
+} shared_frame;
+
 typedef struct {
   uv_write_t req;
   unsigned char *buf;
+  shared_frame *shared;
 } wreq;
+
+static void shared_put(shared_frame *sf) {
+  if (sf && --sf->refs == 0) {
+    free(sf->buf);
+    free(sf);
+  }
+}
 
 static void wrote(uv_write_t *req, int status) {
   wreq *w = (wreq *)req;
   free(w->buf);
+  shared_put(w->shared);
   free(w);
+}
+
+static int conn_send_shared(conn *c, shared_frame *sf) {
+  if (!c || c->closing) return LOOM_ECONN;
+  wreq *w = calloc(1, sizeof *w);
+  if (!w) return LOOM_ENOMEM;
+  w->shared = sf;
+  sf->refs++;
+  uv_buf_t b = uv_buf_init((char *)sf->buf, (unsigned)sf->len);
+  if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, wrote) < 0) {
+    shared_put(sf);
+    free(w);
+    return LOOM_ECONN;
+  }
+  return 0;
 }
 
 static int conn_send(conn *c, uint16_t type, json_t *json, const void *blob, size_t len) {
@@ -581,16 +612,23 @@ static void send_cluster(coord *co) {
   json_t *blob = json_pack("{s:o, s:o}", "cluster", cl, "tf_cluster", tf);
   char *bs = json_dumps(blob, JSON_COMPACT);
   json_decref(blob);
-  for (int i = 0; i < co->ntasks; i++) {
-    task *t = &co->tasks[i];
-    json_t *j = json_object();
-    if (master) {
-      json_object_set_new(j, "master_addr", json_string(master->host));
-      json_object_set_new(j, "master_port", json_integer(master->port));
-    }
-    conn_send(t->agent, WIRE_CLUSTER, j, bs, bs ? strlen(bs) : 0);
+  json_t *j = json_object();
+  if (master) {
+    json_object_set_new(j, "master_addr", json_string(master->host));
+    json_object_set_new(j, "master_port", json_integer(master->port));
   }
+  shared_frame *sf = calloc(1, sizeof *sf);
+  int rc = sf && bs ? wire_encode(WIRE_CLUSTER, j, bs, strlen(bs), &sf->buf, &sf->len) : LOOM_ENOMEM;
+  json_decref(j);
   free(bs);
+  if (rc < 0) {
+    free(sf);
+    attempt_fail(co, NULL, "out of memory while sending the cluster spec");
+    return;
+  }
+  sf->refs = 1;
+  for (int i = 0; i < co->ntasks; i++) conn_send_shared(co->tasks[i].agent, sf);
+  shared_put(sf);
 }
 
 static void ring_push(task *t, const char *line, size_t n) {
@@ -1169,7 +1207,9 @@ static void agent_exited(void *arg, int id, int64_t status, int sig) {
   coord *co = arg;
   task *t = &co->tasks[id];
   t->agent_running = false;
-  if (!terminal(t)) {
+  /* libuv may reap an agent before we have read what it wrote last (its
+   * EXIT): while its connection is open, its end of file decides. */
+  if (!terminal(t) && !t->agent) {
     if (co->jstate == J_STOPPING) {
       task_set(co, t, T_STOPPED);
       t->t_end = loom__wall();
@@ -1319,7 +1359,7 @@ int coord_run(const coord_opts *o) {
   char *cs = json_dumps(cj, JSON_COMPACT);
   json_decref(cj);
   p = loom__asprintf("%s/coord.json", o->job_dir);
-  if (cs && p) loom__write_atomic(p, cs, strlen(cs), 0644);
+  if (cs && p) loom__write_atomic(p, cs, strlen(cs), 0644, false);
   free(cs);
   free(p);
 

@@ -58,9 +58,12 @@ void loom__buf_free(loom__buf *b);
 
 /* ---- files ------------------------------------------------------------ */
 int loom__mkdir_p(const char *path, int mode);
-/* Writes data to path atomically: temp file, fsync, rename, fsync dir. */
+/* Writes data to path atomically: temp file, rename. With durable, also
+ * fsync the file before the rename and the directory after it, so the new
+ * content survives a machine crash; without, readers still never see a
+ * partial file. */
 int loom__write_atomic(const char *path, const void *data, size_t len,
-                       int mode);
+                       int mode, bool durable);
 /* Reads a whole file (at most max bytes) into a malloc'ed NUL-terminated
  * buffer the caller frees. */
 int loom__read_file(const char *path, size_t max, char **out, size_t *len);

@@ -254,7 +254,7 @@ int loom__mkdir_p(const char *path, int mode) {
 }
 
 int loom__write_atomic(const char *path, const void *data, size_t len,
-                       int mode) {
+                       int mode, bool durable) {
   char tmp[PATH_MAX];
   if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >=
       sizeof tmp)
@@ -274,7 +274,7 @@ int loom__write_atomic(const char *path, const void *data, size_t len,
     p += w;
     left -= (size_t)w;
   }
-  if (fsync(fd) < 0 || close(fd) < 0) {
+  if ((durable && fsync(fd) < 0) || close(fd) < 0) {
     unlink(tmp);
     return LOOM_EIO;
   }
@@ -282,6 +282,7 @@ int loom__write_atomic(const char *path, const void *data, size_t len,
     unlink(tmp);
     return LOOM_EIO;
   }
+  if (!durable) return 0;
   char dir[PATH_MAX];
   loom__strlcpy(dir, path, sizeof dir);
   int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
