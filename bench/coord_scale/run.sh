@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# bench/coord_scale/run.sh: the coordinator's rendezvous at scale: N tasks
+# (default 1000) register and get the cluster spec, the agents simulated by
+# one process (bench_coord_scale, see coord_scale.c) against a real
+# coordinator started by `loom submit --backend external`. One parsable
+# line a figure, each the median over BENCH_REPS jobs (default 5):
+#
+#   name=coord_scale n=N bytes=0 median_s=<first connect -> last CLUSTER> ...
+#   name=coord_auth n=N bytes=0 median_s=<first connect -> last AUTH_OK> ...
+#   name=coord_startup n=N bytes=0 median_s=<loom submit -> rendezvous open>
+#
+# The goal: coord_scale under 1 second for N=1000 on a 2-core machine.
+# Needs the build (build/, or LOOM_BUILD_DIR).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${LOOM_BUILD_DIR:-$ROOT/build}
+LOOM=$BUILD/loom
+PROG=$BUILD/bench/coord_scale/bench_coord_scale
+REPS=${BENCH_REPS:-5}
+N=${BENCH_N:-1000}
+for f in "$LOOM" "$PROG"; do
+  if [ ! -x "$f" ]; then
+    echo "bench/coord_scale: $f not found: build first (cmake -S $ROOT -B $BUILD && cmake --build $BUILD)" >&2
+    exit 2
+  fi
+done
+if [ "${EPOCHREALTIME:-}" = "" ]; then
+  echo "bench/coord_scale: needs bash >= 5 (EPOCHREALTIME)" >&2
+  exit 2
+fi
+
+TMP=$(mktemp -d)
+COORD_PID=
+cleanup() {
+  # A coordinator left by a failed run: ask it to stop, then make sure.
+  if [ -n "$COORD_PID" ] && kill -0 "$COORD_PID" 2>/dev/null; then
+    "$LOOM" kill "$JOB" >/dev/null 2>&1 || true
+    for _ in $(seq 50); do kill -0 "$COORD_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$COORD_PID" 2>/dev/null || true
+  fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+export LOOM_HOME=$TMP/home
+unset LOOM_JOB_ID LOOM_JOB_DIR LOOM_COORD LOOM_SECRET LOOM_TASK LOOM_RANK LOOM_WORLD_SIZE
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+spec=$TMP/coord-scale.yaml
+printf 'name: coord-scale\nroles: {worker: {instances: %d, command: ["true"]}}\n' "$N" >"$spec"
+
+# median of the numbers on stdin
+median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+# the value of key in a line of key=value words
+val() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"; }
+
+lines=()
+starts=()
+for _ in $(seq "$REPS"); do
+  t0=$EPOCHREALTIME
+  JOB=$("$LOOM" submit "$spec" --backend external)
+  t1=$EPOCHREALTIME
+  COORD_PID=$(sed -n 's/.*"pid": *\([0-9]*\).*/\1/p' "$LOOM_HOME/jobs/$JOB/coord.json")
+  if ! line=$("$PROG" "$LOOM_HOME/jobs/$JOB" "$N"); then
+    echo "bench/coord_scale: the run failed; the coordinator's log and last events:" >&2
+    tail -20 "$LOOM_HOME/jobs/$JOB/coordinator.log" >&2 || true
+    tail -5 "$LOOM_HOME/jobs/$JOB/events.jsonl" >&2 || true
+    exit 1
+  fi
+  COORD_PID=
+  lines+=("$line")
+  starts+=("$(awk -v a="$t0" -v b="$t1" -v w="$(val coord_ready_wait_s "$line")" \
+    'BEGIN {printf "%.6f", b - a + w}')")
+done
+
+# The median of one key over all runs.
+med() { for l in "${lines[@]}"; do val "$1" "$l"; done | median; }
+
+echo "name=coord_scale n=$N bytes=0 median_s=$(med median_s)" \
+  "last_auth_s=$(med rdv_last_auth_s) last_assign_s=$(med rdv_last_assign_s)" \
+  "cluster_spread_ms=$(med cluster_spread_ms) connect_p50_ms=$(med rdv_connect_p50_ms)" \
+  "auth_p50_ms=$(med rdv_auth_p50_ms) coord_exit_s=$(med coord_exit_s)" \
+  "coord_peak_rss_mib=$(med coord_peak_rss_mib) goal_s=1.0 runs=$REPS"
+echo "name=coord_auth n=$N bytes=0 median_s=$(med auth_all_s)" \
+  "connect_p50_ms=$(med auth_connect_p50_ms) connect_p99_ms=$(med auth_connect_p99_ms)" \
+  "auth_p50_ms=$(med auth_p50_ms) auth_p99_ms=$(med auth_p99_ms) runs=$REPS"
+echo "name=coord_startup n=$N bytes=0 median_s=$(printf '%s\n' "${starts[@]}" | median) runs=$REPS"
+if [ -n "${BENCH_VERBOSE:-}" ]; then printf '%s\n' "${lines[@]}"; fi
