@@ -353,11 +353,11 @@ static void build_env(agent *a, envv *e, int local, const json_t *cl, const char
   env_setf(e, "LOOM_LOCAL_RANK", "%d", local);
   env_setf(e, "LOCAL_RANK", "%d", local);
   env_setf(e, "LOCAL_WORLD_SIZE", "%d", procs);
+  int world = (int)json_integer_value(json_object_get(as, "world_size"));
+  env_setf(e, "LOOM_WORLD_SIZE", "%d", world); /* every role: ps shards count workers */
   if (json_is_true(json_object_get(as, "training"))) {
     int rank = (int)json_integer_value(json_object_get(as, "rank_base")) + local;
-    int world = (int)json_integer_value(json_object_get(as, "world_size"));
     env_setf(e, "LOOM_RANK", "%d", rank);
-    env_setf(e, "LOOM_WORLD_SIZE", "%d", world);
     env_setf(e, "RANK", "%d", rank);
     env_setf(e, "WORLD_SIZE", "%d", world);
     env_setf(e, "GROUP_RANK", "%d", (int)json_integer_value(json_object_get(as, "rank_base")) / (procs ? procs : 1));

@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "cli/jobs.h"
 #include "coord/coord.h"
+#include "ps/server.h"
 #include "wire/wire.h"
 
 #include <errno.h>
@@ -53,6 +54,9 @@ static const struct verb {
      "the grace period) and waits until it has.\n"},
     {"check", "[--backend B]", "is this machine ready to run jobs",
      "Checks the job directory, the backend and the loopback network.\n"},
+    {"ps", "[--help]", "the built-in parameter server, as a ps role's command",
+     "Serves this task's shard of the job's variables until the job ends. Use it\n"
+     "as the command of the ps role: `ps: {instances: 2, command: loom ps}`.\n"},
     {"agent", "", "internal: a task's agent, started by backends", ""},
     {"coordinator", "JOBDIR", "internal: a job's coordinator, started by submit", ""},
 };
@@ -566,6 +570,7 @@ int main(int argc, char **argv) {
   if (!strcmp(v, "kill")) return cmd_kill(argc, argv);
   if (!strcmp(v, "check")) return cmd_check(argc, argv);
   if (!strcmp(v, "agent")) return agent_main();
+  if (!strcmp(v, "ps")) return loom__ps_main(argc - 1, argv + 1);
   if (!strcmp(v, "coordinator")) return cmd_coordinator(argc, argv);
   fprintf(stderr, "loom: unknown verb '%s'\n\n", v);
   usage(stderr);

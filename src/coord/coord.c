@@ -10,6 +10,7 @@
  * Task state lives here and is mirrored to state.json and events.jsonl. */
 #include "coord/coord.h"
 #include "backend/backend.h"
+#include "feed/dispatch.h"
 #include "wire/wire.h"
 
 #include <errno.h>
@@ -114,6 +115,7 @@ struct coord {
   double t_start, t_attempt;
   bool state_dirty, status_shown;
   char **env_base;
+  feed_dispatch *feed;
 };
 
 static void attempt_start(coord *co);
@@ -239,6 +241,7 @@ static void state_write(coord *co) {
     json_object_set_new(rc, "message", json_string(co->root_msg));
     json_object_set_new(j, "root_cause", rc);
   }
+  if (co->feed) json_object_set_new(j, "feed", feed_dispatch_status(co->feed));
   json_t *ts = json_array();
   for (int i = 0; i < co->ntasks; i++) json_array_append_new(ts, task_json(&co->tasks[i]));
   json_object_set_new(j, "tasks", ts);
@@ -255,6 +258,7 @@ static void state_write(coord *co) {
 
 static void flush_tick(uv_timer_t *tm) {
   coord *co = tm->data;
+  if (co->feed) feed_dispatch_tick(co->feed, loom__now_ms());
   if (co->state_dirty) state_write(co);
   if (co->o->status_line) status_draw(co);
 }
@@ -262,6 +266,7 @@ static void flush_tick(uv_timer_t *tm) {
 static void task_set(coord *co, task *t, int st) {
   t->state = st;
   co->state_dirty = true;
+  if (co->feed && st >= T_SUCCEEDED) feed_dispatch_task_gone(co->feed, t->name);
 }
 
 static bool terminal(const task *t) { return t->state >= T_SUCCEEDED; }
@@ -352,6 +357,7 @@ static void conn_close(conn *c) {
   else co->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   kv_drop_waiters(co, c);
+  if (co->feed && c->kind == C_CLIENT) feed_dispatch_conn_gone(co->feed, c);
   task *t = c->task;
   if (c->kind == C_AGENT && t && t->agent == c) {
     t->agent = NULL;
@@ -407,6 +413,11 @@ static void reply(conn *c, json_int_t id, int rc, json_t *extra, const void *blo
     json_decref(extra);
   }
   conn_send(c, WIRE_REPLY, j, blob, len);
+}
+
+static void feed_reply(void *c, json_int_t id, int rc, json_t *extra, const void *blob,
+                       size_t len) {
+  reply((conn *)c, id, rc, extra, blob, len);
 }
 
 static void waiter_closed(uv_handle_t *h) {
@@ -476,6 +487,15 @@ static const char *kv_key(wire_frame *f) {
 
 static int on_client(coord *co, conn *c, wire_frame *f) {
   json_int_t id = json_integer_value(json_object_get(f->json, "id"));
+  if (f->type >= WIRE_FEED_FIRST && f->type <= WIRE_FEED_LAST) {
+    if (!co->feed) {
+      reply(c, id, LOOM_ENOTSUP, json_pack("{s:s}", "msg", "the job's spec has no feed: section"),
+            NULL, 0);
+      return 0;
+    }
+    if (!c->task) return LOOM_EPROTO;
+    return feed_dispatch_frame(co->feed, c, c->task->name, f);
+  }
   switch (f->type) {
   case WIRE_KV_SET: {
     const char *k = kv_key(f);
@@ -1075,6 +1095,7 @@ static void attempt_start(coord *co) {
   co->root_msg[0] = 0;
   co->t_attempt = loom__wall();
   kv_clear(co);
+  if (co->feed) feed_dispatch_new_attempt(co->feed);
   event(co, NULL, "attempt_started", json_pack("{s:i}", "tasks", co->ntasks));
   char *argv[] = {(char *)co->o->self_exe, "agent", NULL};
   for (int i = 0; i < co->ntasks; i++) {
@@ -1326,6 +1347,18 @@ int coord_run(const coord_opts *o) {
     fprintf(stderr, "loom: cannot write the job directory %s: %s\n", o->job_dir, strerror(errno));
     goto out_loop;
   }
+  if (co->s->feed) {
+    char err[1024], sdir[4096];
+    loom__strlcpy(sdir, co->s->path, sizeof sdir);
+    char *slash = strrchr(sdir, '/');
+    if (slash) *slash = 0;
+    if (feed_dispatch_create(co->s->feed, o->job_dir, sdir, feed_reply, &co->feed, err,
+                             sizeof err) < 0) {
+      fprintf(stderr, "loom: %s: %s\n", co->s->path, err);
+      status = EXIT_USAGE;
+      goto out_loop;
+    }
+  }
   const char *bname = o->backend ? o->backend : co->s->backend;
   if (backend_create(bname, &co->loop, co->ntasks, agent_exited, co, &co->be) < 0) {
     fprintf(stderr, "loom: backend '%s' is not available\n", bname);
@@ -1407,6 +1440,7 @@ out_loop:
     if (co->tasks[i].pids) json_decref(co->tasks[i].pids);
   }
   free(co->tasks);
+  if (co->feed) feed_dispatch_destroy(co->feed);
   if (co->events) fclose(co->events);
   if (co->alllog) fclose(co->alllog);
 out_free:

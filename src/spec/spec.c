@@ -471,12 +471,16 @@ static int parse_feed(ctx *c, const node *n, json_t **out) {
   if (!v) return fail(c, n, "feed has no input: add e.g. `input: [data/train-*.csv]`");
   json_t *in = json_array();
   json_object_set_new(f, "input", in);
-  if (v->type == N_SCALAR) {
-    json_array_append_new(in, json_string(v->value));
-  } else if (v->type == N_SEQ && v->n > 0) {
-    for (int i = 0; i < v->n; i++) {
-      if (v->items[i]->type != N_SCALAR) return fail(c, v->items[i], "feed.input entries must be globs");
-      json_array_append_new(in, json_string(v->items[i]->value));
+  if (v->type == N_SCALAR || (v->type == N_SEQ && v->n > 0)) {
+    for (int i = 0; i < (v->type == N_SCALAR ? 1 : v->n); i++) {
+      const node *g = v->type == N_SCALAR ? v : v->items[i];
+      if (g->type != N_SCALAR || !*g->value) return fail(c, g, "feed.input entries must be globs");
+      /* relative globs start at the spec's directory */
+      char *abs = g->value[0] == '/' ? strdup(g->value)
+                                     : loom__asprintf("%s/%s", c->basedir, g->value);
+      if (!abs) return LOOM_ENOMEM;
+      json_array_append_new(in, json_string(abs));
+      free(abs);
     }
   } else {
     return fail(c, v, "feed.input must be a glob or a non-empty list of globs");
@@ -504,8 +508,12 @@ static int parse_feed(ctx *c, const node *n, json_t **out) {
   json_object_set_new(f, "seed", json_integer(seed));
   json_object_set_new(f, "shuffle", json_boolean(shuffle));
   if ((v = map_get(n, "output"))) {
-    if (v->type != N_SCALAR) return fail(c, v, "feed.output must be a directory path");
-    json_object_set_new(f, "output", json_string(v->value));
+    if (v->type != N_SCALAR || !*v->value) return fail(c, v, "feed.output must be a directory path");
+    char *abs = v->value[0] == '/' ? strdup(v->value)
+                                   : loom__asprintf("%s/%s", c->basedir, v->value);
+    if (!abs) return LOOM_ENOMEM;
+    json_object_set_new(f, "output", json_string(abs));
+    free(abs);
   }
   return 0;
 }

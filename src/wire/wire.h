@@ -42,6 +42,11 @@ typedef enum {
   WIRE_EVENT,      /* {id, name, detail} */
   WIRE_REPLY,      /* {id, rc, value?, msg?} blob: value for KV_GET */
   WIRE_ABORT,      /* coord: {reason}: the attempt is over */
+  WIRE_METRIC,     /* lib: {id, tag, step, value} */
+  /* libloom <-> coordinator: the data feed (src/feed/); each a request
+   * with an id answered by WIRE_REPLY */
+  WIRE_FEED_FIRST = 40,
+  WIRE_FEED_LAST = 49,
   /* loom CLI <-> coordinator */
   WIRE_CTL_KILL = 50, /* {} */
   WIRE_TYPE_MAX = 64
