@@ -4,7 +4,9 @@
 #define LOOM_LIB_H
 
 #include "loom.h"
+#include <jansson.h>
 #include <stdarg.h>
+#include <stdint.h>
 
 /* Sets the handle's detail text and returns code, for `return
  * loom__fail(l, LOOM_EPEER, "rank %d closed its connection", r);`. */
@@ -22,6 +24,16 @@ int loom__aborted(const loom_t *l);
 /* The name of this host as the job knows it (LOOM_HOST, else gethostname),
  * used to decide which peers share memory with us. */
 const char *loom__host(const loom_t *l);
+
+/* Sends one request of the given type to the coordinator and waits up to
+ * wait_ms (-1: forever) for its WIRE_REPLY. Takes ownership of req (a JSON
+ * object; "id" is added). On success returns the reply's rc and, when not
+ * NULL, *reply_json (a reference the caller decrefs) and *reply_blob (a
+ * malloc'ed copy, NUL-terminated past *reply_len, that the caller frees).
+ * Returns LOOM_EABORTED / LOOM_ECONN when the attempt ends while waiting. */
+int loom__call(loom_t *l, uint16_t type, json_t *req, const void *blob,
+               size_t len, int wait_ms, json_t **reply_json,
+               void **reply_blob, size_t *reply_len);
 
 /* A slot for the collectives' private state, created on first use and torn
  * down by loom__comm_fini() from loom_finish(). */

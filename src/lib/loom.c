@@ -278,6 +278,30 @@ static int lib_call(loom_t *l, uint16_t type, json_t *req, const void *blob,
   return 0;
 }
 
+int loom__call(loom_t *l, uint16_t type, json_t *req, const void *blob, size_t len,
+               int wait_ms, json_t **reply_json, void **reply_blob, size_t *reply_len) {
+  if (reply_json) *reply_json = NULL;
+  if (reply_blob) *reply_blob = NULL;
+  if (reply_len) *reply_len = 0;
+  if (!l) {
+    json_decref(req);
+    return LOOM_EINVAL;
+  }
+  struct pending *p;
+  int rc = lib_call(l, type, req, blob, len, wait_ms, &p);
+  if (rc < 0) return rc;
+  rc = p->rc;
+  if (reply_json) *reply_json = json_incref(p->json);
+  if (reply_blob) {
+    if (!p->blob) p->blob = calloc(1, 1);
+    *reply_blob = p->blob;
+    p->blob = NULL;
+    if (reply_len) *reply_len = p->blob_len;
+  }
+  pending_free(p);
+  return rc;
+}
+
 static int check_key(loom_t *l, const char *key) {
   if (!l || !key) return LOOM_EINVAL;
   size_t n = strlen(key);
