@@ -4,6 +4,7 @@
  * others report how long their pending allreduce took to fail. */
 #include <loom.h>
 #include <loom/comm.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,12 @@ int main(int argc, char **argv) {
     q[i] = (int64_t)r * 1000000007LL + (int64_t)i;
   }
   if (argc > 1 && !strcmp(argv[1], "hang")) {
+    /* report the error even though loom sends SIGTERM at the same moment;
+     * its SIGKILL after the grace period ends us */
+    signal(SIGTERM, SIG_IGN);
+    /* everyone joins first, so the failure below is a death mid-stream */
+    rc = loom_allreduce(l, f, f, count, LOOM_F32, LOOM_SUM);
+    CHECK(rc == 0, "first allreduce: %s", loom_errmsg(l));
     if (r == 1) {
       usleep(300000);
       _exit(9);
@@ -80,6 +87,11 @@ int main(int argc, char **argv) {
   CHECK(loom_barrier(l) == 0, "barrier");
   printf("COMMOK rank=%d world=%d transport=%s\n", r, n,
          getenv("LOOM_COMM_TRANSPORT") ? getenv("LOOM_COMM_TRANSPORT") : "auto");
+  free(f);
+  free(q);
+  free(qm);
+  free(all);
+  free(blk);
   loom_finish(l);
   return 0;
 }

@@ -33,6 +33,9 @@ roles:
     r = loom.run("run", spec, timeout=60)
     assert r.returncode == 1
     assert "worker:1" in r.stderr and "exited with code 9" in r.stderr
+    # the survivors ignored SIGTERM: loom's SIGKILL after the grace period ended them
+    by = {t["task"]: t for t in loom.state()["tasks"]}
+    assert all(by[f"worker:{i}"]["state"] == "stopped" for i in (0, 2, 3))
     lines = [l for l in r.stdout.splitlines() if "ABORTED" in l]
     assert len(lines) == 3, r.stdout
     for l in lines:
