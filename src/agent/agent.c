@@ -20,6 +20,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -619,6 +620,30 @@ static int place_files(agent *a, const char *wd, char *err, size_t errlen) {
     loom__mkdir_p(dirname(dir), 0755);
     struct stat st;
     if (lstat(dst, &st) == 0 && S_ISLNK(st.st_mode)) unlink(dst);
+    const char *tar = json_string_value(json_object_get(src, "tar"));
+    if (tar) {
+      /* a directory staged as a tar on this node: unpack it in place */
+      int wst = -1;
+      pid_t pid = loom__mkdir_p(dst, 0755) == 0 ? fork() : -1;
+      if (pid == 0) {
+        execlp("tar", "tar", "-C", dst, "-xf", tar, (char *)NULL);
+        _exit(127);
+      }
+      if (pid > 0)
+        while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {}
+      if (pid < 0 || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
+        snprintf(err, errlen, "cannot unpack files.%s from %s into %s", target, tar, dst);
+        free(dst);
+        return LOOM_EIO;
+      }
+      free(dst);
+      continue;
+    }
+    if (!json_is_string(src)) {
+      snprintf(err, errlen, "files.%s: malformed source from the coordinator", target);
+      free(dst);
+      return LOOM_EPROTO;
+    }
     if (symlink(json_string_value(src), dst) < 0 && errno != EEXIST) {
       snprintf(err, errlen, "cannot place files.%s at %s: %s", target, dst, strerror(errno));
       free(dst);
@@ -696,15 +721,22 @@ int agent_main(void) {
   const char *stall = getenv("LOOM_FAULT_STALL_TASK");
   if (stall && !strcmp(stall, task)) pause(); /* fault injection for tests */
 
-  int status = 3, fd = -1, rc = reserve_port(a);
-  if (rc < 0) {
-    agent_log("%s: cannot reserve a port: %s", task, strerror(errno));
-    goto out;
-  }
-  rc = wire_dial(coord, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS), &fd);
+  int status = 3, fd = -1;
+  int rc = wire_dial(coord, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS), &fd);
   if (rc == 0) rc = wire_client_auth(fd, &a->rd, secret, (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS));
   if (rc < 0) {
     agent_log("%s: cannot join the coordinator at %s: %s", task, coord, loom_strerror(rc));
+    goto out;
+  }
+  if (!(h && *h)) {
+    /* advertise the address the coordinator sees us at: it routes */
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET)
+      inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, a->host, sizeof a->host);
+  }
+  if ((rc = reserve_port(a)) < 0) {
+    agent_log("%s: cannot reserve a port: %s", task, strerror(errno));
     goto out;
   }
   json_t *reg = json_pack("{s:s, s:i, s:s, s:i, s:i}", "task", task, "attempt", a->attempt,

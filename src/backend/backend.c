@@ -10,9 +10,11 @@
 
 extern const backend_ops loom__backend_local;
 extern const backend_ops loom__backend_external;
+extern const backend_ops loom__backend_slurm;
+int backend_slurm_setup(backend *b, const spec_job *s, int ntasks);
 
-static const backend_ops *const backends[] = {&loom__backend_local,
-                                              &loom__backend_external};
+static const backend_ops *const backends[] = {&loom__backend_local, &loom__backend_external,
+                                              &loom__backend_slurm};
 
 const backend_ops *backend_find(const char *name) {
   for (size_t i = 0; i < LOOM__ARRAY_LEN(backends); i++)
@@ -20,7 +22,7 @@ const backend_ops *backend_find(const char *name) {
   return NULL;
 }
 
-int backend_create(const char *name, uv_loop_t *loop, int ntasks,
+int backend_create(const char *name, const spec_job *s, uv_loop_t *loop, int ntasks,
                    backend_exit_cb on_exit, void *arg, backend **out) {
   const backend_ops *ops = backend_find(name);
   if (!ops) return LOOM_EINVAL;
@@ -32,6 +34,11 @@ int backend_create(const char *name, uv_loop_t *loop, int ntasks,
   b->arg = arg;
   b->priv = calloc((size_t)ntasks + 1, sizeof(void *));
   if (!b->priv) {
+    free(b);
+    return LOOM_ENOMEM;
+  }
+  if (ops == &loom__backend_slurm && backend_slurm_setup(b, s, ntasks) < 0) {
+    free(b->priv);
     free(b);
     return LOOM_ENOMEM;
   }

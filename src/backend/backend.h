@@ -33,6 +33,14 @@ typedef struct {
   /* The host name agents should advertise for task_id ("127.0.0.1"), or
    * NULL to let the agent find its own. */
   const char *(*host)(backend *b, int task_id);
+  /* Optional: makes the spec's files reachable on every node (Slurm
+   * without a shared job directory). Returns 0 and, in *files, a JSON
+   * object target -> local path (or {"tar": path} for a directory) that
+   * agents use instead of the spec's sources; *files NULL when the
+   * sources are reachable as they are. Blocks (runs sbcast). */
+  int (*stage_files)(backend *b, const spec_job *s, json_t **files, char *err, size_t errlen);
+  /* Optional: removes what stage_files left on the nodes. Blocks briefly. */
+  void (*unstage_files)(backend *b);
   /* Releases what the backend holds; agents must already be gone. */
   void (*destroy)(backend *b);
 } backend_ops;
@@ -48,8 +56,13 @@ struct backend {
 /* The table of backend name; NULL if unknown. */
 const backend_ops *backend_find(const char *name);
 /* Makes a backend on loop. Returns 0 or a negative code. */
-int backend_create(const char *name, uv_loop_t *loop, int ntasks,
+int backend_create(const char *name, const spec_job *s, uv_loop_t *loop, int ntasks,
                    backend_exit_cb on_exit, void *arg, backend **out);
+
+/* Slurm: the batch script for spec s (one het component per role, then
+ * `exe coordinator job_dir --backend slurm`); *out is malloc'ed. */
+int backend_slurm_script(const spec_job *s, const char *job_id, const char *job_dir,
+                         const char *exe, char **out);
 
 /* What this machine has, for the local backend's checks and for status. */
 int backend_local_cpus(void);

@@ -8,7 +8,9 @@
 #include "ps/server.h"
 #include "wire/wire.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -104,6 +106,139 @@ static int self_exe(char *buf, size_t len) {
   return 0;
 }
 
+/* ---- slurm: submit, then follow from the job directory ------------------------ */
+static volatile sig_atomic_t follow_interrupted;
+static void on_follow_signal(int sig) { follow_interrupted = sig; }
+
+static bool state_final(const char *dir, int *exit_status) {
+  json_t *st = jobs_state(dir);
+  const char *s = st ? json_string_value(json_object_get(st, "state")) : NULL;
+  bool fin = s && (!strcmp(s, "succeeded") || !strcmp(s, "failed") || !strcmp(s, "killed"));
+  if (fin && exit_status) *exit_status = (int)json_integer_value(json_object_get(st, "exit_status"));
+  json_decref(st);
+  return fin;
+}
+
+/* The Slurm job's state as scontrol tells it ("PENDING", "RUNNING", ...). */
+static void slurm_job_state(const char *jobid, char *state, size_t len, char *reason, size_t rlen) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "scontrol show job %s 2>/dev/null", jobid);
+  state[0] = reason[0] = 0;
+  FILE *p = popen(cmd, "r");
+  if (!p) return;
+  char line[4096];
+  while (fgets(line, sizeof line, p)) {
+    char *js = strstr(line, "JobState="), *rs = strstr(line, "Reason=");
+    if (js && !state[0]) sscanf(js + 9, "%63s", state);
+    if (rs && !reason[0]) sscanf(rs + 7, "%127s", reason);
+    (void)len;
+    (void)rlen;
+  }
+  pclose(p);
+}
+
+static int slurm_run(const spec_job *s, const char *id, const char *dir, const char *exe,
+                     bool detach) {
+  char *script = NULL, path[PATH_MAX + 32];
+  if (backend_slurm_script(s, id, dir, exe, &script) < 0) return EXIT_INFRA;
+  snprintf(path, sizeof path, "%s/slurm.sh", dir);
+  int rc = loom__write_atomic(path, script, strlen(script), 0755, false);
+  free(script);
+  if (rc < 0) return EXIT_INFRA;
+  char cmd[PATH_MAX + 64], out[4096] = "";
+  /* Ask Slurm first whether it could ever run this job: a request no node
+   * can satisfy would otherwise wait in the queue forever. */
+  for (int pass = 0; pass < 2; pass++) {
+    snprintf(cmd, sizeof cmd, "sbatch %s '%s' 2>&1", pass == 0 ? "--test-only" : "--parsable",
+             path);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    int st = p ? pclose(p) : -1;
+    if (st != 0) {
+      for (char *c = out; *c; c++)
+        if (*c == '\n' && c[1]) *c = ' ';
+      out[strcspn(out, "\n")] = 0;
+      fprintf(stderr, "loom: %s: Slurm refused the job: %s\n(the batch script is %s)\n",
+              s->path, out, path);
+      return strstr(out, "allocation failure") || strstr(out, "invalid") ? EXIT_USAGE
+                                                                          : EXIT_INFRA;
+    }
+  }
+  out[strcspn(out, "\n")] = 0;
+  char jobid[64];
+  loom__strlcpy(jobid, out, sizeof jobid);
+  jobid[strcspn(jobid, ";")] = 0;
+  json_t *sj = json_pack("{s:s}", "job_id", jobid);
+  char *sjs = json_dumps(sj, JSON_COMPACT);
+  json_decref(sj);
+  snprintf(path, sizeof path, "%s/slurm.json", dir);
+  if (sjs) loom__write_atomic(path, sjs, strlen(sjs), 0644, false);
+  free(sjs);
+  if (detach) {
+    printf("%s\n", id);
+    return EXIT_OK;
+  }
+  fprintf(stderr, "loom: job %s is Slurm job %s\n", id, jobid);
+  signal(SIGINT, on_follow_signal);
+  signal(SIGTERM, on_follow_signal);
+  char logp[PATH_MAX + 32], sum[PATH_MAX + 32];
+  snprintf(logp, sizeof logp, "%s/logs/all.log", dir);
+  snprintf(sum, sizeof sum, "%s/summary.txt", dir);
+  FILE *log = NULL;
+  char buf[65536], last[64] = "";
+  int status = EXIT_INFRA;
+  uint64_t next_poll = 0;
+  for (;;) {
+    if (follow_interrupted) {
+      fprintf(stderr, "loom: interrupted: cancelling Slurm job %s\n", jobid);
+      snprintf(cmd, sizeof cmd, "scancel %s", jobid);
+      if (system(cmd) != 0) fprintf(stderr, "loom: scancel %s failed\n", jobid);
+      return EXIT_INTR;
+    }
+    if (!log) log = fopen(logp, "r");
+    size_t got = log ? fread(buf, 1, sizeof buf, log) : 0;
+    if (got) {
+      fwrite(buf, 1, got, stdout);
+      fflush(stdout);
+      continue;
+    }
+    if (log) clearerr(log);
+    bool fin = state_final(dir, &status);
+    if (fin && access(sum, F_OK) == 0) {
+      usleep(100000); /* the last lines */
+      while (log && (got = fread(buf, 1, sizeof buf, log)) > 0) fwrite(buf, 1, got, stdout);
+      fflush(stdout);
+      char *txt = NULL;
+      if (loom__read_file(sum, 1 << 20, &txt, NULL) == 0) fputs(txt, stderr);
+      free(txt);
+      break;
+    }
+    if (loom__now_ms() >= next_poll) {
+      next_poll = loom__now_ms() + 1000;
+      char state[64], reason[128];
+      slurm_job_state(jobid, state, sizeof state, reason, sizeof reason);
+      if (strcmp(state, last) && state[0]) {
+        fprintf(stderr, "loom: Slurm job %s is %s%s%s\n", jobid, state,
+                strcmp(reason, "None") ? " " : "", strcmp(reason, "None") ? reason : "");
+        loom__strlcpy(last, state, sizeof last);
+      }
+      bool gone = !state[0] || !strcmp(state, "COMPLETED") || !strcmp(state, "FAILED") ||
+                  !strcmp(state, "CANCELLED") || !strcmp(state, "TIMEOUT") ||
+                  !strcmp(state, "NODE_FAIL") || !strcmp(state, "OUT_OF_MEMORY");
+      if (gone && !state_final(dir, &status)) {
+        fprintf(stderr, "loom: Slurm job %s ended (%s) before its coordinator reported an end; "
+                "see %s/coordinator.log\n", jobid, state[0] ? state : "gone", dir);
+        status = EXIT_INFRA;
+        break;
+      }
+    }
+    usleep(100000);
+  }
+  if (log) fclose(log);
+  return status;
+}
+
 /* ---- run / submit ---------------------------------------------------------- */
 static int cmd_run(int argc, char **argv, bool detach) {
   const char *verb = argv[1], *path = NULL, *bopt = NULL;
@@ -146,6 +281,11 @@ static int cmd_run(int argc, char **argv, bool detach) {
     fprintf(stderr, "loom: %s\n", err);
     spec_free(s);
     return EXIT_INFRA;
+  }
+  if (!strcmp(bname, "slurm")) {
+    rc = slurm_run(s, id, dir, exe, detach);
+    spec_free(s);
+    return rc;
   }
   if (detach) {
     uv_loop_t *loop = uv_default_loop();
@@ -210,6 +350,23 @@ static int cmd_coordinator(int argc, char **argv) {
   const char *slash = strrchr(dir, '/');
   coord_opts o = {.job_dir = dir, .job_id = slash ? slash + 1 : dir, .secret = secret,
                   .spec = s, .backend = bopt, .self_exe = exe};
+  /* A requeued job (Slurm) continues its attempts. */
+  json_t *prev = jobs_state(dir);
+  if (prev) o.first_attempt = (int)json_integer_value(json_object_get(prev, "attempt")) + 1;
+  json_decref(prev);
+  char host[256] = "";
+  const char *bname = bopt ? bopt : s->backend;
+  if (!strcmp(bname, "slurm")) {
+    /* agents on other nodes reach us by this host's address */
+    o.bind = "0.0.0.0";
+    struct addrinfo hints = {.ai_family = AF_INET}, *res = NULL;
+    char hn[256];
+    if (gethostname(hn, sizeof hn) == 0 && getaddrinfo(hn, NULL, &hints, &res) == 0 && res) {
+      inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, host, sizeof host);
+      freeaddrinfo(res);
+    }
+    o.advertise = host[0] ? host : "127.0.0.1";
+  }
   setsid();
   int rc = coord_run(&o);
   free(secret);
@@ -336,6 +493,7 @@ static int cmd_status(int argc, char **argv) {
 /* ---- logs -------------------------------------------------------------- */
 static bool job_live(const char *dir) {
   json_t *st = jobs_state(dir);
+  if (!st) return jobs_slurm_active(dir); /* a pending Slurm job */
   const char *s = st ? job_state_str(dir, st) : "unknown";
   bool live = !strcmp(s, "running") || !strcmp(s, "starting") || !strcmp(s, "stopping");
   json_decref(st);
@@ -458,6 +616,21 @@ static int cmd_kill(int argc, char **argv) {
     printf("loom kill: the job is not running (see loom status %s)\n", argv[2]);
     return 0;
   }
+  char sid[64];
+  json_t *have_state = jobs_state(dir);
+  bool pending = !have_state && jobs_slurm_id(dir, sid, sizeof sid) == 0;
+  json_decref(have_state);
+  if (pending) {
+    /* still pending in Slurm: nothing of ours runs yet */
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "scancel %s", sid);
+    if (system(cmd) != 0) {
+      fprintf(stderr, "loom kill: scancel %s failed\n", sid);
+      return EXIT_INFRA;
+    }
+    printf("killed %s (Slurm job %s, cancelled while pending)\n", strrchr(dir, '/') + 1, sid);
+    return 0;
+  }
   snprintf(p, sizeof p, "%s/coord.json", dir);
   json_error_t e;
   json_t *cj = json_load_file(p, 0, &e);
@@ -476,7 +649,13 @@ static int cmd_kill(int argc, char **argv) {
     wire_frame f;
     if (rc == 0 && (rc = wire_recv(fd, &r, &f, 5000)) == 0) wire_frame_free(&f);
   }
-  if (rc < 0) {
+  if (rc < 0 && jobs_slurm_id(dir, sid, sizeof sid) == 0) {
+    fprintf(stderr, "loom kill: coordinator unreachable (%s); cancelling Slurm job %s\n",
+            loom_strerror(rc), sid);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "scancel %s", sid);
+    rc = system(cmd) == 0 ? 0 : LOOM_EBACKEND;
+  } else if (rc < 0) {
     int pid = (int)json_integer_value(json_object_get(cj, "pid"));
     if (pid > 0 && jobs_coord_alive(dir)) {
       fprintf(stderr, "loom kill: coordinator unreachable (%s); sending it SIGTERM\n",

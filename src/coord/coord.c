@@ -116,6 +116,7 @@ struct coord {
   bool state_dirty, status_shown;
   char **env_base;
   feed_dispatch *feed;
+  json_t *staged_files; /* target -> node-local copy, when the backend staged them */
 };
 
 static void attempt_start(coord *co);
@@ -601,7 +602,8 @@ static void send_assign(coord *co, task *t) {
   json_t *env = kv_obj(co->s->env, co->s->nenv, json_object());
   kv_obj(r->env, r->nenv, env);
   json_object_set_new(j, "env", env);
-  json_object_set_new(j, "files", kv_obj(co->s->files, co->s->nfiles, json_object()));
+  json_object_set_new(j, "files", co->staged_files ? json_incref(co->staged_files)
+                                                   : kv_obj(co->s->files, co->s->nfiles, json_object()));
   json_object_set_new(j, "cpus", json_string(t->cpus));
   json_object_set_new(j, "gpus", json_string(t->gpus));
   json_object_set_new(j, "memory", json_integer((json_int_t)r->memory));
@@ -1139,36 +1141,49 @@ static void attempt_start(coord *co) {
   state_write(co);
 }
 
+static void print_summary_to(coord *co, FILE *out);
+
 static void print_summary(coord *co) {
+  char *p = loom__asprintf("%s/summary.txt", co->o->job_dir);
+  FILE *f = p ? fopen(p, "w") : NULL;
+  if (f) {
+    print_summary_to(co, f);
+    fclose(f);
+  }
+  free(p);
   if (!co->o->console) return;
   status_clear(co);
+  print_summary_to(co, stderr);
+}
+
+static void print_summary_to(coord *co, FILE *out) {
   double el = loom__wall() - co->t_start;
   if (co->outcome == O_SUCCESS) {
-    fprintf(stderr, "loom: job %s succeeded in %.1fs (%d tasks, attempt %d)\n", co->o->job_id,
+    fprintf(out, "loom: job %s succeeded in %.1fs (%d tasks, attempt %d)\n", co->o->job_id,
             el, co->ntasks, co->attempt);
     return;
   }
   if (co->outcome == O_KILLED) {
-    fprintf(stderr, "loom: job %s was stopped after %.1fs: %s\n", co->o->job_id, el,
+    fprintf(out, "loom: job %s was stopped after %.1fs: %s\n", co->o->job_id, el,
             co->root_msg);
     return;
   }
-  fprintf(stderr, "loom: job %s FAILED after %.1fs (attempt %d of %d)\n", co->o->job_id, el,
+  fprintf(out, "loom: job %s FAILED after %.1fs (attempt %d of %d)\n", co->o->job_id, el,
           co->attempt + 1, co->s->retries + 1);
   if (co->root >= 0) {
     task *t = &co->tasks[co->root];
-    fprintf(stderr, "loom: root cause: %s (attempt %d) %s\n", t->name, t->attempt, co->root_msg);
+    fprintf(out, "loom: root cause: %s (attempt %d) %s\n", t->name, t->attempt, co->root_msg);
     if (t->ring_n) {
-      fprintf(stderr, "loom: last %d lines of %s's stderr:\n", t->ring_n, t->name);
+      fprintf(out, "loom: last %d lines of %s's stderr:\n", t->ring_n, t->name);
       for (int i = 0; i < t->ring_n; i++)
-        fprintf(stderr, "  | %s\n", t->ring[(t->ring_head + i) % RING]);
+        fprintf(out, "  | %s\n", t->ring[(t->ring_head + i) % RING]);
     } else {
-      fprintf(stderr, "loom: %s wrote nothing on stderr\n", t->name);
+      fprintf(out, "loom: %s wrote nothing on stderr\n", t->name);
     }
   } else {
-    fprintf(stderr, "loom: root cause: %s\n", co->root_msg);
+    fprintf(out, "loom: root cause: %s\n", co->root_msg);
   }
-  fprintf(stderr, "loom: logs: %s/logs/   events: loom events %s\n", co->o->job_dir,
+  fprintf(out, "loom: logs: %s/logs/   events: loom events %s\n", co->o->job_dir,
           co->o->job_id);
 }
 
@@ -1360,7 +1375,7 @@ int coord_run(const coord_opts *o) {
     }
   }
   const char *bname = o->backend ? o->backend : co->s->backend;
-  if (backend_create(bname, &co->loop, co->ntasks, agent_exited, co, &co->be) < 0) {
+  if (backend_create(bname, co->s, &co->loop, co->ntasks, agent_exited, co, &co->be) < 0) {
     fprintf(stderr, "loom: backend '%s' is not available\n", bname);
     goto out_loop;
   }
@@ -1387,7 +1402,8 @@ int coord_run(const coord_opts *o) {
     uv_ip4_name((struct sockaddr_in *)&sa, ip, sizeof ip);
     port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
   }
-  snprintf(co->addr, sizeof co->addr, "%s:%d", ip, port);
+  snprintf(co->addr, sizeof co->addr, "%s:%d", o->advertise ? o->advertise : ip, port);
+  co->attempt = o->first_attempt;
   json_t *cj = json_pack("{s:s, s:i}", "addr", co->addr, "pid", (int)getpid());
   char *cs = json_dumps(cj, JSON_COMPACT);
   json_decref(cj);
@@ -1415,9 +1431,24 @@ int coord_run(const coord_opts *o) {
 
   event(co, NULL, "job_started", json_pack("{s:s, s:s, s:i}", "name", co->s->name, "coordinator",
                                            co->addr, "tasks", co->ntasks));
+  if (co->be->ops->stage_files) {
+    char err[512] = "";
+    setenv("LOOM_JOB_DIR_STAGE", o->job_dir, 1);
+    if (co->be->ops->stage_files(co->be, co->s, &co->staged_files, err, sizeof err) < 0) {
+      fprintf(stderr, "loom: cannot stage the job's files on its nodes: %s\n", err);
+      event(co, NULL, "staging_failed", json_pack("{s:s}", "reason", err));
+      co->outcome = O_INFRA;
+      loom__strlcpy(co->root_msg, err, sizeof co->root_msg);
+      finish(co);
+      goto out_run;
+    }
+    if (co->staged_files) event(co, NULL, "files_staged", json_pack("{s:O}", "files", co->staged_files));
+  }
   attempt_start(co);
   uv_run(&co->loop, UV_RUN_DEFAULT);
+out_run:
   status = co->exit_status;
+  if (co->be->ops->unstage_files) co->be->ops->unstage_files(co->be);
   if (co->jstate != J_DONE) status = EXIT_INFRA;
 
   for (conn *c = co->conns, *n; c; c = n) {
@@ -1440,6 +1471,7 @@ out_loop:
     if (co->tasks[i].pids) json_decref(co->tasks[i].pids);
   }
   free(co->tasks);
+  if (co->staged_files) json_decref(co->staged_files);
   if (co->feed) feed_dispatch_destroy(co->feed);
   if (co->events) fclose(co->events);
   if (co->alllog) fclose(co->alllog);
