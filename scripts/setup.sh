@@ -21,8 +21,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
   $SUDO apt-get update -q >&2
+  # Daemons (slurmctld, munged) are started by the tests themselves, never
+  # as system services: keep the packages from starting them.
+  made_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod +x /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q \
     --no-install-recommends "${missing[@]}" >&2
+  [ -n "$made_policy" ] && $SUDO rm -f /usr/sbin/policy-rc.d
 fi
 
 jobs=$(nproc)
