@@ -31,7 +31,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q \
     --no-install-recommends "${missing[@]}" >&2
-  [ -n "$made_policy" ] && $SUDO rm -f /usr/sbin/policy-rc.d
+  if [ -n "$made_policy" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
 fi
 
 jobs=$(nproc)
