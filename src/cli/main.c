@@ -34,7 +34,7 @@ static const struct verb {
      "a terminal. Exits 0 when the job succeeded, 1 when a task failed past its\n"
      "retries (a root-cause summary is printed), 2 for a usage or spec error, 3\n"
      "for a backend error, 130 when interrupted (Ctrl-C stops the whole job).\n\n"
-     "  --backend B        local (default), external; overrides the spec's backend\n"
+     "  --backend B        local (default), slurm, external; overrides the spec's backend\n"
      "  --set key=value    override a spec key, e.g. --set roles.worker.instances=4\n"},
     {"submit", "SPEC [--backend B] [--set key=value]...",
      "run a job detached; prints its id",
@@ -269,7 +269,7 @@ static int cmd_run(int argc, char **argv, bool detach) {
   const backend_ops *ops = backend_find(bname);
   if (!ops) {
     spec_free(s);
-    return bad_usage(verb, "backend '%s' is not available here: use local or external", bname);
+    return bad_usage(verb, "backend '%s' is not available here: use local, slurm or external", bname);
   }
   if (ops->check(s, err, sizeof err) < 0) {
     fprintf(stderr, "loom: %s: cannot run on backend %s: %s\n", path, bname, err);
@@ -696,7 +696,7 @@ static int cmd_check(int argc, char **argv) {
   bad += !dirok;
   const backend_ops *ops = backend_find(bname);
   if (!ops) {
-    printf("FAIL backend '%s' is not available (local, external)\n", bname);
+    printf("FAIL backend '%s' is not available (local, slurm, external)\n", bname);
     bad++;
   } else {
     int rc = ops->probe(msg, sizeof msg);
