@@ -41,6 +41,7 @@ typedef struct {
   agent *a;
   int local;
   int pid;
+  uint64_t stopped_since; /* when it was first seen stopped; 0 if running */
   bool running, spawned;
   outpipe out[2];
 } uproc;
@@ -58,6 +59,7 @@ struct agent {
   uint64_t last_rx;
   bool started, stopping, exited_sent, conn_open, have_fail;
   int fail_code, fail_sig;
+  char lost_reason[160];
   int exit_status;
 };
 
@@ -165,6 +167,10 @@ static void maybe_finish(agent *a) {
   if (!a->exited_sent) {
     a->exited_sent = true;
     json_t *j = json_pack("{s:i, s:i}", "code", a->fail_code, "signal", a->fail_sig);
+    if (a->lost_reason[0]) {
+      json_object_set_new(j, "lost", json_true());
+      json_object_set_new(j, "reason", json_string(a->lost_reason));
+    }
     if (a->fail_sig == SIGKILL && !a->stopping && a->cgroup[0]) {
       /* the kernel's OOM killer leaves its mark in the cgroup */
       char p[600], *txt = NULL;
@@ -572,9 +578,51 @@ static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
 }
 
+/* 'T' (stopped) or 't' (traced) in /proc/PID/stat. */
+static bool proc_stopped(int pid) {
+  char p[64], buf[512];
+  snprintf(p, sizeof p, "/proc/%d/stat", pid);
+  FILE *f = fopen(p, "r");
+  if (!f) return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *rp = strrchr(buf, ')');
+  return rp && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
+}
+
+/* A process stopped for longer than the heartbeat timeout makes no
+ * progress: the task is lost, and the policy decides what happens next. */
+static void check_stopped(agent *a) {
+  json_int_t limit = json_integer_value(json_object_get(a->assign, "heartbeat_timeout_ms"));
+  if (limit <= 0 || a->stopping) return;
+  uint64_t now = loom__now_ms();
+  for (int i = 0; i < a->nprocs; i++) {
+    uproc *u = &a->procs[i];
+    if (!u->running) continue;
+    if (!proc_stopped(u->pid)) {
+      u->stopped_since = 0;
+      continue;
+    }
+    if (!u->stopped_since) u->stopped_since = now;
+    if (now - u->stopped_since > (uint64_t)limit) {
+      snprintf(a->lost_reason, sizeof a->lost_reason,
+               "lost: process %d was stopped for %.1fs (no progress, no heartbeat)", i,
+               (double)(now - u->stopped_since) / 1000.0);
+      agent_log("%s: %s; killing the task", a->task, a->lost_reason);
+      a->have_fail = true;
+      a->fail_sig = SIGKILL;
+      stop_procs(a, 0);
+      kill_all(a, SIGKILL);
+      return;
+    }
+  }
+}
+
 static void hb_tick(uv_timer_t *t) {
   agent *a = t->data;
   if (!a->conn_open) return;
+  check_stopped(a);
   if (loom__now_ms() - a->last_rx > (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_TIMEOUT_MS)) {
     coordinator_lost(a, "no heartbeat from the coordinator");
     return;

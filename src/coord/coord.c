@@ -60,6 +60,8 @@ typedef struct {
   int ring_n, ring_head;
   FILE *log;
   char cpus[256], gpus[128];
+  int restarts;         /* restarts of this task in this job attempt */
+  bool restart_pending; /* restart once its old agent is gone */
 } task;
 
 struct conn {
@@ -68,6 +70,7 @@ struct conn {
   coord *co;
   wire_reader rd;
   int kind, handles;
+  uint64_t last_rx;
   unsigned char nonce[WIRE_NONCE];
   task *task;
   char who[96];
@@ -105,6 +108,7 @@ struct coord {
   task *tasks;
   int ntasks, attempt, jstate, outcome, root, interrupts, nready;
   int world_size;
+  bool no_retry; /* the failure's exit code is not in retry_on */
   char root_msg[2048];
   FILE *events, *alllog;
   conn *conns;
@@ -123,6 +127,9 @@ static void attempt_start(coord *co);
 static void attempt_fail(coord *co, task *t, const char *why);
 static void check_over(coord *co);
 static void conn_close(conn *c);
+static void task_exited(coord *co, task *t, int code, int sig, const char *reason, bool lost);
+static void maybe_restart(coord *co, task *t);
+static uint64_t hb_timeout_ms(const coord *co);
 
 /* ---- console ------------------------------------------------------------ */
 static void status_clear(coord *co) {
@@ -205,6 +212,7 @@ static json_t *task_json(const task *t) {
   if (t->agent_pid) json_object_set_new(j, "agent_pid", json_integer(t->agent_pid));
   if (t->pids) json_object_set(j, "pids", t->pids);
   if (t->training) json_object_set_new(j, "rank", json_integer(t->rank_base));
+  json_object_set_new(j, "restarts", json_integer(t->restarts));
   if (t->have_exit) {
     json_object_set_new(j, "exit_code", json_integer(t->exit_code));
     if (t->sig) {
@@ -369,15 +377,13 @@ static void conn_close(conn *c) {
         task_set(co, t, T_STOPPED);
         event(co, t, "stopped", json_pack("{s:s}", "reason", "agent gone while stopping"));
       } else {
-        snprintf(t->reason, sizeof t->reason, "agent lost: its connection to the coordinator closed");
-        task_set(co, t, T_LOST);
-        event(co, t, "lost", json_pack("{s:s}", "reason", t->reason));
-        attempt_fail(co, t, t->reason);
+        task_exited(co, t, -1, 0, "agent lost: its connection to the coordinator closed", true);
       }
     }
   }
   uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
   uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+  if (c->kind == C_AGENT && t) maybe_restart(co, t);
   check_over(co);
 }
 
@@ -610,11 +616,18 @@ static void send_assign(coord *co, task *t) {
   json_object_set_new(j, "training", json_boolean(t->training));
   json_object_set_new(j, "rank_base", json_integer(t->rank_base));
   json_object_set_new(j, "world_size", json_integer(co->world_size));
+  json_object_set_new(j, "heartbeat_timeout_ms", json_integer((json_int_t)hb_timeout_ms(co)));
   conn_send(t->agent, WIRE_ASSIGN, j, NULL, 0);
 }
 
 /* Every task is ready: tell each the cluster spec so its command starts. */
-static void send_cluster(coord *co) {
+static int kv_store(coord *co, const char *key, const void *val, size_t len);
+
+/* Sends the cluster spec (every task's current host:port) to every agent,
+ * or only to `only` (a restarted task), and keeps it in the KV store as
+ * "loom/cluster" (with "loom/cluster_version" counting changes) so running
+ * tasks can learn a restarted peer's new address. */
+static void send_cluster(coord *co, task *only) {
   json_t *cl = json_object(), *tf = json_object();
   const task *master = NULL;
   for (int i = 0; i < co->ntasks; i++) {
@@ -633,7 +646,12 @@ static void send_cluster(coord *co) {
   }
   json_t *blob = json_pack("{s:o, s:o}", "cluster", cl, "tf_cluster", tf);
   char *bs = json_dumps(blob, JSON_COMPACT);
+  char *cs = json_dumps(cl, JSON_COMPACT);
   json_decref(blob);
+  if (cs) {
+    kv_store(co, "loom/cluster", cs, strlen(cs));
+    free(cs);
+  }
   json_t *j = json_object();
   if (master) {
     json_object_set_new(j, "master_addr", json_string(master->host));
@@ -649,7 +667,9 @@ static void send_cluster(coord *co) {
     return;
   }
   sf->refs = 1;
-  for (int i = 0; i < co->ntasks; i++) conn_send_shared(co->tasks[i].agent, sf);
+  if (only) conn_send_shared(only->agent, sf);
+  else
+    for (int i = 0; i < co->ntasks; i++) conn_send_shared(co->tasks[i].agent, sf);
   shared_put(sf);
 }
 
@@ -767,47 +787,84 @@ static void attempt_fail(coord *co, task *t, const char *why) {
   begin_stop(co, O_FAILED, (uint64_t)loom__tun(LOOM_TUN_STOP_GRACE_MS));
 }
 
-static void task_exited(coord *co, task *t, int code, int sig, const char *reason) {
+/* A lost agent cannot stop its task's processes any more. On this
+ * machine (local backend) its process groups are ours to kill: every
+ * process of a task leads its own group. */
+static void kill_task_groups(coord *co, task *t) {
+  if (strcmp(co->be->ops->name, "local") || !t->pids) return;
+  size_t i;
+  json_t *v;
+  json_array_foreach(t->pids, i, v) {
+    json_int_t pid = json_integer_value(v);
+    if (pid > 1) kill(-(pid_t)pid, SIGKILL);
+  }
+}
+
+/* A task's processes ended (or its agent is lost). Success may end the
+ * job; a failure is handled by the restart policy: with `restart: task`
+ * the task alone restarts (up to max_restarts, for exit codes in
+ * retry_on and deaths by signal), otherwise the attempt stops. */
+static void task_exited(coord *co, task *t, int code, int sig, const char *reason, bool lost) {
   if (terminal(t)) return;
-  t->have_exit = true;
+  if (lost) kill_task_groups(co, t);
+  t->have_exit = !lost;
   t->exit_code = code;
   t->sig = sig;
   t->t_end = loom__wall();
   if (reason) loom__strlcpy(t->reason, reason, sizeof t->reason);
-  bool ok = code == 0 && sig == 0;
-  json_t *ex = json_pack("{s:i}", "exit_code", code);
+  bool ok = !lost && code == 0 && sig == 0;
+  json_t *ex = lost ? json_object() : json_pack("{s:i}", "exit_code", code);
   if (sig) {
     json_object_set_new(ex, "signal", json_integer(sig));
     json_object_set_new(ex, "signal_name", json_string(sigabbrev_np(sig) ? sigabbrev_np(sig) : "?"));
   }
   if (reason) json_object_set_new(ex, "reason", json_string(reason));
   json_object_set_new(ex, "elapsed_s", json_real(t->t_start > 0 ? t->t_end - t->t_start : 0));
-  if (co->jstate == J_STOPPING) {
+  if (co->jstate == J_STOPPING || co->jstate == J_DONE) {
     task_set(co, t, ok ? T_SUCCEEDED : T_STOPPED);
     event(co, t, ok ? "succeeded" : "stopped", ex);
     return;
   }
-  task_set(co, t, ok ? T_SUCCEEDED : T_FAILED);
-  event(co, t, ok ? "succeeded" : "failed", ex);
-  if (!ok) {
-    char why[600];
-    if (sig)
-      snprintf(why, sizeof why, "killed by signal %d (SIG%s)%s%s", sig,
-               sigabbrev_np(sig) ? sigabbrev_np(sig) : "?", reason ? ": " : "",
-               reason ? reason : "");
-    else if (code == 127)
-      snprintf(why, sizeof why, "exited with code 127 (command not found)%s%s",
-               reason ? ": " : "", reason ? reason : "");
-    else if (code == 126)
-      snprintf(why, sizeof why, "exited with code 126 (command not executable)");
-    else
-      snprintf(why, sizeof why, "exited with code %d%s%s", code, reason ? ": " : "",
-               reason ? reason : "");
-    attempt_fail(co, t, why);
-  } else if (co->jstate == J_RUNNING && all_finishing_done(co)) {
-    event(co, NULL, "finishing_roles_done", NULL);
-    begin_stop(co, O_SUCCESS, (uint64_t)loom__tun(LOOM_TUN_SERVICE_GRACE_MS));
+  task_set(co, t, ok ? T_SUCCEEDED : lost ? T_LOST : T_FAILED);
+  event(co, t, ok ? "succeeded" : lost ? "lost" : "failed", ex);
+  if (ok) {
+    if (co->jstate == J_RUNNING && all_finishing_done(co)) {
+      event(co, NULL, "finishing_roles_done", NULL);
+      begin_stop(co, O_SUCCESS, (uint64_t)loom__tun(LOOM_TUN_SERVICE_GRACE_MS));
+    }
+    return;
   }
+  char why[700];
+  if (lost)
+    snprintf(why, sizeof why, "%s", reason ? reason : "lost");
+  else if (sig)
+    snprintf(why, sizeof why, "killed by signal %d (SIG%s)%s%s", sig,
+             sigabbrev_np(sig) ? sigabbrev_np(sig) : "?", reason ? ": " : "", reason ? reason : "");
+  else if (code == 127)
+    snprintf(why, sizeof why, "exited with code 127 (command not found)%s%s", reason ? ": " : "",
+             reason ? reason : "");
+  else if (code == 126)
+    snprintf(why, sizeof why, "exited with code 126 (command not executable)");
+  else
+    snprintf(why, sizeof why, "exited with code %d%s%s", code, reason ? ": " : "",
+             reason ? reason : "");
+  bool retryable = lost || spec_retryable(co->s, code, sig);
+  if (!retryable) {
+    co->no_retry = true;
+    size_t n = strlen(why);
+    snprintf(why + n, sizeof why - n, " (not in retry_on: no retry)");
+  }
+  if (retryable && co->jstate == J_RUNNING && !strcmp(co->s->restart, "task") &&
+      t->restarts < co->s->max_restarts) {
+    t->restart_pending = true;
+    say(co, "%s %s: restarting it (%d of %d)", t->name, why, t->restarts + 1,
+        co->s->max_restarts);
+    event(co, t, "restarting", json_pack("{s:s, s:i, s:i}", "reason", why, "restart",
+                                         t->restarts + 1, "max_restarts", co->s->max_restarts));
+    maybe_restart(co, t);
+    return;
+  }
+  attempt_fail(co, t, why);
 }
 
 static int on_agent(coord *co, conn *c, wire_frame *f) {
@@ -817,6 +874,20 @@ static int on_agent(coord *co, conn *c, wire_frame *f) {
     if (t->state != T_REGISTERED) return LOOM_EPROTO;
     task_set(co, t, T_READY);
     event(co, t, "ready", NULL);
+    if (co->jstate == J_RUNNING) {
+      /* a restarted task rejoins a running job: the cluster spec as it is
+       * now, and peers see its new address in the KV store */
+      task_set(co, t, T_RUNNING);
+      send_cluster(co, t);
+      int64_t v = 0;
+      kv_entry *e = kv_find(co, "loom/cluster_version");
+      if (e) v = atoll((const char *)e->val);
+      char buf[32];
+      int n = snprintf(buf, sizeof buf, "%lld", (long long)(v + 1));
+      kv_store(co, "loom/cluster_version", buf, (size_t)n);
+      event(co, t, "rejoined", json_pack("{s:s, s:i}", "host", t->host, "port", t->port));
+      return 0;
+    }
     if (++co->nready == co->ntasks && co->jstate == J_RENDEZVOUS) {
       co->jstate = J_RUNNING;
       uv_timer_stop(&co->rdv_timer);
@@ -824,7 +895,7 @@ static int on_agent(coord *co, conn *c, wire_frame *f) {
       for (int i = 0; i < co->ntasks; i++) task_set(co, &co->tasks[i], T_RUNNING);
       event(co, NULL, "rendezvous_done",
             json_pack("{s:f, s:i}", "elapsed_s", now - co->t_attempt, "tasks", co->ntasks));
-      send_cluster(co);
+      send_cluster(co, NULL);
     }
     return 0;
   case WIRE_STARTED:
@@ -839,14 +910,15 @@ static int on_agent(coord *co, conn *c, wire_frame *f) {
   case WIRE_FAIL: {
     const char *why = json_string_value(json_object_get(f->json, "reason"));
     int code = (int)json_integer_value(json_object_get(f->json, "code"));
-    task_exited(co, t, code ? code : 1, 0, why ? why : "the agent could not start the task");
+    task_exited(co, t, code ? code : 1, 0, why ? why : "the agent could not start the task",
+                false);
     return 0;
   }
   case WIRE_EXIT: {
     int code = (int)json_integer_value(json_object_get(f->json, "code"));
     int sig = (int)json_integer_value(json_object_get(f->json, "signal"));
     const char *why = json_string_value(json_object_get(f->json, "reason"));
-    task_exited(co, t, code, sig, why);
+    task_exited(co, t, code, sig, why, json_is_true(json_object_get(f->json, "lost")));
     return 0;
   }
   case WIRE_HEARTBEAT:
@@ -866,11 +938,11 @@ static int on_register(coord *co, conn *c, wire_frame *f) {
     loom__log(LOOM_LOG_WARN, "coord", "refused a malformed registration (%s)", name ? name : "?");
     return LOOM_EPROTO;
   }
-  if (json_integer_value(att) != co->attempt || t->agent || t->state != T_LAUNCHED ||
-      co->jstate != J_RENDEZVOUS) {
+  if (json_integer_value(att) != t->attempt || t->agent || t->state != T_LAUNCHED ||
+      (co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING)) {
     loom__log(LOOM_LOG_WARN, "coord", "refused registration of %s attempt %lld: expected "
               "attempt %d and a task waiting for its agent", name,
-              (long long)json_integer_value(att), co->attempt);
+              (long long)json_integer_value(att), t->attempt);
     return LOOM_ESTATE;
   }
   c->kind = C_AGENT;
@@ -954,6 +1026,7 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     return;
   }
   if (n == 0) return;
+  c->last_rx = loom__now_ms();
   if (wire_reader_push(&c->rd, buf->base, (size_t)n) < 0) {
     conn_close(c);
     return;
@@ -999,6 +1072,7 @@ static void on_connection(uv_stream_t *server, int status) {
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
+  c->last_rx = loom__now_ms();
   uv_timer_start(&c->timer, auth_expired, (uint64_t)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS), 0);
   conn_send(c, WIRE_CHALLENGE, NULL, c->nonce, WIRE_NONCE);
   uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
@@ -1089,52 +1163,77 @@ static void open_logs(coord *co, task *t) {
   }
 }
 
+/* Starts task t's agent through the backend. On failure the task is lost
+ * and the attempt fails (a backend error: no retry). */
+static int launch_task(coord *co, task *t) {
+  char *argv[] = {(char *)co->o->self_exe, "agent", NULL};
+  char **env = make_env(co, t);
+  char err[400] = "";
+  int rc = env ? co->be->ops->launch(co->be, t->id, argv, env, err, sizeof err) : LOOM_ENOMEM;
+  free_env(env);
+  t->t_launch = loom__wall();
+  if (rc < 0) {
+    snprintf(t->reason, sizeof t->reason, "never started: %s", err[0] ? err : loom_strerror(rc));
+    task_set(co, t, T_LOST);
+    event(co, t, "launch_failed", json_pack("{s:s}", "reason", t->reason));
+    attempt_fail(co, t, t->reason);
+    co->outcome = O_INFRA;
+    return rc;
+  }
+  t->agent_running = co->be->ops->tracks_processes;
+  task_set(co, t, T_LAUNCHED);
+  event(co, t, "launched", NULL);
+  return 0;
+}
+
+static void task_reset(coord *co, task *t) {
+  t->state = T_PENDING;
+  t->host[0] = 0;
+  t->port = t->agent_pid = 0;
+  t->have_exit = false;
+  t->exit_code = t->sig = 0;
+  t->reason[0] = 0;
+  t->t_start = t->t_end = 0;
+  if (t->pids) json_decref(t->pids);
+  t->pids = NULL;
+  ring_clear(t);
+  open_logs(co, t);
+}
+
+/* Restarts a failed task once its old agent is gone (restart: task). */
+static void maybe_restart(coord *co, task *t) {
+  if (!t->restart_pending || t->agent || t->agent_running) return;
+  t->restart_pending = false;
+  if (co->jstate != J_RUNNING) return;
+  t->restarts++;
+  t->attempt++;
+  task_reset(co, t);
+  launch_task(co, t);
+}
+
 static void attempt_start(coord *co) {
   co->jstate = J_RENDEZVOUS;
   co->outcome = O_NONE;
   co->nready = 0;
   co->root = -1;
   co->root_msg[0] = 0;
+  co->no_retry = false;
   co->t_attempt = loom__wall();
   kv_clear(co);
   if (co->feed) feed_dispatch_new_attempt(co->feed);
   event(co, NULL, "attempt_started", json_pack("{s:i}", "tasks", co->ntasks));
-  char *argv[] = {(char *)co->o->self_exe, "agent", NULL};
+  bool first = co->attempt == co->o->first_attempt;
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
-    t->attempt = co->attempt;
-    t->state = T_PENDING;
-    t->host[0] = 0;
-    t->port = t->agent_pid = 0;
-    t->have_exit = false;
-    t->exit_code = t->sig = 0;
-    t->reason[0] = 0;
-    t->t_start = t->t_end = 0;
-    if (t->pids) json_decref(t->pids);
-    t->pids = NULL;
-    ring_clear(t);
-    open_logs(co, t);
+    /* LOOM_ATTEMPT counts every start of this task: job retries and task
+     * restarts alike */
+    t->attempt = first ? co->attempt : t->attempt + 1;
+    t->restarts = 0;
+    t->restart_pending = false;
+    task_reset(co, t);
   }
-  for (int i = 0; i < co->ntasks && co->jstate == J_RENDEZVOUS; i++) {
-    task *t = &co->tasks[i];
-    char **env = make_env(co, t);
-    char err[400] = "";
-    int rc = env ? co->be->ops->launch(co->be, t->id, argv, env, err, sizeof err) : LOOM_ENOMEM;
-    free_env(env);
-    t->t_launch = loom__wall();
-    if (rc < 0) {
-      snprintf(t->reason, sizeof t->reason, "never started: %s", err[0] ? err : loom_strerror(rc));
-      task_set(co, t, T_LOST);
-      event(co, t, "launch_failed", json_pack("{s:s}", "reason", t->reason));
-      co->outcome = O_INFRA;
-      attempt_fail(co, t, t->reason);
-      co->outcome = O_INFRA;
-      break;
-    }
-    t->agent_running = co->be->ops->tracks_processes;
-    task_set(co, t, T_LAUNCHED);
-    event(co, t, "launched", NULL);
-  }
+  for (int i = 0; i < co->ntasks && co->jstate == J_RENDEZVOUS; i++)
+    if (launch_task(co, &co->tasks[i]) < 0) break;
   if (co->jstate == J_RENDEZVOUS)
     uv_timer_start(&co->rdv_timer, rdv_expired,
                    (uint64_t)loom__tun(LOOM_TUN_RENDEZVOUS_TIMEOUT_MS), 0);
@@ -1228,7 +1327,8 @@ static void check_over(coord *co) {
   }
   kv_drop_waiters(co, NULL);
   event(co, NULL, "attempt_finished", NULL);
-  if (co->outcome == O_FAILED && co->attempt < co->s->retries && co->interrupts == 0) {
+  if (co->outcome == O_FAILED && co->attempt - co->o->first_attempt < co->s->retries &&
+      co->interrupts == 0 && !co->no_retry) {
     co->attempt++;
     say(co, "retrying the job: attempt %d of %d", co->attempt + 1, co->s->retries + 1);
     event(co, NULL, "retrying", NULL);
@@ -1251,14 +1351,13 @@ static void agent_exited(void *arg, int id, int64_t status, int sig) {
       t->t_end = loom__wall();
       event(co, t, "stopped", NULL);
     } else {
-      snprintf(t->reason, sizeof t->reason, "agent lost: it %s %d before the task ended",
+      char why[160];
+      snprintf(why, sizeof why, "agent lost: it %s %d before the task ended",
                sig ? "was killed by signal" : "exited with status", sig ? sig : (int)status);
-      task_set(co, t, T_LOST);
-      t->t_end = loom__wall();
-      event(co, t, "lost", json_pack("{s:s}", "reason", t->reason));
-      attempt_fail(co, t, t->reason);
+      task_exited(co, t, -1, 0, why, true);
     }
   }
+  maybe_restart(co, t);
   check_over(co);
 }
 
@@ -1279,10 +1378,31 @@ static void on_signal(uv_signal_t *h, int signum) {
   }
 }
 
+static uint64_t hb_timeout_ms(const coord *co) {
+  return co->s->heartbeat_timeout_ms > 0 ? (uint64_t)co->s->heartbeat_timeout_ms
+                                         : (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_TIMEOUT_MS);
+}
+
+/* Heartbeats both ways; an agent silent for the heartbeat timeout (hung,
+ * stopped, its host gone) is declared lost and handled by the policy. */
 static void hb_tick(uv_timer_t *tm) {
   coord *co = tm->data;
-  for (int i = 0; i < co->ntasks; i++)
-    if (co->tasks[i].agent) conn_send(co->tasks[i].agent, WIRE_HEARTBEAT, NULL, NULL, 0);
+  uint64_t now = loom__now_ms(), limit = hb_timeout_ms(co);
+  for (int i = 0; i < co->ntasks; i++) {
+    task *t = &co->tasks[i];
+    conn *c = t->agent;
+    if (!c) continue;
+    if (c->last_rx && now - c->last_rx > limit && !terminal(t)) {
+      char why[160];
+      snprintf(why, sizeof why, "lost: no heartbeat from its agent for %.1fs",
+               (double)(now - c->last_rx) / 1000.0);
+      co->be->ops->signal(co->be, t->id, SIGKILL);
+      task_exited(co, t, -1, 0, why, true);
+      conn_close(c);
+      continue;
+    }
+    conn_send(c, WIRE_HEARTBEAT, NULL, NULL, 0);
+  }
 }
 
 /* ---- setup ------------------------------------------------------------- */

@@ -388,7 +388,8 @@ static int want_env(ctx *c, const node *n, const char *what, spec_kv **out,
 }
 
 static const char *const JOB_KEYS[] = {"name",  "backend", "queue", "retries",
-                                       "restart", "max_restarts", "env",
+                                       "restart", "max_restarts", "retry_on",
+                                       "heartbeat_timeout", "env",
                                        "files", "roles", "feed", NULL};
 static const char *const ROLE_KEYS[] = {"instances", "command", "vcores",
                                         "memory", "gpus", "label", "procs",
@@ -582,6 +583,44 @@ static int parse_job(ctx *c, const node *root, spec_job *s) {
     if (strcmp(s->restart, "job") && strcmp(s->restart, "task"))
       return fail(c, n, "restart must be job or task, got '%s'", s->restart);
   }
+  if ((n = map_get(root, "retry_on"))) {
+    if (n->type == N_SCALAR) {
+      s->retry_on = calloc(1, sizeof *s->retry_on);
+      if (!s->retry_on) return LOOM_ENOMEM;
+      if ((rc = want_int(c, n, "retry_on", 1, 255, &s->retry_on[0])) < 0) return rc;
+      s->nretry_on = 1;
+    } else if (n->type == N_SEQ && n->n > 0) {
+      s->retry_on = calloc((size_t)n->n, sizeof *s->retry_on);
+      if (!s->retry_on) return LOOM_ENOMEM;
+      for (int i = 0; i < n->n; i++, s->nretry_on++)
+        if ((rc = want_int(c, n->items[i], "each retry_on code", 1, 255, &s->retry_on[i])) < 0)
+          return rc;
+    } else {
+      return fail(c, n, "retry_on must be an exit code or a list of them, e.g. [75, 143]");
+    }
+  }
+  if ((n = map_get(root, "heartbeat_timeout"))) {
+    uint64_t ms = 0;
+    long long secs;
+    const char *v = n->type == N_SCALAR ? n->value : "";
+    size_t l = strlen(v);
+    bool ok = false;
+    if (l > 2 && !strcmp(v + l - 2, "ms")) {
+      char tmp[32];
+      snprintf(tmp, sizeof tmp, "%.*s", (int)(l - 2), v);
+      ok = loom__parse_int(tmp, 100, 86400000, &secs) == 0 && (ms = (uint64_t)secs, true);
+    } else if (l > 1 && v[l - 1] == 's') {
+      char tmp[32];
+      snprintf(tmp, sizeof tmp, "%.*s", (int)(l - 1), v);
+      ok = loom__parse_int(tmp, 1, 86400, &secs) == 0 && (ms = (uint64_t)secs * 1000, true);
+    } else {
+      ok = n->plain && loom__parse_int(v, 1, 86400, &secs) == 0 && (ms = (uint64_t)secs * 1000, true);
+    }
+    if (!ok)
+      return fail(c, n, "heartbeat_timeout must be a duration like 30 (seconds), 30s or 500ms, "
+                        "got '%s'", v);
+    s->heartbeat_timeout_ms = (int)ms;
+  }
   if ((n = map_get(root, "env")) && (rc = want_env(c, n, "env", &s->env, &s->nenv)) < 0) return rc;
   if ((n = map_get(root, "files")) && (rc = parse_files(c, n, s)) < 0) return rc;
   if ((n = map_get(root, "feed")) && (rc = parse_feed(c, n, &s->feed)) < 0) return rc;
@@ -681,6 +720,7 @@ void spec_free(spec_job *s) {
     kv_free(r->env, r->nenv);
   }
   free(s->roles);
+  free(s->retry_on);
   kv_free(s->env, s->nenv);
   kv_free(s->files, s->nfiles);
   if (s->feed) json_decref(s->feed);
@@ -706,6 +746,13 @@ json_t *spec_to_json(const spec_job *s) {
   json_object_set_new(j, "retries", json_integer(s->retries));
   json_object_set_new(j, "restart", json_string(s->restart));
   json_object_set_new(j, "max_restarts", json_integer(s->max_restarts));
+  if (s->nretry_on) {
+    json_t *a = json_array();
+    for (int i = 0; i < s->nretry_on; i++) json_array_append_new(a, json_integer(s->retry_on[i]));
+    json_object_set_new(j, "retry_on", a);
+  }
+  if (s->heartbeat_timeout_ms)
+    json_object_set_new(j, "heartbeat_timeout", json_sprintf("%dms", s->heartbeat_timeout_ms));
   json_object_set_new(j, "env", kv_json(s->env, s->nenv));
   json_object_set_new(j, "files", kv_json(s->files, s->nfiles));
   json_t *roles = json_object();
@@ -732,6 +779,13 @@ json_t *spec_to_json(const spec_job *s) {
   json_object_set_new(j, "roles", roles);
   if (s->feed) json_object_set(j, "feed", s->feed);
   return j;
+}
+
+bool spec_retryable(const spec_job *s, int code, int sig) {
+  if (sig || s->nretry_on == 0) return true;
+  for (int i = 0; i < s->nretry_on; i++)
+    if (s->retry_on[i] == code) return true;
+  return false;
 }
 
 const spec_role *spec_role_find(const spec_job *s, const char *name) {

@@ -30,6 +30,9 @@ typedef struct {
   char *path; /* the spec file, absolute */
   char *name, *backend, *queue, *restart;
   int retries, max_restarts;
+  int *retry_on;    /* exit codes that are retried (signals always are); NULL: all */
+  int nretry_on;
+  int heartbeat_timeout_ms; /* 0: LOOM_HEARTBEAT_TIMEOUT */
   spec_kv *env;
   int nenv;
   spec_kv *files; /* target -> absolute source */
@@ -54,6 +57,8 @@ void spec_free(spec_job *s);
 /* The resolved spec as JSON (valid YAML), defaults filled in. */
 json_t *spec_to_json(const spec_job *s);
 const spec_role *spec_role_find(const spec_job *s, const char *name);
+/* Whether a task that ended with (code, sig) may be restarted or retried. */
+bool spec_retryable(const spec_job *s, int code, int sig);
 /* Training roles: chief and worker, or when neither exists every role that
  * is not a service, evaluator or tensorboard. */
 bool spec_role_is_training(const spec_job *s, const spec_role *r);
