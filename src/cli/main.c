@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "cli/jobs.h"
 #include "coord/coord.h"
+#include "http/http.h"
 #include "ps/server.h"
 #include "wire/wire.h"
 
@@ -56,6 +57,10 @@ static const struct verb {
      "the grace period) and waits until it has.\n"},
     {"check", "[--backend B]", "is this machine ready to run jobs",
      "Checks the job directory, the backend and the loopback network.\n"},
+    {"ui", "[--port P] [--bind A]", "the web dashboard for jobs, from their job directories",
+     "Serves every job under $LOOM_HOME/jobs (finished or running): tasks, states,\n"
+     "attempts, exit codes, logs, events and metric charts. Prints the URL with\n"
+     "its access token.\n"},
     {"ps", "[--help]", "the built-in parameter server, as a ps role's command",
      "Serves this task's shard of the job's variables until the job ends. Use it\n"
      "as the command of the ps role: `ps: {instances: 2, command: loom ps}`.\n"},
@@ -750,6 +755,7 @@ int main(int argc, char **argv) {
   if (!strcmp(v, "check")) return cmd_check(argc, argv);
   if (!strcmp(v, "agent")) return agent_main();
   if (!strcmp(v, "ps")) return loom__ps_main(argc - 1, argv + 1);
+  if (!strcmp(v, "ui")) return loom__ui_main(argc - 1, argv + 1);
   if (!strcmp(v, "coordinator")) return cmd_coordinator(argc, argv);
   fprintf(stderr, "loom: unknown verb '%s'\n\n", v);
   usage(stderr);

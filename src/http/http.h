@@ -1,0 +1,25 @@
+/* http.h: the job's web dashboard and JSON API, served from what the
+ * coordinator writes to the job directory (state.json, events.jsonl with
+ * metric events, logs/). The coordinator runs one for its live job; `loom
+ * ui` runs one over finished jobs. Every request needs the job's token. */
+#ifndef LOOM_HTTP_H
+#define LOOM_HTTP_H
+
+#include <uv.h>
+
+typedef struct http_server http_server;
+
+/* Serves the job in job_dir on loop, listening on bind (e.g. "127.0.0.1")
+ * with an ephemeral port written to *port. Requests must carry token
+ * (?token=... or the cookie the page sets); others get 401/403. On error
+ * returns a negative LOOM_E* code with a message in err. */
+int http_start(uv_loop_t *loop, const char *bind, const char *job_dir, const char *token,
+               http_server **out, int *port, char *err, size_t errlen);
+/* Stops serving and closes every connection; the loop may then end. */
+void http_stop(http_server *s);
+
+/* `loom ui [--port P] [--bind A] [JOB...]`: serves finished (and running)
+ * jobs from $LOOM_HOME/jobs until interrupted. argv[0] is "ui". */
+int loom__ui_main(int argc, char **argv);
+
+#endif
