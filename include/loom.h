@@ -99,6 +99,11 @@ LOOM_EXPORT int loom_kv_add(loom_t *l, const char *key, int64_t delta,
 LOOM_EXPORT int loom_event(loom_t *l, const char *name,
                            const char *detail_json);
 
+/* Records a metric value for this task at a step (a training step, an
+ * epoch...): the coordinator keeps it in the event log and serves it to the
+ * dashboard (/api/metrics, /metrics). Does not wait for the coordinator. */
+LOOM_EXPORT int loom_metric(loom_t *l, const char *tag, int64_t step, double value);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,7 @@
 #include "wire/wire.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -56,7 +57,8 @@ struct agent {
   char task[96], host[256], secret[160], cgroup[512];
   int attempt, port, reserve_fd, nprocs, running, open_pipes;
   uproc *procs;
-  uint64_t last_rx;
+  uint64_t last_rx, last_usage, cpu_ticks, started_ms;
+  double usage_t0;
   bool started, stopping, exited_sent, conn_open, have_fail;
   int fail_code, fail_sig;
   char lost_reason[160];
@@ -356,6 +358,10 @@ static void build_env(agent *a, envv *e, int local, const json_t *cl, const char
   env_set(e, "LOOM_JOB_ID", json_string_value(json_object_get(as, "job_id")));
   env_set(e, "LOOM_JOB_DIR", json_string_value(json_object_get(as, "job_dir")));
   env_set(e, "LOOM_HOST", a->host);
+  env_setf(e, "LOOM_PORT", "%d", a->port);
+  char *tbd = loom__asprintf("%s/tensorboard", json_string_value(json_object_get(as, "job_dir")));
+  if (tbd) env_set(e, "LOOM_TENSORBOARD_DIR", tbd);
+  free(tbd);
   env_set(e, "LOOM_CLUSTER", cluster_s);
   env_setf(e, "LOOM_LOCAL_RANK", "%d", local);
   env_setf(e, "LOCAL_RANK", "%d", local);
@@ -451,6 +457,7 @@ static int start_procs(agent *a, const json_t *cl, const char *cluster_s,
     a->reserve_fd = -1;
   }
   make_cgroup(a);
+  a->started_ms = loom__now_ms();
   json_t *pids = json_array();
   int rc = 0;
   for (int i = 0; i < a->nprocs; i++) {
@@ -619,10 +626,70 @@ static void check_stopped(agent *a) {
   }
 }
 
+/* CPU time (ticks) and resident memory (bytes) of every process in the
+ * task's process groups. */
+static void usage_of(agent *a, uint64_t *ticks, uint64_t *rss) {
+  *ticks = *rss = 0;
+  DIR *d = opendir("/proc");
+  if (!d) return;
+  long page = sysconf(_SC_PAGESIZE);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    char p[300], buf[1024];
+    snprintf(p, sizeof p, "/proc/%s/stat", e->d_name);
+    FILE *f = fopen(p, "r");
+    if (!f) continue;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')');
+    if (!rp) continue;
+    /* fields after ")": state ppid pgrp ... utime(14) stime(15) ... rss(24) */
+    char st;
+    int ppid, pgrp;
+    unsigned long long ut, stt;
+    long long rs;
+    if (sscanf(rp + 2, "%c %d %d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d "
+                       "%*d %*u %*u %lld", &st, &ppid, &pgrp, &ut, &stt, &rs) != 6)
+      continue;
+    for (int i = 0; i < a->nprocs; i++)
+      if (a->procs[i].spawned && pgrp == a->procs[i].pid) {
+        *ticks += ut + stt;
+        *rss += rs > 0 ? (uint64_t)rs * (uint64_t)page : 0;
+        break;
+      }
+  }
+  closedir(d);
+}
+
+/* Every 3 seconds: the task's CPU use (percent of one core) and memory,
+ * as metrics the coordinator keeps and the dashboard charts. */
+static void report_usage(agent *a) {
+  uint64_t now = loom__now_ms();
+  if (!a->started || a->running == 0 || now - a->last_usage < 3000) return;
+  uint64_t ticks, rss;
+  usage_of(a, &ticks, &rss);
+  double t = (double)now / 1000.0;
+  if (a->last_usage) {
+    double cpu = 100.0 * (double)(ticks - a->cpu_ticks) / (double)sysconf(_SC_CLK_TCK) /
+                 (t - a->usage_t0);
+    json_int_t step = (json_int_t)((now - a->started_ms) / 1000); /* seconds since start */
+    send_msg(a, WIRE_METRIC, json_pack("{s:s, s:I, s:f}", "tag", "cpu_percent", "step", step,
+                                       "value", cpu > 0 ? cpu : 0.0), NULL, 0);
+    send_msg(a, WIRE_METRIC, json_pack("{s:s, s:I, s:f}", "tag", "memory_bytes", "step", step,
+                                       "value", (double)rss), NULL, 0);
+  }
+  a->cpu_ticks = ticks;
+  a->usage_t0 = t;
+  a->last_usage = now;
+}
+
 static void hb_tick(uv_timer_t *t) {
   agent *a = t->data;
   if (!a->conn_open) return;
   check_stopped(a);
+  report_usage(a);
   if (loom__now_ms() - a->last_rx > (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_TIMEOUT_MS)) {
     coordinator_lost(a, "no heartbeat from the coordinator");
     return;

@@ -11,6 +11,7 @@
 #include "coord/coord.h"
 #include "backend/backend.h"
 #include "feed/dispatch.h"
+#include "http/http.h"
 #include "wire/wire.h"
 
 #include <errno.h>
@@ -121,6 +122,8 @@ struct coord {
   char **env_base;
   feed_dispatch *feed;
   json_t *staged_files; /* target -> node-local copy, when the backend staged them */
+  http_server *http;
+  char dashboard[512];
 };
 
 static void attempt_start(coord *co);
@@ -251,6 +254,7 @@ static void state_write(coord *co) {
     json_object_set_new(j, "root_cause", rc);
   }
   if (co->feed) json_object_set_new(j, "feed", feed_dispatch_status(co->feed));
+  if (co->dashboard[0]) json_object_set_new(j, "dashboard", json_string(co->dashboard));
   json_t *ts = json_array();
   for (int i = 0; i < co->ntasks; i++) json_array_append_new(ts, task_json(&co->tasks[i]));
   json_object_set_new(j, "tasks", ts);
@@ -492,8 +496,21 @@ static const char *kv_key(wire_frame *f) {
   return k;
 }
 
+/* A metric from a task (libloom) or about it (its agent's CPU and memory
+ * reports): one "metric" event in events.jsonl, which the dashboard reads. */
+static int on_metric(coord *co, task *t, wire_frame *f, const char *source) {
+  const char *tag = json_string_value(json_object_get(f->json, "tag"));
+  json_t *step = json_object_get(f->json, "step"), *val = json_object_get(f->json, "value");
+  if (!tag || !*tag || strlen(tag) > 128 || !json_is_integer(step) || !json_is_number(val))
+    return LOOM_EPROTO;
+  event(co, t, "metric", json_pack("{s:s, s:O, s:O, s:s}", "tag", tag, "step", step, "value",
+                                   val, "source", source));
+  return 0;
+}
+
 static int on_client(coord *co, conn *c, wire_frame *f) {
   json_int_t id = json_integer_value(json_object_get(f->json, "id"));
+  if (f->type == WIRE_METRIC) return on_metric(co, c->task, f, "user");
   if (f->type >= WIRE_FEED_FIRST && f->type <= WIRE_FEED_LAST) {
     if (!co->feed) {
       reply(c, id, LOOM_ENOTSUP, json_pack("{s:s}", "msg", "the job's spec has no feed: section"),
@@ -903,10 +920,18 @@ static int on_agent(coord *co, conn *c, wire_frame *f) {
     if (t->pids) json_decref(t->pids);
     t->pids = json_incref(json_object_get(f->json, "pids"));
     event(co, t, "started", json_pack("{s:O?}", "pids", t->pids));
+    if (!strcmp(t->role->name, "tensorboard")) {
+      char url[400];
+      snprintf(url, sizeof url, "http://%s:%d/", t->host, t->port);
+      event(co, t, "tensorboard_url", json_pack("{s:s}", "url", url));
+      say(co, "TensorBoard (%s): %s", t->name, url);
+    }
     return 0;
   case WIRE_LOG:
     on_log(co, t, f);
     return 0;
+  case WIRE_METRIC:
+    return on_metric(co, t, f, "agent");
   case WIRE_FAIL: {
     const char *why = json_string_value(json_object_get(f->json, "reason"));
     int code = (int)json_integer_value(json_object_get(f->json, "code"));
@@ -1532,6 +1557,23 @@ int coord_run(const coord_opts *o) {
   free(cs);
   free(p);
 
+  /* The dashboard: the token is derived from the secret, so sharing the
+   * URL does not give away the secret. */
+  {
+    unsigned char mac[WIRE_MAC], nonce[WIRE_NONCE] = {0};
+    char token[2 * WIRE_MAC + 1], err[256];
+    wire_mac(o->secret, "loom-ui", nonce, mac);
+    loom__hex(mac, 16, token);
+    int hport = 0;
+    const char *hb = o->advertise ? "0.0.0.0" : bind;
+    if (http_start(&co->loop, hb, o->job_dir, token, &co->http, &hport, err, sizeof err) == 0) {
+      snprintf(co->dashboard, sizeof co->dashboard, "http://%s:%d/?token=%s",
+               o->advertise ? o->advertise : ip, hport, token);
+      if (o->console) fprintf(stderr, "loom: dashboard %s\n", co->dashboard);
+    } else {
+      loom__log(LOOM_LOG_INFO, "coord", "no dashboard: %s", err);
+    }
+  }
   uv_timer_init(&co->loop, &co->rdv_timer);
   uv_timer_init(&co->loop, &co->stop_timer);
   uv_timer_init(&co->loop, &co->hb_timer);
@@ -1551,6 +1593,7 @@ int coord_run(const coord_opts *o) {
 
   event(co, NULL, "job_started", json_pack("{s:s, s:s, s:i}", "name", co->s->name, "coordinator",
                                            co->addr, "tasks", co->ntasks));
+  if (co->dashboard[0]) event(co, NULL, "dashboard", json_pack("{s:s}", "url", co->dashboard));
   if (co->be->ops->stage_files) {
     char err[512] = "";
     setenv("LOOM_JOB_DIR_STAGE", o->job_dir, 1);
@@ -1568,6 +1611,7 @@ int coord_run(const coord_opts *o) {
   uv_run(&co->loop, UV_RUN_DEFAULT);
 out_run:
   status = co->exit_status;
+  if (co->http) http_stop(co->http);
   if (co->be->ops->unstage_files) co->be->ops->unstage_files(co->be);
   if (co->jstate != J_DONE) status = EXIT_INFRA;
 

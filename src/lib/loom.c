@@ -373,6 +373,17 @@ int loom_kv_add(loom_t *l, const char *key, int64_t delta, int64_t *result) {
                 : 0;
 }
 
+int loom_metric(loom_t *l, const char *tag, int64_t step, double value) {
+  if (!l || !tag || !*tag || strlen(tag) > 128) return LOOM_EINVAL;
+  json_t *j = json_pack("{s:s, s:I, s:f}", "tag", tag, "step", (json_int_t)step, "value", value);
+  if (!j) return LOOM_EINVAL; /* NaN or infinity */
+  pthread_mutex_lock(&l->mu);
+  int rc = l->aborted ? l->aborted : wire_send(l->fd, WIRE_METRIC, j, NULL, 0);
+  pthread_mutex_unlock(&l->mu);
+  json_decref(j);
+  return rc;
+}
+
 int loom_event(loom_t *l, const char *name, const char *detail_json) {
   if (!l || !name || !*name || strlen(name) > 128) return LOOM_EINVAL;
   json_t *req = json_pack("{s:s}", "name", name);
