@@ -39,7 +39,8 @@ extern "C" {
   X(ENOENV, -14, "not running inside a loom job (LOOM_* variables missing)")  \
   X(ESPEC, -15, "invalid job spec")                                           \
   X(EBACKEND, -16, "cluster manager error")                                   \
-  X(ERESOURCE, -17, "resources cannot be satisfied")
+  X(ERESOURCE, -17, "resources cannot be satisfied")                         \
+  X(ECHANGED, -18, "the job's membership changed: re-form with loom_comm_reform()")
 
 typedef enum {
   LOOM_OK = 0,

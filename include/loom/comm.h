@@ -39,6 +39,25 @@ LOOM_EXPORT int loom_allgather(loom_t *l, const void *send, void *recv,
 LOOM_EXPORT int loom_reduce_scatter(loom_t *l, const void *send, void *recv,
                                     size_t count, loom_dtype dt, loom_op op);
 LOOM_EXPORT int loom_barrier(loom_t *l);
+/* Elastic membership (a role with `elastic: {min, max}`): when a member is
+ * lost, or a restarted one comes back, the coordinator announces a new
+ * membership generation with new ranks and world size. Pending and later
+ * collectives of the old generation then fail with LOOM_ECHANGED (or
+ * LOOM_EPEER when a peer died first); the program calls loom_comm_reform()
+ * and continues, typically after re-broadcasting its state from rank 0. */
+
+/* The generation this process's rank and world size belong to (0 at the
+ * job's start; a restarted task starts in the generation it joins). */
+LOOM_EXPORT int64_t loom_generation(const loom_t *l);
+/* Non-zero once a newer generation than loom_generation() is announced. */
+LOOM_EXPORT int loom_membership_changed(const loom_t *l);
+/* Leaves the current collectives and joins the newest generation newer
+ * than the current one, waiting up to timeout_ms for the coordinator to
+ * announce it; afterwards loom_rank() and loom_world_size() are the new
+ * generation's. Collective over that generation's members. LOOM_ENOENT if
+ * this task is not a member of it (it was declared lost). */
+LOOM_EXPORT int loom_comm_reform(loom_t *l, int timeout_ms);
+
 /* The size in elements of rank r's block in loom_reduce_scatter(). */
 LOOM_EXPORT size_t loom_reduce_scatter_count(size_t count, int world_size,
                                              int rank);

@@ -366,14 +366,17 @@ static void build_env(agent *a, envv *e, int local, const json_t *cl, const char
   env_setf(e, "LOOM_LOCAL_RANK", "%d", local);
   env_setf(e, "LOCAL_RANK", "%d", local);
   env_setf(e, "LOCAL_WORLD_SIZE", "%d", procs);
-  int world = (int)json_integer_value(json_object_get(as, "world_size"));
+  /* a task joining a running elastic job gets its rank in the CLUSTER */
+  const json_t *rs = json_object_get(cl, "rank_base") ? cl : as;
+  int world = (int)json_integer_value(json_object_get(rs, "world_size"));
   env_setf(e, "LOOM_WORLD_SIZE", "%d", world); /* every role: ps shards count workers */
+  env_setf(e, "LOOM_GENERATION", "%lld", (long long)json_integer_value(json_object_get(cl, "generation")));
   if (json_is_true(json_object_get(as, "training"))) {
-    int rank = (int)json_integer_value(json_object_get(as, "rank_base")) + local;
+    int rank = (int)json_integer_value(json_object_get(rs, "rank_base")) + local;
     env_setf(e, "LOOM_RANK", "%d", rank);
     env_setf(e, "RANK", "%d", rank);
     env_setf(e, "WORLD_SIZE", "%d", world);
-    env_setf(e, "GROUP_RANK", "%d", (int)json_integer_value(json_object_get(as, "rank_base")) / (procs ? procs : 1));
+    env_setf(e, "GROUP_RANK", "%d", (int)json_integer_value(json_object_get(rs, "rank_base")) / (procs ? procs : 1));
     const char *ma = json_string_value(json_object_get(cl, "master_addr"));
     json_t *mp = json_object_get(cl, "master_port");
     if (ma) env_set(e, "MASTER_ADDR", ma);

@@ -10,6 +10,7 @@
 #include "lib/lib.h"
 #include "loom/comm.h"
 
+#include <jansson.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -163,10 +164,14 @@ static int comm_state_get(loom_t *l, struct comm_state **out) {
     int64_t v = 0;
     char prefix[64];
     rc = comm_store_loom(l, &s->store);
-    if (rc == 0) rc = loom_kv_add(l, "comm/join", 1, &v);
+    /* generation 0 counts joins (a job may re-create its communicator);
+     * elastic generations have their own namespace */
+    if (rc == 0 && loom_generation(l) == 0) rc = loom_kv_add(l, "comm/join", 1, &v);
     if (rc == 0) {
-      snprintf(prefix, sizeof prefix, "comm/g%lld",
-               (long long)((v - 1) / world));
+      if (loom_generation(l) > 0)
+        snprintf(prefix, sizeof prefix, "comm/e%lld", (long long)loom_generation(l));
+      else
+        snprintf(prefix, sizeof prefix, "comm/g%lld", (long long)((v - 1) / world));
       rc = comm_create(s->store, prefix, rank, world, loom__host(l),
                        loom__abort_fd(l), &s->c, s->errmsg,
                        sizeof s->errmsg);
@@ -174,6 +179,10 @@ static int comm_state_get(loom_t *l, struct comm_state **out) {
       snprintf(s->errmsg, sizeof s->errmsg,
                "cannot join the communicator through the KV store: %s",
                loom_strerror(rc));
+    }
+    if (rc == 0) {
+      s->c->latest_gen = loom__latest_generation(l);
+      s->c->gen = loom_generation(l);
     }
     s->err = rc;
   }
@@ -195,6 +204,61 @@ void loom__comm_fini(loom_t *l) {
   pthread_mutex_destroy(&s->mu);
   free(s);
   *slot = NULL;
+}
+
+/* Joins the newest announced generation newer than the current one. */
+int loom_comm_reform(loom_t *l, int timeout_ms) {
+  if (!l) return LOOM_EINVAL;
+  uint64_t deadline = comm__now_ns() / 1000000u + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+  int64_t want = loom_generation(l) + 1;
+  char key[64];
+  void *v = NULL;
+  size_t len = 0;
+  int rc;
+  /* wait for the next generation, then take the newest one there is */
+  snprintf(key, sizeof key, "loom/membership/g%lld", (long long)want);
+  rc = loom_kv_get(l, key, timeout_ms, &v, &len);
+  if (rc < 0) return rc;
+  free(v);
+  v = NULL;
+  int64_t latest = want;
+  if (loom_kv_get(l, "loom/generation", 0, &v, &len) == 0) {
+    long long g = atoll(v);
+    if (g > latest) latest = g;
+    free(v);
+    v = NULL;
+  }
+  snprintf(key, sizeof key, "loom/membership/g%lld", (long long)latest);
+  int left = (int)(deadline - comm__now_ns() / 1000000u);
+  if ((rc = loom_kv_get(l, key, left > 0 ? left : 0, &v, &len)) < 0) return rc;
+  json_error_t err;
+  json_t *m = json_loadb(v, len, 0, &err);
+  free(v);
+  const char *task = getenv("LOOM_TASK");
+  json_t *base = m && task ? json_object_get(json_object_get(m, "ranks"), task) : NULL;
+  json_int_t world = json_integer_value(json_object_get(m, "world_size"));
+  if (!json_is_integer(base) || world < 1) {
+    json_decref(m);
+    return loom__fail(l, m ? LOOM_ENOENT : LOOM_EPROTO,
+                      "%s is not a member of generation %lld", task ? task : "this task",
+                      (long long)latest);
+  }
+  int rank = (int)json_integer_value(base) + loom_local_rank(l);
+  json_decref(m);
+  /* tear down the old communicator; the next collective makes the new one */
+  pthread_mutex_lock(&comm_create_mu);
+  void **slot = loom__comm_slot(l);
+  struct comm_state *s = *slot;
+  if (s) {
+    comm_destroy(s->c);
+    if (s->store) s->store->ops->destroy(s->store);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    *slot = NULL;
+  }
+  loom__set_membership(l, rank, (int)world, latest);
+  pthread_mutex_unlock(&comm_create_mu);
+  return 0;
 }
 
 #define COMM_PUBLIC(call)                                                    \

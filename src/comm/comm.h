@@ -59,6 +59,8 @@ struct comm {
   char prefix[96];   /* namespace of this communicator's store keys */
   char host[256];
   int abort_fd; /* -1: none */
+  const int64_t *latest_gen; /* membership announced; NULL: not elastic */
+  int64_t gen;               /* the generation this communicator serves */
   int mode;     /* COMM_TP_*, from LOOM_COMM_TRANSPORT */
   char **hosts; /* [world], every rank's host */
   int *pids;    /* [world], every rank's process id (on its host) */

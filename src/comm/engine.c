@@ -92,6 +92,12 @@ static int engine_check(comm_t *c, int full,
                         "rank %d: the coordinator aborted the attempt",
                         c->rank);
   }
+  if (c->latest_gen && __atomic_load_n(c->latest_gen, __ATOMIC_ACQUIRE) > c->gen)
+    return comm__fail(c, LOOM_ECHANGED,
+                      "rank %d: the job's membership changed (generation %lld is newer "
+                      "than %lld): call loom_comm_reform()",
+                      c->rank, (long long)__atomic_load_n(c->latest_gen, __ATOMIC_ACQUIRE),
+                      (long long)c->gen);
   if (comm__now_ns() >= c->deadline_ns)
     return comm__fail(c, LOOM_ETIMEDOUT,
                       "rank %d: a collective did not finish within "

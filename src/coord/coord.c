@@ -62,6 +62,7 @@ typedef struct {
   FILE *log;
   char cpus[256], gpus[128];
   int restarts;         /* restarts of this task in this job attempt */
+  bool left;            /* an elastic member that left the membership */
   bool restart_pending; /* restart once its old agent is gone */
 } task;
 
@@ -110,6 +111,7 @@ struct coord {
   int ntasks, attempt, jstate, outcome, root, interrupts, nready;
   int world_size;
   bool no_retry; /* the failure's exit code is not in retry_on */
+  int64_t generation; /* elastic membership generation */
   char root_msg[2048];
   FILE *events, *alllog;
   conn *conns;
@@ -216,6 +218,7 @@ static json_t *task_json(const task *t) {
   if (t->pids) json_object_set(j, "pids", t->pids);
   if (t->training) json_object_set_new(j, "rank", json_integer(t->rank_base));
   json_object_set_new(j, "restarts", json_integer(t->restarts));
+  if (t->left) json_object_set_new(j, "left", json_true());
   if (t->have_exit) {
     json_object_set_new(j, "exit_code", json_integer(t->exit_code));
     if (t->sig) {
@@ -674,6 +677,11 @@ static void send_cluster(coord *co, task *only) {
     json_object_set_new(j, "master_addr", json_string(master->host));
     json_object_set_new(j, "master_port", json_integer(master->port));
   }
+  if (only && only->training) {
+    json_object_set_new(j, "rank_base", json_integer(only->rank_base));
+    json_object_set_new(j, "world_size", json_integer(co->world_size));
+    json_object_set_new(j, "generation", json_integer((json_int_t)co->generation));
+  }
   shared_frame *sf = calloc(1, sizeof *sf);
   int rc = sf && bs ? wire_encode(WIRE_CLUSTER, j, bs, strlen(bs), &sf->buf, &sf->len) : LOOM_ENOMEM;
   json_decref(j);
@@ -749,6 +757,7 @@ static void on_log(coord *co, task *t, wire_frame *f) {
 static bool all_finishing_done(coord *co) {
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
+    if (t->left && !t->restart_pending && t->state != T_RUNNING) continue;
     if (!t->role->service && t->state != T_SUCCEEDED) return false;
   }
   return true;
@@ -802,6 +811,48 @@ static void attempt_fail(coord *co, task *t, const char *why) {
   say(co, "%s%s%s", t ? t->name : "", t ? ": " : "", why);
   abort_clients(co, why);
   begin_stop(co, O_FAILED, (uint64_t)loom__tun(LOOM_TUN_STOP_GRACE_MS));
+}
+
+/* Elastic membership: the live training tasks, ranked chief first, then
+ * workers (procs each), as the KV store's loom/membership/g<G> and a
+ * WIRE_MEMBERSHIP to every libloom client. Returns the world size. */
+static int publish_membership(coord *co) {
+  json_t *ranks = json_object();
+  int rank = 0;
+  for (int pass = 0; pass < 3; pass++)
+    for (int i = 0; i < co->ntasks; i++) {
+      task *t = &co->tasks[i];
+      int which = !strcmp(t->role->name, "chief") ? 0 : !strcmp(t->role->name, "worker") ? 1 : 2;
+      if (!t->training || which != pass || t->left || terminal(t)) continue;
+      json_object_set_new(ranks, t->name, json_integer(rank));
+      t->rank_base = rank;
+      rank += t->role->procs;
+    }
+  json_t *m = json_pack("{s:I, s:i, s:o}", "generation", (json_int_t)co->generation,
+                        "world_size", rank, "ranks", ranks);
+  char *ms = json_dumps(m, JSON_COMPACT);
+  json_decref(m);
+  char key[64], gen[32];
+  snprintf(key, sizeof key, "loom/membership/g%lld", (long long)co->generation);
+  int gl = snprintf(gen, sizeof gen, "%lld", (long long)co->generation);
+  if (ms) kv_store(co, key, ms, strlen(ms));
+  kv_store(co, "loom/generation", gen, (size_t)gl);
+  free(ms);
+  co->world_size = rank;
+  for (conn *c = co->conns; c; c = c->next)
+    if (c->kind == C_CLIENT)
+      conn_send(c, WIRE_MEMBERSHIP, json_pack("{s:I}", "generation", (json_int_t)co->generation),
+                NULL, 0);
+  return rank;
+}
+
+static int live_members(coord *co, const spec_role *r, const task *except) {
+  int n = 0;
+  for (int i = 0; i < co->ntasks; i++) {
+    task *t = &co->tasks[i];
+    n += t->role == r && t != except && !t->left && t->state == T_RUNNING;
+  }
+  return n;
 }
 
 /* A lost agent cannot stop its task's processes any more. On this
@@ -866,13 +917,36 @@ static void task_exited(coord *co, task *t, int code, int sig, const char *reaso
     snprintf(why, sizeof why, "exited with code %d%s%s", code, reason ? ": " : "",
              reason ? reason : "");
   bool retryable = lost || spec_retryable(co->s, code, sig);
+  bool can_restart = retryable && co->jstate == J_RUNNING && !strcmp(co->s->restart, "task") &&
+                     t->restarts < co->s->max_restarts;
+  if (co->jstate == J_RUNNING && t->role->elastic_min > 0 && retryable &&
+      live_members(co, t->role, t) >= t->role->elastic_min) {
+    /* elastic: the survivors go on in a new generation without it */
+    t->left = true;
+    co->generation++;
+    int world = publish_membership(co);
+    say(co, "%s %s: %d %s left; membership generation %lld, world size %d", t->name, why,
+        live_members(co, t->role, NULL), t->role->name, (long long)co->generation, world);
+    event(co, t, "membership_changed", json_pack("{s:I, s:i, s:s, s:s}", "generation",
+                                                 (json_int_t)co->generation, "world_size", world,
+                                                 "left", t->name, "reason", why));
+    if (can_restart) {
+      t->restart_pending = true;
+      event(co, t, "restarting", json_pack("{s:s, s:i, s:i}", "reason", why, "restart",
+                                           t->restarts + 1, "max_restarts", co->s->max_restarts));
+      maybe_restart(co, t);
+    } else if (all_finishing_done(co)) {
+      event(co, NULL, "finishing_roles_done", NULL);
+      begin_stop(co, O_SUCCESS, (uint64_t)loom__tun(LOOM_TUN_SERVICE_GRACE_MS));
+    }
+    return;
+  }
   if (!retryable) {
     co->no_retry = true;
     size_t n = strlen(why);
     snprintf(why + n, sizeof why - n, " (not in retry_on: no retry)");
   }
-  if (retryable && co->jstate == J_RUNNING && !strcmp(co->s->restart, "task") &&
-      t->restarts < co->s->max_restarts) {
+  if (can_restart) {
     t->restart_pending = true;
     say(co, "%s %s: restarting it (%d of %d)", t->name, why, t->restarts + 1,
         co->s->max_restarts);
@@ -895,6 +969,17 @@ static int on_agent(coord *co, conn *c, wire_frame *f) {
       /* a restarted task rejoins a running job: the cluster spec as it is
        * now, and peers see its new address in the KV store */
       task_set(co, t, T_RUNNING);
+      if (t->role->elastic_min > 0 && t->training) {
+        /* it joins the next generation */
+        t->left = false;
+        co->generation++;
+        int world = publish_membership(co);
+        event(co, t, "membership_changed", json_pack("{s:I, s:i, s:s}", "generation",
+                                                     (json_int_t)co->generation, "world_size",
+                                                     world, "joined", t->name));
+        say(co, "%s rejoined: membership generation %lld, world size %d", t->name,
+            (long long)co->generation, world);
+      }
       send_cluster(co, t);
       int64_t v = 0;
       kv_entry *e = kv_find(co, "loom/cluster_version");
@@ -913,6 +998,7 @@ static int on_agent(coord *co, conn *c, wire_frame *f) {
       event(co, NULL, "rendezvous_done",
             json_pack("{s:f, s:i}", "elapsed_s", now - co->t_attempt, "tasks", co->ntasks));
       send_cluster(co, NULL);
+      publish_membership(co);
     }
     return 0;
   case WIRE_STARTED:
@@ -1243,6 +1329,7 @@ static void attempt_start(coord *co) {
   co->root = -1;
   co->root_msg[0] = 0;
   co->no_retry = false;
+  co->generation = 0;
   co->t_attempt = loom__wall();
   kv_clear(co);
   if (co->feed) feed_dispatch_new_attempt(co->feed);
@@ -1255,6 +1342,7 @@ static void attempt_start(coord *co) {
     t->attempt = first ? co->attempt : t->attempt + 1;
     t->restarts = 0;
     t->restart_pending = false;
+    t->left = false;
     task_reset(co, t);
   }
   for (int i = 0; i < co->ntasks && co->jstate == J_RENDEZVOUS; i++)

@@ -35,6 +35,12 @@ int loom__call(loom_t *l, uint16_t type, json_t *req, const void *blob,
                size_t len, int wait_ms, json_t **reply_json,
                void **reply_blob, size_t *reply_len);
 
+/* Elastic membership: the newest generation the coordinator announced
+ * (read atomically by collectives while they wait), and the switch to a
+ * new one (rank and world size of this process in it). */
+const int64_t *loom__latest_generation(const loom_t *l);
+void loom__set_membership(loom_t *l, int rank, int world, int64_t generation);
+
 /* A slot for the collectives' private state, created on first use and torn
  * down by loom__comm_fini() from loom_finish(). */
 void **loom__comm_slot(loom_t *l);

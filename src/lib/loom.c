@@ -7,6 +7,7 @@
  * (or the loss of the connection) into a readable abort fd that collectives
  * poll. Senders serialize on a mutex, so calls are thread-safe. */
 #include "lib/lib.h"
+#include "loom/comm.h"
 #include "wire/wire.h"
 
 #include <errno.h>
@@ -31,6 +32,7 @@ struct pending {
 
 struct loom {
   int rank, world, local_rank, local_size, index, attempt;
+  int64_t generation, latest_generation;
   char role[64], task[96], job_id[160], host[256], secret[160];
   int fd, abort_efd;
   wire_reader reader;
@@ -72,6 +74,17 @@ void **loom__comm_slot(loom_t *l) { return &l->comm; }
 /* The collectives define the real one; a program without them links this. */
 __attribute__((weak)) void loom__comm_fini(loom_t *l) { (void)l; }
 
+int64_t loom_generation(const loom_t *l) { return l ? l->generation : 0; }
+int loom_membership_changed(const loom_t *l) {
+  return l && __atomic_load_n(&l->latest_generation, __ATOMIC_ACQUIRE) > l->generation;
+}
+const int64_t *loom__latest_generation(const loom_t *l) { return &l->latest_generation; }
+void loom__set_membership(loom_t *l, int rank, int world, int64_t generation) {
+  l->rank = rank;
+  l->world = world;
+  l->generation = generation;
+}
+
 int loom__aborted(const loom_t *l) {
   return __atomic_load_n(&l->aborted, __ATOMIC_ACQUIRE);
 }
@@ -110,7 +123,11 @@ static void *lib_reader(void *arg) {
       pthread_mutex_unlock(&l->mu);
       return NULL;
     }
-    if (f.type == WIRE_ABORT) {
+    if (f.type == WIRE_MEMBERSHIP) {
+      json_int_t g = json_integer_value(json_object_get(f.json, "generation"));
+      if (g > __atomic_load_n(&l->latest_generation, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&l->latest_generation, (int64_t)g, __ATOMIC_RELEASE);
+    } else if (f.type == WIRE_ABORT) {
       const char *why = json_string_value(json_object_get(f.json, "reason"));
       pthread_mutex_lock(&l->mu);
       lib_abort_locked(l, LOOM_EABORTED, why ? why : "attempt aborted");
@@ -159,6 +176,7 @@ int loom_init(loom_t **out) {
   l->local_size = env_int("LOCAL_WORLD_SIZE", 1);
   l->index = env_int("LOOM_INDEX", 0);
   l->attempt = env_int("LOOM_ATTEMPT", 0);
+  l->generation = l->latest_generation = env_int("LOOM_GENERATION", 0);
   env_str("LOOM_ROLE", l->role, sizeof l->role, "");
   env_str("LOOM_TASK", l->task, sizeof l->task, "");
   env_str("LOOM_JOB_ID", l->job_id, sizeof l->job_id, "");

@@ -393,7 +393,8 @@ static const char *const JOB_KEYS[] = {"name",  "backend", "queue", "retries",
                                        "files", "roles", "feed", NULL};
 static const char *const ROLE_KEYS[] = {"instances", "command", "vcores",
                                         "memory", "gpus", "label", "procs",
-                                        "env", "service", NULL};
+                                        "env", "service", "elastic", NULL};
+static const char *const ELASTIC_KEYS[] = {"min", "max", NULL};
 static const char *const FEED_KEYS[] = {"input", "format", "epochs", "shuffle",
                                         "seed", "output", NULL};
 
@@ -436,6 +437,18 @@ static int parse_role(ctx *c, const node *k, const node *v, spec_role *r) {
     return rc;
   if ((n = map_get(v, "env")) && (rc = want_env(c, n, WHAT("env"), &r->env, &r->nenv)) < 0)
     return rc;
+  if ((n = map_get(v, "elastic"))) {
+    if (n->type != N_MAP)
+      return fail(c, n, "roles.%s.elastic must be a map like {min: 2, max: 4}", r->name);
+    if ((rc = check_keys(c, n, "elastic", ELASTIC_KEYS)) < 0) return rc;
+    const node *mn = map_get(n, "min"), *mx = map_get(n, "max");
+    if (!mn || !mx) return fail(c, n, "roles.%s.elastic needs both min and max", r->name);
+    if ((rc = want_int(c, mn, WHAT("elastic.min"), 1, 100000, &r->elastic_min)) < 0) return rc;
+    if ((rc = want_int(c, mx, WHAT("elastic.max"), 1, 100000, &r->elastic_max)) < 0) return rc;
+    if (r->elastic_min > r->instances || r->instances > r->elastic_max)
+      return fail(c, n, "roles.%s: elastic needs min <= instances <= max, got %d <= %d <= %d",
+                  r->name, r->elastic_min, r->instances, r->elastic_max);
+  }
 #undef WHAT
   n = map_get(v, "command");
   if (!n)
@@ -773,6 +786,9 @@ json_t *spec_to_json(const spec_job *s) {
     if (r->label) json_object_set_new(o, "label", json_string(r->label));
     json_object_set_new(o, "procs", json_integer(r->procs));
     json_object_set_new(o, "service", json_boolean(r->service));
+    if (r->elastic_min)
+      json_object_set_new(o, "elastic", json_pack("{s:i, s:i}", "min", r->elastic_min, "max",
+                                                  r->elastic_max));
     json_object_set_new(o, "env", kv_json(r->env, r->nenv));
     json_object_set_new(roles, r->name, o);
   }

@@ -22,6 +22,7 @@ typedef struct {
   char *label;
   int procs;
   bool service; /* the job does not wait for it; stopped at the end */
+  int elastic_min, elastic_max; /* 0: not elastic */
   spec_kv *env;
   int nenv;
 } spec_role;

@@ -43,6 +43,7 @@ typedef enum {
   WIRE_REPLY,      /* {id, rc, value?, msg?} blob: value for KV_GET */
   WIRE_ABORT,      /* coord: {reason}: the attempt is over */
   WIRE_METRIC,     /* lib: {id, tag, step, value} */
+  WIRE_MEMBERSHIP, /* coord: {generation}: a new elastic membership */
   /* libloom <-> coordinator: the data feed (src/feed/); each a request
    * with an id answered by WIRE_REPLY */
   WIRE_FEED_FIRST = 40,
