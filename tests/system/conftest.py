@@ -14,6 +14,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / os.environ.get("LOOM_BUILD_DIR", "build")  # absolute stays absolute
 LOOM = BUILD / "loom"
+# Python loads libloom by ctypes from the normal build: an ASan-instrumented
+# library cannot be loaded into an uninstrumented interpreter.
+LIBLOOM = Path(os.environ.get("LOOM_PY_LIB", ROOT / "build" / "libloom.so"))
 
 
 class Loom:

@@ -24,6 +24,7 @@ int main(int argc, char **argv) {
   int64_t die_at = argc > 3 ? atoll(argv[3]) : -1;
   int first = atoi(getenv("LOOM_ATTEMPT") ? getenv("LOOM_ATTEMPT") : "0") == 0;
   int rc = sync_step(l, &step);
+  loom_event(l, "training_again", NULL);
   printf("GEN %lld world=%d rank=%d step=%lld rc=%s\n", (long long)loom_generation(l),
          loom_world_size(l), loom_rank(l), (long long)step, loom_err_name(rc));
   fflush(stdout);
@@ -41,6 +42,7 @@ int main(int argc, char **argv) {
       fflush(stdout);
       if (rc == LOOM_ECHANGED || rc == LOOM_EPEER) continue;
       if (rc != 0) break;
+      loom_event(l, "training_again", NULL); /* for bench/recovery */
       continue;
     }
     if (rc != 0) break;

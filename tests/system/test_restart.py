@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from conftest import BUILD
+from conftest import LIBLOOM
 
 
 def events(loom, name):
@@ -14,7 +14,7 @@ def events(loom, name):
 
 
 def test_restart_task_restarts_only_that_task(loom):
-    lib = BUILD / "libloom.so"
+    lib = LIBLOOM
     watch = os.path.join(os.path.dirname(__file__), "cluster_watch.py")
     spec = loom.spec(f"""
 name: rtask

@@ -14,7 +14,7 @@ name: envcheck
 env: {{JOBVAR: job-level}}
 files: {{input/data.txt: {data}}}
 roles:
-  chief: {{command: 'env > env.txt; cat input/data.txt'}}
+  chief: {{command: 'env > env.txt; cat input/data.txt; for i in $(seq 100); do [ -s ../ps-0/env.txt ] && break; sleep 0.1; done'}}
   worker:
     instances: 2
     procs: 2
