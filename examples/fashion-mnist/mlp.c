@@ -11,7 +11,18 @@
  * the same model as one, up to the order of floating-point sums.
  *
  * Reading order: the layers (paired _forward/_backward), the model that
- * strings them together, the optimizer, the data, then main().
+ * strings them together, the optimizer, the data, checkpoints and
+ * summaries, then main().
+ *
+ * Rank 0 checkpoints the parameters, their momentum and the progress after
+ * every epoch (loom/ckpt.h; --ckpt DIR, or by default inside a job the
+ * job's ckpt/ directory), and at start every rank resumes from the newest
+ * checkpoint there: rank 0 restores it and broadcasts it. Since the
+ * schedule, the shuffles and the update depend only on the options and the
+ * epoch, a resumed run continues exactly as the interrupted one would have.
+ * Rank 0 also writes loss, accuracy and throughput per epoch as TensorBoard
+ * scalars (loom/summary.h; --summary DIR, or inside a job the task's
+ * tensorboard/ run).
  *
  * --save writes the final parameters (rank 0) as:
  *   offset 0   8 bytes   magic "LOOMMLP1"
@@ -23,7 +34,9 @@
 #include <cblas.h>
 #include <errno.h>
 #include <loom.h>
+#include <loom/ckpt.h>
 #include <loom/comm.h>
+#include <loom/summary.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -439,6 +452,9 @@ typedef struct {
   int limit;
   int json;
   int verbose;
+  const char *summary; // TensorBoard directory (NULL: the job's, if any)
+  const char *ckpt;    // checkpoint directory (NULL: the job's, if any)
+  int no_ckpt;
 } Options;
 
 typedef struct {
@@ -494,6 +510,138 @@ static int evaluate(Model *m, const IdxDataset *test, Comm *c, double *accuracy,
   return 0;
 }
 
+// ----------------------------------------------------------------------------
+// checkpoints and summaries
+
+static const char *const PARAM_NAMES[NUM_PARAMETER_TENSORS] = {
+    "w1", "b1", "w2", "b2", "w3", "b3"};
+static const char *const MOMENTUM_NAMES[NUM_PARAMETER_TENSORS] = {
+    "momentum/w1", "momentum/b1", "momentum/w2",
+    "momentum/b2", "momentum/w3", "momentum/b3"};
+#define CKPT_TENSORS (2 * NUM_PARAMETER_TENSORS + 2)
+
+/* Describes a checkpoint in t: each parameter tensor and its momentum with
+ * its shape, then "progress" (epochs and steps done) and "config"
+ * (training examples, global batch, seed: what the data order depends on).
+ * The tensors point into m, progress and config. Returns their count. */
+static size_t ckpt_tensors(Model *m, int64_t progress[2], int64_t config[3],
+                           loom_tensor *t) {
+  const int64_t shapes[NUM_PARAMETER_TENSORS][2] = {
+      {m->h1, NUM_INPUTS}, {m->h1, 0},  {m->h2, m->h1},
+      {m->h2, 0},          {NUM_CLASSES, m->h2}, {NUM_CLASSES, 0}};
+  size_t k = 0, off = 0;
+  for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+    int ndim = shapes[i][1] > 0 ? 2 : 1;
+    t[k++] = (loom_tensor){PARAM_NAMES[i], LOOM_F32, ndim,
+                           {shapes[i][0], shapes[i][1]}, m->params_memory + off};
+    t[k++] = (loom_tensor){MOMENTUM_NAMES[i], LOOM_F32, ndim,
+                           {shapes[i][0], shapes[i][1]}, m->momentum + off};
+    off += m->param_sizes[i];
+  }
+  t[k++] = (loom_tensor){"progress", LOOM_I64, 1, {2}, progress};
+  t[k++] = (loom_tensor){"config", LOOM_I64, 1, {3}, config};
+  return k;
+}
+
+/* Rank 0 saves the state after epochs_done epochs (step steps). Returns 0
+ * or -1 after printing why. */
+static int ckpt_save_epoch(loom_ckpt_t *c, Model *m, int epochs_done,
+                           long step, const int64_t config[3]) {
+  int64_t progress[2] = {epochs_done, step};
+  int64_t cfg[3] = {config[0], config[1], config[2]};
+  loom_tensor t[CKPT_TENSORS];
+  size_t n = ckpt_tensors(m, progress, cfg, t);
+  int rc = loom_ckpt_save(c, step, t, n);
+  if (rc != 0)
+    fprintf(stderr, "mlp: cannot save the checkpoint of epoch %d: %s\n",
+            epochs_done, loom_ckpt_errmsg(c));
+  return rc;
+}
+
+/* Rank 0 restores the newest checkpoint of c (NULL: none) into m; then
+ * every rank gets the same state from rank 0 (the parameters go with the
+ * broadcast that follows in main). Sets *epoch and *step to where training
+ * resumes, 0 and 0 without a checkpoint. Returns 0 or -1 after printing
+ * why, on every rank. */
+static int ckpt_resume(Comm *comm, loom_ckpt_t *c, Model *m,
+                       const int64_t config[3], int *epoch, long *step) {
+  int64_t head[4] = {0, 0, 0, 0}; // failed, resumed, epochs done, steps done
+  int64_t ck_step;
+  int rc = c != NULL ? loom_ckpt_latest(c, &ck_step) : LOOM_ENOENT;
+  if (rc == 0) {
+    int64_t progress[2], saved[3];
+    loom_tensor t[CKPT_TENSORS];
+    size_t n = ckpt_tensors(m, progress, saved, t);
+    rc = loom_ckpt_restore(c, ck_step, t, n);
+    if (rc != 0) {
+      fprintf(stderr, "mlp: cannot resume from %s: %s\n", loom_ckpt_dir(c),
+              loom_ckpt_errmsg(c));
+      head[0] = 1;
+    } else if (memcmp(saved, config, sizeof(saved)) != 0) {
+      fprintf(stderr,
+              "mlp: the checkpoint in %s is of a run over %lld training "
+              "examples with --batch %lld --seed %lld, this run has %lld, "
+              "%lld, %lld: use the same options or another --ckpt\n",
+              loom_ckpt_dir(c), (long long)saved[0], (long long)saved[1],
+              (long long)saved[2], (long long)config[0], (long long)config[1],
+              (long long)config[2]);
+      head[0] = 1;
+    } else {
+      head[1] = 1;
+      head[2] = progress[0];
+      head[3] = progress[1];
+    }
+  } else if (rc != LOOM_ENOENT) {
+    fprintf(stderr, "mlp: cannot look for checkpoints in %s: %s\n",
+            loom_ckpt_dir(c), loom_ckpt_errmsg(c));
+    head[0] = 1;
+  }
+  if (comm->loom != NULL) {
+    rc = loom_broadcast(comm->loom, head, sizeof(head), 0);
+    if (rc == 0 && head[1] && head[0] == 0)
+      rc = loom_broadcast(comm->loom, m->momentum,
+                          m->num_parameters * sizeof(float), 0);
+    if (rc != 0) {
+      fprintf(stderr, "mlp: rank %d: broadcast failed: %s: %s\n", comm->rank,
+              loom_strerror(rc), loom_errmsg(comm->loom));
+      return -1;
+    }
+  }
+  if (head[0]) return -1;
+  *epoch = (int)head[2];
+  *step = (long)head[3];
+  if (head[1] && comm->rank == 0) {
+    printf("mlp: resuming from the checkpoint of step %ld (epoch %d) in %s\n",
+           *step, *epoch, loom_ckpt_dir(c));
+    fflush(stdout);
+  }
+  return 0;
+}
+
+/* Rank 0's scalars for one epoch, at the step it ended on. Returns 0 or -1
+ * after printing why. */
+static int write_summaries(loom_summary_t *s, long step, int epoch,
+                           double train_loss, double train_accuracy,
+                           double test_loss, double test_accuracy,
+                           double samples_per_s) {
+  const struct {
+    const char *tag;
+    double value;
+  } scalars[] = {
+      {"train/loss", train_loss},     {"train/accuracy", train_accuracy},
+      {"test/loss", test_loss},       {"test/accuracy", test_accuracy},
+      {"throughput/samples_per_s", samples_per_s}, {"epoch", epoch},
+  };
+  for (size_t i = 0; i < sizeof(scalars) / sizeof(scalars[0]); i++) {
+    if (loom_summary_scalar(s, scalars[i].tag, step, scalars[i].value) != 0) {
+      fprintf(stderr, "mlp: cannot write TensorBoard summaries: %s\n",
+              loom_summary_errmsg(s));
+      return -1;
+    }
+  }
+  return 0;
+}
+
 static void usage(FILE *out) {
   static const char *const lines[] = {
       "usage: mlp [options]",
@@ -513,6 +661,12 @@ static void usage(FILE *out) {
       "  --save PATH      write the final parameters (rank 0)",
       "  --json           print a final JSON line (rank 0)",
       "  --verbose        every rank logs, not only rank 0",
+      "  --summary DIR    TensorBoard scalars each epoch (rank 0; inside a",
+      "                   job by default, in the task's tensorboard/ run)",
+      "  --ckpt DIR       checkpoint each epoch (rank 0) and resume from the",
+      "                   newest one at start (inside a job by default, in",
+      "                   the job's ckpt/ directory)",
+      "  --no-ckpt        no checkpoints, even inside a job",
   };
   for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++)
     fprintf(out, "%s\n", lines[i]);
@@ -571,10 +725,14 @@ static int parse_args(int argc, char **argv, Options *o) {
     } else if (strcmp(a, "--verbose") == 0) {
       o->verbose = 1;
       continue;
+    } else if (strcmp(a, "--no-ckpt") == 0) {
+      o->no_ckpt = 1;
+      continue;
     }
     static const char *const takes_value[] = {
         "--data",  "--save", "--epochs",    "--batch",    "--threads", "--seed",
-        "--limit", "--lr",   "--max-steps", "--momentum", "--hidden"};
+        "--limit", "--lr",   "--max-steps", "--momentum", "--hidden",
+        "--summary", "--ckpt"};
     int known = 0;
     for (size_t k = 0; k < sizeof(takes_value) / sizeof(takes_value[0]); k++)
       known |= strcmp(a, takes_value[k]) == 0;
@@ -591,6 +749,10 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->data_dir = val;
     } else if (strcmp(a, "--save") == 0) {
       o->save = val;
+    } else if (strcmp(a, "--summary") == 0) {
+      o->summary = val;
+    } else if (strcmp(a, "--ckpt") == 0) {
+      o->ckpt = val;
     } else if (strcmp(a, "--epochs") == 0) {
       if (parse_long(a, val, 1, 100000, &v) != 0) return -1;
       o->epochs = (int)v;
@@ -683,6 +845,8 @@ int main(int argc, char **argv) {
   Model model = {0};
   IdxDataset train = {0}, test = {0};
   int *order = NULL;
+  loom_ckpt_t *ckpt = NULL;
+  loom_summary_t *summary = NULL;
   int status = 1;
 
   int prc = parse_args(argc, argv, &opt);
@@ -699,8 +863,32 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mlp: out of memory for the model\n");
     goto out;
   }
-  // Every process initialized from the same seed already; the broadcast
-  // makes rank 0's parameters the truth regardless.
+  // Rank 0 checkpoints and writes summaries: where asked, and by default
+  // inside a job (NULL directories: the job's).
+  if (comm.rank == 0 && !opt.no_ckpt && (opt.ckpt || comm.loom)) {
+    int rc = loom_ckpt_open(comm.loom, opt.ckpt, 3, &ckpt);
+    if (rc != 0) {
+      fprintf(stderr, "mlp: cannot open the checkpoint directory: %s\n",
+              comm.loom ? loom_errmsg(comm.loom) : loom_strerror(rc));
+      goto out;
+    }
+  }
+  if (comm.rank == 0 && (opt.summary || comm.loom)) {
+    int rc = loom_summary_open(comm.loom, opt.summary, &summary);
+    if (rc != 0) {
+      fprintf(stderr, "mlp: cannot open a TensorBoard event file: %s\n",
+              comm.loom ? loom_errmsg(comm.loom) : loom_strerror(rc));
+      goto out;
+    }
+  }
+  const int64_t config[3] = {train.n, opt.batch, (int64_t)opt.seed};
+  int start_epoch = 0;
+  long step = 0;
+  if (ckpt_resume(&comm, ckpt, &model, config, &start_epoch, &step) != 0)
+    goto out;
+  // Every process initialized from the same seed already (or rank 0 just
+  // restored a checkpoint); the broadcast makes rank 0's parameters the
+  // truth regardless.
   if (comm.loom != NULL) {
     int rc = loom_broadcast(comm.loom, model.params_memory,
                             model.num_parameters * sizeof(float), 0);
@@ -721,7 +909,6 @@ int main(int argc, char **argv) {
 
   order = malloc((size_t)train.n * sizeof(int));
   if (order == NULL) goto out;
-  long step = 0;
   double train_time = 0.0, samples = 0.0;
   double accuracy = 0.0, test_loss = 0.0;
   float *stats = model.grads_memory + model.num_parameters;
@@ -729,8 +916,9 @@ int main(int argc, char **argv) {
   long total_steps = (long)steps_per_epoch * opt.epochs;
   if (opt.max_steps >= 0 && opt.max_steps < total_steps)
     total_steps = opt.max_steps;
-  int stopped = opt.max_steps == 0;
-  for (int epoch = 0; epoch < opt.epochs && !stopped; epoch++) {
+  int stopped = opt.max_steps >= 0 && step >= opt.max_steps;
+  int epochs_run = 0;
+  for (int epoch = start_epoch; epoch < opt.epochs && !stopped; epoch++) {
     double t0 = now_s();
     double loss_sum = 0.0, correct = 0.0, seen = 0.0;
     int epoch_steps = 0;
@@ -766,6 +954,7 @@ int main(int argc, char **argv) {
     double dt = now_s() - t0;
     train_time += dt;
     samples += seen;
+    epochs_run++;
     if (evaluate(&model, &test, &comm, &accuracy, &test_loss) != 0) goto out;
     if (logs) {
       printf(
@@ -775,8 +964,16 @@ int main(int argc, char **argv) {
           accuracy, dt, seen / dt);
       fflush(stdout);
     }
+    if (summary != NULL &&
+        write_summaries(summary, step, epoch + 1, loss_sum / seen,
+                        correct / seen, test_loss, accuracy, seen / dt) != 0)
+      goto out;
+    // only whole epochs: a resumed run starts at an epoch's beginning
+    if (ckpt != NULL && epoch_steps == steps_per_epoch &&
+        ckpt_save_epoch(ckpt, &model, epoch + 1, step, config) != 0)
+      goto out;
   }
-  if (opt.max_steps == 0 &&
+  if (epochs_run == 0 &&
       evaluate(&model, &test, &comm, &accuracy, &test_loss) != 0)
     goto out;
 
@@ -809,8 +1006,19 @@ int main(int argc, char **argv) {
         "\"world_size\": %d}\n",
         accuracy, test_loss, rate, train_time, step, comm.world);
   fflush(stdout);
+  if (summary != NULL) {
+    int rc = loom_summary_close(summary);
+    summary = NULL;
+    if (rc != 0) {
+      fprintf(stderr, "mlp: cannot finish the TensorBoard event file: %s\n",
+              loom_strerror(rc));
+      goto out;
+    }
+  }
   status = 0;
 out:
+  if (summary != NULL) loom_summary_close(summary);
+  loom_ckpt_close(ckpt);
   free(order);
   model_free(&model);
   idx_free(&train);

@@ -32,8 +32,18 @@ static int comm_publish_hosts(comm_t *c) {
     void *v = NULL;
     size_t len = 0;
     snprintf(key, sizeof key, "%s/host/%d", c->prefix, r);
-    int left = (int)((c->deadline_ns - comm__now_ns()) / 1000000u);
-    rc = c->store->ops->get(c->store, key, left < 0 ? 0 : left, &v, &len);
+    /* wait in slices: a newer elastic generation makes this one moot */
+    for (;;) {
+      int64_t now = (int64_t)comm__now_ns(), left = ((int64_t)c->deadline_ns - now) / 1000000;
+      int slice = c->latest_gen ? 200 : (int)(left < 0 ? 0 : left);
+      if (left < slice) slice = left < 0 ? 0 : (int)left;
+      rc = c->store->ops->get(c->store, key, slice, &v, &len);
+      if (rc != LOOM_ETIMEDOUT || left <= slice) break;
+      if (c->latest_gen && __atomic_load_n(c->latest_gen, __ATOMIC_ACQUIRE) > c->gen)
+        return comm__fail(c, LOOM_ECHANGED, "rank %d: the job's membership changed while "
+                                            "forming generation %lld: call loom_comm_reform()",
+                          c->rank, (long long)c->gen);
+    }
     if (rc < 0)
       return comm__fail(c, rc, "rank %d: rank %d never joined the "
                                "communicator (%s)",
@@ -57,6 +67,13 @@ static int comm_publish_hosts(comm_t *c) {
 int comm_create(comm_store *store, const char *prefix, int rank, int world,
                 const char *host, int abort_fd, comm_t **out, char *errmsg,
                 size_t errlen) {
+  return comm_create_gen(store, prefix, rank, world, host, abort_fd, NULL, 0, out, errmsg,
+                         errlen);
+}
+
+int comm_create_gen(comm_store *store, const char *prefix, int rank, int world,
+                    const char *host, int abort_fd, const int64_t *latest_gen, int64_t gen,
+                    comm_t **out, char *errmsg, size_t errlen) {
   if (errmsg && errlen) errmsg[0] = 0;
   if (!store || !prefix || !host || !out || world < 1 || rank < 0 ||
       rank >= world || strlen(prefix) >= 64 || !*host ||
@@ -69,6 +86,8 @@ int comm_create(comm_store *store, const char *prefix, int rank, int world,
   c->world = world;
   c->store = store;
   c->abort_fd = abort_fd;
+  c->latest_gen = latest_gen;
+  c->gen = gen;
   strcpy(c->prefix, prefix);
   strcpy(c->host, host);
   comm_tunables_load(&c->t);
@@ -172,17 +191,13 @@ static int comm_state_get(loom_t *l, struct comm_state **out) {
         snprintf(prefix, sizeof prefix, "comm/e%lld", (long long)loom_generation(l));
       else
         snprintf(prefix, sizeof prefix, "comm/g%lld", (long long)((v - 1) / world));
-      rc = comm_create(s->store, prefix, rank, world, loom__host(l),
-                       loom__abort_fd(l), &s->c, s->errmsg,
-                       sizeof s->errmsg);
+      rc = comm_create_gen(s->store, prefix, rank, world, loom__host(l), loom__abort_fd(l),
+                           loom__latest_generation(l), loom_generation(l), &s->c, s->errmsg,
+                           sizeof s->errmsg);
     } else {
       snprintf(s->errmsg, sizeof s->errmsg,
                "cannot join the communicator through the KV store: %s",
                loom_strerror(rc));
-    }
-    if (rc == 0) {
-      s->c->latest_gen = loom__latest_generation(l);
-      s->c->gen = loom_generation(l);
     }
     s->err = rc;
   }

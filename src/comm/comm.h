@@ -84,6 +84,11 @@ int comm_create(comm_store *store, const char *prefix, int rank, int world,
                 const char *host, int abort_fd, comm_t **out, char *errmsg,
                 size_t errlen);
 /* Frees c and everything it holds. Not collective. */
+/* The same, for an elastic generation: while forming and afterwards, a
+ * *latest_gen newer than gen fails every call with LOOM_ECHANGED. */
+int comm_create_gen(comm_store *store, const char *prefix, int rank, int world,
+                    const char *host, int abort_fd, const int64_t *latest_gen, int64_t gen,
+                    comm_t **out, char *errmsg, size_t errlen);
 void comm_destroy(comm_t *c);
 /* Detail of the error that poisoned c, "" if none. */
 const char *comm_errmsg(const comm_t *c);

@@ -1,0 +1,490 @@
+/* summary.c: the TensorBoard event file writer (include/loom/summary.h).
+ *
+ * What TensorBoard reads, and so what this writes:
+ *   file    records, each: u64 length | u32 masked crc32c(length bytes) |
+ *           data | u32 masked crc32c(data), little-endian (TFRecord)
+ *   record  an Event protocol buffer (tensorflow/core/util/event.proto):
+ *             wall_time = 1 (double), step = 2 (int64),
+ *             file_version = 3 (string, "brain.Event:2", first record only),
+ *             summary = 5 (Summary)
+ *   Summary value = 1 (repeated Value)
+ *   Value   tag = 1, simple_value = 2 (float), histo = 5 (HistogramProto),
+ *           tensor = 8 (TensorProto), metadata = 9 (SummaryMetadata)
+ *   HistogramProto  min = 1, max = 2, num = 3, sum = 4, sum_squares = 5
+ *           (doubles), bucket_limit = 6, bucket = 7 (packed doubles)
+ *   TensorProto  dtype = 1 (DT_STRING = 7), tensor_shape = 2 (empty: a
+ *           scalar), string_val = 8 (bytes)
+ *   SummaryMetadata  plugin_data = 1 { plugin_name = 1 ("text") }
+ *
+ * Records collect in a buffer that the caller's thread writes out before it
+ * would pass SUMMARY_FLUSH_BYTES, and a background thread every
+ * SUMMARY_FLUSH_MS. */
+#include "core/core.h"
+#include "lib/lib.h"
+#include "summary/crc32c.h"
+#include "summary/pb.h"
+#include "loom/summary.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SUMMARY_FLUSH_BYTES (64u << 10)
+#define SUMMARY_FLUSH_MS 2000
+/* The largest record (a text at its cap), and what the buffer may hold:
+ * less than SUMMARY_FLUSH_BYTES, or one record. */
+#define SUMMARY_MAX_RECORD (LOOM_SUMMARY_MAX_TEXT + (64u << 10))
+#define SUMMARY_MAX_PENDING (SUMMARY_FLUSH_BYTES + SUMMARY_MAX_RECORD + 64)
+
+struct loom_summary {
+  loom_t *l; /* not owned; may be NULL */
+  int fd;
+  char path[PATH_MAX];
+  pthread_mutex_t mu; /* guards everything below */
+  pthread_cond_t cv;  /* wakes the flusher: closing */
+  pthread_t flusher;
+  bool flusher_started, closing;
+  loom__buf pending; /* framed records not yet written */
+  int bg_err;        /* an error the flusher met, for the next call */
+  char errmsg[512];
+};
+
+/* Sets the writer's (and the handle's) detail text; returns code. Called
+ * with mu held, or before the writer is shared. */
+static int sum_fail(loom_summary_t *s, int code, const char *fmt, ...)
+    LOOM__PRINTF(3, 4);
+static int sum_fail(loom_summary_t *s, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
+  va_end(ap);
+  if (s->l) loom__fail(s->l, code, "%s", s->errmsg);
+  return code;
+}
+
+/* Writes the whole buffer out. A short write keeps what is left for the
+ * next attempt. Called with mu held. */
+static int sum_flush_locked(loom_summary_t *s) {
+  while (s->pending.len > 0) {
+    ssize_t w = write(s->fd, s->pending.p, s->pending.len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0)
+      return sum_fail(s, LOOM_EIO, "cannot write TensorBoard events to %s: %s",
+                      s->path, w < 0 ? strerror(errno) : "no progress");
+    loom__buf_consume(&s->pending, (size_t)w);
+  }
+  return 0;
+}
+
+static void *sum_flusher(void *arg) {
+  loom_summary_t *s = arg;
+  pthread_mutex_lock(&s->mu);
+  while (!s->closing) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += SUMMARY_FLUSH_MS / 1000;
+    ts.tv_nsec += (long)(SUMMARY_FLUSH_MS % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    int rc = 0;
+    while (!s->closing && rc != ETIMEDOUT)
+      rc = pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    if (s->closing) break;
+    int frc = sum_flush_locked(s);
+    if (frc < 0 && !s->bg_err) s->bg_err = frc;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+/* The error the flusher met since the last call, once. Called with mu
+ * held. */
+static int sum_take_bg_err(loom_summary_t *s) {
+  int rc = s->bg_err;
+  s->bg_err = 0;
+  return rc;
+}
+
+/* Frames ev as one record and queues it, first writing out what is queued
+ * if the record would take the buffer past SUMMARY_FLUSH_BYTES. On an error
+ * nothing was queued. Called with mu held. */
+static int sum_append_locked(loom_summary_t *s, const loom__pb *ev) {
+  if (ev->err == LOOM_ERANGE)
+    return sum_fail(s, LOOM_ERANGE, "summary record over %u bytes",
+                    (unsigned)SUMMARY_MAX_RECORD);
+  if (ev->err) return sum_fail(s, ev->err, "cannot encode summary record");
+  int rc = sum_take_bg_err(s);
+  if (rc < 0) return rc;
+  uint8_t head[12], tail[4];
+  uint64_t len = ev->buf.len;
+  for (int i = 0; i < 8; i++) head[i] = (uint8_t)(len >> (8 * i));
+  uint32_t c = loom__sum_crc32c_mask(loom__sum_crc32c(0, head, 8));
+  for (int i = 0; i < 4; i++) head[8 + i] = (uint8_t)(c >> (8 * i));
+  c = loom__sum_crc32c_mask(loom__sum_crc32c(0, ev->buf.p, ev->buf.len));
+  for (int i = 0; i < 4; i++) tail[i] = (uint8_t)(c >> (8 * i));
+  size_t need = sizeof head + ev->buf.len + sizeof tail;
+  if (s->pending.len > 0 && s->pending.len + need > SUMMARY_FLUSH_BYTES &&
+      (rc = sum_flush_locked(s)) < 0)
+    return rc;
+  size_t mark = s->pending.len;
+  if ((rc = loom__buf_add(&s->pending, head, sizeof head)) < 0 ||
+      (rc = loom__buf_add(&s->pending, ev->buf.p, ev->buf.len)) < 0 ||
+      (rc = loom__buf_add(&s->pending, tail, sizeof tail)) < 0) {
+    s->pending.len = mark; /* never leave half a record queued */
+    return sum_fail(s, rc, "cannot queue a summary record: %s",
+                    loom_strerror(rc));
+  }
+  return 0;
+}
+
+/* Queues an Event of wall time now, step and one Summary.Value (already
+ * encoded in value). */
+static int sum_write_value(loom_summary_t *s, int64_t step,
+                           const loom__pb *value) {
+  loom__pb summary, ev;
+  loom__pb_init(&summary, SUMMARY_MAX_RECORD);
+  loom__pb_init(&ev, SUMMARY_MAX_RECORD);
+  loom__pb_message(&summary, 1, value);
+  loom__pb_double(&ev, 1, loom__wall());
+  loom__pb_varint(&ev, 2, (uint64_t)step);
+  loom__pb_message(&ev, 5, &summary);
+  pthread_mutex_lock(&s->mu);
+  int rc = sum_append_locked(s, &ev);
+  pthread_mutex_unlock(&s->mu);
+  loom__pb_free(&summary);
+  loom__pb_free(&ev);
+  return rc;
+}
+
+static int sum_check_tag(loom_summary_t *s, const char *tag) {
+  size_t n = tag ? strlen(tag) : 0;
+  if (n == 0 || n > LOOM_SUMMARY_MAX_TAG) {
+    pthread_mutex_lock(&s->mu);
+    int rc = sum_fail(s, LOOM_EINVAL, "summary tag must be 1..%d bytes, got %zu",
+                      LOOM_SUMMARY_MAX_TAG, n);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+  }
+  return 0;
+}
+
+/* ---- opening --------------------------------------------------------- */
+
+/* The task's run directory, $LOOM_JOB_DIR/tensorboard/<role>-<index>, into
+ * out. */
+static int sum_default_dir(loom_t *l, char *out, size_t len) {
+  const char *job_dir = getenv("LOOM_JOB_DIR");
+  const char *role = l ? loom_role(l) : getenv("LOOM_ROLE");
+  long long index = l ? loom_index(l) : -1;
+  const char *ienv = getenv("LOOM_INDEX");
+  if (!l && (!ienv || loom__parse_int(ienv, 0, INT_MAX, &index) < 0))
+    index = -1;
+  if (!job_dir || !*job_dir || !role || !*role || index < 0)
+    return LOOM_ENOENV;
+  if ((size_t)snprintf(out, len, "%s/tensorboard/%s-%lld", job_dir, role,
+                       index) >= len)
+    return LOOM_ERANGE;
+  return 0;
+}
+
+/* Creates the event file in dir: events.out.tfevents.<time>.<host>, or,
+ * when another writer took that name this second, the same with .<pid> and
+ * then .<pid>.<n>. */
+static int sum_create_file(loom_summary_t *s, const char *dir) {
+  char host[256];
+  if (gethostname(host, sizeof host) < 0 || !host[0])
+    loom__strlcpy(host, "localhost", sizeof host);
+  host[sizeof host - 1] = 0;
+  for (char *p = host; *p; p++)
+    if (*p == '/') *p = '_';
+  long long now = (long long)time(NULL);
+  for (int attempt = 0; attempt < 100; attempt++) {
+    int n;
+    if (attempt == 0)
+      n = snprintf(s->path, sizeof s->path, "%s/events.out.tfevents.%lld.%s",
+                   dir, now, host);
+    else if (attempt == 1)
+      n = snprintf(s->path, sizeof s->path, "%s/events.out.tfevents.%lld.%s.%d",
+                   dir, now, host, (int)getpid());
+    else
+      n = snprintf(s->path, sizeof s->path,
+                   "%s/events.out.tfevents.%lld.%s.%d.%d", dir, now, host,
+                   (int)getpid(), attempt);
+    if (n < 0 || (size_t)n >= sizeof s->path)
+      return sum_fail(s, LOOM_ERANGE, "summary directory path too long: %s",
+                      dir);
+    s->fd = open(s->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC,
+                 0644);
+    if (s->fd >= 0) return 0;
+    if (errno != EEXIST)
+      return sum_fail(s, LOOM_EIO, "cannot create TensorBoard event file %s: %s",
+                      s->path, strerror(errno));
+  }
+  return sum_fail(s, LOOM_EIO, "cannot find a free event file name in %s", dir);
+}
+
+static void sum_free(loom_summary_t *s) {
+  if (s->fd >= 0) close(s->fd);
+  loom__buf_free(&s->pending);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+int loom_summary_open(loom_t *l, const char *dir, loom_summary_t **out) {
+  if (!out) return LOOM_EINVAL;
+  *out = NULL;
+  char def[PATH_MAX];
+  if (!dir) {
+    int rc = sum_default_dir(l, def, sizeof def);
+    if (rc == LOOM_ENOENV)
+      return loom__fail(l, rc,
+                        "no summary directory given and not inside a loom "
+                        "job (LOOM_JOB_DIR, LOOM_ROLE, LOOM_INDEX unset)");
+    if (rc < 0) return loom__fail(l, rc, "summary directory path too long");
+    dir = def;
+  }
+  if (!*dir) return loom__fail(l, LOOM_EINVAL, "summary directory is empty");
+
+  loom_summary_t *s = calloc(1, sizeof *s);
+  if (!s) return LOOM_ENOMEM;
+  s->l = l;
+  s->fd = -1;
+  loom__buf_init(&s->pending, SUMMARY_MAX_PENDING);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->cv, &ca);
+  pthread_condattr_destroy(&ca);
+
+  int rc = loom__mkdir_p(dir, 0755);
+  if (rc < 0) {
+    rc = sum_fail(s, rc, "cannot create summary directory %s: %s", dir,
+                  strerror(errno));
+    goto fail;
+  }
+  if ((rc = sum_create_file(s, dir)) < 0) goto fail;
+
+  /* The first record says which format follows; TensorBoard wants it. */
+  loom__pb ev;
+  loom__pb_init(&ev, 256);
+  loom__pb_double(&ev, 1, loom__wall());
+  loom__pb_string(&ev, 3, "brain.Event:2");
+  rc = sum_append_locked(s, &ev);
+  loom__pb_free(&ev);
+  if (rc == 0) rc = sum_flush_locked(s);
+  if (rc < 0) goto fail;
+
+  if (pthread_create(&s->flusher, NULL, sum_flusher, s) != 0) {
+    rc = sum_fail(s, LOOM_EIO, "cannot start the summary flush thread");
+    goto fail;
+  }
+  s->flusher_started = true;
+  *out = s;
+  return 0;
+fail:
+  if (s->fd >= 0) unlink(s->path);
+  if (!l) loom__log(LOOM_LOG_ERROR, "summary", "%s", s->errmsg);
+  sum_free(s);
+  return rc;
+}
+
+/* ---- values ----------------------------------------------------------- */
+
+int loom_summary_scalar(loom_summary_t *s, const char *tag, int64_t step,
+                        double value) {
+  if (!s) return LOOM_EINVAL;
+  int rc = sum_check_tag(s, tag);
+  if (rc < 0) return rc;
+  loom__pb v;
+  loom__pb_init(&v, SUMMARY_MAX_RECORD);
+  loom__pb_string(&v, 1, tag);
+  loom__pb_float(&v, 2, (float)value);
+  rc = sum_write_value(s, step, &v);
+  loom__pb_free(&v);
+  return rc;
+}
+
+/* TensorFlow's default histogram bucket limits (tensorflow/core/lib/
+ * histogram/histogram.cc): -DBL_MAX, -1e20.., ..-1e-12, 0, 1e-12..,
+ * ..1e20, DBL_MAX, where consecutive limits differ by a factor of 1.1. */
+#define HIST_MAX_LIMITS 1600
+static double hist_limits[HIST_MAX_LIMITS];
+static size_t hist_nlimits;
+static pthread_once_t hist_once = PTHREAD_ONCE_INIT;
+
+static void hist_init(void) {
+  double pos[HIST_MAX_LIMITS / 2];
+  size_t n = 0;
+  for (double v = 1e-12; v < 1e20; v *= 1.1) pos[n++] = v;
+  pos[n++] = DBL_MAX;
+  size_t k = 0;
+  for (size_t i = n; i-- > 0;) hist_limits[k++] = -pos[i];
+  hist_limits[k++] = 0.0;
+  for (size_t i = 0; i < n; i++) hist_limits[k++] = pos[i];
+  hist_nlimits = k;
+}
+
+/* The bucket of v: the first whose limit is above v, as std::upper_bound in
+ * TensorFlow's Histogram::Add. v is finite, so below the last limit. */
+static size_t hist_bucket(double v) {
+  size_t lo = 0, hi = hist_nlimits;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (hist_limits[mid] > v) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+int loom_summary_histogram(loom_summary_t *s, const char *tag, int64_t step,
+                           const float *values, size_t n) {
+  if (!s) return LOOM_EINVAL;
+  int rc = sum_check_tag(s, tag);
+  if (rc < 0) return rc;
+  if (n > 0 && !values) {
+    pthread_mutex_lock(&s->mu);
+    rc = sum_fail(s, LOOM_EINVAL, "histogram '%s': %zu values at NULL", tag, n);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+  }
+  pthread_once(&hist_once, hist_init);
+  double *counts = calloc(hist_nlimits, sizeof *counts);
+  double *out_limits = malloc(hist_nlimits * sizeof *out_limits);
+  double *out_counts = malloc(hist_nlimits * sizeof *out_counts);
+  if (!counts || !out_limits || !out_counts) {
+    rc = LOOM_ENOMEM;
+    goto out;
+  }
+  double num = 0, sum = 0, sum_sq = 0, lo = 0, hi = 0;
+  for (size_t i = 0; i < n; i++) {
+    double v = (double)values[i];
+    if (!isfinite(v)) continue;
+    if (num == 0 || v < lo) lo = v;
+    if (num == 0 || v > hi) hi = v;
+    num += 1;
+    sum += v;
+    sum_sq += v * v;
+    counts[hist_bucket(v)] += 1;
+  }
+  /* Emit each non-empty bucket; a run of empty ones becomes one empty
+   * bucket ending at the run's last limit (TensorFlow's EncodeToProto). */
+  size_t k = 0;
+  for (size_t i = 0; i < hist_nlimits;) {
+    double end = hist_limits[i], count = counts[i];
+    i++;
+    if (count <= 0) {
+      while (i < hist_nlimits && counts[i] <= 0) end = hist_limits[i++];
+    }
+    out_limits[k] = end;
+    out_counts[k] = count;
+    k++;
+  }
+
+  loom__pb histo, v;
+  loom__pb_init(&histo, SUMMARY_MAX_RECORD);
+  loom__pb_init(&v, SUMMARY_MAX_RECORD);
+  loom__pb_double(&histo, 1, lo);
+  loom__pb_double(&histo, 2, hi);
+  loom__pb_double(&histo, 3, num);
+  loom__pb_double(&histo, 4, sum);
+  loom__pb_double(&histo, 5, sum_sq);
+  loom__pb_packed_double(&histo, 6, out_limits, k);
+  loom__pb_packed_double(&histo, 7, out_counts, k);
+  loom__pb_string(&v, 1, tag);
+  loom__pb_message(&v, 5, &histo);
+  rc = sum_write_value(s, step, &v);
+  loom__pb_free(&histo);
+  loom__pb_free(&v);
+out:
+  free(counts);
+  free(out_limits);
+  free(out_counts);
+  return rc;
+}
+
+int loom_summary_text(loom_summary_t *s, const char *tag, int64_t step,
+                      const char *text) {
+  if (!s) return LOOM_EINVAL;
+  int rc = sum_check_tag(s, tag);
+  if (rc < 0) return rc;
+  size_t len = text ? strlen(text) : 0;
+  if (!text || len > LOOM_SUMMARY_MAX_TEXT) {
+    pthread_mutex_lock(&s->mu);
+    rc = sum_fail(s, text ? LOOM_ERANGE : LOOM_EINVAL,
+                  "text summary '%s' must be at most %u bytes, got %zu", tag,
+                  LOOM_SUMMARY_MAX_TEXT, len);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+  }
+  loom__pb shape, tensor, plugin, meta, v;
+  loom__pb_init(&shape, 16);
+  loom__pb_init(&tensor, SUMMARY_MAX_RECORD);
+  loom__pb_init(&plugin, 64);
+  loom__pb_init(&meta, 64);
+  loom__pb_init(&v, SUMMARY_MAX_RECORD);
+  loom__pb_varint(&tensor, 1, 7); /* DT_STRING */
+  loom__pb_message(&tensor, 2, &shape);
+  loom__pb_bytes(&tensor, 8, text, len);
+  loom__pb_string(&plugin, 1, "text");
+  loom__pb_message(&meta, 1, &plugin);
+  loom__pb_string(&v, 1, tag);
+  loom__pb_message(&v, 8, &tensor);
+  loom__pb_message(&v, 9, &meta);
+  rc = sum_write_value(s, step, &v);
+  loom__pb_free(&shape);
+  loom__pb_free(&tensor);
+  loom__pb_free(&plugin);
+  loom__pb_free(&meta);
+  loom__pb_free(&v);
+  return rc;
+}
+
+/* ---- flushing and closing --------------------------------------------- */
+
+int loom_summary_flush(loom_summary_t *s) {
+  if (!s) return LOOM_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  int rc = sum_take_bg_err(s);
+  int frc = sum_flush_locked(s);
+  pthread_mutex_unlock(&s->mu);
+  return rc < 0 ? rc : frc;
+}
+
+int loom_summary_close(loom_summary_t *s) {
+  if (!s) return LOOM_EINVAL;
+  pthread_mutex_lock(&s->mu);
+  s->closing = true;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  if (s->flusher_started) pthread_join(s->flusher, NULL);
+  int rc = sum_take_bg_err(s);
+  int frc = sum_flush_locked(s);
+  if (rc == 0) rc = frc;
+  if (close(s->fd) < 0 && rc == 0)
+    rc = sum_fail(s, LOOM_EIO, "cannot close %s: %s", s->path, strerror(errno));
+  s->fd = -1;
+  if (rc < 0 && !s->l)
+    loom__log(LOOM_LOG_ERROR, "summary", "%s", s->errmsg);
+  sum_free(s);
+  return rc;
+}
+
+const char *loom_summary_path(const loom_summary_t *s) {
+  return s ? s->path : "";
+}
+
+const char *loom_summary_errmsg(const loom_summary_t *s) {
+  return s ? s->errmsg : "";
+}
