@@ -468,14 +468,61 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Sums count floats over all processes, in place. */
+/* Sums count floats over all processes, in place. A change of the job's
+ * membership (a peer died, or a restarted one came back) is returned as
+ * LOOM_ECHANGED or LOOM_EPEER without a message: the caller recovers. */
 static int comm_sum_f32(Comm *c, float *buf, size_t count) {
   if (c->loom == NULL) return 0;
+  if (loom_membership_changed(c->loom)) return LOOM_ECHANGED;
   int rc = loom_allreduce(c->loom, buf, buf, count, LOOM_F32, LOOM_SUM);
-  if (rc != 0)
+  if (rc != 0 && rc != LOOM_ECHANGED && rc != LOOM_EPEER)
     fprintf(stderr, "mlp: rank %d: allreduce failed: %s: %s\n", c->rank,
             loom_strerror(rc), loom_errmsg(c->loom));
   return rc;
+}
+
+/* Where training is: sent from rank 0 whenever ranks (re)join. */
+typedef struct {
+  int64_t epoch, s, step;
+} Position;
+
+/* Every rank takes rank 0's parameters, momentum and position: at start
+ * for a process that joins a running job, and after a re-form. */
+static int sync_from_rank0(Comm *c, Model *m, Position *pos) {
+  int rc = loom_broadcast(c->loom, pos, sizeof *pos, 0);
+  if (rc == 0)
+    rc = loom_broadcast(c->loom, m->params_memory, m->num_parameters * sizeof(float), 0);
+  if (rc == 0) rc = loom_broadcast(c->loom, m->momentum, m->num_parameters * sizeof(float), 0);
+  return rc;
+}
+
+/* The job's membership changed: join the new generation (new rank and
+ * world size), then continue from rank 0's state. Returns 0 or the error
+ * after printing it. */
+static int recover(Comm *c, Model *m, Position *pos) {
+  for (int tries = 0; tries < 20; tries++) {
+    int rc = loom_comm_reform(c->loom, 120000);
+    if (rc == 0) {
+      c->rank = loom_rank(c->loom);
+      c->world = loom_world_size(c->loom);
+      rc = sync_from_rank0(c, m, pos);
+    }
+    if (rc == 0) {
+      if (c->rank == 0) {
+        printf("mlp: membership generation %lld: %d processes, resuming at step %lld\n",
+               (long long)loom_generation(c->loom), c->world, (long long)pos->step);
+        fflush(stdout);
+      }
+      return 0;
+    }
+    if (rc != LOOM_ECHANGED && rc != LOOM_EPEER) {
+      fprintf(stderr, "mlp: rank %d: cannot re-form after a membership change: %s: %s\n",
+              c->rank, loom_strerror(rc), loom_errmsg(c->loom));
+      return rc;
+    }
+  }
+  fprintf(stderr, "mlp: the membership kept changing; giving up\n");
+  return LOOM_ECHANGED;
 }
 
 static int comm_allreduce_f64(Comm *c, double *buf, size_t count, loom_op op) {
@@ -491,8 +538,10 @@ static int comm_allreduce_f64(Comm *c, double *buf, size_t count, loom_op op) {
  * test set. */
 static int evaluate(Model *m, const IdxDataset *test, Comm *c, double *accuracy,
                     double *loss) {
-  int lo, hi;
-  my_slice(test->n, c->rank, c->world, &lo, &hi);
+  /* every process evaluates the whole test set: no collective here, so a
+   * membership change can only meet a training step */
+  int lo = 0, hi = test->n;
+  (void)c;
   int *idx = malloc((size_t)m->max_batch * sizeof(int));
   if (idx == NULL) return -1;
   double sums[2] = {0.0, 0.0}; // correct, loss
@@ -504,7 +553,6 @@ static int evaluate(Model *m, const IdxDataset *test, Comm *c, double *accuracy,
     for (int b = 0; b < B; b++) sums[1] += m->losses[b];
   }
   free(idx);
-  if (comm_allreduce_f64(c, sums, 2, LOOM_SUM) != 0) return -1;
   *accuracy = sums[0] / test->n;
   *loss = sums[1] / test->n;
   return 0;
@@ -882,14 +930,30 @@ int main(int argc, char **argv) {
     }
   }
   const int64_t config[3] = {train.n, opt.batch, (int64_t)opt.seed};
-  int start_epoch = 0;
+  int start_epoch = 0, start_s = 0;
   long step = 0;
-  if (ckpt_resume(&comm, ckpt, &model, config, &start_epoch, &step) != 0)
+  Position pos = {0, 0, 0};
+  int joining = comm.loom != NULL && loom_generation(comm.loom) > 0;
+  if (joining) {
+    // a restarted process joins a running job: rank 0's state is the truth
+    int rc = sync_from_rank0(&comm, &model, &pos);
+    if ((rc == LOOM_ECHANGED || rc == LOOM_EPEER) && recover(&comm, &model, &pos) == 0) rc = 0;
+    if (rc != 0) {
+      fprintf(stderr, "mlp: rank %d: cannot join the running job: %s\n", comm.rank,
+              loom_strerror(rc));
+      goto out;
+    }
+    start_epoch = (int)pos.epoch;
+    start_s = (int)pos.s;
+    step = (long)pos.step;
+    if (logs) printf("mlp: joined generation %lld at step %ld\n",
+                     (long long)loom_generation(comm.loom), step);
+  } else if (ckpt_resume(&comm, ckpt, &model, config, &start_epoch, &step) != 0)
     goto out;
   // Every process initialized from the same seed already (or rank 0 just
   // restored a checkpoint); the broadcast makes rank 0's parameters the
   // truth regardless.
-  if (comm.loom != NULL) {
+  if (comm.loom != NULL && !joining) {
     int rc = loom_broadcast(comm.loom, model.params_memory,
                             model.num_parameters * sizeof(float), 0);
     if (rc != 0) {
@@ -923,7 +987,7 @@ int main(int argc, char **argv) {
     double loss_sum = 0.0, correct = 0.0, seen = 0.0;
     int epoch_steps = 0;
     shuffle_epoch(order, train.n, opt.seed, epoch);
-    for (int s = 0; s < steps_per_epoch; s++) {
+    for (int s = epoch == start_epoch ? start_s : 0; s < steps_per_epoch; s++) {
       // the global batch: order[start, start + Bg); ours: [lo, hi) of it
       int start = s * opt.batch;
       int Bg = train.n - start < opt.batch ? train.n - start : opt.batch;
@@ -937,9 +1001,23 @@ int main(int argc, char **argv) {
       stats[STAT_CORRECT] = (float)model_forward(&model, B);
       for (int b = 0; b < B; b++) stats[STAT_LOSS] += weight * model.losses[b];
       model_backward(&model, B, weight);
-      if (comm_sum_f32(&comm, model.grads_memory,
-                       model.num_parameters + GRAD_STATS) != 0)
-        goto out;
+      int crc = comm_sum_f32(&comm, model.grads_memory, model.num_parameters + GRAD_STATS);
+      if (crc == LOOM_ECHANGED || crc == LOOM_EPEER) {
+        // a peer died or came back: re-form, take rank 0's state, and redo
+        // the step rank 0 is at (the global batch does not depend on who
+        // computes it, so training stays the same)
+        pos = (Position){epoch, s, step};
+        if (recover(&comm, &model, &pos) != 0) goto out;
+        if (pos.epoch != epoch) {
+          fprintf(stderr, "mlp: rank %d: rank 0 is in epoch %lld, this process in %d\n",
+                  comm.rank, (long long)pos.epoch, epoch);
+          goto out;
+        }
+        s = (int)pos.s - 1;
+        step = (long)pos.step;
+        continue;
+      }
+      if (crc != 0) goto out;
       sgd_update(&model, lr_at(opt.lr, step, total_steps), opt.momentum);
       loss_sum += (double)stats[STAT_LOSS] * Bg;
       correct += stats[STAT_CORRECT];

@@ -969,8 +969,9 @@ static int on_agent(coord *co, conn *c, wire_frame *f) {
       /* a restarted task rejoins a running job: the cluster spec as it is
        * now, and peers see its new address in the KV store */
       task_set(co, t, T_RUNNING);
-      if (t->role->elastic_min > 0 && t->training) {
-        /* it joins the next generation */
+      if (t->training) {
+        /* it joins the next generation (elastic or not: its peers' old
+         * collectives included its dead predecessor) */
         t->left = false;
         co->generation++;
         int world = publish_membership(co);
