@@ -72,7 +72,9 @@ LOOM_EXPORT int loom_feed_open(loom_t *l, loom_feed_t **f);
 /* The next record into *rec: 0, LOOM_FEED_EPOCH, LOOM_FEED_END, or an error
  * (LOOM_EIO for a corrupt or unreadable file, with loom_errmsg() naming the
  * file and offset; LOOM_EABORTED when the attempt ended; LOOM_ETIMEDOUT
- * when no split came for LOOM_FEED_WAIT_MS). END and errors repeat. */
+ * when no split came for LOOM_FEED_WAIT_MS while no task held one). END and
+ * errors repeat. Waiting for other tasks to finish an epoch is no timeout
+ * as long as their leases are alive. */
 LOOM_EXPORT int loom_feed_next(loom_feed_t *f, loom_record *rec);
 
 /* Up to max records into recs[0..*n): 0 with *n >= 1, or what

@@ -521,6 +521,7 @@ static int on_client(coord *co, conn *c, wire_frame *f) {
       return 0;
     }
     if (!c->task) return LOOM_EPROTO;
+    co->state_dirty = true; /* state.json carries the feed's progress */
     return feed_dispatch_frame(co->feed, c, c->task->name, f);
   }
   switch (f->type) {

@@ -1,21 +1,643 @@
-/* dispatch.c: placeholder until the data feed lands: a spec with `feed:`
- * is refused with a clear message. */
+/* dispatch.c: the coordinator's side of the data feed (contract in
+ * dispatch.h). It owns the job's splits and hands them out as leases:
+ *
+ * - An epoch is every split once, in order 0..n-1, or in a permutation drawn
+ *   from (seed, epoch) when the spec shuffles. Splits wait in a queue; a
+ *   task asking for work gets the next ones (several at once when it asks
+ *   for several, so it can read ahead), each under a new lease id.
+ * - A lease ends in one of two ways. DONE from the holder, while the lease
+ *   is still current: the split is finished for this epoch (its output, if
+ *   any, is renamed from the holder's temporary file to part-<split>: the
+ *   commit). Or the lease is taken back (its task or connection is gone, the
+ *   holder gave it back, it was not renewed within the lease time, or a new
+ *   whole-job attempt began): the split goes to the front of the queue and
+ *   its temporary output is deleted. A DONE for a lease taken back is
+ *   refused, so a stale holder can never commit: each split's output is
+ *   committed exactly once per epoch.
+ * - The next epoch begins only once every split of this one is done, so a
+ *   task that runs out of work waits (its request is answered later, or
+ *   with LOOM_ETIMEDOUT after its wait, and it asks again) while other
+ *   tasks still hold leases that may come back.
+ * - Committed splits stay committed across whole-job attempts; everything
+ *   else is handed out again.
+ *
+ * Everything runs on the coordinator's loop thread and never blocks but for
+ * small file-system calls (rename, unlink) at commit and take-back. */
 #include "feed/dispatch.h"
+#include "feed/feed.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { S_TODO, S_LEASED, S_DONE };
+
+typedef struct lease {
+  uint64_t id;
+  uint32_t split;
+  void *conn;
+  char task[96];
+  uint64_t expires;
+  char *tmp; /* NULL without output */
+  struct lease *prev, *next;
+} lease;
+
+typedef struct waiter {
+  void *conn;
+  json_int_t id;
+  int max;
+  uint64_t deadline;
+  struct waiter *next;
+} waiter;
+
+struct feed_dispatch {
+  feed_input *in;
+  feed_reply_fn reply;
+  char format[32];
+  char *output, *tmpdir; /* NULL without feed.output */
+  int epochs, epoch;     /* epoch == epochs: the feed is over */
+  bool shuffle;
+  uint64_t seed, lease_ms, next_id;
+  uint8_t *state;   /* per split, this epoch */
+  uint32_t *queue;  /* a ring of the splits waiting for a lease */
+  size_t qhead, qlen, done;
+  lease *leases;    /* every current lease */
+  size_t nleased;
+  waiter *waiters, **wtail; /* FIFO */
+  uint64_t committed, expired, stale, returned, records;
+};
+
+/* ---- the queue of splits ------------------------------------------------ */
+static void q_push_front(feed_dispatch *d, uint32_t s) {
+  size_t n = d->in->nsplits;
+  d->qhead = (d->qhead + n - 1) % n;
+  d->queue[d->qhead] = s;
+  d->qlen++;
+}
+
+static uint32_t q_pop(feed_dispatch *d) {
+  uint32_t s = d->queue[d->qhead];
+  d->qhead = (d->qhead + 1) % d->in->nsplits;
+  d->qlen--;
+  return s;
+}
+
+/* Fills the queue for epoch d->epoch: every split not done, in the epoch's
+ * order. */
+static void epoch_begin(feed_dispatch *d) {
+  size_t n = d->in->nsplits;
+  for (size_t i = 0; i < n; i++) d->queue[i] = (uint32_t)i;
+  if (d->shuffle) loom__feed_permute(d->queue, n, loom__feed_seed(d->seed, (uint64_t)d->epoch, 0));
+  d->qhead = 0;
+  d->qlen = n;
+  d->done = 0;
+  memset(d->state, S_TODO, n);
+  loom__log(LOOM_LOG_INFO, "feed", "epoch %d of %d: %zu splits", d->epoch + 1, d->epochs, n);
+}
+
+/* ---- names of the output ----------------------------------------------- */
+static char *part_name(const feed_dispatch *d, uint32_t split) {
+  return d->epochs > 1 ? loom__asprintf("%s/part-%05u-e%d", d->output, split, d->epoch)
+                       : loom__asprintf("%s/part-%05u", d->output, split);
+}
+
+static char *tmp_name(const feed_dispatch *d, uint32_t split, const char *task, uint64_t id) {
+  char t[96];
+  size_t i = 0;
+  for (; task[i] && i < sizeof t - 1; i++) {
+    char c = task[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-';
+    t[i] = ok ? c : '-';
+  }
+  t[i] = 0;
+  return loom__asprintf("%s/part-%05u-e%d.%s.%llu", d->tmpdir, split, d->epoch, t,
+                        (unsigned long long)id);
+}
+
+/* ---- leases ------------------------------------------------------------- */
+static lease *lease_find(feed_dispatch *d, uint64_t id) {
+  for (lease *l = d->leases; l; l = l->next)
+    if (l->id == id) return l;
+  return NULL;
+}
+
+static void lease_unlink(feed_dispatch *d, lease *l) {
+  if (l->prev) l->prev->next = l->next;
+  else d->leases = l->next;
+  if (l->next) l->next->prev = l->prev;
+  d->nleased--;
+  free(l->tmp);
+  free(l);
+}
+
+static void serve_waiters(feed_dispatch *d);
+
+/* Takes a lease back: its split waits again at the front of the queue and
+ * its unfinished output is deleted. why is for the log. */
+static void lease_take_back(feed_dispatch *d, lease *l, const char *why, int level) {
+  loom__log(level, "feed", "split %u (lease %llu of %s) %s: it will be read again", l->split,
+            (unsigned long long)l->id, l->task, why);
+  if (l->tmp && unlink(l->tmp) < 0 && errno != ENOENT)
+    loom__log(LOOM_LOG_WARN, "feed", "cannot remove %s: %s", l->tmp, strerror(errno));
+  d->state[l->split] = S_TODO;
+  q_push_front(d, l->split);
+  d->returned++;
+  lease_unlink(d, l);
+}
+
+/* The lease reply for up to max splits from the queue (at least one). */
+static json_t *lease_out(feed_dispatch *d, void *conn, const char *task, int max) {
+  json_t *arr = json_array();
+  uint64_t now = loom__now_ms();
+  for (int k = 0; k < max && d->qlen > 0; k++) {
+    uint32_t s = q_pop(d);
+    if (d->state[s] != S_TODO) { /* cannot happen: a split is queued once */
+      loom__log(LOOM_LOG_ERROR, "feed", "internal error: split %u queued twice", s);
+      continue;
+    }
+    const feed_split *sp = &d->in->splits[s];
+    const feed_file *ff = &d->in->files[sp->file];
+    lease *l = calloc(1, sizeof *l);
+    if (!l) {
+      q_push_front(d, s);
+      break;
+    }
+    l->id = ++d->next_id;
+    l->split = s;
+    l->conn = conn;
+    loom__strlcpy(l->task, task, sizeof l->task);
+    l->expires = now + d->lease_ms;
+    if (d->output && !(l->tmp = tmp_name(d, s, task, l->id))) {
+      free(l);
+      q_push_front(d, s);
+      break;
+    }
+    l->next = d->leases;
+    if (d->leases) d->leases->prev = l;
+    d->leases = l;
+    d->state[s] = S_LEASED;
+    d->nleased++;
+    json_t *j = json_pack("{s:i, s:i, s:I, s:s, s:I, s:I, s:I}", "split", (int)s, "epoch",
+                          d->epoch, "lease", (json_int_t)l->id, "path", ff->path, "off",
+                          (json_int_t)sp->off, "len", (json_int_t)sp->len, "rec",
+                          (json_int_t)ff->rec);
+    if (j && d->shuffle)
+      json_object_set_new(j, "rseed", json_integer((json_int_t)(
+                                          loom__feed_seed(d->seed, (uint64_t)d->epoch, s + 1ull) >> 1)));
+    if (j && l->tmp) json_object_set_new(j, "tmp", json_string(l->tmp));
+    json_array_append_new(arr, j);
+  }
+  return json_pack("{s:o}", "splits", arr);
+}
+
+/* Answers a LEASE request now if it can: the end, or splits. */
+static bool try_serve(feed_dispatch *d, void *conn, const char *task, json_int_t id, int max) {
+  if (d->epoch >= d->epochs) {
+    d->reply(conn, id, 0, json_pack("{s:b}", "end", 1), NULL, 0);
+    return true;
+  }
+  if (d->qlen == 0) return false;
+  json_t *r = lease_out(d, conn, task, max);
+  if (json_array_size(json_object_get(r, "splits")) == 0) {
+    json_decref(r);
+    d->reply(conn, id, LOOM_ENOMEM, json_pack("{s:s}", "msg", "the coordinator is out of memory"),
+             NULL, 0);
+    return true;
+  }
+  d->reply(conn, id, 0, r, NULL, 0);
+  return true;
+}
+
+/* ---- waiting requests --------------------------------------------------- */
+typedef struct {
+  waiter w;
+  char task[96];
+} waiter_task;
+
+static void waiters_remove_if(feed_dispatch *d, bool (*pred)(feed_dispatch *, waiter *, void *),
+                              void *arg) {
+  waiter **pp = &d->waiters;
+  d->wtail = &d->waiters;
+  while (*pp) {
+    waiter *w = *pp;
+    if (pred(d, w, arg)) {
+      *pp = w->next;
+      free(w);
+    } else {
+      pp = &w->next;
+      d->wtail = &w->next;
+    }
+  }
+}
+
+static bool w_serve(feed_dispatch *d, waiter *w, void *arg) {
+  (void)arg;
+  const char *task = ((waiter_task *)w)->task;
+  return try_serve(d, w->conn, task, w->id, w->max);
+}
+
+static void serve_waiters(feed_dispatch *d) {
+  if (d->waiters && (d->qlen > 0 || d->epoch >= d->epochs)) waiters_remove_if(d, w_serve, NULL);
+}
+
+static bool w_expired(feed_dispatch *d, waiter *w, void *arg) {
+  if (w->deadline > *(uint64_t *)arg) return false;
+  d->reply(w->conn, w->id, LOOM_ETIMEDOUT,
+           json_pack("{s:s, s:I}", "msg", "no split is free yet: other tasks hold the rest of "
+                     "the epoch; ask again", "leased", (json_int_t)d->nleased), NULL, 0);
+  return true;
+}
+
+static bool w_of_conn(feed_dispatch *d, waiter *w, void *arg) {
+  (void)d;
+  return w->conn == arg;
+}
+
+static bool w_abort(feed_dispatch *d, waiter *w, void *arg) {
+  (void)arg;
+  d->reply(w->conn, w->id, LOOM_EABORTED,
+           json_pack("{s:s}", "msg", "the job's attempt ended"), NULL, 0);
+  return true;
+}
+
+/* ---- requests ----------------------------------------------------------- */
+/* The integer at key, within [lo, hi]; false if absent, not an integer or
+ * out of range. */
+static bool get_int(const json_t *j, const char *key, json_int_t lo, json_int_t hi,
+                    json_int_t *out) {
+  json_t *v = json_object_get(j, key);
+  if (!json_is_integer(v)) return false;
+  json_int_t x = json_integer_value(v);
+  if (x < lo || x > hi) return false;
+  *out = x;
+  return true;
+}
+
+/* The lease ids of a RENEW / RELEASE: a list of at most FEED_MAX_LIST. */
+static json_t *get_ids(const json_t *j) {
+  json_t *a = json_object_get(j, "leases");
+  if (!json_is_array(a) || json_array_size(a) > FEED_MAX_LIST) return NULL;
+  size_t i;
+  json_t *v;
+  json_array_foreach(a, i, v) if (!json_is_integer(v) || json_integer_value(v) < 1) return NULL;
+  return a;
+}
+
+static int on_open(feed_dispatch *d, void *conn, json_int_t id) {
+  d->reply(conn, id, 0,
+           json_pack("{s:s, s:i, s:i, s:I, s:b, s:I, s:b}", "format", d->format, "epochs",
+                     d->epochs, "epoch", d->epoch < d->epochs ? d->epoch : d->epochs - 1,
+                     "splits", (json_int_t)d->in->nsplits, "output", d->output != NULL,
+                     "lease_ms", (json_int_t)d->lease_ms, "shuffle", d->shuffle),
+           NULL, 0);
+  return 0;
+}
+
+static int on_lease(feed_dispatch *d, void *conn, const char *task, json_int_t id,
+                    const json_t *req) {
+  json_int_t max = 1, wait = 0;
+  if (json_object_get(req, "max") && !get_int(req, "max", 1, FEED_MAX_BATCH_LEASES, &max))
+    return LOOM_EPROTO;
+  if (json_object_get(req, "wait_ms") && !get_int(req, "wait_ms", 0, FEED_MAX_WAIT_MS, &wait))
+    return LOOM_EPROTO;
+  if (try_serve(d, conn, task, id, (int)max)) return 0;
+  if (wait == 0) {
+    d->reply(conn, id, LOOM_ETIMEDOUT,
+             json_pack("{s:s, s:I}", "msg", "no split is free yet", "leased",
+                       (json_int_t)d->nleased), NULL, 0);
+    return 0;
+  }
+  waiter_task *wt = calloc(1, sizeof *wt);
+  if (!wt) {
+    d->reply(conn, id, LOOM_ENOMEM, NULL, NULL, 0);
+    return 0;
+  }
+  wt->w.conn = conn;
+  wt->w.id = id;
+  wt->w.max = (int)max;
+  wt->w.deadline = loom__now_ms() + (uint64_t)wait;
+  loom__strlcpy(wt->task, task, sizeof wt->task);
+  *d->wtail = &wt->w;
+  d->wtail = &wt->w.next;
+  return 0;
+}
+
+/* The split of lease l is finished: commit its output, count it, and begin
+ * the next epoch when it was the last. */
+static int finish(feed_dispatch *d, lease *l, bool wrote, json_int_t records, char *msg,
+                  size_t msglen) {
+  uint32_t s = l->split;
+  if (d->output && wrote) {
+    char *final = part_name(d, s);
+    int rc = final ? renameat2(AT_FDCWD, l->tmp, AT_FDCWD, final, RENAME_NOREPLACE) : -1;
+    if (rc < 0 && final && errno == EINVAL) rc = rename(l->tmp, final); /* no NOREPLACE here */
+    if (rc < 0) {
+      snprintf(msg, msglen, "cannot commit the output of split %u: rename %s to %s: %s", s,
+               l->tmp, final ? final : "?", strerror(errno));
+      free(final);
+      lease_take_back(d, l, "could not be committed", LOOM_LOG_WARN);
+      serve_waiters(d);
+      return LOOM_EIO;
+    }
+    free(final);
+  }
+  lease_unlink(d, l);
+  d->state[s] = S_DONE;
+  d->done++;
+  d->committed++;
+  d->records += (uint64_t)records;
+  if (d->done == d->in->nsplits) {
+    d->epoch++;
+    if (d->epoch < d->epochs) epoch_begin(d);
+    else loom__log(LOOM_LOG_INFO, "feed", "every split of every epoch is done");
+  }
+  serve_waiters(d);
+  return 0;
+}
+
+static int on_done(feed_dispatch *d, void *conn, json_int_t id, const json_t *req) {
+  json_int_t lid, records = 0;
+  if (!get_int(req, "lease", 1, LLONG_MAX, &lid)) return LOOM_EPROTO;
+  if (json_object_get(req, "records") && !get_int(req, "records", 0, LLONG_MAX, &records))
+    return LOOM_EPROTO;
+  json_t *w = json_object_get(req, "wrote");
+  if (w && !json_is_boolean(w)) return LOOM_EPROTO;
+  lease *l = lease_find(d, (uint64_t)lid);
+  if (!l || l->conn != conn) {
+    d->stale++;
+    loom__log(LOOM_LOG_WARN, "feed", "refused to finish lease %lld: it was taken back (expired, "
+              "or its task was gone); its split is read again elsewhere", (long long)lid);
+    d->reply(conn, id, LOOM_ESTATE,
+             json_pack("{s:s}", "msg", "the lease was taken back (it expired or its task was "
+                       "gone): the split is read again elsewhere and this output is discarded"),
+             NULL, 0);
+    return 0;
+  }
+  char msg[1024] = "";
+  int rc = finish(d, l, json_is_true(w), records, msg, sizeof msg);
+  d->reply(conn, id, rc, rc < 0 ? json_pack("{s:s}", "msg", msg) : NULL, NULL, 0);
+  return 0;
+}
+
+static int on_renew(feed_dispatch *d, void *conn, json_int_t id, const json_t *req) {
+  json_t *ids = get_ids(req);
+  if (!ids) return LOOM_EPROTO;
+  json_t *stale = json_array();
+  uint64_t until = loom__now_ms() + d->lease_ms;
+  size_t i;
+  json_t *v;
+  json_array_foreach(ids, i, v) {
+    lease *l = lease_find(d, (uint64_t)json_integer_value(v));
+    if (l && l->conn == conn) l->expires = until;
+    else json_array_append(stale, v);
+  }
+  d->reply(conn, id, 0, json_pack("{s:o}", "stale", stale), NULL, 0);
+  return 0;
+}
+
+static int on_release(feed_dispatch *d, void *conn, json_int_t id, const json_t *req) {
+  json_t *ids = get_ids(req);
+  if (!ids) return LOOM_EPROTO;
+  for (size_t i = json_array_size(ids); i-- > 0;) { /* the first given back waits first */
+    lease *l = lease_find(d, (uint64_t)json_integer_value(json_array_get(ids, i)));
+    if (l && l->conn == conn) lease_take_back(d, l, "was given back unfinished", LOOM_LOG_INFO);
+  }
+  serve_waiters(d);
+  d->reply(conn, id, 0, NULL, NULL, 0);
+  return 0;
+}
+
+int feed_dispatch_frame(feed_dispatch *d, void *conn, const char *task, const wire_frame *f) {
+  if (!d || !f || !task) return LOOM_EPROTO;
+  json_int_t id;
+  if (!get_int(f->json, "id", 0, LLONG_MAX, &id)) return LOOM_EPROTO;
+  switch (f->type) {
+  case FEED_MSG_OPEN: return on_open(d, conn, id);
+  case FEED_MSG_LEASE: return on_lease(d, conn, task, id, f->json);
+  case FEED_MSG_DONE: return on_done(d, conn, id, f->json);
+  case FEED_MSG_RENEW: return on_renew(d, conn, id, f->json);
+  case FEED_MSG_RELEASE: return on_release(d, conn, id, f->json);
+  }
+  return LOOM_EPROTO;
+}
+
+/* ---- the coordinator's events ------------------------------------------ */
+void feed_dispatch_task_gone(feed_dispatch *d, const char *task) {
+  if (!d || !task) return;
+  for (lease *l = d->leases, *n; l; l = n) {
+    n = l->next;
+    if (!strcmp(l->task, task)) lease_take_back(d, l, "was held by a task that ended", LOOM_LOG_WARN);
+  }
+  serve_waiters(d);
+}
+
+void feed_dispatch_conn_gone(feed_dispatch *d, void *conn) {
+  if (!d) return;
+  waiters_remove_if(d, w_of_conn, conn);
+  for (lease *l = d->leases, *n; l; l = n) {
+    n = l->next;
+    if (l->conn == conn)
+      lease_take_back(d, l, "was held by a process whose connection closed", LOOM_LOG_WARN);
+  }
+  serve_waiters(d);
+}
+
+void feed_dispatch_tick(feed_dispatch *d, uint64_t now_ms) {
+  if (!d) return;
+  bool back = false;
+  for (lease *l = d->leases, *n; l; l = n) {
+    n = l->next;
+    if (l->expires <= now_ms) {
+      char why[96];
+      snprintf(why, sizeof why, "was not renewed within %llu ms", (unsigned long long)d->lease_ms);
+      d->expired++;
+      lease_take_back(d, l, why, LOOM_LOG_WARN);
+      back = true;
+    }
+  }
+  if (back) serve_waiters(d);
+  waiters_remove_if(d, w_expired, &now_ms);
+}
+
+void feed_dispatch_new_attempt(feed_dispatch *d) {
+  if (!d) return;
+  waiters_remove_if(d, w_abort, NULL);
+  while (d->leases) lease_take_back(d, d->leases, "belonged to the previous attempt", LOOM_LOG_INFO);
+}
+
+json_t *feed_dispatch_status(const feed_dispatch *d) {
+  if (!d) return json_object();
+  bool over = d->epoch >= d->epochs;
+  return json_pack("{s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "epoch",
+                   over ? d->epochs - 1 : d->epoch, "epochs", d->epochs, "splits",
+                   (json_int_t)d->in->nsplits, "done", (json_int_t)(over ? d->in->nsplits : d->done),
+                   "leased", (json_int_t)d->nleased, "committed", (json_int_t)d->committed,
+                   "expired", (json_int_t)d->expired, "stale", (json_int_t)d->stale, "records",
+                   (json_int_t)d->records, "finished", over);
+}
+
+/* ---- making and unmaking ------------------------------------------------ */
+/* Deletes every file in dir (not below). */
+static void clear_dir(const char *dir) {
+  DIR *dh = opendir(dir);
+  if (!dh) return;
+  struct dirent *e;
+  while ((e = readdir(dh))) {
+    if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
+      continue;
+    unlinkat(dirfd(dh), e->d_name, 0);
+  }
+  closedir(dh);
+}
+
+static int output_prepare(feed_dispatch *d, char *err, size_t errlen) {
+  if (loom__mkdir_p(d->output, 0755) < 0) {
+    snprintf(err, errlen, "feed.output %s: cannot create it: %s", d->output, strerror(errno));
+    return LOOM_EIO;
+  }
+  DIR *dh = opendir(d->output);
+  if (!dh) {
+    snprintf(err, errlen, "feed.output %s: cannot read it: %s", d->output, strerror(errno));
+    return LOOM_EIO;
+  }
+  struct dirent *e;
+  int rc = 0;
+  while ((e = readdir(dh))) {
+    if (!strncmp(e->d_name, "part-", 5)) {
+      snprintf(err, errlen, "feed.output %s already holds output of an earlier run (%s): "
+               "remove its part-* files or choose another directory", d->output, e->d_name);
+      rc = LOOM_ESPEC;
+      break;
+    }
+  }
+  closedir(dh);
+  if (rc < 0) return rc;
+  if (!(d->tmpdir = loom__asprintf("%s/.tmp", d->output))) return LOOM_ENOMEM;
+  if (mkdir(d->tmpdir, 0755) < 0 && errno != EEXIST) {
+    snprintf(err, errlen, "feed.output %s: cannot create %s: %s", d->output, d->tmpdir,
+             strerror(errno));
+    return LOOM_EIO;
+  }
+  clear_dir(d->tmpdir); /* what a crashed earlier coordinator left */
+  return 0;
+}
 
 int feed_dispatch_create(const json_t *feed, const char *job_dir, const char *spec_dir,
                          feed_reply_fn reply, feed_dispatch **out, char *err, size_t errlen) {
-  snprintf(err, errlen, "the data feed (feed:) is not available in this build");
+  (void)job_dir;
   *out = NULL;
-  return LOOM_ENOTSUP;
+  if (errlen) err[0] = 0;
+  if (!json_is_object(feed) || !reply) {
+    snprintf(err, errlen, "feed: not a valid feed section");
+    return LOOM_ESPEC;
+  }
+  feed_dispatch *d = calloc(1, sizeof *d);
+  if (!d) return LOOM_ENOMEM;
+  d->reply = reply;
+  d->wtail = &d->waiters;
+  d->lease_ms = (uint64_t)loom__feed_tun(FEED_TUN_LEASE_MS);
+  int rc = LOOM_ESPEC;
+  const char *fmt_s = json_string_value(json_object_get(feed, "format"));
+  feed_format fmt;
+  if (!fmt_s) fmt_s = "lines";
+  if (loom__feed_format_parse(fmt_s, &fmt) < 0) {
+    snprintf(err, errlen, "feed.format '%s' is not known: use lines, tfrecord, idx or "
+             "fixed:<bytes>", fmt_s);
+    goto fail;
+  }
+  loom__strlcpy(d->format, fmt_s, sizeof d->format);
+  json_t *ep = json_object_get(feed, "epochs"), *sd = json_object_get(feed, "seed");
+  d->epochs = json_is_integer(ep) ? (int)json_integer_value(ep) : 1;
+  if (d->epochs < 1 || d->epochs > 1000000) {
+    snprintf(err, errlen, "feed.epochs must be 1 to 1000000");
+    goto fail;
+  }
+  d->seed = json_is_integer(sd) ? (uint64_t)json_integer_value(sd) : 0;
+  d->shuffle = json_is_true(json_object_get(feed, "shuffle"));
+  json_t *input = json_object_get(feed, "input");
+  size_t ng = json_is_array(input) ? json_array_size(input) : 0;
+  if (!ng) {
+    snprintf(err, errlen, "feed.input must be a non-empty list of globs");
+    goto fail;
+  }
+  char **globs = calloc(ng, sizeof *globs);
+  if (!globs) {
+    rc = LOOM_ENOMEM;
+    goto fail;
+  }
+  for (size_t i = 0; i < ng; i++) {
+    const char *g = json_string_value(json_array_get(input, i));
+    if (!g || !*g) {
+      snprintf(err, errlen, "feed.input entries must be globs");
+      rc = LOOM_ESPEC;
+      break;
+    }
+    globs[i] = g[0] == '/' || !spec_dir ? strdup(g) : loom__asprintf("%s/%s", spec_dir, g);
+    if (!globs[i]) {
+      rc = LOOM_ENOMEM;
+      break;
+    }
+    rc = 0;
+  }
+  if (rc == 0)
+    rc = loom__feed_input_make((const char *const *)globs, ng, &fmt,
+                               (uint64_t)loom__feed_tun(FEED_TUN_SPLIT_BYTES), &d->in, err, errlen);
+  for (size_t i = 0; i < ng; i++) free(globs[i]);
+  free(globs);
+  if (rc < 0) goto fail;
+  size_t n = d->in->nsplits;
+  d->state = calloc(n, 1);
+  d->queue = calloc(n, sizeof *d->queue);
+  if (!d->state || !d->queue) {
+    rc = LOOM_ENOMEM;
+    goto fail;
+  }
+  const char *o = json_string_value(json_object_get(feed, "output"));
+  if (o && *o) {
+    d->output = o[0] == '/' || !spec_dir ? strdup(o) : loom__asprintf("%s/%s", spec_dir, o);
+    if (!d->output) {
+      rc = LOOM_ENOMEM;
+      goto fail;
+    }
+    if ((rc = output_prepare(d, err, errlen)) < 0) goto fail;
+  }
+  epoch_begin(d);
+  loom__log(LOOM_LOG_INFO, "feed", "%zu files, %llu bytes of records, %zu splits, format %s",
+            d->in->nfiles, (unsigned long long)d->in->bytes, n, d->format);
+  *out = d;
+  return 0;
+fail:
+  if (errlen && !err[0]) snprintf(err, errlen, "feed: %s", loom_strerror(rc));
+  feed_dispatch_destroy(d);
+  return rc == LOOM_ENOMEM || rc == LOOM_EIO ? rc : LOOM_ESPEC;
 }
-void feed_dispatch_destroy(feed_dispatch *d) {}
-int feed_dispatch_frame(feed_dispatch *d, void *conn, const char *task, const wire_frame *f) {
-  return LOOM_EPROTO;
+
+void feed_dispatch_destroy(feed_dispatch *d) {
+  if (!d) return;
+  for (waiter *w = d->waiters, *n; w; w = n) {
+    n = w->next;
+    free(w);
+  }
+  while (d->leases) {
+    lease *l = d->leases;
+    if (l->tmp) unlink(l->tmp);
+    lease_unlink(d, l);
+  }
+  if (d->tmpdir) {
+    clear_dir(d->tmpdir);
+    rmdir(d->tmpdir);
+  }
+  loom__feed_input_free(d->in);
+  free(d->state);
+  free(d->queue);
+  free(d->output);
+  free(d->tmpdir);
+  free(d);
 }
-void feed_dispatch_task_gone(feed_dispatch *d, const char *task) {}
-void feed_dispatch_conn_gone(feed_dispatch *d, void *conn) {}
-void feed_dispatch_tick(feed_dispatch *d, uint64_t now_ms) {}
-void feed_dispatch_new_attempt(feed_dispatch *d) {}
-json_t *feed_dispatch_status(const feed_dispatch *d) { return json_object(); }

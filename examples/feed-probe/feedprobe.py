@@ -1,0 +1,60 @@
+"""feedprobe.py: the Python twin of feedprobe.c, through the loom Python
+module: reads the job's feed to the end (one record at a time, in batches,
+or with read()), writes "out:<record>\\n" for each when the spec has
+feed.output, and prints "FEEDOK task=... records=... epochs=...".
+
+    python3 feedprobe.py [--mode next|batch|read] [--fail-after K]"""
+import argparse
+import os
+import sys
+
+import loom
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--mode", default="next", choices=["next", "batch", "read"])
+ap.add_argument("--fail-after", type=int, default=-1, help="exit 3 after K records on attempt 0")
+a = ap.parse_args()
+if os.environ.get("LOOM_ATTEMPT", "0") != "0":
+    a.fail_after = -1
+
+n = 0
+epochs = 1
+with loom.Feed() as feed:
+    output = True
+    while True:
+        if a.mode == "next":
+            r = feed.next()
+            got = r if r in (loom.END, loom.EPOCH) else [r]
+        elif a.mode == "batch":
+            got = feed.batch(32)
+        else:
+            res = feed.read(32, 16)  # small: records past 16 bytes grow it
+            if res in (loom.END, loom.EPOCH):
+                got = res
+            else:
+                buf, sizes = res
+                got, at = [], 0
+                for s in sizes:
+                    got.append(buf[at:at + s])
+                    at += s
+        if got is loom.END:
+            break
+        if got is loom.EPOCH:
+            epochs += 1
+            continue
+        for rec in got:
+            if output:
+                try:
+                    feed.write(b"out:" + rec + b"\n")
+                except loom.LoomError as e:
+                    if e.name != "LOOM_ESTATE":
+                        raise
+                    output = False  # no feed.output in the spec
+            n += 1
+            if n == a.fail_after:
+                print(f"feedprobe.py: failing on purpose after {n} records", file=sys.stderr)
+                sys.stdout.flush()
+                os._exit(3)
+    st = feed.stats()
+    print(f"FEEDOK task={os.environ.get('LOOM_TASK')} records={st['records']} "
+          f"splits={st['splits']} stale={st['stale']} epochs={epochs}", flush=True)

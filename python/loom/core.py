@@ -1,0 +1,68 @@
+"""The libloom handle: identity, the coordinator's KV store and events."""
+import ctypes
+import json
+
+from ._lib import check, lib, libc
+
+
+class Loom:
+    """One per process: connects to the job's coordinator from the task's
+    environment (LOOM_COORD, LOOM_SECRET, ...). Raises LoomError
+    (LOOM_ENOENV) outside a job. Close it (or use `with`) when done."""
+
+    def __init__(self):
+        h = ctypes.c_void_p()
+        check(lib.loom_init(ctypes.byref(h)))
+        self._h = h
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise ValueError("the loom handle is closed")
+        return self._h
+
+    def close(self):
+        if self._h:
+            lib.loom_finish(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    rank = property(lambda self: lib.loom_rank(self.handle))
+    world_size = property(lambda self: lib.loom_world_size(self.handle))
+    local_rank = property(lambda self: lib.loom_local_rank(self.handle))
+    index = property(lambda self: lib.loom_index(self.handle))
+    attempt = property(lambda self: lib.loom_attempt(self.handle))
+    role = property(lambda self: lib.loom_role(self.handle).decode())
+    job_id = property(lambda self: lib.loom_job_id(self.handle).decode())
+
+    def kv_set(self, key: str, value: bytes):
+        check(lib.loom_kv_set(self.handle, key.encode(), value, len(value)), self.handle)
+
+    def kv_get(self, key: str, timeout_ms: int = -1) -> bytes:
+        val, n = ctypes.c_void_p(), ctypes.c_size_t()
+        check(lib.loom_kv_get(self.handle, key.encode(), timeout_ms, ctypes.byref(val),
+                              ctypes.byref(n)), self.handle)
+        try:
+            return ctypes.string_at(val, n.value)
+        finally:
+            libc.free(val)
+
+    def kv_add(self, key: str, delta: int = 1) -> int:
+        out = ctypes.c_int64()
+        check(lib.loom_kv_add(self.handle, key.encode(), delta, ctypes.byref(out)), self.handle)
+        return out.value
+
+    def event(self, name: str, **detail):
+        d = json.dumps(detail).encode() if detail else None
+        check(lib.loom_event(self.handle, name.encode(), d), self.handle)

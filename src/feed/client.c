@@ -1,0 +1,1043 @@
+/* client.c: a task's side of the data feed (include/loom/feed.h).
+ *
+ * Two threads per feed. The reader thread leases splits from the
+ * coordinator's dispatcher (several at once when they are small), renews
+ * its leases, reads each split's bytes with pread into chunks (recycled,
+ * so their pages stay mapped), parses the records of each chunk (checking
+ * TFRecord CRCs there, off the consumer's thread) and queues the chunks,
+ * staying at most LOOM_FEED_READAHEAD bytes ahead of the consumer. The
+ * consumer (the caller of loom_feed_next) walks the queued chunks and hands
+ * out views; when it moves past a split's last record it finishes the
+ * split: closes its output file and reports DONE, which is where the
+ * coordinator commits.
+ *
+ * With shuffle, a split is read whole into one chunk and its records are
+ * handed out in a permutation drawn from the split's seed (from the spec's
+ * seed, the epoch and the split), so the order does not depend on which
+ * task reads it; the dispatcher permutes the order of splits.
+ *
+ * Ownership: the queue, the pool, the held list and the stale flags are
+ * under mu; the consumer's position (cur, retired, cur_sp, writer) is the
+ * consumer's alone; a split (fsplit) is created by the reader thread and
+ * freed by the consumer once finished, or by close. */
+#include "feed/feed.h"
+#include "lib/lib.h"
+#include "loom/feed.h"
+#include "wire/wire.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POOL_MAX 64
+#define WBUF (1 << 20)
+#define LEASE_WAIT_MS 1000 /* longest one LEASE request is held */
+#define CALL_MARGIN_MS 10000
+
+enum { K_DATA, K_SPLIT_END, K_END, K_ERROR };
+enum { BOUNDARY = 100 }; /* internal: the current split has no more records */
+
+typedef struct fsplit {
+  uint64_t lease, rseed;
+  uint32_t split;
+  int epoch;
+  bool shuffle, stale;
+  char *path, *tmp;
+  uint64_t off, len, rec;
+  uint64_t records; /* handed out by the consumer */
+  struct fsplit *next;      /* the held list */
+  struct fsplit *next_read; /* the reader thread's list to read */
+} fsplit;
+
+typedef struct chunk {
+  int kind;
+  fsplit *sp;
+  unsigned char *buf;
+  size_t cap, len;
+  feed_recs recs;
+  uint32_t *order; /* shuffled order of recs, or NULL */
+  size_t order_cap, pos;
+  int err;
+  char *msg;
+  struct chunk *next;
+} chunk;
+
+struct loom_feed {
+  loom_t *l;
+  feed_format fmt;
+  int epochs;
+  long nsplits;
+  bool output;
+  uint64_t lease_ms, readahead, chunk_bytes, max_record, wait_ms, ahead;
+
+  pthread_t thread;
+  bool thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv_data, cv_room; /* queue not empty; room to read ahead */
+  chunk *qhead, *qtail;
+  size_t queued; /* bytes in chunks not yet recycled */
+  chunk *pool;
+  int npool;
+  fsplit *held; /* leased and not finished */
+  size_t nheld;
+  bool stop;
+  uint64_t beat; /* when the reader thread last went round its loop */
+
+  /* reader thread only */
+  fsplit *toread, *toread_tail;
+  bool ended;
+  int rfd;
+  char *rpath;
+  uint64_t last_renew, last_split_len;
+
+  /* consumer only */
+  chunk *cur, *retired;
+  fsplit *cur_sp, *skip_sp;
+  int epoch;
+  bool epoch_known;
+  int sticky; /* END or an error, repeated */
+  char sticky_msg[1024];
+  int first_err;
+  /* the output of cur_sp's split */
+  fsplit *w_sp;
+  int w_fd;
+  bool w_err;
+  unsigned char *wbuf;
+  size_t wlen;
+  loom_feed_stats st;
+};
+
+/* ---- time and waiting --------------------------------------------------- */
+static void wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += (time_t)(ms / 1000);
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* ---- chunks ------------------------------------------------------------- */
+static void chunk_free(chunk *c) {
+  if (!c) return;
+  free(c->buf);
+  loom__feed_recs_free(&c->recs);
+  free(c->order);
+  free(c->msg);
+  free(c);
+}
+
+/* A chunk from the pool (with at least cap bytes when cap > 0) or a new
+ * one. Called without mu. */
+static chunk *chunk_get(loom_feed_t *f, int kind, size_t cap) {
+  chunk *c = NULL;
+  if (kind == K_DATA) {
+    pthread_mutex_lock(&f->mu);
+    for (chunk **pp = &f->pool; *pp; pp = &(*pp)->next) {
+      if ((*pp)->cap >= cap) {
+        c = *pp;
+        *pp = c->next;
+        f->npool--;
+        break;
+      }
+    }
+    pthread_mutex_unlock(&f->mu);
+  }
+  if (!c && !(c = calloc(1, sizeof *c))) return NULL;
+  if (cap > c->cap) {
+    free(c->buf);
+    if (!(c->buf = malloc(cap))) {
+      c->cap = 0;
+      chunk_free(c);
+      return NULL;
+    }
+    c->cap = cap;
+  }
+  c->kind = kind;
+  c->sp = NULL;
+  c->len = c->pos = 0;
+  c->recs.n = 0;
+  c->recs.stride = 0;
+  c->err = 0;
+  c->next = NULL;
+  return c;
+}
+
+/* Gives a chunk back to the pool (the consumer is done with its records).
+ * Called with mu held. */
+static void chunk_put_locked(loom_feed_t *f, chunk *c) {
+  if (c->kind == K_DATA) {
+    f->queued -= c->len;
+    pthread_cond_signal(&f->cv_room);
+  }
+  free(c->msg);
+  c->msg = NULL;
+  if (c->kind == K_DATA && f->npool < POOL_MAX) {
+    c->next = f->pool;
+    f->pool = c;
+    f->npool++;
+  } else {
+    c->msg = NULL;
+    chunk_free(c);
+  }
+}
+
+static void push_locked(loom_feed_t *f, chunk *c) {
+  c->next = NULL;
+  if (f->qtail) f->qtail->next = c;
+  else f->qhead = c;
+  f->qtail = c;
+  if (c->kind == K_DATA) f->queued += c->len;
+  pthread_cond_signal(&f->cv_data);
+}
+
+static void push(loom_feed_t *f, chunk *c) {
+  pthread_mutex_lock(&f->mu);
+  push_locked(f, c);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Queues an error for the consumer and stops reading. */
+static void push_error(loom_feed_t *f, int err, const char *fmt, ...) LOOM__PRINTF(3, 4);
+static void push_error(loom_feed_t *f, int err, const char *fmt, ...) {
+  chunk *c = calloc(1, sizeof *c);
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  f->ended = true;
+  if (!c) return; /* the consumer times out instead */
+  c->kind = K_ERROR;
+  c->err = err;
+  c->msg = strdup(msg);
+  push(f, c);
+}
+
+static void fsplit_free(fsplit *sp) {
+  if (!sp) return;
+  free(sp->path);
+  free(sp->tmp);
+  free(sp);
+}
+
+/* Removes sp from the held list (under mu). */
+static void held_remove_locked(loom_feed_t *f, fsplit *sp) {
+  for (fsplit **pp = &f->held; *pp; pp = &(*pp)->next) {
+    if (*pp == sp) {
+      *pp = sp->next;
+      f->nheld--;
+      return;
+    }
+  }
+}
+
+/* ---- the reader thread -------------------------------------------------- */
+static json_t *held_ids_locked(loom_feed_t *f) {
+  json_t *a = json_array();
+  int n = 0;
+  for (fsplit *sp = f->held; sp && n < FEED_MAX_LIST; sp = sp->next, n++)
+    json_array_append_new(a, json_integer((json_int_t)sp->lease));
+  return a;
+}
+
+/* Renews every held lease when a third of the lease time has passed. */
+static void maybe_renew(loom_feed_t *f) {
+  uint64_t now = loom__now_ms();
+  if (now - f->last_renew < f->lease_ms / 3) return;
+  f->last_renew = now;
+  pthread_mutex_lock(&f->mu);
+  json_t *ids = f->held ? held_ids_locked(f) : NULL;
+  pthread_mutex_unlock(&f->mu);
+  if (!ids) return;
+  json_t *rep = NULL;
+  int rc = loom__call(f->l, FEED_MSG_RENEW, json_pack("{s:o}", "leases", ids), NULL, 0,
+                      (int)(f->lease_ms / 3 + CALL_MARGIN_MS), &rep, NULL, NULL);
+  json_t *stale = rc == 0 ? json_object_get(rep, "stale") : NULL;
+  if (json_array_size(stale)) {
+    pthread_mutex_lock(&f->mu);
+    size_t i;
+    json_t *v;
+    json_array_foreach(stale, i, v) {
+      for (fsplit *sp = f->held; sp; sp = sp->next)
+        if ((json_int_t)sp->lease == json_integer_value(v)) sp->stale = true;
+    }
+    pthread_mutex_unlock(&f->mu);
+    loom__log(LOOM_LOG_WARN, "feed", "%zu of this task's leases were taken back (a pause "
+              "longer than the lease time?)", json_array_size(stale));
+  }
+  json_decref(rep);
+}
+
+/* Waits until the queue has room to read ahead (and, with for_lease, until
+ * this reader holds fewer than ahead + 1 splits); false when stopping. */
+static bool wait_room_for(loom_feed_t *f, bool for_lease) {
+  for (;;) {
+    pthread_mutex_lock(&f->mu);
+    bool stop = f->stop,
+         room = f->queued < f->readahead && (!for_lease || f->nheld < f->ahead + 1);
+    if (!stop && !room) wait_ms(&f->cv_room, &f->mu, f->lease_ms / 6 + 1);
+    stop = f->stop;
+    room = f->queued < f->readahead && (!for_lease || f->nheld < f->ahead + 1);
+    pthread_mutex_unlock(&f->mu);
+    if (stop) return false;
+    __atomic_store_n(&f->beat, loom__now_ms(), __ATOMIC_RELAXED);
+    maybe_renew(f);
+    if (room) return true;
+  }
+}
+
+static bool wait_room(loom_feed_t *f) { return wait_room_for(f, false); }
+
+static bool stopping(loom_feed_t *f) {
+  pthread_mutex_lock(&f->mu);
+  bool s = f->stop;
+  pthread_mutex_unlock(&f->mu);
+  return s;
+}
+
+static int open_file(loom_feed_t *f, const char *path) {
+  if (f->rfd >= 0 && f->rpath && !strcmp(f->rpath, path)) return f->rfd;
+  if (f->rfd >= 0) close(f->rfd);
+  free(f->rpath);
+  f->rpath = NULL;
+  f->rfd = open(path, O_RDONLY | O_CLOEXEC);
+  if (f->rfd >= 0) f->rpath = strdup(path);
+  return f->rfd;
+}
+
+/* Asks for more splits; returns false when stopping or over. */
+static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
+  size_t room, nheld;
+  pthread_mutex_lock(&f->mu);
+  room = f->queued < f->readahead ? f->readahead - f->queued : 0;
+  nheld = f->nheld;
+  pthread_mutex_unlock(&f->mu);
+  /* as many as fit in the read-ahead, up to the one being consumed and
+   * `ahead` more: holding more would starve other tasks at an epoch's end */
+  uint64_t per = f->last_split_len ? f->last_split_len : f->chunk_bytes;
+  json_int_t max = (json_int_t)(room / (per ? per : 1));
+  json_int_t slots = (json_int_t)(f->ahead + 1) - (json_int_t)nheld;
+  if (max > slots) max = slots;
+  if (max > FEED_MAX_BATCH_LEASES) max = FEED_MAX_BATCH_LEASES;
+  if (max < 1) max = 1;
+  int wait = (int)(f->lease_ms / 3 < LEASE_WAIT_MS ? f->lease_ms / 3 : LEASE_WAIT_MS);
+  json_t *rep = NULL;
+  int rc = loom__call(f->l, FEED_MSG_LEASE, json_pack("{s:I, s:i}", "max", max, "wait_ms", wait),
+                      NULL, 0, wait + CALL_MARGIN_MS, &rep, NULL, NULL);
+  if (rc == LOOM_ETIMEDOUT) {
+    /* other tasks' leases are alive (renewed): they are making progress */
+    if (json_integer_value(json_object_get(rep, "leased")) > 0) *idle_since = loom__now_ms();
+    json_decref(rep);
+    if (loom__now_ms() - *idle_since > f->wait_ms) {
+      push_error(f, LOOM_ETIMEDOUT, "no split of the feed became free within %llu ms "
+                 "(LOOM_FEED_WAIT_MS), and no task holds one: the coordinator is not answering",
+                 (unsigned long long)f->wait_ms);
+      return false;
+    }
+    return true;
+  }
+  if (rc < 0) {
+    const char *m = json_string_value(json_object_get(rep, "msg"));
+    push_error(f, rc, "the feed's coordinator refused a lease: %s",
+               m ? m : rc == LOOM_EABORTED || rc == LOOM_ECONN ? loom_errmsg(f->l)
+                                                              : loom_strerror(rc));
+    json_decref(rep);
+    return false;
+  }
+  *idle_since = loom__now_ms();
+  if (json_is_true(json_object_get(rep, "end"))) {
+    json_decref(rep);
+    chunk *c = calloc(1, sizeof *c);
+    f->ended = true;
+    if (c) {
+      c->kind = K_END;
+      push(f, c);
+    }
+    return false;
+  }
+  json_t *arr = json_object_get(rep, "splits");
+  size_t i;
+  json_t *j;
+  bool ok = json_is_array(arr) && json_array_size(arr) > 0;
+  json_array_foreach(arr, i, j) {
+    fsplit *sp = calloc(1, sizeof *sp);
+    json_int_t v[6];
+    static const char *const keys[6] = {"lease", "split", "epoch", "off", "len", "rec"};
+    static const json_int_t hi[6] = {LLONG_MAX, UINT32_MAX, 1000000,
+                                     (json_int_t)1 << 62, (json_int_t)1 << 62, (json_int_t)1 << 40};
+    bool good = sp && json_is_string(json_object_get(j, "path"));
+    for (int k = 0; k < 6 && good; k++) {
+      json_t *x = json_object_get(j, keys[k]);
+      good = json_is_integer(x) && json_integer_value(x) >= 0 && json_integer_value(x) <= hi[k];
+      if (good) v[k] = json_integer_value(x);
+    }
+    if (!good || v[4] == 0 || v[1] >= f->nsplits || v[2] >= f->epochs) {
+      free(sp);
+      ok = false;
+      break;
+    }
+    json_t *path = json_object_get(j, "path");
+    sp->lease = (uint64_t)v[0];
+    sp->split = (uint32_t)v[1];
+    sp->epoch = (int)v[2];
+    sp->off = (uint64_t)v[3];
+    sp->len = (uint64_t)v[4];
+    sp->rec = (uint64_t)v[5];
+    json_t *rs = json_object_get(j, "rseed");
+    sp->shuffle = json_is_integer(rs);
+    sp->rseed = (uint64_t)json_integer_value(rs);
+    sp->path = strdup(json_string_value(path));
+    const char *tmp = json_string_value(json_object_get(j, "tmp"));
+    sp->tmp = tmp ? strdup(tmp) : NULL;
+    pthread_mutex_lock(&f->mu);
+    sp->next = f->held;
+    f->held = sp;
+    f->nheld++;
+    pthread_mutex_unlock(&f->mu);
+    if (!sp->path || (tmp && !sp->tmp)) {
+      ok = false;
+      break;
+    }
+    /* to read, in the order leased; the kernel starts reading it now */
+    bool same = f->rfd >= 0 && f->rpath && !strcmp(f->rpath, sp->path);
+    int fd = same ? f->rfd : open(sp->path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) posix_fadvise(fd, (off_t)sp->off, (off_t)sp->len, POSIX_FADV_WILLNEED);
+    if (fd >= 0 && !same) close(fd);
+    if (f->toread_tail) f->toread_tail->next_read = sp;
+    else f->toread = sp;
+    f->toread_tail = sp;
+    f->last_split_len = sp->len;
+  }
+  json_decref(rep);
+  if (!ok) {
+    push_error(f, LOOM_EPROTO, "a malformed lease from the feed's coordinator");
+    return false;
+  }
+  return true;
+}
+
+/* Reads n bytes at off; returns the bytes read (fewer only at the end of
+ * the file) or -errno. */
+static ssize_t pread_full(int fd, unsigned char *buf, size_t n, uint64_t off) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, buf + got, n - got, (off_t)(off + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -errno;
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  return (ssize_t)got;
+}
+
+static void recycle(loom_feed_t *f, chunk *c) {
+  pthread_mutex_lock(&f->mu);
+  chunk_put_locked(f, c);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Reads, parses and queues one split, then its end marker. On an error
+ * queues the error (which stops the reader) and returns false. */
+static bool read_split(loom_feed_t *f, fsplit *sp) {
+  const feed_format_ops *ops = loom__feed_format_ops(&f->fmt);
+  char msg[1024] = "";
+  feed_parse_ctx ctx = {.path = sp->path, .rec = sp->rec ? sp->rec : f->fmt.rec, .err = msg,
+                        .errlen = sizeof msg};
+  int fd = open_file(f, sp->path);
+  if (fd < 0) {
+    push_error(f, LOOM_EIO, "feed input %s: cannot open: %s", sp->path, strerror(errno));
+    return false;
+  }
+  if (ctx.rec > f->max_record) {
+    push_error(f, LOOM_ERANGE, "feed input %s: records of %llu bytes are larger than %llu "
+               "(LOOM_FEED_MAX_RECORD)", sp->path, (unsigned long long)ctx.rec,
+               (unsigned long long)f->max_record);
+    return false;
+  }
+  posix_fadvise(fd, (off_t)sp->off, (off_t)sp->len, POSIX_FADV_SEQUENTIAL);
+  uint64_t pos = sp->off, end = sp->off + sp->len;
+  size_t base_cap = (size_t)f->chunk_bytes;
+  if (ctx.rec && ctx.rec <= base_cap) base_cap = base_cap / ctx.rec * ctx.rec;
+  if (ctx.rec > base_cap) base_cap = (size_t)ctx.rec;
+  size_t cap = base_cap;
+  if (sp->shuffle) {
+    if (sp->len > f->max_record) {
+      push_error(f, LOOM_ERANGE, "feed input %s: a split of %llu bytes is too large to shuffle "
+                 "in memory (LOOM_FEED_MAX_RECORD is %llu): lower LOOM_FEED_SPLIT_BYTES",
+                 sp->path, (unsigned long long)sp->len, (unsigned long long)f->max_record);
+      return false;
+    }
+    cap = (size_t)sp->len;
+  }
+  while (pos < end) {
+    if (!wait_room(f)) return true; /* stopping */
+    size_t want = end - pos < cap ? (size_t)(end - pos) : cap;
+    chunk *c = chunk_get(f, K_DATA, cap);
+    if (!c) {
+      push_error(f, LOOM_ENOMEM, "out of memory for a %zu-byte read-ahead chunk", cap);
+      return false;
+    }
+    ssize_t got = pread_full(fd, c->buf, want, pos);
+    if (got != (ssize_t)want) {
+      push_error(f, LOOM_EIO, "feed input %s: cannot read %zu bytes at offset %llu: %s",
+                 sp->path, want, (unsigned long long)pos,
+                 got < 0 ? strerror((int)-got) : "the file is shorter than when the job began");
+      recycle(f, c);
+      return false;
+    }
+    bool eof = pos + want == end;
+    size_t used = 0;
+    ctx.base = pos;
+    int rc = ops->parse(c->buf, want, eof, &ctx, &c->recs, &used);
+    if (rc < 0) {
+      push_error(f, rc, "%s", msg[0] ? msg : loom_strerror(rc));
+      recycle(f, c);
+      return false;
+    }
+    if (c->recs.n == 0) { /* a record larger than the chunk */
+      recycle(f, c);
+      if (eof || cap >= f->max_record + 16) {
+        push_error(f, LOOM_ERANGE, "feed input %s: offset %llu: a record larger than %llu bytes "
+                   "(LOOM_FEED_MAX_RECORD)", sp->path, (unsigned long long)pos,
+                   (unsigned long long)f->max_record);
+        return false;
+      }
+      cap = cap * 2 < f->max_record + 16 ? cap * 2 : (size_t)f->max_record + 16;
+      continue;
+    }
+    if (sp->shuffle) {
+      if (c->order_cap < c->recs.n) {
+        free(c->order);
+        c->order_cap = 0;
+        if (!(c->order = malloc(c->recs.n * sizeof *c->order))) {
+          recycle(f, c);
+          push_error(f, LOOM_ENOMEM, "out of memory to shuffle %zu records", c->recs.n);
+          return false;
+        }
+        c->order_cap = c->recs.n;
+      }
+      for (size_t i = 0; i < c->recs.n; i++) c->order[i] = (uint32_t)i;
+      loom__feed_permute(c->order, c->recs.n, sp->rseed);
+    } else if (c->order) {
+      free(c->order);
+      c->order = NULL;
+      c->order_cap = 0;
+    }
+    c->sp = sp;
+    c->len = used;
+    push(f, c);
+    pos += used;
+    cap = sp->shuffle ? cap : base_cap;
+  }
+  chunk *e = chunk_get(f, K_SPLIT_END, 0);
+  if (!e) {
+    push_error(f, LOOM_ENOMEM, "out of memory");
+    return false;
+  }
+  e->sp = sp;
+  push(f, e);
+  return true;
+}
+
+static void *reader_main(void *arg) {
+  loom_feed_t *f = arg;
+  uint64_t idle_since = loom__now_ms();
+  while (!stopping(f)) {
+    __atomic_store_n(&f->beat, loom__now_ms(), __ATOMIC_RELAXED);
+    maybe_renew(f);
+    if (f->ended) {
+      pthread_mutex_lock(&f->mu);
+      if (!f->stop) wait_ms(&f->cv_room, &f->mu, f->lease_ms / 6 + 1);
+      pthread_mutex_unlock(&f->mu);
+      continue;
+    }
+    if (!f->toread) {
+      if (wait_room_for(f, true)) lease_more(f, &idle_since);
+      continue;
+    }
+    fsplit *sp = f->toread;
+    f->toread = sp->next_read;
+    if (!f->toread) f->toread_tail = NULL;
+    pthread_mutex_lock(&f->mu);
+    bool stale = sp->stale;
+    if (stale) held_remove_locked(f, sp);
+    pthread_mutex_unlock(&f->mu);
+    if (stale) {
+      fsplit_free(sp); /* taken back before we began it: someone else reads it */
+      continue;
+    }
+    read_split(f, sp);
+  }
+  if (f->rfd >= 0) close(f->rfd);
+  f->rfd = -1;
+  return NULL;
+}
+
+/* ---- the consumer ------------------------------------------------------- */
+static void release_retired(loom_feed_t *f) {
+  if (!f->retired) return;
+  pthread_mutex_lock(&f->mu);
+  while (f->retired) {
+    chunk *c = f->retired;
+    f->retired = c->next;
+    chunk_put_locked(f, c);
+  }
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Waits for the queue's head; 0 and *out (still queued), or an error. The
+ * wait is as long as the reader thread needs (it has its own timeouts), as
+ * long as that thread is seen going round its loop. */
+static int wait_head(loom_feed_t *f, chunk **out) {
+  uint64_t t0 = loom__now_ns(), limit = f->lease_ms + 3 * CALL_MARGIN_MS;
+  int rc = 0;
+  pthread_mutex_lock(&f->mu);
+  while (!f->qhead) {
+    if ((rc = loom__aborted(f->l)) < 0) break;
+    if (loom__now_ms() - __atomic_load_n(&f->beat, __ATOMIC_RELAXED) > limit) {
+      rc = LOOM_ETIMEDOUT;
+      break;
+    }
+    wait_ms(&f->cv_data, &f->mu, 1000);
+  }
+  *out = f->qhead;
+  pthread_mutex_unlock(&f->mu);
+  f->st.wait_ns += loom__now_ns() - t0;
+  if (rc == LOOM_ETIMEDOUT)
+    return loom__fail(f->l, rc, "the feed's reader thread is stuck: no sign of it for %llu ms",
+                      (unsigned long long)limit);
+  return rc;
+}
+
+static chunk *pop_head(loom_feed_t *f) {
+  pthread_mutex_lock(&f->mu);
+  chunk *c = f->qhead;
+  if (c) {
+    f->qhead = c->next;
+    if (!f->qhead) f->qtail = NULL;
+  }
+  pthread_mutex_unlock(&f->mu);
+  return c;
+}
+
+static int set_sticky(loom_feed_t *f, int rc, const char *msg) {
+  f->sticky = rc;
+  loom__strlcpy(f->sticky_msg, msg ? msg : loom_strerror(rc), sizeof f->sticky_msg);
+  if (rc < 0 && !f->first_err) f->first_err = rc;
+  return rc < 0 ? loom__fail(f->l, rc, "%s", f->sticky_msg) : rc;
+}
+
+/* Writes out the output buffer. */
+static int writer_flush(loom_feed_t *f) {
+  size_t done = 0;
+  while (done < f->wlen) {
+    ssize_t w = write(f->w_fd, f->wbuf + done, f->wlen - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      f->w_err = true;
+      f->wlen = 0;
+      return loom__fail(f->l, LOOM_EIO, "cannot write the feed's output %s: %s",
+                        f->w_sp ? f->w_sp->tmp : "?", strerror(errno));
+    }
+    done += (size_t)w;
+  }
+  f->wlen = 0;
+  return 0;
+}
+
+/* Closes the output of the split being written; with sync, makes it
+ * durable first. */
+static int writer_close(loom_feed_t *f, bool sync) {
+  int rc = 0;
+  if (f->w_fd >= 0) {
+    if (sync && !f->w_err) rc = writer_flush(f);
+    if (rc == 0 && sync && !f->w_err && fdatasync(f->w_fd) < 0) {
+      f->w_err = true;
+      rc = loom__fail(f->l, LOOM_EIO, "cannot sync the feed's output %s: %s", f->w_sp->tmp,
+                      strerror(errno));
+    }
+    close(f->w_fd);
+  }
+  if (f->w_err && rc == 0)
+    rc = loom__fail(f->l, LOOM_EIO, "the feed's output %s could not be written", f->w_sp->tmp);
+  f->w_fd = -1;
+  f->wlen = 0;
+  f->w_sp = NULL;
+  f->w_err = false;
+  return rc;
+}
+
+/* Gives leases back to the dispatcher (unfinished work). */
+static void release_leases(loom_feed_t *f, json_t *ids) {
+  if (!json_array_size(ids) || loom__aborted(f->l)) {
+    json_decref(ids);
+    return;
+  }
+  loom__call(f->l, FEED_MSG_RELEASE, json_pack("{s:o}", "leases", ids), NULL, 0, CALL_MARGIN_MS,
+             NULL, NULL, NULL);
+}
+
+static void forget_split(loom_feed_t *f, fsplit *sp) {
+  pthread_mutex_lock(&f->mu);
+  held_remove_locked(f, sp);
+  pthread_cond_signal(&f->cv_room);
+  pthread_mutex_unlock(&f->mu);
+  if (f->cur_sp == sp) f->cur_sp = NULL;
+  fsplit_free(sp);
+}
+
+/* The consumer moved past sp's last record: commit its output and report
+ * it done. Frees sp. */
+static int finish_split(loom_feed_t *f, fsplit *sp) {
+  bool wrote = f->w_sp == sp;
+  int rc = wrote ? writer_close(f, true) : 0;
+  if (rc < 0) {
+    char msg[1024];
+    loom__strlcpy(msg, loom_errmsg(f->l), sizeof msg);
+    if (sp->tmp) unlink(sp->tmp);
+    release_leases(f, json_pack("[I]", (json_int_t)sp->lease));
+    forget_split(f, sp);
+    return loom__fail(f->l, rc, "%s (split given back uncommitted)", msg);
+  }
+  json_t *rep = NULL;
+  rc = loom__call(f->l, FEED_MSG_DONE,
+                  json_pack("{s:I, s:I, s:b}", "lease", (json_int_t)sp->lease, "records",
+                            (json_int_t)sp->records, "wrote", wrote),
+                  NULL, 0, CALL_MARGIN_MS * 3, &rep, NULL, NULL);
+  if (rc == LOOM_ESTATE) {
+    f->st.stale++;
+    if (sp->tmp) unlink(sp->tmp);
+    loom__log(LOOM_LOG_WARN, "feed", "split %u was taken back before this task finished it "
+              "(lease %llu): its output is discarded; another task reads it", sp->split,
+              (unsigned long long)sp->lease);
+    rc = 0;
+  } else if (rc == 0) {
+    f->st.splits++;
+  } else {
+    const char *m = json_string_value(json_object_get(rep, "msg"));
+    char msg[1024];
+    snprintf(msg, sizeof msg, "cannot finish split %u: %s", sp->split,
+             m ? m : loom_errmsg(f->l));
+    rc = rc == LOOM_EABORTED || rc == LOOM_ECONN ? set_sticky(f, rc, msg)
+                                                 : loom__fail(f->l, rc, "%s", msg);
+  }
+  json_decref(rep);
+  forget_split(f, sp);
+  return rc;
+}
+
+/* Makes f->cur a chunk with a record left. Returns 0, LOOM_FEED_EPOCH (the
+ * record begins a new epoch), LOOM_FEED_END, an error, or, with
+ * stop_at_split, BOUNDARY when the current split has no records left. */
+static int ensure(loom_feed_t *f, bool stop_at_split) {
+  for (;;) {
+    chunk *c = f->cur;
+    if (c && c->pos < c->recs.n) return 0;
+    if (c) {
+      c->sp->records += c->pos; /* counted a chunk at a time */
+      c->next = f->retired;
+      f->retired = c;
+      f->cur = NULL;
+    }
+    if (f->sticky) return f->sticky < 0 ? loom__fail(f->l, f->sticky, "%s", f->sticky_msg)
+                                        : f->sticky;
+    chunk *h;
+    int rc = wait_head(f, &h);
+    if (rc < 0) return set_sticky(f, rc, loom_errmsg(f->l));
+    if (stop_at_split && f->cur_sp && !(h->kind == K_DATA && h->sp == f->cur_sp))
+      return BOUNDARY;
+    pop_head(f);
+    switch (h->kind) {
+    case K_DATA:
+      if (h->sp == f->skip_sp) {
+        recycle(f, h);
+        continue;
+      }
+      if (h->sp != f->cur_sp) { /* a new split */
+        pthread_mutex_lock(&f->mu);
+        bool stale = h->sp->stale;
+        pthread_mutex_unlock(&f->mu);
+        if (stale) { /* taken back before we began it: skip it whole */
+          f->skip_sp = h->sp;
+          recycle(f, h);
+          continue;
+        }
+        f->cur_sp = h->sp;
+        if (f->epoch_known && h->sp->epoch != f->epoch) {
+          f->epoch = h->sp->epoch;
+          f->cur = h;
+          return LOOM_FEED_EPOCH;
+        }
+        f->epoch = h->sp->epoch;
+        f->epoch_known = true;
+      }
+      f->cur = h;
+      continue;
+    case K_SPLIT_END: {
+      fsplit *sp = h->sp;
+      recycle(f, h);
+      if (sp == f->skip_sp) {
+        f->skip_sp = NULL;
+        forget_split(f, sp);
+        continue;
+      }
+      if ((rc = finish_split(f, sp)) < 0) return rc;
+      continue;
+    }
+    case K_END:
+      free(h);
+      return set_sticky(f, LOOM_FEED_END, "the feed is over");
+    default:
+      rc = set_sticky(f, h->err ? h->err : LOOM_EIO, h->msg);
+      chunk_free(h);
+      return rc;
+    }
+  }
+}
+
+static inline void take(loom_feed_t *f, loom_record *rec) {
+  chunk *c = f->cur;
+  size_t i = c->order ? c->order[c->pos] : c->pos;
+  c->pos++;
+  feed_rec r = loom__feed_rec_at(&c->recs, i);
+  rec->data = c->buf + r.off;
+  rec->size = r.len;
+  f->st.records++;
+  f->st.bytes += rec->size;
+}
+
+int loom_feed_next(loom_feed_t *f, loom_record *rec) {
+  if (!f || !rec) return LOOM_EINVAL;
+  release_retired(f);
+  chunk *c = f->cur;
+  if (c && c->pos < c->recs.n) { /* the common case */
+    take(f, rec);
+    return 0;
+  }
+  int rc = ensure(f, false);
+  if (rc != 0) return rc;
+  take(f, rec);
+  return 0;
+}
+
+int loom_feed_next_batch(loom_feed_t *f, loom_record *recs, size_t max, size_t *n) {
+  if (!f || !recs || !n || !max) return LOOM_EINVAL;
+  *n = 0;
+  release_retired(f);
+  int rc = ensure(f, false);
+  if (rc != 0) return rc;
+  size_t k = 0;
+  while (k < max) {
+    if (k > 0 && ensure(f, true) != 0) break; /* split boundary, or an error for later */
+    chunk *c = f->cur;
+    while (k < max && c->pos < c->recs.n) take(f, &recs[k++]);
+  }
+  *n = k;
+  return 0;
+}
+
+int loom_feed_read(loom_feed_t *f, void *buf, size_t cap, size_t *sizes, size_t max, size_t *n) {
+  if (!f || (!buf && cap) || !sizes || !n || !max) return LOOM_EINVAL;
+  *n = 0;
+  release_retired(f);
+  int rc = ensure(f, false);
+  if (rc != 0) return rc;
+  size_t k = 0, used = 0;
+  unsigned char *out = buf;
+  while (k < max) {
+    if (k > 0 && ensure(f, true) != 0) break;
+    chunk *c = f->cur;
+    while (k < max && c->pos < c->recs.n) {
+      size_t i = c->order ? c->order[c->pos] : c->pos;
+      size_t len = loom__feed_rec_at(&c->recs, i).len;
+      if (len > cap - used) {
+        if (k == 0) {
+          sizes[0] = len;
+          return loom__fail(f->l, LOOM_ERANGE, "a %zu-byte record does not fit in %zu bytes",
+                            len, cap);
+        }
+        goto out;
+      }
+      loom_record r;
+      take(f, &r);
+      memcpy(out + used, r.data, len);
+      used += len;
+      sizes[k++] = len;
+    }
+  }
+out:
+  *n = k;
+  return 0;
+}
+
+int loom_feed_write(loom_feed_t *f, const void *data, size_t len) {
+  if (!f || (!data && len)) return LOOM_EINVAL;
+  if (!f->output)
+    return loom__fail(f->l, LOOM_ESTATE, "the job's feed has no output directory "
+                      "(feed.output in the spec)");
+  fsplit *sp = f->cur_sp;
+  if (!sp || !sp->tmp)
+    return loom__fail(f->l, LOOM_ESTATE, "no record to write output for: read one first");
+  if (f->w_sp != sp) {
+    if (f->w_sp) writer_close(f, false);
+    if (!f->wbuf && !(f->wbuf = malloc(WBUF))) return LOOM_ENOMEM;
+    f->w_fd = open(sp->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    f->w_sp = sp;
+    f->w_err = f->w_fd < 0;
+    if (f->w_fd < 0)
+      return loom__fail(f->l, LOOM_EIO, "cannot create the feed's output %s: %s", sp->tmp,
+                        strerror(errno));
+  }
+  if (f->w_err)
+    return loom__fail(f->l, LOOM_EIO, "the feed's output %s could not be written", sp->tmp);
+  const unsigned char *p = data;
+  while (len) {
+    size_t k = WBUF - f->wlen < len ? WBUF - f->wlen : len;
+    memcpy(f->wbuf + f->wlen, p, k);
+    f->wlen += k;
+    p += k;
+    len -= k;
+    if (f->wlen == WBUF) {
+      int rc = writer_flush(f);
+      if (rc < 0) return rc;
+    }
+  }
+  return 0;
+}
+
+int loom_feed_epoch(const loom_feed_t *f) { return f ? f->epoch : 0; }
+long loom_feed_split(const loom_feed_t *f) { return f && f->cur_sp ? (long)f->cur_sp->split : -1; }
+int loom_feed_epochs(const loom_feed_t *f) { return f ? f->epochs : 0; }
+long loom_feed_splits(const loom_feed_t *f) { return f ? f->nsplits : 0; }
+
+void loom_feed_get_stats(const loom_feed_t *f, loom_feed_stats *st) {
+  if (!st) return;
+  if (!f) {
+    memset(st, 0, sizeof *st);
+    return;
+  }
+  *st = f->st;
+}
+
+/* ---- open and close ----------------------------------------------------- */
+static void feed_free(loom_feed_t *f) {
+  for (chunk *c = f->qhead, *n; c; c = n) {
+    n = c->next;
+    chunk_free(c);
+  }
+  for (chunk *c = f->retired, *n; c; c = n) {
+    n = c->next;
+    chunk_free(c);
+  }
+  for (chunk *c = f->pool, *n; c; c = n) {
+    n = c->next;
+    chunk_free(c);
+  }
+  chunk_free(f->cur);
+  for (fsplit *sp = f->held, *n; sp; sp = n) {
+    n = sp->next;
+    fsplit_free(sp);
+  }
+  free(f->rpath);
+  free(f->wbuf);
+  pthread_mutex_destroy(&f->mu);
+  pthread_cond_destroy(&f->cv_data);
+  pthread_cond_destroy(&f->cv_room);
+  free(f);
+}
+
+int loom_feed_open(loom_t *l, loom_feed_t **out) {
+  if (!l || !out) return LOOM_EINVAL;
+  *out = NULL;
+  json_t *rep = NULL;
+  int rc = loom__call(l, FEED_MSG_OPEN, json_object(), NULL, 0,
+                      (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &rep, NULL, NULL);
+  if (rc < 0) {
+    const char *m = json_string_value(json_object_get(rep, "msg"));
+    rc = loom__fail(l, rc, "cannot open the feed: %s", m ? m : loom_errmsg(l));
+    json_decref(rep);
+    return rc;
+  }
+  loom_feed_t *f = calloc(1, sizeof *f);
+  if (!f) {
+    json_decref(rep);
+    return LOOM_ENOMEM;
+  }
+  f->l = l;
+  f->rfd = f->w_fd = -1;
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_cond_init(&f->cv_data, NULL);
+  pthread_cond_init(&f->cv_room, NULL);
+  const char *fmt = json_string_value(json_object_get(rep, "format"));
+  json_t *lm = json_object_get(rep, "lease_ms");
+  json_int_t ep = json_integer_value(json_object_get(rep, "epochs")),
+             ns = json_integer_value(json_object_get(rep, "splits")),
+             e0 = json_integer_value(json_object_get(rep, "epoch"));
+  if (!fmt || loom__feed_format_parse(fmt, &f->fmt) < 0 || !json_is_integer(lm) ||
+      json_integer_value(lm) < 3 || ep < 1 || ep > 1000000 || ns < 1 || ns > UINT32_MAX ||
+      e0 < 0 || e0 >= ep) {
+    json_decref(rep);
+    feed_free(f);
+    return loom__fail(l, LOOM_EPROTO, "cannot open the feed: a malformed answer from the "
+                      "coordinator");
+  }
+  f->epochs = (int)ep;
+  f->epoch = (int)e0;
+  f->nsplits = (long)ns;
+  f->output = json_is_true(json_object_get(rep, "output"));
+  f->lease_ms = (uint64_t)json_integer_value(lm);
+  json_decref(rep);
+  f->readahead = (uint64_t)loom__feed_tun(FEED_TUN_READAHEAD_BYTES);
+  f->chunk_bytes = (uint64_t)loom__feed_tun(FEED_TUN_CHUNK_BYTES);
+  f->max_record = (uint64_t)loom__feed_tun(FEED_TUN_MAX_RECORD);
+  f->wait_ms = (uint64_t)loom__feed_tun(FEED_TUN_WAIT_MS);
+  f->ahead = (uint64_t)loom__feed_tun(FEED_TUN_AHEAD_SPLITS);
+  if (f->max_record > UINT32_MAX - 64) f->max_record = UINT32_MAX - 64;
+  if (f->chunk_bytes > f->max_record) f->chunk_bytes = f->max_record;
+  f->last_renew = f->beat = loom__now_ms();
+  if (pthread_create(&f->thread, NULL, reader_main, f) != 0) {
+    feed_free(f);
+    return loom__fail(l, LOOM_EIO, "cannot start the feed's reader thread");
+  }
+  f->thread_started = true;
+  *out = f;
+  return 0;
+}
+
+int loom_feed_close(loom_feed_t *f) {
+  if (!f) return LOOM_EINVAL;
+  pthread_mutex_lock(&f->mu);
+  f->stop = true;
+  pthread_cond_broadcast(&f->cv_room);
+  pthread_cond_broadcast(&f->cv_data);
+  pthread_mutex_unlock(&f->mu);
+  if (f->thread_started) pthread_join(f->thread, NULL);
+  if (f->w_fd >= 0) {
+    close(f->w_fd);
+    f->w_fd = -1;
+    if (f->w_sp && f->w_sp->tmp) unlink(f->w_sp->tmp);
+  }
+  /* every split not finished goes back, in batches the wire allows */
+  while (f->held) {
+    json_t *ids = held_ids_locked(f);
+    for (int k = 0; k < FEED_MAX_LIST && f->held; k++) {
+      fsplit *sp = f->held;
+      f->held = sp->next;
+      fsplit_free(sp);
+    }
+    release_leases(f, ids);
+  }
+  int rc = f->first_err;
+  feed_free(f);
+  return rc;
+}

@@ -1,0 +1,202 @@
+/* feed.h: what the data feed's parts share inside loom: the record formats
+ * (a table of operations, one file each: fmt_lines.c, fmt_tfrecord.c,
+ * fmt_idx.c, fmt_fixed.c), making splits of the input (split.c), CRC32C
+ * (crc32c.c), the shuffle's random numbers, the feed's tunables and the
+ * wire messages between libloom's client (client.c) and the coordinator's
+ * dispatcher (dispatch.c).
+ *
+ * Everything here except dispatch*.c lives in libloom; the loom command
+ * links libloom, so the dispatcher uses the same format and split code as
+ * the readers do. */
+#ifndef LOOM_FEED_FEED_H
+#define LOOM_FEED_FEED_H
+
+#include "core/core.h"
+#include <jansson.h>
+
+/* ---- tunables: one line each: name, environment variable, default ------ */
+#define FEED_TUNABLES(X)                                                      \
+  /* a file larger than this is cut into record-aligned byte ranges */       \
+  X(SPLIT_BYTES, "LOOM_FEED_SPLIT_BYTES", 16 << 20)                          \
+  /* a lease not renewed for this long goes back to the dispatcher */        \
+  X(LEASE_MS, "LOOM_FEED_LEASE_MS", 30000)                                   \
+  /* the longest a reader waits for a split while no task holds one */       \
+  X(WAIT_MS, "LOOM_FEED_WAIT_MS", 600000)                                    \
+  /* bytes a reader keeps read ahead of its consumer */                      \
+  X(READAHEAD_BYTES, "LOOM_FEED_READAHEAD", 16 << 20)                        \
+  /* splits a reader leases beyond the one being consumed */               \
+  X(AHEAD_SPLITS, "LOOM_FEED_AHEAD_SPLITS", 2)                               \
+  /* bytes read and parsed at a time */                                      \
+  X(CHUNK_BYTES, "LOOM_FEED_CHUNK", 1 << 20)                                 \
+  /* the largest record (and the largest shuffled split) a reader holds */   \
+  X(MAX_RECORD, "LOOM_FEED_MAX_RECORD", 256 << 20)
+
+typedef enum {
+#define FEED__TUN_ENUM(name, env, def) FEED_TUN_##name,
+  FEED_TUNABLES(FEED__TUN_ENUM)
+#undef FEED__TUN_ENUM
+      FEED_TUN__COUNT
+} feed_tunable;
+/* The tunable's environment variable when set to a positive integer, else
+ * its default. */
+long long loom__feed_tun(feed_tunable t);
+
+/* ---- wire messages (types in WIRE_FEED_FIRST..WIRE_FEED_LAST) ---------- *
+ * Each is a request {id, ...} answered by a WIRE_REPLY {id, rc, ...}. */
+enum {
+  FEED_MSG_OPEN = 40,  /* {} -> {format, epochs, splits, output, lease_ms} */
+  FEED_MSG_LEASE = 41, /* {max, wait_ms} -> {end} or {splits: [{split, epoch,
+                        * lease, path, off, len, rec, rseed, tmp?}]};
+                        * rc LOOM_ETIMEDOUT: nothing free yet, ask again */
+  FEED_MSG_DONE = 42,  /* {lease, records, wrote} -> rc 0 committed,
+                        * LOOM_ESTATE: the lease was taken back (msg) */
+  FEED_MSG_RENEW = 43, /* {leases: [..]} -> {stale: [..]} */
+  FEED_MSG_RELEASE = 44 /* {leases: [..]}: give back unfinished splits */
+};
+#define FEED_MAX_BATCH_LEASES 16 /* splits in one LEASE reply */
+#define FEED_MAX_LIST 256        /* lease ids in one RENEW / RELEASE */
+#define FEED_MAX_WAIT_MS 60000   /* longest a LEASE request is held */
+
+/* ---- CRC32C (Castagnoli), as TFRecord uses it -------------------------- */
+uint32_t loom__crc32c(uint32_t crc, const void *data, size_t n);
+/* The table-driven path alone, for tests that compare the two. */
+uint32_t loom__crc32c_sw(uint32_t crc, const void *data, size_t n);
+/* TFRecord's masked form: rotate right 15 and add a constant. */
+static inline uint32_t loom__crc32c_mask(uint32_t crc) {
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+/* ---- random numbers for shuffling: splitmix64, the same everywhere ----- */
+static inline uint64_t loom__feed_mix(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+/* Shuffles idx[0..n) in place (Fisher-Yates) from seed. */
+void loom__feed_permute(uint32_t *idx, size_t n, uint64_t seed);
+/* A seed derived from a base seed and up to two numbers (epoch, split). */
+uint64_t loom__feed_seed(uint64_t base, uint64_t a, uint64_t b);
+
+/* ---- formats ------------------------------------------------------------ */
+typedef enum { FEED_LINES, FEED_TFRECORD, FEED_IDX, FEED_FIXED } feed_kind;
+
+typedef struct {
+  feed_kind kind;
+  uint64_t rec; /* FEED_FIXED: bytes a record */
+} feed_format;
+
+/* One input file as the splitter sees it. */
+typedef struct {
+  char *path;
+  uint64_t size;             /* bytes */
+  uint64_t data_off, data_end; /* where the records are (idx: past the header) */
+  uint64_t rec;              /* bytes a record for fixed and idx; 0: variable */
+} feed_file;
+
+/* Where a chunk's n records are: payload i is buf[v[i].off .. +v[i].len),
+ * or, for fixed-size records (stride > 0), buf[i * stride .. +stride) with
+ * no array at all. */
+typedef struct {
+  uint32_t off, len;
+} feed_rec;
+typedef struct {
+  feed_rec *v;
+  size_t n, cap;
+  uint32_t stride;
+} feed_recs;
+static inline feed_rec loom__feed_rec_at(const feed_recs *r, size_t i) {
+  if (r->stride) return (feed_rec){(uint32_t)(i * r->stride), r->stride};
+  return r->v[i];
+}
+/* Appends a record (the slow path grows the array). */
+int loom__feed_recs_push(feed_recs *r, size_t off, size_t len);
+static inline int loom__feed_recs_add(feed_recs *r, size_t off, size_t len) {
+  if (r->n == r->cap || off > UINT32_MAX || len > UINT32_MAX)
+    return loom__feed_recs_push(r, off, len);
+  r->v[r->n].off = (uint32_t)off;
+  r->v[r->n].len = (uint32_t)len;
+  r->n++;
+  return 0;
+}
+void loom__feed_recs_free(feed_recs *r);
+
+/* What a parser knows of the bytes it parses, for its messages. */
+typedef struct {
+  const char *path;
+  uint64_t base; /* file offset of buf[0] */
+  uint64_t rec;  /* record bytes for fixed-size formats */
+  char *err;
+  size_t errlen;
+} feed_parse_ctx;
+
+/* A format: one table of operations per file fmt_*.c. */
+typedef struct feed_format_ops {
+  const char *name;
+  /* Checks the open file fd (ff->path and ff->size set) and sets
+   * ff->data_off, ff->data_end and ff->rec. LOOM_EIO / LOOM_ESPEC with a
+   * message naming the file on a bad header. */
+  int (*probe)(int fd, const feed_format *fmt, feed_file *ff, char *err,
+               size_t errlen);
+  /* Cuts [data_off, data_end) into ranges of about step bytes that start and
+   * end on record boundaries: appends each cut (a record's first byte,
+   * strictly between data_off and data_end, increasing) to *cuts. */
+  int (*cut)(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts,
+             size_t *ncuts, char *err, size_t errlen);
+  /* Finds the whole records in buf[0..len) (file bytes from ctx->base, at a
+   * record boundary) and appends them to recs; *used gets the bytes they
+   * take. With eof, buf ends where the split ends, so bytes left over are a
+   * truncated record: LOOM_EIO naming the file and offset. Without eof, a
+   * record that does not fit leaves *used short: read more and call again.
+   * Checks the format's own integrity (TFRecord's CRCs). */
+  int (*parse)(const unsigned char *buf, size_t len, bool eof,
+               const feed_parse_ctx *ctx, feed_recs *recs, size_t *used);
+} feed_format_ops;
+
+/* Cutting and parsing records of ff->rec / ctx->rec bytes each, shared by
+ * fmt_fixed.c and fmt_idx.c. */
+int loom__feed_cut_sized(int fd, const feed_file *ff, uint64_t step,
+                         uint64_t **cuts, size_t *ncuts, char *err,
+                         size_t errlen);
+int loom__feed_parse_sized(const unsigned char *buf, size_t len, bool eof,
+                           const feed_parse_ctx *ctx, feed_recs *recs,
+                           size_t *used);
+/* Appends one cut to a growing array. */
+int loom__feed_cut_push(uint64_t **cuts, size_t *ncuts, uint64_t at);
+
+extern const feed_format_ops loom__feed_lines;
+extern const feed_format_ops loom__feed_tfrecord;
+extern const feed_format_ops loom__feed_idx;
+extern const feed_format_ops loom__feed_fixed;
+
+/* "lines", "tfrecord", "idx" or "fixed:<bytes>" into fmt. LOOM_EINVAL if
+ * unknown. */
+int loom__feed_format_parse(const char *s, feed_format *fmt);
+const feed_format_ops *loom__feed_format_ops(const feed_format *fmt);
+
+/* ---- the input and its splits ------------------------------------------ */
+typedef struct {
+  uint32_t file;
+  uint64_t off, len; /* bytes of the file, record-aligned */
+} feed_split;
+
+typedef struct {
+  feed_format fmt;
+  feed_file *files;
+  size_t nfiles;
+  feed_split *splits;
+  size_t nsplits;
+  uint64_t bytes; /* of records, over all files */
+} feed_input;
+
+/* Expands globs (sorted, each file once), probes every file and cuts the
+ * large ones on record boundaries into splits of about split_bytes. Small
+ * files are one split each; empty files none. On error returns LOOM_ESPEC /
+ * LOOM_EIO / LOOM_ENOMEM with a message for people in err. On success *out
+ * is the caller's, freed with loom__feed_input_free. */
+int loom__feed_input_make(const char *const *globs, size_t nglobs,
+                          const feed_format *fmt, uint64_t split_bytes,
+                          feed_input **out, char *err, size_t errlen);
+void loom__feed_input_free(feed_input *in);
+
+#endif

@@ -1,0 +1,173 @@
+/* split.c: the feed's input: the spec's globs expanded into files, each
+ * file probed by its format (headers checked when the job starts, not when
+ * a task trips over them), and the files cut into splits: a small file is
+ * one split, a large one record-aligned byte ranges of about split_bytes.
+ * Split i is the same for every task and every attempt of the job: files
+ * sorted by path, ranges in file order. */
+#include "feed/feed.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define INPUT_MAX_FILES (1u << 22)
+
+void loom__feed_input_free(feed_input *in) {
+  if (!in) return;
+  for (size_t i = 0; i < in->nfiles; i++) free(in->files[i].path);
+  free(in->files);
+  free(in->splits);
+  free(in);
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every path the globs match, sorted, each once, into *paths. */
+static int expand(const char *const *globs, size_t nglobs, char ***paths, size_t *npaths,
+                  char *err, size_t errlen) {
+  char **out = NULL;
+  size_t n = 0, cap = 0;
+  int rc = 0;
+  for (size_t g = 0; g < nglobs && rc == 0; g++) {
+    glob_t gl;
+    int grc = glob(globs[g], 0, NULL, &gl);
+    if (grc == GLOB_NOMATCH) {
+      snprintf(err, errlen, "feed.input '%s' matches no file: check the path (relative "
+               "paths start at the spec's directory)", globs[g]);
+      rc = LOOM_ESPEC;
+    } else if (grc != 0) {
+      snprintf(err, errlen, "feed.input '%s': cannot read a directory on the way: %s",
+               globs[g], strerror(errno));
+      rc = LOOM_EIO;
+    }
+    for (size_t i = 0; grc == 0 && rc == 0 && i < gl.gl_pathc; i++) {
+      if (n == cap) {
+        size_t nc = cap ? cap * 2 : 64;
+        char **p = nc <= INPUT_MAX_FILES ? realloc(out, nc * sizeof *p) : NULL;
+        if (!p) {
+          snprintf(err, errlen, "feed.input matches too many files (at most %u)",
+                   INPUT_MAX_FILES);
+          rc = LOOM_ENOMEM;
+          break;
+        }
+        out = p;
+        cap = nc;
+      }
+      if (!(out[n] = strdup(gl.gl_pathv[i]))) rc = LOOM_ENOMEM;
+      else n++;
+    }
+    if (grc == 0) globfree(&gl);
+  }
+  if (rc == 0 && n) {
+    qsort(out, n, sizeof *out, cmp_str);
+    size_t k = 1;
+    for (size_t i = 1; i < n; i++) {
+      if (strcmp(out[i], out[k - 1])) out[k++] = out[i];
+      else free(out[i]);
+    }
+    n = k;
+  }
+  if (rc < 0) {
+    for (size_t i = 0; i < n; i++) free(out[i]);
+    free(out);
+    return rc;
+  }
+  *paths = out;
+  *npaths = n;
+  return 0;
+}
+
+static int add_split(feed_input *in, size_t *cap, uint32_t file, uint64_t off, uint64_t len) {
+  if (in->nsplits == *cap) {
+    size_t nc = *cap ? *cap * 2 : 64;
+    feed_split *s = realloc(in->splits, nc * sizeof *s);
+    if (!s) return LOOM_ENOMEM;
+    in->splits = s;
+    *cap = nc;
+  }
+  in->splits[in->nsplits++] = (feed_split){.file = file, .off = off, .len = len};
+  return 0;
+}
+
+int loom__feed_input_make(const char *const *globs, size_t nglobs, const feed_format *fmt,
+                          uint64_t split_bytes, feed_input **out, char *err, size_t errlen) {
+  *out = NULL;
+  err[0] = 0;
+  const feed_format_ops *ops = loom__feed_format_ops(fmt);
+  if (!ops || !split_bytes) return LOOM_EINVAL;
+  char **paths = NULL;
+  size_t npaths = 0, scap = 0;
+  int rc = expand(globs, nglobs, &paths, &npaths, err, errlen);
+  if (rc < 0) return rc;
+  feed_input *in = calloc(1, sizeof *in);
+  if (!in || !(in->files = calloc(npaths ? npaths : 1, sizeof *in->files))) {
+    free(in);
+    snprintf(err, errlen, "out of memory for %zu input files", npaths);
+    rc = LOOM_ENOMEM;
+    goto out;
+  }
+  in->fmt = *fmt;
+  for (size_t i = 0; i < npaths && rc == 0; i++) {
+    feed_file *ff = &in->files[in->nfiles];
+    ff->path = paths[i];
+    paths[i] = NULL;
+    in->nfiles++;
+    int fd = open(ff->path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+      snprintf(err, errlen, "feed input %s: cannot open: %s", ff->path, strerror(errno));
+      rc = LOOM_EIO;
+    } else if (!S_ISREG(st.st_mode)) {
+      snprintf(err, errlen, "feed input %s is not a regular file: make feed.input's globs "
+               "match files only", ff->path);
+      rc = LOOM_ESPEC;
+    } else {
+      ff->size = (uint64_t)st.st_size;
+      rc = ops->probe(fd, fmt, ff, err, errlen);
+    }
+    uint64_t *cuts = NULL;
+    size_t ncuts = 0;
+    if (rc == 0 && ff->data_end - ff->data_off > split_bytes)
+      rc = ops->cut(fd, ff, split_bytes, &cuts, &ncuts, err, errlen);
+    if (rc == 0 && ff->data_end > ff->data_off) {
+      uint64_t at = ff->data_off;
+      for (size_t c = 0; c <= ncuts && rc == 0; c++) {
+        uint64_t next = c < ncuts ? cuts[c] : ff->data_end;
+        if (next <= at || next > ff->data_end) {
+          snprintf(err, errlen, "%s: internal error: bad cut at %llu", ff->path,
+                   (unsigned long long)next);
+          rc = LOOM_EIO;
+          break;
+        }
+        rc = add_split(in, &scap, (uint32_t)(in->nfiles - 1), at, next - at);
+        at = next;
+      }
+      in->bytes += ff->data_end - ff->data_off;
+    }
+    free(cuts);
+    if (fd >= 0) close(fd);
+  }
+  if (rc == 0 && in->nsplits == 0) {
+    snprintf(err, errlen, "feed.input matches only empty files (%zu of them): nothing to read",
+             in->nfiles);
+    rc = LOOM_ESPEC;
+  }
+  if (rc == 0 && in->nsplits > UINT32_MAX / 2) rc = LOOM_ERANGE;
+  if (rc < 0) {
+    if (!err[0]) snprintf(err, errlen, "cannot make the feed's splits: %s", loom_strerror(rc));
+    loom__feed_input_free(in);
+  } else {
+    *out = in;
+  }
+out:
+  for (size_t i = 0; i < npaths; i++) free(paths[i]);
+  free(paths);
+  return rc;
+}
