@@ -344,6 +344,19 @@ static void build_env(agent *a, envv *e, int local, const json_t *cl, const char
     env_set(e, k, eq + 1);
     free(k);
   }
+  /* `loom` itself on the PATH, so `command: loom ps` works wherever the
+   * binary is installed */
+  char self[PATH_MAX];
+  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (sl > 0) {
+    self[sl] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = 0;
+    const char *path = getenv("PATH");
+    char *np = loom__asprintf("%s:%s", self, path && *path ? path : "/usr/bin:/bin");
+    if (np) env_set(e, "PATH", np);
+    free(np);
+  }
   const char *key;
   json_t *v;
   json_object_foreach(json_object_get(a->assign, "env"), key, v) env_set(e, key, json_string_value(v));

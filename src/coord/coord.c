@@ -1444,10 +1444,11 @@ static void check_over(coord *co) {
   event(co, NULL, "attempt_finished", NULL);
   if (co->outcome == O_FAILED && co->attempt - co->o->first_attempt < co->s->retries &&
       co->interrupts == 0 && !co->no_retry) {
+    say(co, "attempt %d failed: %s%s%s", co->attempt + 1, co->root >= 0 ? co->tasks[co->root].name : "",
+        co->root >= 0 ? ": " : "", co->root_msg);
     co->attempt++;
     say(co, "retrying the job: attempt %d of %d", co->attempt + 1, co->s->retries + 1);
     event(co, NULL, "retrying", NULL);
-    print_summary(co);
     attempt_start(co);
     return;
   }

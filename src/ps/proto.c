@@ -1,0 +1,322 @@
+/* proto.c: the parameter server's shared vocabulary: tunables, the request
+ * header, field codecs, declarations, and where a key or a range lives. */
+#include "ps/ps.h"
+
+#include <math.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ps_tunables_load(struct ps_tunables *t) {
+#define PS__TUN_LOAD(f, env, def, why)                                       \
+  do {                                                                       \
+    const char *v = getenv(env);                                             \
+    long long x;                                                             \
+    t->f = (def);                                                            \
+    if (v && loom__parse_int(v, 0, LLONG_MAX, &x) == 0) t->f = x;            \
+    else if (v)                                                              \
+      loom__log(LOOM_LOG_WARN, "ps", "%s=%s is not a number; using %lld",    \
+                env, v, (long long)(def));                                   \
+  } while (0);
+  PS_TUNABLES(PS__TUN_LOAD)
+#undef PS__TUN_LOAD
+  if (t->max_msg < PS_MIN_MAX_MSG) t->max_msg = PS_MIN_MAX_MSG;
+  if (t->max_msg > (1LL << 30)) t->max_msg = 1LL << 30;
+}
+
+/* ---- header ------------------------------------------------------------ */
+static void put16(unsigned char *p, uint16_t v) {
+  p[0] = (unsigned char)v;
+  p[1] = (unsigned char)(v >> 8);
+}
+static void put32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint16_t get16(const unsigned char *p) {
+  return (uint16_t)(p[0] | p[1] << 8);
+}
+static uint32_t get32(const unsigned char *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+static uint64_t get64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+void ps_hdr_put(unsigned char p[PS_HDR], const ps_hdr *h) {
+  put32(p, h->len);
+  put16(p + 4, h->op);
+  put16(p + 6, h->flags);
+  put32(p + 8, h->var);
+  put32(p + 12, (uint32_t)h->rc);
+  put32(p + 16, h->count);
+  put32(p + 20, (uint32_t)h->rank);
+  put64(p + 24, h->id);
+  put64(p + 32, h->step);
+  put64(p + 40, h->off);
+}
+
+void ps_hdr_get(const unsigned char p[PS_HDR], ps_hdr *h) {
+  h->len = get32(p);
+  h->op = get16(p + 4);
+  h->flags = get16(p + 6);
+  h->var = get32(p + 8);
+  h->rc = (int32_t)get32(p + 12);
+  h->count = get32(p + 16);
+  h->rank = (int32_t)get32(p + 20);
+  h->id = get64(p + 24);
+  h->step = get64(p + 32);
+  h->off = get64(p + 40);
+}
+
+const char *ps_op_name(int op) {
+  static const char *const names[] = {
+      "?",    "config",  "declare", "pull", "push",   "sparse pull",
+      "sparse push", "step", "barrier", "save", "commit", "restore", "info"};
+  return op > 0 && op < PS_OP__END ? names[op] : "?";
+}
+
+/* ---- field codecs ------------------------------------------------------ */
+static bool wbuf_room(ps_wbuf *w, size_t n) {
+  if (w->bad) return false;
+  if (w->len + n <= w->cap) return true;
+  size_t cap = w->cap ? w->cap : 256;
+  while (cap < w->len + n) cap *= 2;
+  unsigned char *p = realloc(w->p, cap);
+  if (!p) {
+    w->bad = true;
+    return false;
+  }
+  w->p = p;
+  w->cap = cap;
+  return true;
+}
+void ps_put_u32(ps_wbuf *w, uint32_t v) {
+  if (wbuf_room(w, 4)) put32(w->p + w->len, v), w->len += 4;
+}
+void ps_put_u64(ps_wbuf *w, uint64_t v) {
+  if (wbuf_room(w, 8)) put64(w->p + w->len, v), w->len += 8;
+}
+void ps_put_f32(ps_wbuf *w, float v) {
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  ps_put_u32(w, u);
+}
+void ps_put_bytes(ps_wbuf *w, const void *p, size_t n) {
+  if (n && wbuf_room(w, n)) memcpy(w->p + w->len, p, n), w->len += n;
+}
+
+const unsigned char *ps_get_bytes(ps_rbuf *r, size_t n) {
+  if (r->bad || n > r->len - r->off) {
+    r->bad = true;
+    return NULL;
+  }
+  const unsigned char *p = r->p + r->off;
+  r->off += n;
+  return p;
+}
+uint32_t ps_get_u32(ps_rbuf *r) {
+  const unsigned char *p = ps_get_bytes(r, 4);
+  return p ? get32(p) : 0;
+}
+uint64_t ps_get_u64(ps_rbuf *r) {
+  const unsigned char *p = ps_get_bytes(r, 8);
+  return p ? get64(p) : 0;
+}
+float ps_get_f32(ps_rbuf *r) {
+  uint32_t u = ps_get_u32(r);
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* ---- declarations ------------------------------------------------------ */
+void ps_decl_put(ps_wbuf *w, const ps_decl *d) {
+  ps_put_u32(w, d->kind);
+  ps_put_u32(w, d->ndim);
+  ps_put_u64(w, d->count);
+  for (uint32_t i = 0; i < d->ndim && i < PS_MAX_DIMS; i++)
+    ps_put_u64(w, d->shape[i]);
+  ps_put_u32(w, (uint32_t)d->init.kind);
+  ps_put_f32(w, d->init.a);
+  ps_put_f32(w, d->init.b);
+  ps_put_u64(w, d->init.seed);
+  ps_put_u32(w, (uint32_t)d->opt.kind);
+  ps_put_f32(w, d->opt.lr);
+  ps_put_f32(w, d->opt.beta1);
+  ps_put_f32(w, d->opt.beta2);
+  ps_put_f32(w, d->opt.eps);
+  ps_put_f32(w, d->opt.initial_accumulator);
+  size_t nl = strlen(d->name);
+  ps_put_u32(w, (uint32_t)nl);
+  ps_put_bytes(w, d->name, nl);
+}
+
+static bool finite_nonneg(float x) { return isfinite(x) && x >= 0; }
+
+int ps_decl_get(ps_rbuf *r, ps_decl *d, char *err, size_t errlen) {
+  memset(d, 0, sizeof *d);
+  d->kind = ps_get_u32(r);
+  d->ndim = ps_get_u32(r);
+  d->count = ps_get_u64(r);
+  if (r->bad || d->ndim < 1 || d->ndim > PS_MAX_DIMS) {
+    snprintf(err, errlen, "a variable has 1..%d dimensions", PS_MAX_DIMS);
+    return LOOM_EINVAL;
+  }
+  for (uint32_t i = 0; i < d->ndim; i++) d->shape[i] = ps_get_u64(r);
+  d->init.kind = (loom_ps_init_kind)ps_get_u32(r);
+  d->init.a = ps_get_f32(r);
+  d->init.b = ps_get_f32(r);
+  d->init.seed = ps_get_u64(r);
+  d->opt.kind = (loom_ps_optimizer)ps_get_u32(r);
+  d->opt.lr = ps_get_f32(r);
+  d->opt.beta1 = ps_get_f32(r);
+  d->opt.beta2 = ps_get_f32(r);
+  d->opt.eps = ps_get_f32(r);
+  d->opt.initial_accumulator = ps_get_f32(r);
+  uint32_t nl = ps_get_u32(r);
+  const unsigned char *name = nl <= PS_MAX_NAME ? ps_get_bytes(r, nl) : NULL;
+  if (r->bad || !name || nl == 0) {
+    snprintf(err, errlen, "a variable's name is 1..%d bytes", PS_MAX_NAME);
+    return LOOM_EINVAL;
+  }
+  for (uint32_t i = 0; i < nl; i++) {
+    if (name[i] < 0x21 || name[i] > 0x7e) {
+      snprintf(err, errlen, "a variable's name is printable ASCII without spaces");
+      return LOOM_EINVAL;
+    }
+  }
+  memcpy(d->name, name, nl);
+  d->name[nl] = 0;
+  if (d->kind == PS_DENSE) {
+    uint64_t prod = 1;
+    for (uint32_t i = 0; i < d->ndim; i++) {
+      if (d->shape[i] == 0 || d->shape[i] > PS_MAX_COUNT ||
+          prod > PS_MAX_COUNT / d->shape[i]) {
+        snprintf(err, errlen, "'%s': every dimension is at least 1 and the "
+                 "total at most 2^40 elements", d->name);
+        return LOOM_EINVAL;
+      }
+      prod *= d->shape[i];
+    }
+    if (prod != d->count) {
+      snprintf(err, errlen, "'%s': count %llu is not the product of the shape",
+               d->name, (unsigned long long)d->count);
+      return LOOM_EINVAL;
+    }
+  } else if (d->kind == PS_SPARSE) {
+    if (d->ndim != 1 || d->count < 1 || d->count > PS_MAX_DIM ||
+        d->shape[0] != d->count) {
+      snprintf(err, errlen, "'%s': a sparse row has 1..%d floats", d->name,
+               PS_MAX_DIM);
+      return LOOM_EINVAL;
+    }
+  } else {
+    snprintf(err, errlen, "'%s': unknown variable kind %u", d->name, d->kind);
+    return LOOM_EINVAL;
+  }
+  if ((unsigned)d->init.kind > LOOM_PS_NORMAL || !isfinite(d->init.a) ||
+      !isfinite(d->init.b) ||
+      (d->init.kind == LOOM_PS_UNIFORM && !(d->init.a <= d->init.b)) ||
+      (d->init.kind == LOOM_PS_NORMAL && !(d->init.b >= 0))) {
+    snprintf(err, errlen, "'%s': bad initializer (uniform needs a <= b, "
+             "normal a standard deviation b >= 0)", d->name);
+    return LOOM_EINVAL;
+  }
+  const loom_ps_opt *o = &d->opt;
+  if ((unsigned)o->kind > LOOM_PS_ADAM || !finite_nonneg(o->lr) ||
+      !finite_nonneg(o->eps) || !finite_nonneg(o->initial_accumulator) ||
+      !finite_nonneg(o->beta1) || !(o->beta1 < 1) ||
+      !finite_nonneg(o->beta2) || !(o->beta2 < 1)) {
+    snprintf(err, errlen, "'%s': bad optimizer (lr, eps and "
+             "initial_accumulator are finite and >= 0, betas in [0, 1))",
+             d->name);
+    return LOOM_EINVAL;
+  }
+  if (r->off != r->len) {
+    snprintf(err, errlen, "'%s': trailing bytes after the declaration", d->name);
+    return LOOM_EINVAL;
+  }
+  return 0;
+}
+
+static const char *const INIT_NAMES[] = {"zeros", "constant", "uniform", "normal"};
+static const char *const OPT_NAMES[] = {"sgd", "adagrad", "adam"};
+
+bool ps_decl_compatible(const ps_decl *a, const ps_decl *b, char *why,
+                        size_t whylen) {
+  if (a->kind != b->kind) {
+    snprintf(why, whylen, "'%s' is %s, declared here as %s", a->name,
+             a->kind == PS_DENSE ? "dense" : "sparse",
+             b->kind == PS_DENSE ? "dense" : "sparse");
+    return false;
+  }
+  bool shape = a->ndim == b->ndim && a->count == b->count;
+  for (uint32_t i = 0; shape && i < a->ndim; i++)
+    shape = a->shape[i] == b->shape[i];
+  if (!shape) {
+    snprintf(why, whylen, "'%s' exists with %llu %s; declared here with %llu",
+             a->name, (unsigned long long)a->count,
+             a->kind == PS_DENSE ? "elements (or another shape)" : "columns",
+             (unsigned long long)b->count);
+    return false;
+  }
+  if (a->init.kind != b->init.kind || a->init.a != b->init.a ||
+      a->init.b != b->init.b || a->init.seed != b->init.seed) {
+    snprintf(why, whylen, "'%s' exists with another initializer (%s)", a->name,
+             INIT_NAMES[a->init.kind]);
+    return false;
+  }
+  if (a->opt.kind != b->opt.kind) {
+    snprintf(why, whylen, "'%s' exists with optimizer %s, declared here with %s",
+             a->name, OPT_NAMES[a->opt.kind], OPT_NAMES[b->opt.kind]);
+    return false;
+  }
+  return true;
+}
+
+/* ---- placement --------------------------------------------------------- */
+uint64_t ps_mix64(uint64_t x) { /* splitmix64's finalizer */
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+static uint64_t name_hash(const char *s) { /* FNV-1a */
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+  return ps_mix64(h);
+}
+
+void ps_dense_part(const char *name, uint64_t count, int shard, int nshards,
+                   uint64_t split_bytes, uint64_t *lo, uint64_t *hi) {
+  *lo = *hi = 0;
+  if (nshards < 1 || shard < 0 || shard >= nshards) return;
+  if (nshards == 1 || count * 4 <= split_bytes) {
+    int home = (int)(((name_hash(name) >> 32) * (uint64_t)nshards) >> 32);
+    if (home == shard) *hi = count;
+    return;
+  }
+  uint64_t n = (uint64_t)nshards, s = (uint64_t)shard;
+  uint64_t base = count / n, extra = count % n;
+  *lo = s * base + (s < extra ? s : extra);
+  *hi = *lo + base + (s < extra ? 1 : 0);
+}
+
+/* ---- memory ------------------------------------------------------------ */
+int ps_mem_take(ps_mem *m, uint64_t n) {
+  if (n > m->cap || m->used > m->cap - n) return LOOM_ERANGE;
+  m->used += n;
+  return 0;
+}
+void ps_mem_give(ps_mem *m, uint64_t n) { m->used = n > m->used ? 0 : m->used - n; }
