@@ -466,6 +466,10 @@ static int cmd_status(int argc, char **argv) {
          json_string_value(json_object_get(st, "job")), job_state_str(dir, st),
          (long long)json_integer_value(json_object_get(st, "attempt")),
          (long long)json_integer_value(json_object_get(st, "retries")), el, dir);
+  const char *dash = json_string_value(json_object_get(st, "dashboard"));
+  const char *tb = json_string_value(json_object_get(st, "tensorboard"));
+  if (dash) printf("web      %s\n", dash);
+  if (tb) printf("tboard   %s\n", tb);
   json_t *rc = json_object_get(st, "root_cause");
   if (rc)
     printf("cause    %s%s%s\n", json_string_value(json_object_get(rc, "task")) ?: "",

@@ -125,7 +125,7 @@ struct coord {
   feed_dispatch *feed;
   json_t *staged_files; /* target -> node-local copy, when the backend staged them */
   http_server *http;
-  char dashboard[512];
+  char dashboard[512], tensorboard[400];
 };
 
 static void attempt_start(coord *co);
@@ -258,6 +258,7 @@ static void state_write(coord *co) {
   }
   if (co->feed) json_object_set_new(j, "feed", feed_dispatch_status(co->feed));
   if (co->dashboard[0]) json_object_set_new(j, "dashboard", json_string(co->dashboard));
+  if (co->tensorboard[0]) json_object_set_new(j, "tensorboard", json_string(co->tensorboard));
   json_t *ts = json_array();
   for (int i = 0; i < co->ntasks; i++) json_array_append_new(ts, task_json(&co->tasks[i]));
   json_object_set_new(j, "tasks", ts);
@@ -1012,6 +1013,7 @@ static int on_agent(coord *co, conn *c, wire_frame *f) {
       char url[400];
       snprintf(url, sizeof url, "http://%s:%d/", t->host, t->port);
       event(co, t, "tensorboard_url", json_pack("{s:s}", "url", url));
+      loom__strlcpy(co->tensorboard, url, sizeof co->tensorboard);
       say(co, "TensorBoard (%s): %s", t->name, url);
     }
     return 0;

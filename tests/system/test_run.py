@@ -168,3 +168,22 @@ def test_resources_beyond_this_machine_are_refused(loom):
         assert r.returncode == 2, (key, r.stderr)
         assert what in r.stderr and "worker" in r.stderr, r.stderr
     assert loom.jobs() == []  # refused before anything started
+
+
+def test_tensorboard_role_url_is_announced(loom):
+    spec = loom.spec("""
+name: tb
+roles:
+  worker: {command: 'sleep 1.5'}
+  tensorboard: {command: 'echo "serving $LOOM_TENSORBOARD_DIR on $LOOM_PORT"; exec sleep 60'}
+""")
+    r = loom.run("run", spec, timeout=60)
+    assert r.returncode == 0, r.stderr
+    st = loom.state()
+    tb = next(t for t in st["tasks"] if t["task"] == "tensorboard:0")
+    url = f'http://{tb["host"]}:{tb["port"]}/'
+    assert st["tensorboard"] == url and tb["state"] == "stopped"  # a service
+    assert f"TensorBoard (tensorboard:0): {url}" in r.stderr
+    assert f'serving {loom.job_dir()}/tensorboard on {tb["port"]}' in r.stdout
+    assert url in loom.run("status", loom.job_dir().name).stdout
+    assert any(e["event"] == "tensorboard_url" and e["url"] == url for e in loom.events())
