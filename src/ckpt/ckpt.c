@@ -31,7 +31,7 @@
  * the CRC, all verified before a restore writes into the caller's memory. */
 #include "core/core.h"
 #include "lib/lib.h"
-#include "summary/crc32c.h"
+#include "core/crc32c.h"
 #include "loom/ckpt.h"
 
 #include <dirent.h>
@@ -366,7 +366,7 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step,
     for (uint64_t off = 0; off < body && e == 0;) {
       size_t n = body - off < CKPT_IO_CHUNK ? (size_t)(body - off) : CKPT_IO_CHUNK;
       e = pread_full(fd, buf, n, off);
-      crc = loom__sum_crc32c(crc, buf, n);
+      crc = loom__crc32c(crc, buf, n);
       off += n;
     }
     unsigned char t[CKPT_TRAILER];
@@ -546,7 +546,7 @@ const char *loom_ckpt_errmsg(const loom_ckpt_t *c) {
 
 /* Writes n bytes at p to fd, adding them to *crc. */
 static int write_crc(int fd, const void *p, size_t n, uint32_t *crc) {
-  *crc = loom__sum_crc32c(*crc, p, n);
+  *crc = loom__crc32c(*crc, p, n);
   const unsigned char *b = p;
   while (n > 0) {
     size_t chunk = n < (1u << 30) ? n : (1u << 30);

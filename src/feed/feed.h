@@ -11,6 +11,7 @@
 #ifndef LOOM_FEED_FEED_H
 #define LOOM_FEED_FEED_H
 
+#include "core/crc32c.h"
 #include "core/core.h"
 #include <jansson.h>
 
@@ -57,14 +58,7 @@ enum {
 #define FEED_MAX_LIST 256        /* lease ids in one RENEW / RELEASE */
 #define FEED_MAX_WAIT_MS 60000   /* longest a LEASE request is held */
 
-/* ---- CRC32C (Castagnoli), as TFRecord uses it -------------------------- */
-uint32_t loom__crc32c(uint32_t crc, const void *data, size_t n);
-/* The table-driven path alone, for tests that compare the two. */
-uint32_t loom__crc32c_sw(uint32_t crc, const void *data, size_t n);
-/* TFRecord's masked form: rotate right 15 and add a constant. */
-static inline uint32_t loom__crc32c_mask(uint32_t crc) {
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+/* CRC32C (Castagnoli), as TFRecord uses it: core/crc32c.h */
 
 /* ---- random numbers for shuffling: splitmix64, the same everywhere ----- */
 static inline uint64_t loom__feed_mix(uint64_t *state) {

@@ -21,7 +21,7 @@
  * SUMMARY_FLUSH_MS. */
 #include "core/core.h"
 #include "lib/lib.h"
-#include "summary/crc32c.h"
+#include "core/crc32c.h"
 #include "summary/pb.h"
 #include "loom/summary.h"
 
@@ -128,9 +128,9 @@ static int sum_append_locked(loom_summary_t *s, const loom__pb *ev) {
   uint8_t head[12], tail[4];
   uint64_t len = ev->buf.len;
   for (int i = 0; i < 8; i++) head[i] = (uint8_t)(len >> (8 * i));
-  uint32_t c = loom__sum_crc32c_mask(loom__sum_crc32c(0, head, 8));
+  uint32_t c = loom__crc32c_mask(loom__crc32c(0, head, 8));
   for (int i = 0; i < 4; i++) head[8 + i] = (uint8_t)(c >> (8 * i));
-  c = loom__sum_crc32c_mask(loom__sum_crc32c(0, ev->buf.p, ev->buf.len));
+  c = loom__crc32c_mask(loom__crc32c(0, ev->buf.p, ev->buf.len));
   for (int i = 0; i < 4; i++) tail[i] = (uint8_t)(c >> (8 * i));
   size_t need = sizeof head + ev->buf.len + sizeof tail;
   if (s->pending.len > 0 && s->pending.len + need > SUMMARY_FLUSH_BYTES &&

@@ -18,7 +18,7 @@
 
 #include "core/core.h"
 #include "loom/summary.h"
-#include "summary/crc32c.h"
+#include "core/crc32c.h"
 #include "summary/pb.h"
 
 /* ---- CRC-32C -------------------------------------------------------------- */
@@ -26,24 +26,24 @@
 static void test_crc32c_vectors(void **state) {
   /* RFC 3720 (iSCSI) appendix B.4, and the classic check value */
   unsigned char buf[48];
-  assert_int_equal(loom__sum_crc32c(0, "123456789", 9), 0xe3069283u);
-  assert_int_equal(loom__sum_crc32c(0, "", 0), 0);
+  assert_int_equal(loom__crc32c(0, "123456789", 9), 0xe3069283u);
+  assert_int_equal(loom__crc32c(0, "", 0), 0);
   memset(buf, 0, 32);
-  assert_int_equal(loom__sum_crc32c(0, buf, 32), 0x8a9136aau);
+  assert_int_equal(loom__crc32c(0, buf, 32), 0x8a9136aau);
   memset(buf, 0xff, 32);
-  assert_int_equal(loom__sum_crc32c(0, buf, 32), 0x62a8ab43u);
+  assert_int_equal(loom__crc32c(0, buf, 32), 0x62a8ab43u);
   for (int i = 0; i < 32; i++) buf[i] = (unsigned char)i;
-  assert_int_equal(loom__sum_crc32c(0, buf, 32), 0x46dd794eu);
+  assert_int_equal(loom__crc32c(0, buf, 32), 0x46dd794eu);
   for (int i = 0; i < 32; i++) buf[i] = (unsigned char)(31 - i);
-  assert_int_equal(loom__sum_crc32c(0, buf, 32), 0x113fdb5cu);
+  assert_int_equal(loom__crc32c(0, buf, 32), 0x113fdb5cu);
   static const unsigned char iscsi[48] = {
       0x01, 0xc0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
       0x00, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0x00,
       0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x18, 0x28, 0x00, 0x00, 0x00,
       0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
-  assert_int_equal(loom__sum_crc32c(0, iscsi, 48), 0xd9963a56u);
-  assert_int_equal(loom__sum_crc32c_sw(0, iscsi, 48), 0xd9963a56u);
-  assert_int_equal(loom__sum_crc32c_sw(0, "123456789", 9), 0xe3069283u);
+  assert_int_equal(loom__crc32c(0, iscsi, 48), 0xd9963a56u);
+  assert_int_equal(loom__crc32c_sw(0, iscsi, 48), 0xd9963a56u);
+  assert_int_equal(loom__crc32c_sw(0, "123456789", 9), 0xe3069283u);
 }
 
 /* Both implementations, every length 0..300 at every alignment 0..7, and
@@ -58,11 +58,11 @@ static void test_crc32c_paths_agree(void **state) {
   }
   for (size_t align = 0; align < 8; align++)
     for (size_t n = 0; n <= 300; n++) {
-      uint32_t hw = loom__sum_crc32c(0, buf + align, n);
-      uint32_t sw = loom__sum_crc32c_sw(0, buf + align, n);
+      uint32_t hw = loom__crc32c(0, buf + align, n);
+      uint32_t sw = loom__crc32c_sw(0, buf + align, n);
       if (hw != sw) fail_msg("align %zu len %zu: 0x%08x vs 0x%08x", align, n, hw, sw);
       size_t cut = n / 3;
-      uint32_t split = loom__sum_crc32c(loom__sum_crc32c(0, buf + align, cut),
+      uint32_t split = loom__crc32c(loom__crc32c(0, buf + align, cut),
                                         buf + align + cut, n - cut);
       assert_int_equal(split, hw);
     }
@@ -72,13 +72,13 @@ static void test_crc32c_paths_agree(void **state) {
 static void test_crc32c_mask(void **state) {
   static const uint32_t crcs[] = {0, 1, 0xe3069283u, 0xffffffffu, 0x80000000u};
   for (size_t i = 0; i < LOOM__ARRAY_LEN(crcs); i++) {
-    uint32_t m = loom__sum_crc32c_mask(crcs[i]);
+    uint32_t m = loom__crc32c_mask(crcs[i]);
     assert_int_not_equal(m, crcs[i]);
-    assert_int_equal(loom__sum_crc32c_unmask(m), crcs[i]);
+    assert_int_equal(loom__crc32c_unmask(m), crcs[i]);
   }
   /* by hand: rotate right 15, add 0xa282ead8 */
-  assert_int_equal(loom__sum_crc32c_mask(0), 0xa282ead8u);
-  assert_int_equal(loom__sum_crc32c_mask(0x8000u), 0xa282ead9u);
+  assert_int_equal(loom__crc32c_mask(0), 0xa282ead8u);
+  assert_int_equal(loom__crc32c_mask(0x8000u), 0xa282ead9u);
 }
 
 /* ---- protocol buffers -------------------------------------------------- */
@@ -222,10 +222,10 @@ static int count_records(const char *path) {
     assert_true(len - off >= 16);
     uint64_t dlen = le(p + off, 8);
     assert_int_equal(le(p + off + 8, 4),
-                     loom__sum_crc32c_mask(loom__sum_crc32c(0, p + off, 8)));
+                     loom__crc32c_mask(loom__crc32c(0, p + off, 8)));
     assert_true(len - off - 16 >= dlen);
     assert_int_equal(le(p + off + 12 + dlen, 4),
-                     loom__sum_crc32c_mask(loom__sum_crc32c(0, p + off + 12, dlen)));
+                     loom__crc32c_mask(loom__crc32c(0, p + off + 12, dlen)));
     if (n == 0) /* file_version = 3 */
       assert_non_null(memmem(p + off + 12, dlen, "\x1a\x0d" "brain.Event:2", 15));
     off += 16 + dlen;

@@ -2,7 +2,7 @@
  * the SSE 4.2 crc32 instruction where the CPU has it and eight tables
  * (slicing by 8) elsewhere. Both give the same answer; the unit test checks
  * it over lengths and alignments. */
-#include "summary/crc32c.h"
+#include "core/crc32c.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -80,12 +80,12 @@ crc_hw(uint32_t crc, const unsigned char *p, size_t n) {
 }
 #endif
 
-uint32_t loom__sum_crc32c_sw(uint32_t crc, const void *data, size_t n) {
+uint32_t loom__crc32c_sw(uint32_t crc, const void *data, size_t n) {
   pthread_once(&crc_once, crc_init);
   return ~crc_sw(~crc, data, n);
 }
 
-uint32_t loom__sum_crc32c(uint32_t crc, const void *data, size_t n) {
+uint32_t loom__crc32c(uint32_t crc, const void *data, size_t n) {
   pthread_once(&crc_once, crc_init);
 #ifdef CRC_HAVE_SSE42
   if (crc_use_hw) return ~crc_hw(~crc, data, n);
