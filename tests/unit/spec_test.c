@@ -75,6 +75,12 @@ static const struct {
     {"name: a\nroles: {w: {command: x, service: maybe}}\n", "t.yaml:2:34: roles.w.service must be true or false"},
     {"name: a\n  bad indent: x\n", "t.yaml:2:13: YAML syntax error"},
     {"", "t.yaml:1:1: the spec has no name"},
+    {"name: a\nretry_on: [0]\nroles: {w: {command: x}}\n", "t.yaml:2:12: each retry_on code must be between 1 and 255"},
+    {"name: a\nretry_on: {a: 1}\nroles: {w: {command: x}}\n", "t.yaml:2:11: retry_on must be an exit code or a list"},
+    {"name: a\nheartbeat_timeout: soon\nroles: {w: {command: x}}\n", "t.yaml:2:20: heartbeat_timeout must be a duration"},
+    {"name: a\nroles: {w: {command: x, instances: 5, elastic: {min: 2, max: 4}}}\n", "t.yaml:2:48: roles.w: elastic needs min <= instances <= max, got 2 <= 5 <= 4"},
+    {"name: a\nroles: {w: {command: x, elastic: {min: 1}}}\n", "t.yaml:2:34: roles.w.elastic needs both min and max"},
+    {"name: a\nroles: {w: {command: x, elastic: {min: 1, maxx: 2}}}\n", "t.yaml:2:43: unknown key 'maxx' in elastic: did you mean 'max'?"},
 };
 
 static void test_bad_specs(void **state) {
@@ -86,6 +92,26 @@ static void test_bad_specs(void **state) {
       fail_msg("case %zu: rc %d\n  got:  %s\n  want: %s", i, rc, err, BAD[i].want);
     assert_null(s);
   }
+}
+
+static void test_restart_keys(void **state) {
+  spec_job *s = parse_ok("name: a\nrestart: task\nmax_restarts: 3\nretry_on: [75, 143]\n"
+                         "heartbeat_timeout: 500ms\n"
+                         "roles: {worker: {instances: 3, elastic: {min: 2, max: 4}, command: x}}\n");
+  assert_string_equal(s->restart, "task");
+  assert_int_equal(s->max_restarts, 3);
+  assert_int_equal(s->nretry_on, 2);
+  assert_true(spec_retryable(s, 75, 0));
+  assert_true(spec_retryable(s, 1, 9)); /* signals always */
+  assert_false(spec_retryable(s, 3, 0));
+  assert_int_equal(s->heartbeat_timeout_ms, 500);
+  assert_int_equal(s->roles[0].elastic_min, 2);
+  assert_int_equal(s->roles[0].elastic_max, 4);
+  spec_free(s);
+  s = parse_ok("name: a\nheartbeat_timeout: 30\nroles: {w: {command: x}}\n");
+  assert_int_equal(s->heartbeat_timeout_ms, 30000);
+  assert_true(spec_retryable(s, 3, 0)); /* no retry_on: everything */
+  spec_free(s);
 }
 
 static void test_deep_and_large(void **state) {
@@ -105,6 +131,7 @@ int main(void) {
       cmocka_unit_test(test_full_spec),
       cmocka_unit_test(test_sets),
       cmocka_unit_test(test_bad_specs),
+      cmocka_unit_test(test_restart_keys),
       cmocka_unit_test(test_deep_and_large),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
