@@ -10,7 +10,7 @@ PKGS=(build-essential cmake pkg-config git
       libuv1-dev libyaml-dev libjansson-dev libssl-dev zlib1g-dev libcmocka-dev
       libopenblas-dev dataset-fashion-mnist
       python3-torch python3-numpy python3-pytest protobuf-compiler
-      openmpi-bin libopenmpi-dev procps iproute2
+      openmpi-bin libopenmpi-dev procps iproute2 chromium
       slurmctld slurmd slurm-client munge)
 
 missing=()

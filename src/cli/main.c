@@ -57,7 +57,7 @@ static const struct verb {
      "the grace period) and waits until it has.\n"},
     {"check", "[--backend B]", "is this machine ready to run jobs",
      "Checks the job directory, the backend and the loopback network.\n"},
-    {"ui", "[--port P] [--bind A]", "the web dashboard for jobs, from their job directories",
+    {"ui", "[--port P] [--bind A] [JOB...]", "the web dashboard for jobs, from their job directories",
      "Serves every job under $LOOM_HOME/jobs (finished or running): tasks, states,\n"
      "attempts, exit codes, logs, events and metric charts. Prints the URL with\n"
      "its access token.\n"},

@@ -1,7 +1,12 @@
 /* http.h: the job's web dashboard and JSON API, served from what the
  * coordinator writes to the job directory (state.json, events.jsonl with
  * metric events, logs/). The coordinator runs one for its live job; `loom
- * ui` runs one over finished jobs. Every request needs the job's token. */
+ * ui` runs one over finished jobs. Every request needs the job's token.
+ *
+ * A job's paths ("/" for the coordinator's, "/job/<id>/" under `loom ui`):
+ * the page itself, api/job, api/tasks, api/metrics, api/events, api/logs
+ * (JSON) and metrics (Prometheus text); `loom ui` adds "/" (the list of
+ * jobs) and api/jobs. See api.c for each one's query parameters. */
 #ifndef LOOM_HTTP_H
 #define LOOM_HTTP_H
 
