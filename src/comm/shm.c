@@ -120,6 +120,17 @@ void comm__shm_bell_sleep(comm_t *c, uint32_t token, int timeout_ms) {
   atomic_store(&s->sleeping, 0);
 }
 
+/* Maps the segment's total bytes from fd into d. */
+static int shm_map(comm_t *c, struct shm_dev *d, int fd, size_t total) {
+  void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return comm__fail(c, LOOM_ENOMEM, "rank %d: mmap: %s", c->rank, strerror(errno));
+  d->base = p;
+  d->size = total;
+  d->hdr = p;
+  return 0;
+}
+
 static size_t shm_layout(uint32_t nlocal, uint64_t ring, size_t *rings_at) {
   size_t at = SHM_HDR_BYTES + (size_t)nlocal * sizeof(struct shm_slot);
   at = (at + 4095) & ~(size_t)4095;
@@ -159,13 +170,8 @@ static int shm_create(comm_t *c, struct shm_dev *d, int *fd_out) {
                       "rank %d: cannot reserve %zu bytes of shared memory "
                       "(%s); lower LOOM_COMM_SHM_RING or grow /dev/shm",
                       c->rank, total, strerror(err));
-  void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED)
-    return comm__fail(c, LOOM_ENOMEM, "rank %d: mmap: %s", c->rank,
-                      strerror(errno));
-  d->base = p;
-  d->size = total;
-  d->hdr = p;
+  int mrc = shm_map(c, d, fd, total);
+  if (mrc < 0) return mrc;
   d->hdr->nlocal = (uint32_t)d->nlocal;
   d->hdr->ring_size = ring;
   d->hdr->total = total;
@@ -210,13 +216,8 @@ static int shm_open_peer(comm_t *c, struct shm_dev *d, int *fd_out) {
     return comm__fail(c, LOOM_EPROTO, "rank %d: shm segment too small",
                       c->rank);
   size_t total = (size_t)st.st_size;
-  void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED)
-    return comm__fail(c, LOOM_ENOMEM, "rank %d: mmap: %s", c->rank,
-                      strerror(errno));
-  d->base = p;
-  d->size = total;
-  d->hdr = p;
+  int mrc = shm_map(c, d, fd, total);
+  if (mrc < 0) return mrc;
   size_t rings_at;
   uint64_t ring = d->hdr->ring_size;
   if (d->hdr->magic != SHM_MAGIC || d->hdr->nlocal != (uint32_t)d->nlocal ||

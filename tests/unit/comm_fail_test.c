@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "comm_testutil.h"
 #include "comm/comm.h"
 
 #include <dirent.h>
@@ -55,21 +56,6 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Segments left in /dev/shm by these ranks: their names carry the
- * creating rank's pid, so other jobs on the machine do not count. */
-static int dev_shm_left(const pid_t *pids, int n) {
-  DIR *d = opendir("/dev/shm");
-  int left = 0;
-  struct dirent *e;
-  while (d && (e = readdir(d)))
-    for (int r = 0; r < n; r++) {
-      char prefix[48];
-      snprintf(prefix, sizeof prefix, "loom-comm-%d-", (int)pids[r]);
-      if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) left++;
-    }
-  if (d) closedir(d);
-  return left;
-}
 
 static void rank_main(const struct fcase *fc, struct shared *sh,
                       const char *dir, int r, int abort_fd) {

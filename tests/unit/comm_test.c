@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "comm_testutil.h"
 #include "comm/comm.h"
 #include "loom/comm.h"
 
@@ -222,21 +223,6 @@ static int rank_body(comm_t *c, const struct tcase *tc) {
   return check_barrier(c, n);
 }
 
-/* Segments left in /dev/shm by this case's ranks: their names carry the
- * creating rank's pid, so other jobs on the machine do not count. */
-static int dev_shm_left(const pid_t *pids, int n) {
-  DIR *d = opendir("/dev/shm");
-  int left = 0;
-  struct dirent *e;
-  while (d && (e = readdir(d)))
-    for (int r = 0; r < n; r++) {
-      char prefix[48];
-      snprintf(prefix, sizeof prefix, "loom-comm-%d-", (int)pids[r]);
-      if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) left++;
-    }
-  if (d) closedir(d);
-  return left;
-}
 
 static void run_case(void **state) {
   const struct tcase *tc = *state;
