@@ -37,6 +37,13 @@
     "bytes of each shared-memory ring (one per ordered pair on a host)")     \
   X(shm_chunk, "LOOM_COMM_SHM_CHUNK", 128 << 10,                             \
     "shm: publish/consume at most this much at once (pipelining grain)")     \
+  X(shm_slot, "LOOM_COMM_SHM_SLOT", 512 << 10,                               \
+    "bytes of each rank's two slots for the collectives that go through "    \
+    "the shared segment when every rank is on one host; 0: none (the "       \
+    "algorithms over the pairs serve such hosts too)")                       \
+  X(shm_small_bytes, "LOOM_COMM_SHM_SMALL_BYTES", 32768,                     \
+    "one-host allreduce: up to this size every rank reduces the whole "      \
+    "vector (one synchronization); above, each its 1/n slice (two)")         \
   X(tcp_sockbuf, "LOOM_COMM_TCP_SOCKBUF", 4 << 20,                           \
     "SO_SNDBUF/SO_RCVBUF of peer sockets")                                   \
   X(tcp_stage, "LOOM_COMM_TCP_STAGE", 256 << 10,                             \
@@ -133,6 +140,19 @@ struct comm_stage {
 /* Runs stages until all are complete, waiting with the engine's policy
  * (spin, yield, sleep; liveness and abort checks; the deadline). */
 int comm__pipeline(comm_t *c, struct comm_stage *st, int n);
+/* Waits with the same policy until *v >= target, where v is a counter in
+ * the shared segment that rank peer advances (and rings this rank's
+ * doorbell after). */
+int comm__wait_counter(comm_t *c, const _Atomic uint64_t *v, uint64_t target,
+                       int peer);
+
+/* The collectives that go through the shared segment's slots (shm.c), for
+ * a communicator whose ranks are all on this host: whether they serve c,
+ * and the ones there are. */
+int comm__shm_coll_ok(const comm_t *c);
+int comm__shm_allreduce(comm_t *c, const void *send, void *recv,
+                        size_t count, loom_dtype dt, loom_op op);
+int comm__shm_barrier(comm_t *c);
 
 /* Reduction kernels. dst = a op b elementwise over n elements; dst may be
  * a (in place) but must not otherwise overlap a or b. */

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,8 @@ void comm_tunables_load(struct comm_tunables *t) {
   if (t->shm_chunk < 4096) t->shm_chunk = 4096;
   t->shm_chunk &= ~7L;
   if (t->tcp_stage < 4096) t->tcp_stage = 4096;
+  if (t->shm_slot > 0 && t->shm_slot < 4096) t->shm_slot = 4096;
+  t->shm_slot &= ~4095L;
 }
 
 uint64_t comm__now_ns(void) {
@@ -189,6 +192,22 @@ int comm__pipeline(comm_t *c, struct comm_stage *st, int n) {
       continue;
     }
     if ((rc = engine_wait(c, &ws, token, &idle)) < 0) return rc;
+  }
+}
+
+int comm__wait_counter(comm_t *c, const _Atomic uint64_t *v, uint64_t target,
+                       int peer) {
+  unsigned idle = 0;
+  for (;;) {
+    uint32_t token = comm__shm_bell_token(c);
+    if (atomic_load_explicit(v, memory_order_acquire) >= target) return 0;
+    struct comm_waitset ws;
+    ws.nfds = 0;
+    ws.bell = 1;
+    ws.npeers = 1;
+    ws.peers[0] = peer;
+    int rc = engine_wait(c, &ws, token, &idle);
+    if (rc < 0) return rc;
   }
 }
 

@@ -58,8 +58,10 @@ struct tcp_dev {
 static int tcp_tune(int fd, long bufsz) {
   int one = 1, b = (int)bufsz;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
+  if (b > 0) { /* 0: leave the sizes to the kernel's autotuning */
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
+  }
   int fl = fcntl(fd, F_GETFL);
   return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }

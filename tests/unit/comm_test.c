@@ -54,6 +54,7 @@ struct tcase {
   int world;
   int large;  /* also a count of several MiB */
   int mixed;  /* alternate two host names: shm and tcp pairs at once */
+  const char *env; /* "NAME=VALUE NAME=VALUE": tunables for this case */
 };
 
 static int g_rank;
@@ -239,6 +240,15 @@ static void run_case(void **state) {
     g_rank = r;
     alarm(120);
     setenv("LOOM_COMM_TRANSPORT", tc->transport, 1);
+    if (tc->env) { /* "A=1 B=2" */
+      char buf[256], *save = NULL;
+      snprintf(buf, sizeof buf, "%s", tc->env);
+      for (char *kv = strtok_r(buf, " ", &save); kv;
+           kv = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(kv, '=');
+        if (eq) *eq = 0, setenv(kv, eq + 1, 1);
+      }
+    }
     comm_store *store;
     comm_t *c = NULL;
     char msg[256];
@@ -278,7 +288,11 @@ static void run_case(void **state) {
 }
 
 #define CASE(name, tp, n, large, mixed)                                      \
-  {name, tp, n, large, mixed}
+  {name, tp, n, large, mixed, NULL}
+/* One host without the slot collectives: the algorithms over shm pairs. */
+#define PAIRS "LOOM_COMM_SHM_SLOT=0"
+/* Tiny slots, no small path: many rounds, chunks that split unevenly. */
+#define TINY "LOOM_COMM_SHM_SLOT=4096 LOOM_COMM_SHM_SMALL_BYTES=0"
 static struct tcase cases[] = {
     CASE("shm 1", "auto", 1, 1, 0), CASE("shm 2", "auto", 2, 1, 0),
     CASE("shm 3", "auto", 3, 0, 0), CASE("shm 4", "auto", 4, 1, 0),
@@ -289,6 +303,14 @@ static struct tcase cases[] = {
     CASE("tcp 6", "tcp", 6, 0, 0),  CASE("tcp 7", "tcp", 7, 0, 0),
     CASE("tcp 8", "tcp", 8, 1, 0),  CASE("mixed 4", "auto", 4, 1, 1),
     CASE("mixed 5", "auto", 5, 0, 1),
+    {"shm pairs 2", "auto", 2, 1, 0, PAIRS},
+    {"shm pairs 3", "auto", 3, 0, 0, PAIRS},
+    {"shm pairs 4", "auto", 4, 1, 0, PAIRS},
+    {"shm pairs 8", "auto", 8, 0, 0, PAIRS},
+    {"shm tiny slots 2", "auto", 2, 1, 0, TINY},
+    {"shm tiny slots 3", "auto", 3, 0, 0, TINY},
+    {"shm tiny slots 5", "auto", 5, 0, 0, TINY},
+    {"shm tiny slots 8", "auto", 8, 0, 0, TINY},
 };
 
 int main(void) {
