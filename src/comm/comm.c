@@ -119,13 +119,12 @@ int comm_create_gen(comm_store *store, const char *prefix, int rank, int world,
   if (!rc && nr > 0) rc = comm__tcp_transport.setup(c, remote, nr);
   free(local);
   free(remote);
-  if (c->t.spin < 0) {
-    cpu_set_t cpus;
-    int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0
-                   ? CPU_COUNT(&cpus)
-                   : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    c->t.spin = nhost <= ncpu ? 2000 : 50;
-  }
+  cpu_set_t cpus;
+  int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0
+                 ? CPU_COUNT(&cpus)
+                 : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  c->oversub = nhost > ncpu;
+  if (c->t.spin < 0) c->t.spin = c->oversub ? 50 : 2000;
   if (rc < 0) {
     if (errmsg && errlen) snprintf(errmsg, errlen, "%s", c->errmsg);
     comm_destroy(c);

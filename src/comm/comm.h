@@ -37,15 +37,18 @@
     "bytes of each shared-memory ring (one per ordered pair on a host)")     \
   X(shm_chunk, "LOOM_COMM_SHM_CHUNK", 128 << 10,                             \
     "shm: publish/consume at most this much at once (pipelining grain)")     \
-  X(shm_slot, "LOOM_COMM_SHM_SLOT", 512 << 10,                               \
+  X(shm_slot, "LOOM_COMM_SHM_SLOT", 1 << 20,                                  \
     "bytes of each rank's two slots for the collectives that go through "    \
     "the shared segment when every rank is on one host; 0: none (the "       \
     "algorithms over the pairs serve such hosts too)")                       \
   X(shm_small_bytes, "LOOM_COMM_SHM_SMALL_BYTES", 32768,                     \
     "one-host allreduce: up to this size every rank reduces the whole "      \
     "vector (one synchronization); above, each its 1/n slice (two)")         \
-  X(tcp_sockbuf, "LOOM_COMM_TCP_SOCKBUF", 4 << 20,                           \
-    "SO_SNDBUF/SO_RCVBUF of peer sockets")                                   \
+  X(tcp_sockbuf, "LOOM_COMM_TCP_SOCKBUF", -1,                                \
+    "SO_SNDBUF/SO_RCVBUF of peer sockets; 0: the kernel's autotuning; -1: " \
+    "256 KiB to a peer on this host (loopback bytes never leave memory: "   \
+    "small buffers keep them in cache; 4 MiB doubled the time of 16 MiB), " \
+    "autotuning to other hosts")                                             \
   X(tcp_stage, "LOOM_COMM_TCP_STAGE", 256 << 10,                             \
     "TCP: receive buffer for pieces that are reduced, not copied")
 
@@ -74,6 +77,7 @@ struct comm {
   comm_pair *pairs; /* [world]; pairs[rank] has no transport */
   void *shm, *tcp;  /* the transports' per-communicator state */
   struct comm_tunables t;
+  int oversub; /* more ranks on this host than CPUs to run them */
   int err; /* first error; the communicator is poisoned once set */
   char errmsg[256];
   uint64_t deadline_ns, next_check_ns;

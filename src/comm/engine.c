@@ -113,6 +113,12 @@ static int engine_check(comm_t *c, int full,
 static int engine_wait(comm_t *c, struct comm_waitset *ws, uint32_t token,
                        unsigned *idle) {
   unsigned n = (*idle)++;
+  /* Only sockets to wait on and more ranks than CPUs: the kernel wakes the
+   * poll as soon as bytes come, and spinning or yielding would only take
+   * the CPU from the rank that sends them (measured: 10-15% at 4 ranks on
+   * 2 cores over TCP). */
+  if (c->oversub && ws->nfds > 0 && !ws->bell)
+    n = (unsigned)(c->t.spin + c->t.yield);
   if (n < (unsigned)c->t.spin) {
     cpu_relax();
     return 0;

@@ -509,10 +509,24 @@ static int shm_wait_arrive(comm_t *c, struct shm_dev *d, int li, uint64_t k) {
   return comm__wait_counter(c, &d->ctl[li].arrive, k + 1, d->ranks[li]);
 }
 
-int comm__shm_barrier(comm_t *c) {
-  struct shm_dev *d = c->shm;
-  uint64_t k = d->round++;
-  shm_publish(d, &d->ctl[d->me].arrive, k + 1);
+
+/* dst = x[0] op x[1] op ... op x[n-1] (n >= 2) over cnt elements, in rank
+ * order, a block at a time so that dst stays in the L1 cache between the
+ * passes. dst may be x[0] but must not otherwise overlap. */
+#define SHM_REDUCE_BLOCK 8192
+static void shm_reduce_n(loom_dtype dt, loom_op op, char *dst,
+                         const char *const *x, int n, size_t cnt) {
+  size_t es = comm_dtype_size(dt), per = SHM_REDUCE_BLOCK / es;
+  for (size_t at = 0; at < cnt; at += per) {
+    size_t m = cnt - at < per ? cnt - at : per, off = at * es;
+    comm_reduce(dt, op, dst + off, x[0] + off, x[1] + off, m);
+    for (int i = 2; i < n; i++)
+      comm_reduce(dt, op, dst + off, dst + off, x[i] + off, m);
+  }
+}
+
+/* Waits until every peer has arrived at round k. */
+static int shm_wait_all(comm_t *c, struct shm_dev *d, uint64_t k) {
   for (int i = 1; i < d->nlocal; i++) {
     int rc = shm_wait_arrive(c, d, (d->me + i) % d->nlocal, k);
     if (rc < 0) return rc;
@@ -520,21 +534,27 @@ int comm__shm_barrier(comm_t *c) {
   return 0;
 }
 
+int comm__shm_barrier(comm_t *c) {
+  struct shm_dev *d = c->shm;
+  uint64_t k = d->round++;
+  shm_publish(d, &d->ctl[d->me].arrive, k + 1);
+  return shm_wait_all(c, d, k);
+}
+
 /* Small: every rank reduces every slot, in rank order. */
 static int shm_allreduce_all(comm_t *c, struct shm_dev *d, const void *send,
                              void *recv, size_t count, loom_dtype dt,
                              loom_op op) {
   size_t bytes = count * comm_dtype_size(dt);
+  const char **x = comm__scratch(c, (size_t)d->nlocal * sizeof *x);
+  if (!x) return comm__fail(c, LOOM_ENOMEM, "out of memory");
   uint64_t k = d->round++;
   memcpy(shm_slot_at(d, k, d->me), send, bytes);
   shm_publish(d, &d->ctl[d->me].arrive, k + 1);
-  int rc;
-  for (int i = 0; i < d->nlocal; i++) {
-    if (i != d->me && (rc = shm_wait_arrive(c, d, i, k)) < 0) return rc;
-    const char *x = shm_slot_at(d, k, i);
-    if (i == 1) comm_reduce(dt, op, recv, shm_slot_at(d, k, 0), x, count);
-    else if (i > 1) comm_reduce(dt, op, recv, recv, x, count);
-  }
+  int rc = shm_wait_all(c, d, k);
+  if (rc < 0) return rc;
+  for (int i = 0; i < d->nlocal; i++) x[i] = shm_slot_at(d, k, i);
+  shm_reduce_n(dt, op, recv, x, d->nlocal, count);
   if (op == LOOM_AVG) comm_scale(dt, recv, count, d->nlocal);
   return 0;
 }
@@ -545,6 +565,8 @@ static int shm_allreduce_slices(comm_t *c, struct shm_dev *d,
                                 loom_dtype dt, loom_op op) {
   size_t es = comm_dtype_size(dt), per = d->slot_size / es;
   int n = d->nlocal, me = d->me, rc;
+  const char **x = comm__scratch(c, (size_t)n * sizeof *x);
+  if (!x) return comm__fail(c, LOOM_ENOMEM, "out of memory");
   for (size_t at = 0; at < count; at += per) {
     size_t cnt = count - at < per ? count - at : per;
     const char *in = send + at * es;
@@ -558,13 +580,10 @@ static int shm_allreduce_slices(comm_t *c, struct shm_dev *d,
     memcpy(mine + so + sl, in + so + sl, cnt * es - so - sl);
     shm_publish(d, &d->ctl[me].arrive, k + 1);
     /* Reduce my slice of every slot into mine, in rank order. */
-    for (int i = 0; i < n; i++) {
-      if (i != me && (rc = shm_wait_arrive(c, d, i, k)) < 0) return rc;
-      const char *x = i == me ? in + so : shm_slot_at(d, k, i) + so;
-      const char *x0 = me == 0 ? in + so : shm_slot_at(d, k, 0) + so;
-      if (i == 1) comm_reduce(dt, op, mine + so, x0, x, sl / es);
-      else if (i > 1) comm_reduce(dt, op, mine + so, mine + so, x, sl / es);
-    }
+    if ((rc = shm_wait_all(c, d, k)) < 0) return rc;
+    for (int i = 0; i < n; i++)
+      x[i] = i == me ? in + so : shm_slot_at(d, k, i) + so;
+    shm_reduce_n(dt, op, mine + so, x, n, sl / es);
     if (op == LOOM_AVG) comm_scale(dt, mine + so, sl / es, n);
     shm_publish(d, &d->ctl[me].reduced, k + 1);
     memcpy(out + so, mine + so, sl);

@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -55,10 +56,18 @@ struct tcp_dev {
   int n;
 };
 
-static int tcp_tune(int fd, long bufsz) {
-  int one = 1, b = (int)bufsz;
+#define TCP_LOCAL_SOCKBUF (256 << 10)
+
+/* Socket options for a link to peer (-1: the listener, peer unknown). */
+static int tcp_tune(comm_t *c, int fd, int peer) {
+  int one = 1;
+  long want = c->t.tcp_sockbuf;
+  if (want < 0) /* auto: small to this host, the kernel's choice beyond */
+    want = peer >= 0 && strcmp(c->hosts[peer], c->host) == 0
+               ? TCP_LOCAL_SOCKBUF : 0;
+  int b = want > INT_MAX / 2 ? INT_MAX / 2 : (int)want;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (b > 0) { /* 0: leave the sizes to the kernel's autotuning */
+  if (b > 0) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
   }
@@ -196,7 +205,7 @@ static int tcp_connect_to(comm_t *c, int peer, int *out) {
   for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
     fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
     if (fd < 0) continue;
-    tcp_tune(fd, c->t.tcp_sockbuf);
+    tcp_tune(c, fd, peer);
     int r = connect(fd, a->ai_addr, a->ai_addrlen);
     if (r < 0 && errno == EINPROGRESS) {
       struct pollfd pf = {.fd = fd, .events = POLLOUT};
@@ -258,7 +267,7 @@ static int tcp_setup(comm_t *c, const int *peers, int n) {
     return comm__fail(c, LOOM_EIO, "rank %d: cannot open a TCP listener: %s",
                       c->rank, strerror(errno));
   d->lfd = fd;
-  tcp_tune(fd, c->t.tcp_sockbuf);
+  tcp_tune(c, fd, -1);
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
   if (listen(fd, n + 16) < 0 ||
@@ -308,7 +317,7 @@ static int tcp_setup(comm_t *c, const int *peers, int n) {
   d->lfd = -1;
   for (int i = 0; i < n; i++) {
     struct tcp_link *lk = &d->links[peers[i]];
-    tcp_tune(lk->fd, c->t.tcp_sockbuf);
+    tcp_tune(c, lk->fd, peers[i]);
     c->pairs[peers[i]].tp = &comm__tcp_transport;
     c->pairs[peers[i]].peer = peers[i];
     c->pairs[peers[i]].impl = lk;
