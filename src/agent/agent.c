@@ -6,6 +6,7 @@
  * processes, their output pipes, signals and timers. */
 #include "agent/agent.h"
 #include "wire/wire.h"
+#include "wire/wire_uv.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -76,35 +77,12 @@ static void agent_log(const char *fmt, ...) {
 }
 
 /* ---- sending ---------------------------------------------------------- */
-typedef struct {
-  uv_write_t req;
-  unsigned char *buf;
-} wreq;
-
-static void wrote(uv_write_t *req, int status) {
-  wreq *w = (wreq *)req;
-  free(w->buf);
-  free(w);
-}
-
 static void send_msg(agent *a, uint16_t type, json_t *j, const void *blob, size_t len) {
   if (!a->conn_open) {
     json_decref(j);
     return;
   }
-  wreq *w = calloc(1, sizeof *w);
-  size_t n;
-  int rc = w ? wire_encode(type, j, blob, len, &w->buf, &n) : LOOM_ENOMEM;
-  json_decref(j);
-  if (rc < 0) {
-    free(w);
-    return;
-  }
-  uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)n);
-  if (uv_write(&w->req, (uv_stream_t *)&a->conn, &b, 1, wrote) < 0) {
-    free(w->buf);
-    free(w);
-  }
+  wire_uv_send((uv_stream_t *)&a->conn, type, j, blob, len);
 }
 
 /* ---- ending -------------------------------------------------------------- */

@@ -13,6 +13,7 @@
 #include "feed/dispatch.h"
 #include "http/http.h"
 #include "wire/wire.h"
+#include "wire/wire_uv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -296,39 +297,19 @@ typedef struct {
   unsigned char *buf;
 } shared_frame;
 
-typedef struct {
-  uv_write_t req;
-  unsigned char *buf;
-  shared_frame *shared;
-} wreq;
-
-static void shared_put(shared_frame *sf) {
+/* Drops one reference to a shared_frame (a wire_uv_release). */
+static void shared_put(void *p) {
+  shared_frame *sf = p;
   if (sf && --sf->refs == 0) {
     free(sf->buf);
     free(sf);
   }
 }
 
-static void wrote(uv_write_t *req, int status) {
-  wreq *w = (wreq *)req;
-  free(w->buf);
-  shared_put(w->shared);
-  free(w);
-}
-
 static int conn_send_shared(conn *c, shared_frame *sf) {
   if (!c || c->closing) return LOOM_ECONN;
-  wreq *w = calloc(1, sizeof *w);
-  if (!w) return LOOM_ENOMEM;
-  w->shared = sf;
   sf->refs++;
-  uv_buf_t b = uv_buf_init((char *)sf->buf, (unsigned)sf->len);
-  if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, wrote) < 0) {
-    shared_put(sf);
-    free(w);
-    return LOOM_ECONN;
-  }
-  return 0;
+  return wire_uv_write((uv_stream_t *)&c->tcp, sf->buf, sf->len, shared_put, sf);
 }
 
 static int conn_send(conn *c, uint16_t type, json_t *json, const void *blob, size_t len) {
@@ -336,22 +317,7 @@ static int conn_send(conn *c, uint16_t type, json_t *json, const void *blob, siz
     json_decref(json);
     return LOOM_ECONN;
   }
-  wreq *w = calloc(1, sizeof *w);
-  size_t n;
-  int rc = w ? wire_encode(type, json, blob, len, &w->buf, &n) : LOOM_ENOMEM;
-  json_decref(json);
-  if (rc < 0) {
-    free(w);
-    return rc;
-  }
-  uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)n);
-  rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, wrote);
-  if (rc < 0) {
-    free(w->buf);
-    free(w);
-    return LOOM_ECONN;
-  }
-  return 0;
+  return wire_uv_send((uv_stream_t *)&c->tcp, type, json, blob, len);
 }
 
 static void conn_handle_closed(uv_handle_t *h) {

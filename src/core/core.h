@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define LOOM__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define LOOM__PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -29,6 +30,10 @@ void loom__log(int level, const char *subsys, const char *fmt, ...)
 uint64_t loom__now_ms(void);       /* monotonic */
 uint64_t loom__now_ns(void);       /* monotonic */
 double loom__wall(void);           /* seconds since the epoch */
+/* ms milliseconds from now on clock clk: the absolute deadline that
+ * pthread_cond_timedwait wants (CLOCK_REALTIME, or the clock the condition
+ * variable was made with). */
+struct timespec loom__deadline(clockid_t clk, uint64_t ms);
 /* "2026-11-22T13:36:01.123Z" into buf (at least 32 bytes). */
 void loom__wall_iso(double t, char *buf, size_t len);
 

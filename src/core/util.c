@@ -77,6 +77,17 @@ uint64_t loom__now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 uint64_t loom__now_ms(void) { return loom__now_ns() / 1000000ull; }
+struct timespec loom__deadline(clockid_t clk, uint64_t ms) {
+  struct timespec ts;
+  clock_gettime(clk, &ts);
+  ts.tv_sec += (time_t)(ms / 1000);
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
 double loom__wall(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);

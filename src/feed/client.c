@@ -115,14 +115,7 @@ struct loom_feed {
 
 /* ---- time and waiting --------------------------------------------------- */
 static void wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += (time_t)(ms / 1000);
-  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
+  struct timespec ts = loom__deadline(CLOCK_REALTIME, ms);
   pthread_cond_timedwait(cv, mu, &ts);
 }
 

@@ -4,57 +4,121 @@
  * second with relative URLs, so it works at "/" and at "/job/<id>/") and
  * the `loom ui` index of jobs. The scripts only ever set textContent, never
  * HTML, so nothing a task logs or names can run in the page. The
- * Content-Security-Policy allows exactly these scripts, by their hashes. */
+ * Content-Security-Policy allows exactly these scripts, by their hashes.
+ *
+ * What both pages share (head, stylesheet, the script's helpers, end)
+ * is written once, as macros that the compiler joins into each page's
+ * string: each page stays one constant, and http__csp() hashes the bytes
+ * that are served, so the policy cannot drift from the scripts. */
 #include "http/http_int.h"
 
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
 
-const char http__job_page[] =
-    "<!doctype html>\n"
-    "<html lang=\"en\">\n"
-    "<head>\n"
-    "<meta charset=\"utf-8\">\n"
-    "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+/* The head of both pages, up to their titles. */
+#define PAGE_HEAD \
+    "<!doctype html>\n" \
+    "<html lang=\"en\">\n" \
+    "<head>\n" \
+    "<meta charset=\"utf-8\">\n" \
+    "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n" \
     "<link rel=\"icon\" href=\"data:,\">\n"
-    "<title>loom</title>\n"
-    "<style>\n"
-    ":root{--bg:#f6f7f9;--fg:#1d2330;--mut:#6a7386;--line:#dfe3ea;--card:#fff;--acc:#2f6fde}\n"
-    "*{box-sizing:border-box}\n"
-    "body{margin:0;font:14px/1.4 system-ui,-apple-system,\"Segoe UI\",Roboto,sans-serif;background:var(--bg);color:var(--fg)}\n"
-    "header{display:flex;gap:12px;align-items:baseline;flex-wrap:wrap;padding:12px 20px;background:#1d2330;color:#fff}\n"
-    "header h1{font-size:18px;margin:0;font-weight:600}\n"
-    "header a{color:#9cc0ff}\n"
-    "#meta,#conn{color:#b9c1d0;font-size:13px}\n"
-    "#conn.bad{color:#ffb4a8}\n"
-    "main{padding:14px 20px;display:grid;gap:14px}\n"
-    "section{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 14px}\n"
-    "h2{font-size:15px;margin:2px 0 8px;font-weight:600}\n"
-    "table{border-collapse:collapse;width:100%}\n"
-    "th,td{text-align:left;padding:4px 8px;border-bottom:1px solid var(--line);white-space:nowrap;font-variant-numeric:tabular-nums}\n"
-    "th{color:var(--mut);font-weight:500;font-size:12px}\n"
-    "td.wrap{white-space:normal;max-width:420px;word-break:break-word}\n"
-    ".badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;background:#e4e7ee;color:#333}\n"
-    ".s-running{background:#d9f2e3;color:#11643a}.s-succeeded{background:#dbe8ff;color:#1c4aa0}\n"
-    ".s-failed,.s-lost{background:#ffdcd7;color:#9b1c0c}.s-killed,.s-stopped{background:#e9e9e9;color:#555}\n"
-    ".s-pending,.s-starting,.s-launched,.s-registered,.s-waiting,.s-rendezvous{background:#fff1c9;color:#7a5600}\n"
-    "#charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:12px}\n"
-    ".chart{border:1px solid var(--line);border-radius:6px;padding:6px 8px}\n"
-    ".chart h3{margin:0 0 2px;font-size:13px;font-weight:600}\n"
-    ".chart svg{width:100%;height:auto;display:block}\n"
-    ".chart .axis{stroke:#b8bfcc;stroke-width:1}.chart .grid{stroke:#eef0f4;stroke-width:1}\n"
-    ".chart text{font-size:10px;fill:#6a7386}\n"
-    ".legend{display:flex;gap:10px;flex-wrap:wrap;font-size:12px;color:var(--mut)}\n"
-    ".legend i{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:4px;vertical-align:-1px}\n"
-    ".two{display:grid;grid-template-columns:1fr 1fr;gap:14px;background:none;border:0;padding:0}\n"
-    ".two>div{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 14px;min-width:0}\n"
-    "pre#logs{margin:0;height:300px;overflow:auto;background:#12161f;color:#d7dde8;padding:8px;border-radius:6px;font:12px/1.35 ui-monospace,Menlo,Consolas,monospace;white-space:pre-wrap;word-break:break-all}\n"
-    "#events-wrap{height:300px;overflow:auto}\n"
-    ".empty{color:var(--mut)}\n"
-    "#root{color:#9b1c0c}\n"
-    "@media(max-width:900px){.two{grid-template-columns:1fr}}\n"
+
+/* The one stylesheet, the job page's; the index uses its header, tables
+ * and badges. */
+#define PAGE_STYLE \
+    "<style>\n" \
+    ":root{--bg:#f6f7f9;--fg:#1d2330;--mut:#6a7386;--line:#dfe3ea;--card:#fff;--acc:#2f6fde}\n" \
+    "*{box-sizing:border-box}\n" \
+    "body{margin:0;font:14px/1.4 system-ui,-apple-system,\"Segoe UI\",Roboto,sans-serif;background:var(--bg);color:var(--fg)}\n" \
+    "header{display:flex;gap:12px;align-items:baseline;flex-wrap:wrap;padding:12px 20px;background:#1d2330;color:#fff}\n" \
+    "header h1{font-size:18px;margin:0;font-weight:600}\n" \
+    "header a{color:#9cc0ff}\n" \
+    "#meta,#conn{color:#b9c1d0;font-size:13px}\n" \
+    "#conn.bad{color:#ffb4a8}\n" \
+    "main{padding:14px 20px;display:grid;gap:14px}\n" \
+    "section{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 14px}\n" \
+    "h2{font-size:15px;margin:2px 0 8px;font-weight:600}\n" \
+    "table{border-collapse:collapse;width:100%}\n" \
+    "th,td{text-align:left;padding:4px 8px;border-bottom:1px solid var(--line);white-space:nowrap;font-variant-numeric:tabular-nums}\n" \
+    "th{color:var(--mut);font-weight:500;font-size:12px}\n" \
+    "td.wrap{white-space:normal;max-width:420px;word-break:break-word}\n" \
+    ".badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;background:#e4e7ee;color:#333}\n" \
+    ".s-running{background:#d9f2e3;color:#11643a}.s-succeeded{background:#dbe8ff;color:#1c4aa0}\n" \
+    ".s-failed,.s-lost{background:#ffdcd7;color:#9b1c0c}.s-killed,.s-stopped{background:#e9e9e9;color:#555}\n" \
+    ".s-pending,.s-starting,.s-launched,.s-registered,.s-waiting,.s-rendezvous{background:#fff1c9;color:#7a5600}\n" \
+    "#charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:12px}\n" \
+    ".chart{border:1px solid var(--line);border-radius:6px;padding:6px 8px}\n" \
+    ".chart h3{margin:0 0 2px;font-size:13px;font-weight:600}\n" \
+    ".chart svg{width:100%;height:auto;display:block}\n" \
+    ".chart .axis{stroke:#b8bfcc;stroke-width:1}.chart .grid{stroke:#eef0f4;stroke-width:1}\n" \
+    ".chart text{font-size:10px;fill:#6a7386}\n" \
+    ".legend{display:flex;gap:10px;flex-wrap:wrap;font-size:12px;color:var(--mut)}\n" \
+    ".legend i{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:4px;vertical-align:-1px}\n" \
+    ".two{display:grid;grid-template-columns:1fr 1fr;gap:14px;background:none;border:0;padding:0}\n" \
+    ".two>div{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 14px;min-width:0}\n" \
+    "pre#logs{margin:0;height:300px;overflow:auto;background:#12161f;color:#d7dde8;padding:8px;border-radius:6px;font:12px/1.35 ui-monospace,Menlo,Consolas,monospace;white-space:pre-wrap;word-break:break-all}\n" \
+    "#events-wrap{height:300px;overflow:auto}\n" \
+    ".empty{color:var(--mut)}\n" \
+    "#root{color:#9b1c0c}\n" \
+    "@media(max-width:900px){.two{grid-template-columns:1fr}}\n" \
     "</style>\n"
+
+/* What both scripts open with: URLs that carry the token, fetch, and the
+ * DOM and time helpers. */
+#define PAGE_SCRIPT_HELPERS \
+    "\"use strict\";\n" \
+    "const TOK = new URLSearchParams(location.search).get(\"token\");\n" \
+    "function url(p) { return TOK ? p + (p.indexOf(\"?\") < 0 ? \"?\" : \"&\") + \"token=\" + encodeURIComponent(TOK) : p; }\n" \
+    "async function get(p) {\n" \
+    "  const r = await fetch(url(p), {cache: \"no-store\", credentials: \"same-origin\"});\n" \
+    "  if (!r.ok) {\n" \
+    "    let m = r.status + \" \" + r.statusText;\n" \
+    "    try { m = (await r.json()).error || m; } catch (e) {}\n" \
+    "    throw new Error(m);\n" \
+    "  }\n" \
+    "  return r.json();\n" \
+    "}\n" \
+    "function el(tag, attrs, text) {\n" \
+    "  const e = document.createElement(tag);\n" \
+    "  for (const k in attrs || {}) e.setAttribute(k, attrs[k]);\n" \
+    "  if (text !== undefined && text !== null) e.textContent = String(text);\n" \
+    "  return e;\n" \
+    "}\n" \
+    "function badge(s) { return el(\"span\", {class: \"badge s-\" + String(s).replace(/[^a-z_-]/g, \"\")}, s); }\n" \
+    "function dur(s) {\n" \
+    "  if (!(s >= 0)) return \"\";\n" \
+    "  s = Math.floor(s);\n" \
+    "  const h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60, x = s % 60;\n" \
+    "  return h ? h + \"h\" + String(m).padStart(2, \"0\") + \"m\" : m ? m + \"m\" + String(x).padStart(2, \"0\") + \"s\" : x + \"s\";\n" \
+    "}\n" \
+    "function when(t) {\n" \
+    "  if (!t) return \"\";\n" \
+    "  const d = new Date(t * 1000);\n" \
+    "  return d.toLocaleDateString() + \" \" + d.toLocaleTimeString();\n" \
+    "}\n" \
+    "function clock(t) {\n" \
+    "  const d = new Date(t * 1000);\n" \
+    "  return d.toTimeString().slice(0, 8) + \".\" + String(d.getMilliseconds()).padStart(3, \"0\");\n" \
+    "}\n" \
+    "function setConn(ok, msg) {\n" \
+    "  const c = document.getElementById(\"conn\");\n" \
+    "  c.className = ok ? \"\" : \"bad\";\n" \
+    "  c.textContent = msg;\n" \
+    "}\n"
+
+/* The end of both pages, from the end of their scripts. */
+#define PAGE_END \
+    "</script>\n" \
+    "</body>\n" \
+    "</html>\n" \
+    "\n"
+
+const char http__job_page[] =
+    PAGE_HEAD
+    "<title>loom</title>\n"
+    PAGE_STYLE
     "</head>\n"
     "<body>\n"
     "<header><a id=\"back\" hidden>all jobs</a><h1 id=\"title\">loom</h1><span id=\"state\"></span><span id=\"meta\"></span><span id=\"conn\">loading…</span></header>\n"
@@ -70,45 +134,7 @@ const char http__job_page[] =
     "</div>\n"
     "</main>\n"
     "<script>\n"
-    "\"use strict\";\n"
-    "const TOK = new URLSearchParams(location.search).get(\"token\");\n"
-    "function url(p) { return TOK ? p + (p.indexOf(\"?\") < 0 ? \"?\" : \"&\") + \"token=\" + encodeURIComponent(TOK) : p; }\n"
-    "async function get(p) {\n"
-    "  const r = await fetch(url(p), {cache: \"no-store\", credentials: \"same-origin\"});\n"
-    "  if (!r.ok) {\n"
-    "    let m = r.status + \" \" + r.statusText;\n"
-    "    try { m = (await r.json()).error || m; } catch (e) {}\n"
-    "    throw new Error(m);\n"
-    "  }\n"
-    "  return r.json();\n"
-    "}\n"
-    "function el(tag, attrs, text) {\n"
-    "  const e = document.createElement(tag);\n"
-    "  for (const k in attrs || {}) e.setAttribute(k, attrs[k]);\n"
-    "  if (text !== undefined && text !== null) e.textContent = String(text);\n"
-    "  return e;\n"
-    "}\n"
-    "function badge(s) { return el(\"span\", {class: \"badge s-\" + String(s).replace(/[^a-z_-]/g, \"\")}, s); }\n"
-    "function dur(s) {\n"
-    "  if (!(s >= 0)) return \"\";\n"
-    "  s = Math.floor(s);\n"
-    "  const h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60, x = s % 60;\n"
-    "  return h ? h + \"h\" + String(m).padStart(2, \"0\") + \"m\" : m ? m + \"m\" + String(x).padStart(2, \"0\") + \"s\" : x + \"s\";\n"
-    "}\n"
-    "function when(t) {\n"
-    "  if (!t) return \"\";\n"
-    "  const d = new Date(t * 1000);\n"
-    "  return d.toLocaleDateString() + \" \" + d.toLocaleTimeString();\n"
-    "}\n"
-    "function clock(t) {\n"
-    "  const d = new Date(t * 1000);\n"
-    "  return d.toTimeString().slice(0, 8) + \".\" + String(d.getMilliseconds()).padStart(3, \"0\");\n"
-    "}\n"
-    "function setConn(ok, msg) {\n"
-    "  const c = document.getElementById(\"conn\");\n"
-    "  c.className = ok ? \"\" : \"bad\";\n"
-    "  c.textContent = msg;\n"
-    "}\n"
+    PAGE_SCRIPT_HELPERS
     "const COLORS = [\"#2f6fde\", \"#e4572e\", \"#29a36a\", \"#a23bd6\", \"#f0a202\", \"#1bb6c1\", \"#d6336c\", \"#6b7a8f\",\n"
     "                \"#8c5a2b\", \"#5c7cfa\"];\n"
     "const taskColor = {};\n"
@@ -383,55 +409,12 @@ const char http__job_page[] =
     "  a.hidden = false;\n"
     "}\n"
     "tick();\n"
-    "</script>\n"
-    "</body>\n"
-    "</html>\n"
-    "\n";
+    PAGE_END;
 
 const char http__index_page[] =
-    "<!doctype html>\n"
-    "<html lang=\"en\">\n"
-    "<head>\n"
-    "<meta charset=\"utf-8\">\n"
-    "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-    "<link rel=\"icon\" href=\"data:,\">\n"
+    PAGE_HEAD
     "<title>loom jobs</title>\n"
-    "<style>\n"
-    ":root{--bg:#f6f7f9;--fg:#1d2330;--mut:#6a7386;--line:#dfe3ea;--card:#fff;--acc:#2f6fde}\n"
-    "*{box-sizing:border-box}\n"
-    "body{margin:0;font:14px/1.4 system-ui,-apple-system,\"Segoe UI\",Roboto,sans-serif;background:var(--bg);color:var(--fg)}\n"
-    "header{display:flex;gap:12px;align-items:baseline;flex-wrap:wrap;padding:12px 20px;background:#1d2330;color:#fff}\n"
-    "header h1{font-size:18px;margin:0;font-weight:600}\n"
-    "header a{color:#9cc0ff}\n"
-    "#meta,#conn{color:#b9c1d0;font-size:13px}\n"
-    "#conn.bad{color:#ffb4a8}\n"
-    "main{padding:14px 20px;display:grid;gap:14px}\n"
-    "section{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 14px}\n"
-    "h2{font-size:15px;margin:2px 0 8px;font-weight:600}\n"
-    "table{border-collapse:collapse;width:100%}\n"
-    "th,td{text-align:left;padding:4px 8px;border-bottom:1px solid var(--line);white-space:nowrap;font-variant-numeric:tabular-nums}\n"
-    "th{color:var(--mut);font-weight:500;font-size:12px}\n"
-    "td.wrap{white-space:normal;max-width:420px;word-break:break-word}\n"
-    ".badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;background:#e4e7ee;color:#333}\n"
-    ".s-running{background:#d9f2e3;color:#11643a}.s-succeeded{background:#dbe8ff;color:#1c4aa0}\n"
-    ".s-failed,.s-lost{background:#ffdcd7;color:#9b1c0c}.s-killed,.s-stopped{background:#e9e9e9;color:#555}\n"
-    ".s-pending,.s-starting,.s-launched,.s-registered,.s-waiting,.s-rendezvous{background:#fff1c9;color:#7a5600}\n"
-    "#charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:12px}\n"
-    ".chart{border:1px solid var(--line);border-radius:6px;padding:6px 8px}\n"
-    ".chart h3{margin:0 0 2px;font-size:13px;font-weight:600}\n"
-    ".chart svg{width:100%;height:auto;display:block}\n"
-    ".chart .axis{stroke:#b8bfcc;stroke-width:1}.chart .grid{stroke:#eef0f4;stroke-width:1}\n"
-    ".chart text{font-size:10px;fill:#6a7386}\n"
-    ".legend{display:flex;gap:10px;flex-wrap:wrap;font-size:12px;color:var(--mut)}\n"
-    ".legend i{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:4px;vertical-align:-1px}\n"
-    ".two{display:grid;grid-template-columns:1fr 1fr;gap:14px;background:none;border:0;padding:0}\n"
-    ".two>div{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 14px;min-width:0}\n"
-    "pre#logs{margin:0;height:300px;overflow:auto;background:#12161f;color:#d7dde8;padding:8px;border-radius:6px;font:12px/1.35 ui-monospace,Menlo,Consolas,monospace;white-space:pre-wrap;word-break:break-all}\n"
-    "#events-wrap{height:300px;overflow:auto}\n"
-    ".empty{color:var(--mut)}\n"
-    "#root{color:#9b1c0c}\n"
-    "@media(max-width:900px){.two{grid-template-columns:1fr}}\n"
-    "</style>\n"
+    PAGE_STYLE
     "</head>\n"
     "<body>\n"
     "<header><h1>loom jobs</h1><span id=\"meta\"></span><span id=\"conn\">loading…</span></header>\n"
@@ -441,45 +424,7 @@ const char http__index_page[] =
     "</section>\n"
     "</main>\n"
     "<script>\n"
-    "\"use strict\";\n"
-    "const TOK = new URLSearchParams(location.search).get(\"token\");\n"
-    "function url(p) { return TOK ? p + (p.indexOf(\"?\") < 0 ? \"?\" : \"&\") + \"token=\" + encodeURIComponent(TOK) : p; }\n"
-    "async function get(p) {\n"
-    "  const r = await fetch(url(p), {cache: \"no-store\", credentials: \"same-origin\"});\n"
-    "  if (!r.ok) {\n"
-    "    let m = r.status + \" \" + r.statusText;\n"
-    "    try { m = (await r.json()).error || m; } catch (e) {}\n"
-    "    throw new Error(m);\n"
-    "  }\n"
-    "  return r.json();\n"
-    "}\n"
-    "function el(tag, attrs, text) {\n"
-    "  const e = document.createElement(tag);\n"
-    "  for (const k in attrs || {}) e.setAttribute(k, attrs[k]);\n"
-    "  if (text !== undefined && text !== null) e.textContent = String(text);\n"
-    "  return e;\n"
-    "}\n"
-    "function badge(s) { return el(\"span\", {class: \"badge s-\" + String(s).replace(/[^a-z_-]/g, \"\")}, s); }\n"
-    "function dur(s) {\n"
-    "  if (!(s >= 0)) return \"\";\n"
-    "  s = Math.floor(s);\n"
-    "  const h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60, x = s % 60;\n"
-    "  return h ? h + \"h\" + String(m).padStart(2, \"0\") + \"m\" : m ? m + \"m\" + String(x).padStart(2, \"0\") + \"s\" : x + \"s\";\n"
-    "}\n"
-    "function when(t) {\n"
-    "  if (!t) return \"\";\n"
-    "  const d = new Date(t * 1000);\n"
-    "  return d.toLocaleDateString() + \" \" + d.toLocaleTimeString();\n"
-    "}\n"
-    "function clock(t) {\n"
-    "  const d = new Date(t * 1000);\n"
-    "  return d.toTimeString().slice(0, 8) + \".\" + String(d.getMilliseconds()).padStart(3, \"0\");\n"
-    "}\n"
-    "function setConn(ok, msg) {\n"
-    "  const c = document.getElementById(\"conn\");\n"
-    "  c.className = ok ? \"\" : \"bad\";\n"
-    "  c.textContent = msg;\n"
-    "}\n"
+    PAGE_SCRIPT_HELPERS
     "async function tick() {\n"
     "  let next = 3000;\n"
     "  try {\n"
@@ -518,10 +463,7 @@ const char http__index_page[] =
     "  setTimeout(tick, next);\n"
     "}\n"
     "tick();\n"
-    "</script>\n"
-    "</body>\n"
-    "</html>\n"
-    "\n";
+    PAGE_END;
 
 /* "'sha256-<base64>'" of the inline script in page. */
 static void script_hash(const char *page, char *out, size_t outlen) {

@@ -271,14 +271,7 @@ static int lib_call(loom_t *l, uint16_t type, json_t *req, const void *blob,
     }
     uint64_t left = deadline == UINT64_MAX ? 1000 : deadline - now;
     if (left > 1000) left = 1000;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(left / 1000);
-    ts.tv_nsec += (long)(left % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = loom__deadline(CLOCK_REALTIME, left);
     pthread_cond_timedwait(&l->cv, &l->mu, &ts);
   }
   if (rc == 0 && !p->done) rc = l->aborted;

@@ -56,13 +56,19 @@ struct loom_ps {
   size_t arena_cap;
 };
 
+/* Sets the handle's (and the loom handle's) detail text. */
+static void ps_vsay(loom_ps_t *ps, int code, const char *fmt, va_list ap) LOOM__PRINTF(3, 0);
+static void ps_vsay(loom_ps_t *ps, int code, const char *fmt, va_list ap) {
+  vsnprintf(ps->errmsg, sizeof ps->errmsg, fmt, ap);
+  if (ps->l) loom__fail(ps->l, code, "%s", ps->errmsg);
+}
+
 static int ps_fail(loom_ps_t *ps, int code, const char *fmt, ...) LOOM__PRINTF(3, 4);
 static int ps_fail(loom_ps_t *ps, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(ps->errmsg, sizeof ps->errmsg, fmt, ap);
+  ps_vsay(ps, code, fmt, ap);
   va_end(ap);
-  if (ps->l) loom__fail(ps->l, code, "%s", ps->errmsg);
   return code;
 }
 
@@ -71,9 +77,8 @@ static int ps_die(loom_ps_t *ps, int code, const char *fmt, ...) LOOM__PRINTF(3,
 static int ps_die(loom_ps_t *ps, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(ps->errmsg, sizeof ps->errmsg, fmt, ap);
+  ps_vsay(ps, code, fmt, ap);
   va_end(ap);
-  if (ps->l) loom__fail(ps->l, code, "%s", ps->errmsg);
   ps->dead = code;
   return code;
 }

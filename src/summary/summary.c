@@ -88,14 +88,7 @@ static void *sum_flusher(void *arg) {
   loom_summary_t *s = arg;
   pthread_mutex_lock(&s->mu);
   while (!s->closing) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += SUMMARY_FLUSH_MS / 1000;
-    ts.tv_nsec += (long)(SUMMARY_FLUSH_MS % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = loom__deadline(CLOCK_MONOTONIC, SUMMARY_FLUSH_MS);
     int rc = 0;
     while (!s->closing && rc != ETIMEDOUT)
       rc = pthread_cond_timedwait(&s->cv, &s->mu, &ts);
