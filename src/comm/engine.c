@@ -101,11 +101,17 @@ static int engine_check(comm_t *c, int full,
                       "than %lld): call loom_comm_reform()",
                       c->rank, (long long)__atomic_load_n(c->latest_gen, __ATOMIC_ACQUIRE),
                       (long long)c->gen);
-  if (comm__now_ns() >= c->deadline_ns)
+  if (comm__now_ns() >= c->deadline_ns) {
+    char who[64] = "";
+    size_t at = 0;
+    for (int i = 0; i < ws->npeers && at < sizeof who; i++)
+      at += (size_t)snprintf(who + at, sizeof who - at, "%s%d",
+                             i ? ", " : "", ws->peers[i]);
     return comm__fail(c, LOOM_ETIMEDOUT,
                       "rank %d: a collective did not finish within "
-                      "LOOM_COMM_TIMEOUT_MS=%ld ms",
-                      c->rank, c->t.timeout_ms);
+                      "LOOM_COMM_TIMEOUT_MS=%ld ms (waiting for rank %s)",
+                      c->rank, c->t.timeout_ms, who[0] ? who : "?");
+  }
   return 0;
 }
 

@@ -159,6 +159,12 @@ static void run_fail(void **state) {
     assert_int_equal(sh->rc2[r], sh->rc[r]);
     assert_true(sh->rc2_ns[r] < 10000000u);
   }
+  /* A timeout names the rank it waited for (the stopped one, or a rank
+   * stuck behind it). */
+  if (fc->what == STOP)
+    for (int r = 0; r < WORLD; r++)
+      if (r != VICTIM && sh->rc[r] == LOOM_ETIMEDOUT)
+        assert_non_null(strstr(sh->msg[r], "(waiting for rank "));
   if (fc->what == KILL)
     for (int r = 0; r < WORLD; r++)
       if (r != VICTIM && sh->rc[r] == LOOM_EPEER && fc->transport[0] == 'a')
