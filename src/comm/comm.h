@@ -40,10 +40,12 @@
   X(shm_slot, "LOOM_COMM_SHM_SLOT", 1 << 20,                                  \
     "bytes of each rank's two slots for the collectives that go through "    \
     "the shared segment when every rank is on one host; 0: none (the "       \
-    "algorithms over the pairs serve such hosts too)")                       \
+    "algorithms over the pairs serve such hosts too). The segment's "        \
+    "creator (the host's lowest rank) decides, for all")                     \
   X(shm_small_bytes, "LOOM_COMM_SHM_SMALL_BYTES", 32768,                     \
     "one-host allreduce: up to this size every rank reduces the whole "      \
-    "vector (one synchronization); above, each its 1/n slice (two)")         \
+    "vector (one synchronization); above, each its 1/n slice (two). The "    \
+    "segment's creator decides, for all")                                    \
   X(tcp_sockbuf, "LOOM_COMM_TCP_SOCKBUF", -1,                                \
     "SO_SNDBUF/SO_RCVBUF of peer sockets; 0: the kernel's autotuning; -1: " \
     "256 KiB to a peer on this host (loopback bytes never leave memory: "   \
@@ -51,6 +53,9 @@
     "autotuning to other hosts")                                             \
   X(tcp_stage, "LOOM_COMM_TCP_STAGE", 256 << 10,                             \
     "TCP: receive buffer for pieces that are reduced, not copied")
+
+/* The largest shm ring or slot: 1 GiB (bounds the segment layout). */
+#define COMM_SHM_MAX (1L << 30)
 
 struct comm_tunables {
 #define COMM__TUNABLE_FIELD(f, env, def, why) long f;
@@ -78,6 +83,8 @@ struct comm {
   void *shm, *tcp;  /* the transports' per-communicator state */
   struct comm_tunables t;
   int oversub; /* more ranks on this host than CPUs to run them */
+  int gone_seen; /* a waited-for peer was seen gone and nothing moved
+                    since: 1 the caller must look again, 2 it has */
   int err; /* first error; the communicator is poisoned once set */
   char errmsg[256];
   uint64_t deadline_ns, next_check_ns;

@@ -28,8 +28,11 @@ void comm_tunables_load(struct comm_tunables *t) {
   COMM_TUNABLES(COMM__TUNABLE_LOAD)
 #undef COMM__TUNABLE_LOAD
   if (t->check_ms < 1) t->check_ms = 1;
+  /* Bounded, so that the segment's layout cannot overflow. */
   if (t->shm_ring < 4096) t->shm_ring = 4096;
+  if (t->shm_ring > COMM_SHM_MAX) t->shm_ring = COMM_SHM_MAX;
   t->shm_ring &= ~4095L;
+  if (t->shm_slot > COMM_SHM_MAX) t->shm_slot = COMM_SHM_MAX;
   if (t->shm_chunk < 4096) t->shm_chunk = 4096;
   t->shm_chunk &= ~7L;
   if (t->tcp_stage < 4096) t->tcp_stage = 4096;
@@ -58,6 +61,7 @@ int comm__fail(comm_t *c, int code, const char *fmt, ...) {
 
 int comm__begin(comm_t *c) {
   if (c->err) return c->err;
+  c->gone_seen = 0;
   uint64_t now = comm__now_ns();
   c->deadline_ns = now + (uint64_t)c->t.timeout_ms * 1000000u;
   return 0;
@@ -130,10 +134,14 @@ static int engine_wait(comm_t *c, struct comm_waitset *ws, uint32_t token,
     return 0;
   }
   uint64_t now = comm__now_ns();
-  int full = now >= c->next_check_ns;
+  int full = now >= c->next_check_ns || c->gone_seen;
   if (full) c->next_check_ns = now + (uint64_t)c->t.check_ms * 1000000u;
   int rc = engine_check(c, full, ws);
   if (rc < 0) return rc;
+  if (c->gone_seen == 1) { /* a peer is gone: let the caller look again */
+    c->gone_seen = 2;
+    return 0;
+  }
   if (n < (unsigned)(c->t.spin + c->t.yield)) {
     sched_yield();
     return 0;
@@ -201,6 +209,7 @@ int comm__pipeline(comm_t *c, struct comm_stage *st, int n) {
     }
     if (moved) {
       idle = 0;
+      c->gone_seen = 0;
       continue;
     }
     if ((rc = engine_wait(c, &ws, token, &idle)) < 0) return rc;
@@ -212,7 +221,10 @@ int comm__wait_counter(comm_t *c, const _Atomic uint64_t *v, uint64_t target,
   unsigned idle = 0;
   for (;;) {
     uint32_t token = comm__shm_bell_token(c);
-    if (atomic_load_explicit(v, memory_order_acquire) >= target) return 0;
+    if (atomic_load_explicit(v, memory_order_acquire) >= target) {
+      c->gone_seen = 0;
+      return 0;
+    }
     struct comm_waitset ws;
     ws.nfds = 0;
     ws.bell = 1;

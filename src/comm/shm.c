@@ -37,7 +37,7 @@
 #include <unistd.h>
 #include <signal.h>
 
-#define SHM_MAGIC 0x316d68736d6f6f6cULL /* "loomshm1" */
+#define SHM_MAGIC 0x326d68736d6f6f6cULL /* "loomshm2" */
 #define SHM_HDR_BYTES 512
 #define SHM_RING_CTL 4096 /* ring control block, keeps data page-aligned */
 
@@ -169,7 +169,9 @@ static struct shm_ring *shm_ring_at(struct shm_dev *d, int from, int to) {
 }
 
 static int shm_create(comm_t *c, struct shm_dev *d, int *fd_out) {
-  uint64_t ring = 4096, slot = (uint64_t)c->t.shm_slot;
+  /* Slots only serve a communicator whose ranks are all on this host. */
+  uint64_t ring = 4096,
+           slot = d->nlocal == c->world ? (uint64_t)c->t.shm_slot : 0;
   while (ring * 2 <= (uint64_t)c->t.shm_ring) ring *= 2;
   size_t rings_at, ctl_at,
       total = shm_layout((uint32_t)d->nlocal, ring, slot, &rings_at, &ctl_at);
@@ -191,7 +193,8 @@ static int shm_create(comm_t *c, struct shm_dev *d, int *fd_out) {
   if (err)
     return comm__fail(c, LOOM_ERESOURCE,
                       "rank %d: cannot reserve %zu bytes of shared memory "
-                      "(%s); lower LOOM_COMM_SHM_RING or grow /dev/shm",
+                      "(%s); lower LOOM_COMM_SHM_RING or LOOM_COMM_SHM_SLOT, or grow "
+                      "/dev/shm",
                       c->rank, total, strerror(err));
   int mrc = shm_map(c, d, fd, total);
   if (mrc < 0) return mrc;
@@ -434,15 +437,23 @@ static int shm_check(comm_t *c, int full, const struct comm_waitset *ws) {
   for (int i = 0; i < ws->npeers; i++) {
     int r = ws->peers[i], li = r >= 0 && r < c->world ? d->lidx[r] : -1;
     if (li < 0) continue;
-    uint32_t st = atomic_load(&d->slots[li].state);
-    if (st == SLOT_LEFT)
+    int left = atomic_load(&d->slots[li].state) == SLOT_LEFT;
+    if (!left && !shm_pid_dead(d->pidfd[li], c->pids[r])) continue;
+    /* A peer that published its last bytes and then left looks the same
+     * as one that left in the middle, until the caller looks again: the
+     * first time, only say so (the engine re-tests at once); if nothing
+     * moved since, the peer is really missing. */
+    if (!c->gone_seen) {
+      c->gone_seen = 1;
+      return 0;
+    }
+    if (left)
       return comm__fail(c, LOOM_EPEER,
                         "rank %d left the communicator while rank %d "
                         "waited for it",
                         r, c->rank);
-    if (shm_pid_dead(d->pidfd[li], c->pids[r]))
-      return comm__fail(c, LOOM_EPEER, "rank %d (pid %d, on this host) died",
-                        r, c->pids[r]);
+    return comm__fail(c, LOOM_EPEER, "rank %d (pid %d, on this host) died",
+                      r, c->pids[r]);
   }
   return 0;
 }
