@@ -130,8 +130,8 @@ int comm_allreduce(comm_t *c, const void *send, void *recv, size_t count,
     if (send != recv) memmove(recv, send, bytes);
     return 0;
   }
-  if (comm__shm_coll_ok(c))
-    return comm__shm_allreduce(c, send, recv, count, dt, op);
+  if (c->native && c->native->allreduce)
+    return c->native->allreduce(c, send, recv, count, dt, op);
   if (bytes <= (size_t)c->t.small_bytes || count < (size_t)c->world)
     return allreduce_rd(c, send, recv, count, dt, op);
   return allreduce_ring(c, send, recv, count, dt, op);

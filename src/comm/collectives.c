@@ -137,7 +137,7 @@ int comm_barrier(comm_t *c) {
   if (!c) return LOOM_EINVAL;
   int rc = comm__begin(c);
   if (rc < 0 || c->world == 1) return rc;
-  if (comm__shm_coll_ok(c)) return comm__shm_barrier(c);
+  if (c->native && c->native->barrier) return c->native->barrier(c);
   static const char token = 1;
   char got[32];
   struct comm_stage st[32];

@@ -117,6 +117,9 @@ int comm_create_gen(comm_store *store, const char *prefix, int rank, int world,
   }
   if (!rc && nl > 0) rc = comm__shm_transport.setup(c, local, nl);
   if (!rc && nr > 0) rc = comm__tcp_transport.setup(c, remote, nr);
+  if (!rc && nl > 0 && nr == 0 && comm__shm_transport.coll_ok &&
+      comm__shm_transport.coll_ok(c))
+    c->native = &comm__shm_transport;
   free(local);
   free(remote);
   cpu_set_t cpus;

@@ -81,6 +81,9 @@ struct comm {
   int *pids;    /* [world], every rank's process id (on its host) */
   comm_pair *pairs; /* [world]; pairs[rank] has no transport */
   void *shm, *tcp;  /* the transports' per-communicator state */
+  /* A transport whose native collectives serve c (every rank linked by
+   * it), or NULL: then the algorithms over the pairs do. */
+  const struct comm_transport *native;
   struct comm_tunables t;
   int oversub; /* more ranks on this host than CPUs to run them */
   int gone_seen; /* a waited-for peer was seen gone and nothing moved
@@ -157,13 +160,6 @@ int comm__pipeline(comm_t *c, struct comm_stage *st, int n);
 int comm__wait_counter(comm_t *c, const _Atomic uint64_t *v, uint64_t target,
                        int peer);
 
-/* The collectives that go through the shared segment's slots (shm.c), for
- * a communicator whose ranks are all on this host: whether they serve c,
- * and the ones there are. */
-int comm__shm_coll_ok(const comm_t *c);
-int comm__shm_allreduce(comm_t *c, const void *send, void *recv,
-                        size_t count, loom_dtype dt, loom_op op);
-int comm__shm_barrier(comm_t *c);
 
 /* Reduction kernels. dst = a op b elementwise over n elements; dst may be
  * a (in place) but must not otherwise overlap a or b. */

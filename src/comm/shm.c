@@ -498,7 +498,7 @@ static void shm_poison(comm_t *c) {
  * on a host whose cores are shared by several ranks that is the time.
  * barrier: a round without data. */
 
-int comm__shm_coll_ok(const comm_t *c) {
+static int shm_coll_ok(const comm_t *c) {
   const struct shm_dev *d = c->shm;
   return d && d->nlocal == c->world && d->slot_size > 0;
 }
@@ -545,7 +545,7 @@ static int shm_wait_all(comm_t *c, struct shm_dev *d, uint64_t k) {
   return 0;
 }
 
-int comm__shm_barrier(comm_t *c) {
+static int shm_barrier(comm_t *c) {
   struct shm_dev *d = c->shm;
   uint64_t k = d->round++;
   shm_publish(d, &d->ctl[d->me].arrive, k + 1);
@@ -611,8 +611,8 @@ static int shm_allreduce_slices(comm_t *c, struct shm_dev *d,
   return 0;
 }
 
-int comm__shm_allreduce(comm_t *c, const void *send, void *recv,
-                        size_t count, loom_dtype dt, loom_op op) {
+static int shm_allreduce(comm_t *c, const void *send, void *recv,
+                         size_t count, loom_dtype dt, loom_op op) {
   struct shm_dev *d = c->shm;
   size_t bytes = count * comm_dtype_size(dt);
   if (bytes <= d->small_bytes && bytes <= d->slot_size)
@@ -629,4 +629,7 @@ const struct comm_transport comm__shm_transport = {
     .want = shm_want,
     .check = shm_check,
     .poison = shm_poison,
+    .coll_ok = shm_coll_ok,
+    .allreduce = shm_allreduce,
+    .barrier = shm_barrier,
 };

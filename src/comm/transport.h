@@ -3,8 +3,10 @@
  * A transport (shared memory, TCP) is a table of operations filled with
  * designated initializers (nng's transport.h, gloo's Pair). setup() makes a
  * link ("pair") to each peer it is given; the algorithms then only call
- * comm__pipeline()/comm__run() (engine.c), which drive the pairs through
- * send()/recv() and block in the engine's one wait loop.
+ * comm__pipeline() (engine.c), which drives the pairs through send()/recv()
+ * and blocks in the engine's one wait loop. A transport that links every
+ * rank may also offer native collectives (the last members), which the
+ * communicator then uses instead (comm.h: c->native).
  *
  * A pair carries one ordered byte stream in each direction. Every message
  * is sent and received with the same length on both sides, in the same
@@ -14,6 +16,8 @@
  * used by one thread at a time, so transports take no locks. */
 #ifndef LOOM_COMM_TRANSPORT_H
 #define LOOM_COMM_TRANSPORT_H
+
+#include "loom.h"
 
 #include <poll.h>
 #include <stddef.h>
@@ -73,6 +77,15 @@ struct comm_transport {
   /* When the communicator fails: make every peer notice soon (poison the
    * shared segment, shut the sockets down). May be NULL. */
   void (*poison)(comm_t *c);
+  /* Native collectives, for a transport that can do better than the
+   * algorithms over its pairs when it links every rank of c (shared memory
+   * on one host: slots in the segment instead of rings). coll_ok() says
+   * whether it does for c; the others have the semantics of comm.h's, on
+   * arguments already checked, world > 1. All three NULL: none. */
+  int (*coll_ok)(const comm_t *c);
+  int (*allreduce)(comm_t *c, const void *send, void *recv, size_t count,
+                   loom_dtype dt, loom_op op);
+  int (*barrier)(comm_t *c);
 };
 
 struct comm_pair {
