@@ -28,6 +28,8 @@ int comm_broadcast(comm_t *c, void *buf, size_t bytes, int root) {
   }
   int rc = comm__begin(c);
   if (rc < 0 || bytes == 0 || c->world == 1) return rc;
+  if (c->native && c->native->broadcast)
+    return c->native->broadcast(c, buf, bytes, root);
   int n = c->world, vr = mod(c->rank - root, n);
   struct comm_stage st[40];
   int k = 0;
@@ -71,6 +73,8 @@ int comm_allgather(comm_t *c, const void *send, void *recv, size_t bytes) {
   }
   int rc = comm__begin(c);
   if (rc < 0 || bytes == 0) return rc;
+  if (n > 1 && c->native && c->native->allgather)
+    return c->native->allgather(c, send, recv, bytes);
   char *rb = recv;
   int r = c->rank;
   if (send != rb + (size_t)r * bytes) memmove(rb + (size_t)r * bytes, send, bytes);
@@ -100,6 +104,8 @@ int comm_reduce_scatter(comm_t *c, const void *send, void *recv,
     if (send != recv) memmove(recv, send, count * es);
     return 0;
   }
+  if (c->native && c->native->reduce_scatter)
+    return c->native->reduce_scatter(c, send, recv, count, dt, op);
   /* If recv lies inside send, the last step must not write where a
    * concurrent send still reads: finish in scratch, copy at the end. */
   const char *rb = recv;

@@ -107,6 +107,7 @@ struct shm_dev {
   char *slots_base;    /* 2 x nlocal slots of slot_size bytes */
   uint64_t slot_size, small_bytes;
   uint64_t round; /* slot rounds this rank has started */
+  const char **xs; /* [nlocal] the inputs of one reduction */
 };
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val,
@@ -269,7 +270,8 @@ static int shm_setup(comm_t *c, const int *peers, int n) {
   d->pidfd = calloc((size_t)d->nlocal, sizeof *d->pidfd);
   d->lidx = calloc((size_t)c->world, sizeof *d->lidx);
   d->links = calloc((size_t)d->nlocal, sizeof *d->links);
-  if (!d->ranks || !d->pidfd || !d->lidx || !d->links)
+  d->xs = calloc((size_t)d->nlocal, sizeof *d->xs);
+  if (!d->ranks || !d->pidfd || !d->lidx || !d->links || !d->xs)
     return comm__fail(c, LOOM_ENOMEM, "out of memory");
   /* Local indices in rank order; peers[] is sorted by the caller. */
   int k = 0;
@@ -344,6 +346,7 @@ static void shm_teardown(comm_t *c) {
   free(d->pidfd);
   free(d->lidx);
   free(d->links);
+  free(d->xs);
   free(d);
   c->shm = NULL;
 }
@@ -496,11 +499,14 @@ static void shm_poison(comm_t *c) {
  * owners' slots as they are published. Per rank that moves about 4(n-1)/n
  * + 1 + 2/n times the bytes, against 9(n-1)/n for the ring over the pairs:
  * on a host whose cores are shared by several ranks that is the time.
- * barrier: a round without data. */
+ * barrier: a round without data. broadcast, allgather and reduce-scatter:
+ * below, each a round per chunk. */
 
 static int shm_coll_ok(const comm_t *c) {
   const struct shm_dev *d = c->shm;
-  return d && d->nlocal == c->world && d->slot_size > 0;
+  /* reduce-scatter splits a slot into nlocal regions of whole elements */
+  return d && d->nlocal == c->world && d->slot_size > 0 &&
+         d->slot_size / (uint64_t)d->nlocal >= 64;
 }
 
 static char *shm_slot_at(struct shm_dev *d, uint64_t round, int li) {
@@ -545,6 +551,14 @@ static int shm_wait_all(comm_t *c, struct shm_dev *d, uint64_t k) {
   return 0;
 }
 
+/* Starts a round: its number. Before a rank writes its slot of round k it
+ * needs every peer past round k - 2 (arrived at k - 1); after a round that
+ * waited for everyone that already holds, after a broadcast it may not. */
+static int shm_round(comm_t *c, struct shm_dev *d, uint64_t *k) {
+  *k = d->round++;
+  return *k > 0 ? shm_wait_all(c, d, *k - 1) : 0;
+}
+
 static int shm_barrier(comm_t *c) {
   struct shm_dev *d = c->shm;
   uint64_t k = d->round++;
@@ -557,13 +571,13 @@ static int shm_allreduce_all(comm_t *c, struct shm_dev *d, const void *send,
                              void *recv, size_t count, loom_dtype dt,
                              loom_op op) {
   size_t bytes = count * comm_dtype_size(dt);
-  const char **x = comm__scratch(c, (size_t)d->nlocal * sizeof *x);
-  if (!x) return comm__fail(c, LOOM_ENOMEM, "out of memory");
-  uint64_t k = d->round++;
+  const char **x = d->xs;
+  uint64_t k;
+  int rc = shm_round(c, d, &k);
+  if (rc < 0) return rc;
   memcpy(shm_slot_at(d, k, d->me), send, bytes);
   shm_publish(d, &d->ctl[d->me].arrive, k + 1);
-  int rc = shm_wait_all(c, d, k);
-  if (rc < 0) return rc;
+  if ((rc = shm_wait_all(c, d, k)) < 0) return rc;
   for (int i = 0; i < d->nlocal; i++) x[i] = shm_slot_at(d, k, i);
   shm_reduce_n(dt, op, recv, x, d->nlocal, count);
   if (op == LOOM_AVG) comm_scale(dt, recv, count, d->nlocal);
@@ -576,13 +590,13 @@ static int shm_allreduce_slices(comm_t *c, struct shm_dev *d,
                                 loom_dtype dt, loom_op op) {
   size_t es = comm_dtype_size(dt), per = d->slot_size / es;
   int n = d->nlocal, me = d->me, rc;
-  const char **x = comm__scratch(c, (size_t)n * sizeof *x);
-  if (!x) return comm__fail(c, LOOM_ENOMEM, "out of memory");
+  const char **x = d->xs;
   for (size_t at = 0; at < count; at += per) {
     size_t cnt = count - at < per ? count - at : per;
     const char *in = send + at * es;
     char *out = recv + at * es;
-    uint64_t k = d->round++;
+    uint64_t k;
+    if ((rc = shm_round(c, d, &k)) < 0) return rc;
     char *mine = shm_slot_at(d, k, me);
     size_t so = comm__block_off(cnt, n, me) * es;
     size_t sl = comm__block_len(cnt, n, me) * es;
@@ -620,6 +634,96 @@ static int shm_allreduce(comm_t *c, const void *send, void *recv,
   return shm_allreduce_slices(c, d, send, recv, count, dt, op);
 }
 
+
+/* broadcast: per slot-sized chunk, the root copies in and arrives; the
+ * others arrive at once (they are done with the round before) and copy out
+ * once the root has. */
+static int shm_broadcast(comm_t *c, void *buf, size_t bytes, int root) {
+  struct shm_dev *d = c->shm;
+  int rl = d->lidx[root], rc;
+  for (size_t at = 0; at < bytes; at += d->slot_size) {
+    size_t len = bytes - at < d->slot_size ? bytes - at : d->slot_size;
+    uint64_t k;
+    if ((rc = shm_round(c, d, &k)) < 0) return rc;
+    if (d->me == rl) memcpy(shm_slot_at(d, k, rl), (char *)buf + at, len);
+    shm_publish(d, &d->ctl[d->me].arrive, k + 1);
+    if (d->me == rl) continue;
+    if ((rc = shm_wait_arrive(c, d, rl, k)) < 0) return rc;
+    memcpy((char *)buf + at, shm_slot_at(d, k, rl), len);
+  }
+  return 0;
+}
+
+/* allgather: per chunk, everyone copies its piece in, arrives, and copies
+ * the others' out as they arrive. */
+static int shm_allgather(comm_t *c, const void *send, void *recv,
+                         size_t bytes) {
+  struct shm_dev *d = c->shm;
+  int n = d->nlocal, me = d->me, rc;
+  char *rb = recv;
+  for (size_t at = 0; at < bytes; at += d->slot_size) {
+    size_t len = bytes - at < d->slot_size ? bytes - at : d->slot_size;
+    uint64_t k;
+    if ((rc = shm_round(c, d, &k)) < 0) return rc;
+    memcpy(shm_slot_at(d, k, me), (const char *)send + at, len);
+    shm_publish(d, &d->ctl[me].arrive, k + 1);
+    for (int j = 1; j < n; j++) {
+      int o = (me + j) % n;
+      if ((rc = shm_wait_arrive(c, d, o, k)) < 0) return rc;
+      memcpy(rb + (size_t)o * bytes + at, shm_slot_at(d, k, o), len);
+    }
+  }
+  if ((const char *)send != rb + (size_t)me * bytes)
+    memmove(rb + (size_t)me * bytes, send, bytes);
+  return 0;
+}
+
+/* reduce-scatter: a slot holds one region per rank; in round t each rank
+ * copies piece t of every block but its own into the regions, arrives,
+ * and reduces piece t of its own block from every slot (its own from its
+ * input), in rank order. If recv overlaps send, the result goes through
+ * scratch and is copied at the end. */
+static int shm_reduce_scatter(comm_t *c, const void *send, void *recv,
+                              size_t count, loom_dtype dt, loom_op op) {
+  struct shm_dev *d = c->shm;
+  int n = d->nlocal, me = d->me, rc;
+  size_t es = comm_dtype_size(dt);
+  size_t per = d->slot_size / (size_t)n / es, region = per * es;
+  const char *sb = send;
+  size_t mine = comm__block_len(count, n, me);
+  size_t moff = comm__block_off(count, n, me);
+  size_t most = comm__block_len(count, n, 0); /* the first block is longest */
+  char *out = recv;
+  int overlap = mine > 0 && out < sb + count * es && sb < out + mine * es;
+  if (overlap && !(out = comm__scratch(c, mine * es)))
+    return comm__fail(c, LOOM_ENOMEM, "out of memory");
+  const char **x = d->xs;
+  for (size_t t = 0; t < most; t += per) {
+    uint64_t k;
+    if ((rc = shm_round(c, d, &k)) < 0) return rc;
+    char *slot = shm_slot_at(d, k, me);
+    for (int j = 0; j < n; j++) {
+      size_t jl = comm__block_len(count, n, j);
+      if (j == me || t >= jl) continue;
+      size_t m = jl - t < per ? jl - t : per;
+      memcpy(slot + (size_t)j * region,
+             sb + (comm__block_off(count, n, j) + t) * es, m * es);
+    }
+    shm_publish(d, &d->ctl[me].arrive, k + 1);
+    if ((rc = shm_wait_all(c, d, k)) < 0) return rc;
+    size_t m = mine > t ? (mine - t < per ? mine - t : per) : 0;
+    for (int i = 0; i < n; i++)
+      x[i] = i == me ? sb + (moff + t) * es
+                     : shm_slot_at(d, k, i) + (size_t)me * region;
+    char *dst = slot + (size_t)me * region;
+    shm_reduce_n(dt, op, dst, x, n, m);
+    if (op == LOOM_AVG) comm_scale(dt, dst, m, n);
+    memcpy(out + t * es, dst, m * es);
+  }
+  if (overlap) memmove(recv, out, mine * es);
+  return 0;
+}
+
 const struct comm_transport comm__shm_transport = {
     .name = "shm",
     .setup = shm_setup,
@@ -632,4 +736,7 @@ const struct comm_transport comm__shm_transport = {
     .coll_ok = shm_coll_ok,
     .allreduce = shm_allreduce,
     .barrier = shm_barrier,
+    .broadcast = shm_broadcast,
+    .allgather = shm_allgather,
+    .reduce_scatter = shm_reduce_scatter,
 };

@@ -81,11 +81,15 @@ struct comm_transport {
    * algorithms over its pairs when it links every rank of c (shared memory
    * on one host: slots in the segment instead of rings). coll_ok() says
    * whether it does for c; the others have the semantics of comm.h's, on
-   * arguments already checked, world > 1. All three NULL: none. */
+   * arguments already checked, world > 1. Each may be NULL. */
   int (*coll_ok)(const comm_t *c);
   int (*allreduce)(comm_t *c, const void *send, void *recv, size_t count,
                    loom_dtype dt, loom_op op);
   int (*barrier)(comm_t *c);
+  int (*broadcast)(comm_t *c, void *buf, size_t bytes, int root);
+  int (*allgather)(comm_t *c, const void *send, void *recv, size_t bytes);
+  int (*reduce_scatter)(comm_t *c, const void *send, void *recv,
+                        size_t count, loom_dtype dt, loom_op op);
 };
 
 struct comm_pair {
