@@ -19,14 +19,10 @@ step "unit tests under ASan/UBSan (build-asan/)"
 ctest --test-dir build-asan --output-on-failure || fail=1
 step "system tests (build/)"
 LOOM_BUILD_DIR="$PWD/build" $PY -m pytest -q -p no:cacheprovider tests/system || fail=1
-# The long training runs (fashion, chaos) are left out under ASan for time;
-# the Slurm tests too: under the slower ASan coordinator, step launches on
-# this one-machine, three-slurmd cluster have failed inside Slurm ("Job
-# credential replayed"), an open problem noted for the next session.
+# The long training runs (fashion, chaos) are left out under ASan for time.
 step "system tests under ASan/UBSan (build-asan/)"
 LOOM_BUILD_DIR="$PWD/build-asan" $PY -m pytest -q -p no:cacheprovider tests/system \
-  --deselect tests/system/test_fashion.py --deselect tests/system/test_chaos.py \
-  --deselect tests/system/test_slurm.py || fail=1
+  --deselect tests/system/test_fashion.py --deselect tests/system/test_chaos.py || fail=1
 
 step "result"
 if [ $fail -ne 0 ]; then echo "SOME TESTS FAILED"; exit 1; fi

@@ -1,6 +1,6 @@
 /* backend.h: how the coordinator gets tasks placed on a cluster manager.
  * A backend is a table of operations, one file per cluster manager
- * (local.c, external.c; slurm later), registered in backend.c. */
+ * (local.c, external.c, slurm.c), registered in backend.c. */
 #ifndef LOOM_BACKEND_H
 #define LOOM_BACKEND_H
 
@@ -10,14 +10,26 @@
 typedef struct backend backend;
 
 /* Called on the loop's thread when the agent of task_id is gone: status is
- * its exit status, sig the signal that killed it (0 if none). */
-typedef void (*backend_exit_cb)(void *arg, int task_id, int64_t status, int sig);
+ * its exit status, sig the signal that killed it (0 if none). detail is
+ * what the launcher last said (srun's last lines of output), or NULL; it
+ * is valid only during the call. */
+typedef void (*backend_exit_cb)(void *arg, int task_id, int64_t status, int sig,
+                                const char *detail);
 
 typedef struct {
   const char *name;
+  /* What starts an agent, as messages name it ("srun"); NULL: the agent
+   * itself is the process the backend watches. */
+  const char *launcher;
   /* true when the backend sees agent processes end (on_exit is called);
    * otherwise the coordinator learns it from the agent's connection. */
   bool tracks_processes;
+  /* true when the launcher can fail transiently before the agent starts
+   * (Slurm's srun: a step launch refused by a slurmd). The coordinator
+   * then launches a task again, up to LOOM_LAUNCH_RETRIES times, when its
+   * launcher exits with a failure before the agent registered: nothing
+   * of the task's command can have run by then. */
+  bool launch_retryable;
   /* Refuses, before anything starts, what this cluster cannot give (vcores,
    * memory, gpus), writing the figures into err. Returns 0 or
    * LOOM_ERESOURCE. Must not block for long; needs no loop. */

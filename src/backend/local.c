@@ -57,7 +57,7 @@ static void local_exited(uv_process_t *p, int64_t status, int sig) {
   int id = a->task_id;
   ((local_agent **)b->priv)[id] = NULL;
   uv_close((uv_handle_t *)p, local_closed);
-  b->on_exit(b->arg, id, status, sig);
+  b->on_exit(b->arg, id, status, sig, NULL);
 }
 
 static int local_launch(backend *b, int task_id, char *const *argv,

@@ -4,10 +4,18 @@
  * --gres=gpu:N, label -> --constraint, queue -> --partition) whose only
  * command is `loom coordinator JOBDIR`. The coordinator thus runs inside
  * the allocation (a detached job survives its client) and starts each
- * task's agent with `srun --het-group=G -n1 --exact ... loom agent`. */
+ * task's agent with `srun --het-group=G -n1 --exact ... loom agent`, one
+ * srun (one job step) per task so that a task can be stopped and
+ * restarted alone. srun's own output (its errors, and whatever the agent
+ * prints before it reaches the coordinator) is read through a pipe,
+ * copied to the coordinator's stderr (coordinator.log) prefixed with the
+ * task, and its last lines are handed to the coordinator with the exit,
+ * which launches the task again when the step launch failed before the
+ * agent registered (launch_retryable). */
 #include "backend/backend.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,19 +24,47 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+/* The last lines of an srun's output kept for the coordinator's messages
+ * (bytes), and the longest line copied whole to coordinator.log. */
+#define SRUN_TAIL 1024
+#define SRUN_LINE 2048
+/* After srun exited, how long to wait for the rest of its output before
+ * reporting the exit anyway. */
+#define SRUN_EOF_WAIT_MS 2000
+/* Staging (cp, tar, sbcast) and unstaging (srun rm) commands: bounds. */
+#define STAGE_TIMEOUT_MS (600 * 1000)
+#define UNSTAGE_TIMEOUT_MS (60 * 1000)
+
+/* One srun: its process, the pipe its stdout and stderr write to, and a
+ * timer bounding the wait for that pipe's end after the process exited.
+ * Freed when all three handles are closed. */
 typedef struct {
   uv_process_t proc;
+  uv_pipe_t out;
+  uv_timer_t eof_timer;
   backend *b;
   int task_id;
-  bool running;
+  char task[80];
+  int handles;      /* handles not yet closed */
+  bool running;     /* the process has not exited */
+  bool reading;     /* the pipe is open */
+  bool reported;    /* on_exit was called */
+  int64_t status;
+  int sig;
+  size_t line_len;
+  char line[SRUN_LINE];
+  char tail[SRUN_TAIL]; /* the last complete lines, each ending in '\n' */
+  char rbuf[4096];
 } srun_proc;
 
 typedef struct {
   char stage_dir[256];
   int ngroups;
-  srun_proc **procs;
+  int ntasks;
+  srun_proc **procs;        /* task id -> its srun, until its exit is reported */
   int *group;               /* task id -> het group (-1: not a het job) */
   const spec_role **role;   /* task id -> its role */
 } slurm_priv;
@@ -94,17 +130,113 @@ int backend_slurm_script(const spec_job *s, const char *job_id, const char *job_
   return 0;
 }
 
-static void srun_closed(uv_handle_t *h) { free(h->data); }
+static void srun_handle_closed(uv_handle_t *h) {
+  srun_proc *s = h->data;
+  if (--s->handles == 0) free(s);
+}
+
+static void srun_close(srun_proc *s, uv_handle_t *h) {
+  if (!uv_is_closing(h)) uv_close(h, srun_handle_closed);
+}
+
+/* Keeps line (without its newline) as the newest of the tail's lines,
+ * dropping the oldest ones to make room. */
+static void tail_push(srun_proc *s, const char *line, size_t n) {
+  if (n > SRUN_TAIL / 2) n = SRUN_TAIL / 2;
+  size_t have = strlen(s->tail);
+  while (have && have + n + 2 > SRUN_TAIL) {
+    char *nl = strchr(s->tail, '\n');
+    size_t drop = nl ? (size_t)(nl - s->tail) + 1 : have;
+    memmove(s->tail, s->tail + drop, have - drop + 1);
+    have -= drop;
+  }
+  memcpy(s->tail + have, line, n);
+  s->tail[have + n] = '\n';
+  s->tail[have + n + 1] = 0;
+}
+
+/* A line srun wrote: into coordinator.log, where a person looks when a
+ * launch went wrong, and into the tail. */
+static void srun_line(srun_proc *s) {
+  size_t n = s->line_len;
+  s->line_len = 0;
+  while (n && (s->line[n - 1] == '\r' || s->line[n - 1] == ' ')) n--;
+  if (!n) return;
+  fprintf(stderr, "loom: srun[%s]: %.*s\n", s->task, (int)n, s->line);
+  tail_push(s, s->line, n);
+}
+
+/* Reports the exit once the process is gone and its output read (or the
+ * wait for the output expired). */
+static void srun_maybe_report(srun_proc *s) {
+  if (s->running || s->reading || s->reported) return;
+  s->reported = true;
+  backend *b = s->b;
+  slurm_priv *pr = b->priv;
+  if (pr->procs[s->task_id] == s) pr->procs[s->task_id] = NULL;
+  uv_timer_stop(&s->eof_timer);
+  srun_close(s, (uv_handle_t *)&s->eof_timer);
+  /* the lines on one line, for messages: "a | b" */
+  char detail[SRUN_TAIL * 2];
+  size_t k = 0;
+  for (const char *c = s->tail; *c && k + 4 < sizeof detail; c++) {
+    if (*c != '\n') detail[k++] = *c;
+    else if (c[1]) k += (size_t)snprintf(detail + k, sizeof detail - k, " | ");
+  }
+  detail[k] = 0;
+  b->on_exit(b->arg, s->task_id, s->status, s->sig, k ? detail : NULL);
+}
+
+static void srun_stop_reading(srun_proc *s) {
+  if (!s->reading) return;
+  s->reading = false;
+  if (s->line_len) srun_line(s);
+  uv_read_stop((uv_stream_t *)&s->out);
+  srun_close(s, (uv_handle_t *)&s->out);
+}
+
+static void srun_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+  srun_proc *s = h->data;
+  *buf = uv_buf_init(s->rbuf, sizeof s->rbuf);
+}
+
+static void srun_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
+  srun_proc *s = st->data;
+  if (n < 0) {
+    srun_stop_reading(s);
+    srun_maybe_report(s);
+    return;
+  }
+  for (ssize_t i = 0; i < n; i++) {
+    char c = buf->base[i];
+    if (c == '\n') {
+      srun_line(s);
+    } else if (s->line_len < sizeof s->line) {
+      s->line[s->line_len++] = c;
+    } else {
+      srun_line(s); /* an overlong line goes out in pieces */
+      s->line[s->line_len++] = c;
+    }
+  }
+}
+
+static void srun_eof_expired(uv_timer_t *tm) {
+  srun_proc *s = tm->data;
+  loom__log(LOOM_LOG_WARN, "slurm", "srun for %s exited but its output stayed open %d ms; "
+            "reporting its exit without the rest", s->task, SRUN_EOF_WAIT_MS);
+  srun_stop_reading(s);
+  srun_maybe_report(s);
+}
 
 static void srun_exited(uv_process_t *p, int64_t status, int sig) {
   srun_proc *s = p->data;
   s->running = false;
-  backend *b = s->b;
-  slurm_priv *pr = b->priv;
-  int id = s->task_id;
-  pr->procs[id] = NULL;
-  uv_close((uv_handle_t *)p, srun_closed);
-  b->on_exit(b->arg, id, status, sig);
+  s->status = status;
+  s->sig = sig;
+  srun_close(s, (uv_handle_t *)p);
+  if (s->reading)
+    uv_timer_start(&s->eof_timer, srun_eof_expired, SRUN_EOF_WAIT_MS, 0);
+  srun_maybe_report(s);
 }
 
 static int slurm_launch(backend *b, int task_id, char *const *argv, char *const *env,
@@ -143,18 +275,44 @@ static int slurm_launch(backend *b, int task_id, char *const *argv, char *const 
   if (!s) return LOOM_ENOMEM;
   s->b = b;
   s->task_id = task_id;
-  s->proc.data = s;
-  uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
-                                   {.flags = UV_INHERIT_FD, .data.fd = 2},
-                                   {.flags = UV_INHERIT_FD, .data.fd = 2}};
-  uv_process_options_t o = {.exit_cb = srun_exited, .file = "srun", .args = args,
-                            .env = (char **)env, .stdio_count = 3, .stdio = stdio};
-  int rc = uv_spawn(b->loop, &s->proc, &o);
-  if (rc < 0) {
-    snprintf(err, errlen, "cannot run srun: %s", uv_strerror(rc));
-    uv_close((uv_handle_t *)&s->proc, srun_closed);
+  loom__strlcpy(s->task, task ? task : "?", sizeof s->task);
+  s->proc.data = s->out.data = s->eof_timer.data = s;
+  /* one pipe for srun's stdout and stderr; close-on-exec, so that no
+   * other srun holds it open */
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) < 0) {
+    snprintf(err, errlen, "cannot make a pipe for srun: %s", strerror(errno));
+    free(s);
     return LOOM_EBACKEND;
   }
+  uv_pipe_init(b->loop, &s->out, 0);
+  uv_timer_init(b->loop, &s->eof_timer);
+  s->handles = 3; /* proc, out, eof_timer: each closed exactly once */
+  uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
+                                   {.flags = UV_INHERIT_FD, .data.fd = fds[1]},
+                                   {.flags = UV_INHERIT_FD, .data.fd = fds[1]}};
+  uv_process_options_t o = {.exit_cb = srun_exited, .file = "srun", .args = args,
+                            .env = (char **)env, .stdio_count = 3, .stdio = stdio};
+  bool spawned = false; /* uv_spawn ran: its handle needs closing, even on failure */
+  int rc = uv_pipe_open(&s->out, fds[0]);
+  if (rc == 0) {
+    rc = uv_spawn(b->loop, &s->proc, &o);
+    spawned = true;
+  } else {
+    close(fds[0]);
+  }
+  close(fds[1]);
+  if (rc < 0) {
+    snprintf(err, errlen, "cannot run srun: %s", uv_strerror(rc));
+    s->reported = true;
+    srun_close(s, (uv_handle_t *)&s->out);
+    srun_close(s, (uv_handle_t *)&s->eof_timer);
+    if (spawned) srun_close(s, (uv_handle_t *)&s->proc);
+    else s->handles--;
+    return LOOM_EBACKEND;
+  }
+  s->reading = true;
+  uv_read_start((uv_stream_t *)&s->out, srun_alloc, srun_read);
   s->running = true;
   pr->procs[task_id] = s;
   return 0;
@@ -192,15 +350,36 @@ static bool job_dir_shared(const char *dir) {
   return false;
 }
 
-static int run_cmd(char *const argv[], char *err, size_t errlen) {
+/* Runs argv and waits for it, at most timeout_ms (then kills it). Returns 0
+ * when it exited 0, else an error with err saying what failed. Blocks. */
+static int run_cmd(char *const argv[], int timeout_ms, char *err, size_t errlen) {
   pid_t pid = fork();
-  if (pid < 0) return LOOM_EIO;
+  if (pid < 0) {
+    snprintf(err, errlen, "cannot run %s: %s", argv[0], strerror(errno));
+    return LOOM_EIO;
+  }
   if (pid == 0) {
     execvp(argv[0], argv);
     _exit(127);
   }
-  int st;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+  int st = 0;
+  struct timespec nap = {0, 20 * 1000 * 1000};
+  for (int waited = 0;; waited += 20) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) {
+      snprintf(err, errlen, "%s %s: waitpid: %s", argv[0], argv[1] ? argv[1] : "", strerror(errno));
+      return LOOM_EBACKEND;
+    }
+    if (waited >= timeout_ms) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+      snprintf(err, errlen, "%s %s did not finish within %d s; killed it", argv[0],
+               argv[1] ? argv[1] : "", timeout_ms / 1000);
+      return LOOM_EBACKEND;
+    }
+    nanosleep(&nap, NULL);
+  }
   if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
   snprintf(err, errlen, "%s %s failed (status %d)", argv[0], argv[1] ? argv[1] : "",
            WIFEXITED(st) ? WEXITSTATUS(st) : -1);
@@ -228,17 +407,17 @@ static int slurm_stage(backend *b, const spec_job *s, json_t **files, char *err,
     snprintf(local, sizeof local, "%s/%s%s", pr->stage_dir, flat, dir ? ".tar" : "");
     if (dir) {
       char *tar[] = {"tar", "-C", (char *)src, "-cf", local, ".", NULL};
-      rc = run_cmd(tar, err, errlen);
+      rc = run_cmd(tar, STAGE_TIMEOUT_MS, err, errlen);
     } else {
       char *cp[] = {"cp", "-p", (char *)src, local, NULL};
-      rc = run_cmd(cp, err, errlen);
+      rc = run_cmd(cp, STAGE_TIMEOUT_MS, err, errlen);
     }
     /* one broadcast per het component: each is its own set of nodes */
     for (int g = 0; g < (pr->ngroups > 1 ? pr->ngroups : 1) && rc == 0; g++) {
       char j[64];
       snprintf(j, sizeof j, pr->ngroups > 1 ? "%s+%d" : "%s", jid, g);
       char *bc[] = {"sbcast", "-f", "-j", j, local, local, NULL};
-      rc = run_cmd(bc, err, errlen);
+      rc = run_cmd(bc, STAGE_TIMEOUT_MS, err, errlen);
     }
     if (dir) json_object_set_new(out, s->files[i].key, json_pack("{s:s}", "tar", local));
     else json_object_set_new(out, s->files[i].key, json_string(local));
@@ -255,7 +434,7 @@ static void slurm_unstage(backend *b) {
   slurm_priv *pr = b->priv;
   if (!pr->stage_dir[0]) return;
   for (int g = 0; g < (pr->ngroups > 1 ? pr->ngroups : 1); g++) {
-    char var[64], hg[32], nn[32], err[128];
+    char var[64], hg[32], nn[32], err[256];
     snprintf(var, sizeof var, pr->ngroups > 1 ? "SLURM_JOB_NUM_NODES_HET_GROUP_%d" : "SLURM_JOB_NUM_NODES", g);
     const char *nodes = getenv(var);
     snprintf(hg, sizeof hg, "--het-group=%d", g);
@@ -272,13 +451,19 @@ static void slurm_unstage(backend *b) {
     args[k++] = "-rf";
     args[k++] = pr->stage_dir;
     args[k] = NULL;
-    run_cmd(args, err, sizeof err);
+    if (run_cmd(args, UNSTAGE_TIMEOUT_MS, err, sizeof err) < 0)
+      loom__log(LOOM_LOG_WARN, "slurm", "cannot remove %s from the nodes of component %d: %s",
+                pr->stage_dir, g, err);
   }
   pr->stage_dir[0] = 0;
 }
 
 static void slurm_destroy(backend *b) {
   slurm_priv *pr = b->priv;
+  /* an srun whose exit was never reported (the loop ended first): its
+   * handles were closed without our callbacks by the coordinator's
+   * teardown */
+  for (int i = 0; i < pr->ntasks; i++) free(pr->procs[i]);
   free(pr->group);
   free(pr->role);
   free(pr->procs);
@@ -288,7 +473,9 @@ static void slurm_destroy(backend *b) {
 
 const backend_ops loom__backend_slurm = {
     .name = "slurm",
+    .launcher = "srun",
     .tracks_processes = true,
+    .launch_retryable = true,
     .check = slurm_check,
     .probe = slurm_probe,
     .launch = slurm_launch,
@@ -314,6 +501,7 @@ int backend_slurm_setup(backend *b, const spec_job *s, int ntasks) {
     return LOOM_ENOMEM;
   }
   pr->ngroups = s->nroles;
+  pr->ntasks = ntasks;
   int k = 0;
   for (int i = 0; i < s->nroles; i++)
     for (int j = 0; j < s->roles[i].instances; j++, k++) {

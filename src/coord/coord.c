@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,9 @@ typedef struct {
   int restarts;         /* restarts of this task in this job attempt */
   bool left;            /* an elastic member that left the membership */
   bool restart_pending; /* restart once its old agent is gone */
+  int launch_tries;     /* launches of this task attempt that failed before its agent registered */
+  bool relaunch_pending; /* relaunch_timer runs: the launch is tried again when it fires */
+  uv_timer_t relaunch_timer;
 } task;
 
 struct conn {
@@ -1269,6 +1273,9 @@ static int launch_task(coord *co, task *t) {
 
 static void task_reset(coord *co, task *t) {
   t->state = T_PENDING;
+  t->launch_tries = 0;
+  t->relaunch_pending = false;
+  uv_timer_stop(&t->relaunch_timer);
   t->host[0] = 0;
   t->port = t->agent_pid = 0;
   t->have_exit = false;
@@ -1373,6 +1380,9 @@ static void finish(coord *co) {
   co->jstate = J_DONE;
   uv_timer_stop(&co->rdv_timer);
   uv_timer_stop(&co->stop_timer);
+  /* staged files go before the job is reported over: `loom run` returns
+   * then, and nothing of the job may outlive it */
+  if (co->be->ops->unstage_files) co->be->ops->unstage_files(co->be);
   co->exit_status = co->outcome == O_SUCCESS  ? EXIT_OK
                     : co->outcome == O_KILLED ? EXIT_INTR
                     : co->outcome == O_INFRA  ? EXIT_INFRA
@@ -1423,21 +1433,87 @@ static void check_over(coord *co) {
   finish(co);
 }
 
-static void agent_exited(void *arg, int id, int64_t status, int sig) {
+static task *task_of_relaunch_timer(uv_timer_t *tm) {
+  return (task *)(void *)((char *)tm - offsetof(task, relaunch_timer));
+}
+
+static void relaunch_due(uv_timer_t *tm) {
+  coord *co = tm->data;
+  task *t = task_of_relaunch_timer(tm);
+  if (!t->relaunch_pending) return;
+  t->relaunch_pending = false;
+  /* an attempt that stopped meanwhile has already counted this task as
+   * gone (check_over); a new attempt has reset it */
+  if ((co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING) || t->state != T_LAUNCHED) return;
+  launch_task(co, t);
+}
+
+/* The launcher of t exited with a failure before t's agent registered
+ * (a Slurm step launch refused, say): nothing of the task's command has
+ * run, so on a backend whose launches can fail transiently the task is
+ * launched again after a pause, LOOM_LAUNCH_RETRIES times at most. Returns
+ * true when a relaunch is scheduled. A task that registered is never
+ * relaunched here: its end is the task's own, and the restart policy
+ * decides. */
+static bool maybe_relaunch(coord *co, task *t, int64_t status, int sig, const char *detail,
+                           const char *how) {
+  long long max = loom__tun(LOOM_TUN_LAUNCH_RETRIES);
+  if (!co->be->ops->launch_retryable || t->state != T_LAUNCHED || t->agent ||
+      (co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING) || t->launch_tries >= max)
+    return false;
+  t->launch_tries++;
+  /* the pause doubles each time, up to 30 s */
+  uint64_t delay = (uint64_t)loom__tun(LOOM_TUN_LAUNCH_RETRY_MS);
+  for (int i = 1; i < t->launch_tries && delay < 30000; i++) delay *= 2;
+  if (delay > 30000) delay = 30000;
+  json_t *ex = json_pack("{s:i, s:I, s:f, s:s}", "retry", t->launch_tries, "max_retries",
+                         (json_int_t)max, "delay_s", (double)delay / 1000.0, "launcher", how);
+  if (sig) json_object_set_new(ex, "signal", json_integer(sig));
+  else json_object_set_new(ex, "exit_code", json_integer((json_int_t)status));
+  if (detail) json_object_set_new(ex, "reason", json_string(detail));
+  event(co, t, "launch_retry", ex);
+  char msg[1600];
+  snprintf(msg, sizeof msg, "%s: its launch failed before the agent registered (%s%s%s); "
+           "launching it again in %.1fs (retry %d of %lld)", t->name, how, detail ? ": " : "",
+           detail ? detail : "", (double)delay / 1000.0, t->launch_tries, max);
+  /* on the console when attached; otherwise a warning in the coordinator's
+   * log (coordinator.log under Slurm), where a person looks for it */
+  if (co->o->console) say(co, "%s", msg);
+  else loom__log(LOOM_LOG_WARN, "coord", "%s", msg);
+  t->relaunch_pending = true;
+  uv_timer_start(&t->relaunch_timer, relaunch_due, delay, 0);
+  return true;
+}
+
+static void agent_exited(void *arg, int id, int64_t status, int sig, const char *detail) {
   coord *co = arg;
   task *t = &co->tasks[id];
   t->agent_running = false;
   /* libuv may reap an agent before we have read what it wrote last (its
    * EXIT): while its connection is open, its end of file decides. */
   if (!terminal(t) && !t->agent) {
+    char how[96];
+    snprintf(how, sizeof how, "%s %s %d",
+             co->be->ops->launcher ? co->be->ops->launcher : "the agent",
+             sig ? "was killed by signal" : "exited with status", sig ? sig : (int)status);
     if (co->jstate == J_STOPPING) {
       task_set(co, t, T_STOPPED);
       t->t_end = loom__wall();
       event(co, t, "stopped", NULL);
+    } else if ((status != 0 || sig != 0) && maybe_relaunch(co, t, status, sig, detail, how)) {
+      /* launched again by relaunch_due */
     } else {
-      char why[160];
-      snprintf(why, sizeof why, "agent lost: it %s %d before the task ended",
-               sig ? "was killed by signal" : "exited with status", sig ? sig : (int)status);
+      char why[1600];
+      if (t->state == T_LAUNCHED && t->launch_tries > 0)
+        snprintf(why, sizeof why, "never started: %s before the agent registered, on each of "
+                 "%d launches%s%s", how, t->launch_tries + 1, detail ? ": " : "",
+                 detail ? detail : "");
+      else if (t->state == T_LAUNCHED)
+        snprintf(why, sizeof why, "never started: %s before the agent registered%s%s", how,
+                 detail ? ": " : "", detail ? detail : "");
+      else
+        snprintf(why, sizeof why, "agent lost: %s before the task ended%s%s", how,
+                 detail ? ": " : "", detail ? detail : "");
       task_exited(co, t, -1, 0, why, true);
     }
   }
@@ -1637,6 +1713,10 @@ int coord_run(const coord_opts *o) {
   uv_timer_init(&co->loop, &co->stop_timer);
   uv_timer_init(&co->loop, &co->hb_timer);
   uv_timer_init(&co->loop, &co->flush_timer);
+  for (int i = 0; i < co->ntasks; i++) {
+    uv_timer_init(&co->loop, &co->tasks[i].relaunch_timer);
+    co->tasks[i].relaunch_timer.data = co;
+  }
   co->rdv_timer.data = co->stop_timer.data = co->hb_timer.data = co->flush_timer.data = co;
   uv_timer_start(&co->hb_timer, hb_tick, (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_MS),
                  (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_MS));

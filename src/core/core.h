@@ -82,6 +82,8 @@ int loom__read_file(const char *path, size_t max, char **out, size_t *len);
   X(HEARTBEAT_TIMEOUT_MS, "LOOM_HEARTBEAT_TIMEOUT", 15000)                   \
   X(AUTH_TIMEOUT_MS, "LOOM_AUTH_TIMEOUT", 5000)                              \
   X(CONNECT_TIMEOUT_MS, "LOOM_CONNECT_TIMEOUT", 10000)                       \
+  X(LAUNCH_RETRIES, "LOOM_LAUNCH_RETRIES", 3)                                \
+  X(LAUNCH_RETRY_MS, "LOOM_LAUNCH_RETRY_MS", 500)                            \
   X(MAX_FRAME, "LOOM_MAX_FRAME", 4 << 20)                                    \
   X(MAX_LOG_LINE, "LOOM_MAX_LOG_LINE", 64 << 10)                             \
   X(KV_MAX_TOTAL, "LOOM_KV_MAX_TOTAL", 256 << 20)

@@ -1,8 +1,10 @@
 """The same specs on a real Slurm cluster (slurmctld + 3 slurmd + munged,
 started by the test): heterogeneous jobs, placement, logs, failures,
-retries, requeue, submit/kill."""
+retries, requeue, submit/kill, many step launches at once, and step
+launches that Slurm refuses."""
 import json
 import os
+import shutil
 import subprocess
 import time
 
@@ -30,6 +32,50 @@ def sloom(loom, cluster):
     loom.wait_for(lambda: not subprocess.run(["squeue", "-h"], env=cluster.env, capture_output=True,
                                              text=True).stdout.strip(), timeout=20,
                   what="Slurm queue empty")
+
+
+# A stand-in for srun, first on the coordinator's PATH: the first N launches
+# of the loom agents named in LOOM_TEST_SRUN_FAIL ("worker:1=1 chief:0=2")
+# fail the way a step launch refused by a slurmd does (the messages and the
+# exit status 226, ESLURM_INVALID_NODE_NAME, that srun gave on this
+# one-machine cluster), starting nothing; every call of the real srun is
+# counted per task in LOOM_TEST_SRUN_DIR; anything else goes to the real srun.
+FAKE_SRUN = r"""#!/bin/sh
+name=; last=
+for a in "$@"; do
+  case $a in --job-name=*) name=${a#--job-name=} ;; esac
+  last=$a
+done
+if [ "$last" = agent ] && [ -n "$name" ]; then
+  f="$LOOM_TEST_SRUN_DIR/$(echo "$name" | tr : -)"
+  tries=$(cat "$f" 2>/dev/null || echo 0)
+  echo $((tries + 1)) > "$f"
+  for rule in $LOOM_TEST_SRUN_FAIL; do
+    if [ "${rule%=*}" = "$name" ] && [ "$tries" -lt "${rule##*=}" ]; then
+      echo "srun: error: Task launch for StepId=$SLURM_JOB_ID.$tries failed on node n3: Invalid node name specified" >&2
+      echo "srun: error: Application launch failed: Invalid node name specified" >&2
+      exit 226
+    fi
+  done
+fi
+exec REAL_SRUN "$@"
+"""
+
+
+def fake_srun(sloom, tmp_path, fail):
+    """Puts FAKE_SRUN first on the job's PATH; returns its count directory."""
+    bindir, counts = tmp_path / "fakebin", tmp_path / "srun-calls"
+    bindir.mkdir()
+    counts.mkdir()
+    (bindir / "srun").write_text(FAKE_SRUN.replace("REAL_SRUN", shutil.which("srun")))
+    (bindir / "srun").chmod(0o755)
+    sloom.env.update(PATH=f"{bindir}:{sloom.env['PATH']}", LOOM_TEST_SRUN_FAIL=fail,
+                     LOOM_TEST_SRUN_DIR=str(counts))
+    return counts
+
+
+def launches(counts):
+    return {f.name.replace("-", ":", 1): int(f.read_text()) for f in counts.iterdir()}
 
 
 def squeue(cluster):
@@ -99,6 +145,8 @@ roles:
     assert "[worker:1] ok 1" in r.stdout
     fails = [e for e in sloom.events() if e["event"] == "failed"]
     assert [(e["task"], e["attempt"], e["exit_code"]) for e in fails] == [("worker:1", 0, 5)]
+    # a task's own failure is never mistaken for a refused launch
+    assert not [e for e in sloom.events() if e["event"] == "launch_retry"]
     spec = sloom.spec("name: sfail2\nbackend: slurm\nroles:\n  worker: {command: 'echo bad >&2; exit 3'}\n",
                       name="f2.yaml")
     r = sloom.run("run", spec, timeout=90)
@@ -187,3 +235,120 @@ roles:
     r = sloom.run("run", spec, timeout=30)
     assert r.returncode == 2, r.stderr
     assert "Slurm refused the job" in r.stderr
+
+
+RAN = 'echo "ran $LOOM_TASK attempt=$LOOM_ATTEMPT rank=$RANK node=$SLURMD_NODENAME"'
+
+
+def ran_lines(out):
+    return sorted(l.split("] ", 1)[1] for l in out.splitlines() if "] ran " in l)
+
+
+def test_many_tasks_launched_at_once_all_run(sloom, cluster):
+    # 8 agents started together, one srun (one job step) each, over all three
+    # nodes: every task runs exactly once, in the first attempt
+    spec = sloom.spec(f"""
+name: smany
+backend: slurm
+roles:
+  chief: {{command: '{RAN}'}}
+  worker: {{instances: 7, command: '{RAN}'}}
+""")
+    t0 = time.time()
+    r = sloom.run("run", spec, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ran = ran_lines(r.stdout)
+    names = [l.split()[1] for l in ran]
+    assert sorted(names) == sorted(["chief:0"] + [f"worker:{i}" for i in range(7)]), ran
+    assert all("attempt=0" in l for l in ran), ran
+    assert sorted(int(l.split("rank=")[1].split()[0]) for l in ran) == list(range(8))
+    assert {l.split("node=")[1] for l in ran} == set(cluster.nodes)
+    ev = sloom.events()
+    registered = sorted(e["task"] for e in ev if e["event"] == "registered")
+    assert registered == sorted(names)
+    st = sloom.state()
+    assert st["state"] == "succeeded" and st["attempt"] == 0
+    print(f"8 tasks in {time.time() - t0:.1f}s, launch retries: "
+          f"{[e['task'] for e in ev if e['event'] == 'launch_retry']}")
+
+
+def test_refused_step_launches_are_launched_again(sloom, cluster, tmp_path):
+    # Slurm refuses some step launches (srun exits 226 before the agent
+    # starts): those tasks are launched again, after 0.5 s then 1 s, and the
+    # job runs as if nothing happened; each task's command runs once
+    counts = fake_srun(sloom, tmp_path, "chief:0=1 worker:1=1 worker:4=2")
+    spec = sloom.spec(f"""
+name: srefused
+backend: slurm
+roles:
+  chief: {{command: '{RAN}'}}
+  worker: {{instances: 5, command: '{RAN}'}}
+""")
+    r = sloom.run("run", spec, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ran = ran_lines(r.stdout)
+    assert sorted(l.split()[1] for l in ran) == ["chief:0"] + [f"worker:{i}" for i in range(5)]
+    assert all("attempt=0" in l for l in ran), ran
+    ev = sloom.events()
+    retries = [e for e in ev if e["event"] == "launch_retry"]
+    assert sorted((e["task"], e["retry"], e["delay_s"]) for e in retries) == [
+        ("chief:0", 1, 0.5), ("worker:1", 1, 0.5), ("worker:4", 1, 0.5), ("worker:4", 2, 1.0)]
+    for e in retries:
+        assert e["exit_code"] == 226 and e["attempt"] == 0, e
+        assert "failed on node n3: Invalid node name specified" in e["reason"], e
+    assert launches(counts) == {"chief:0": 2, "worker:0": 1, "worker:1": 2, "worker:2": 1,
+                                "worker:3": 1, "worker:4": 3}
+    assert not [e for e in ev if e["event"] in ("failed", "lost", "attempt_failed")]
+    assert sloom.state()["state"] == "succeeded" and sloom.state()["attempt"] == 0
+    log = (sloom.job_dir() / "coordinator.log").read_text()
+    assert "srun[worker:4]: srun: error: Task launch for StepId=" in log, log
+    assert "worker:4: its launch failed before the agent registered" in log, log
+
+
+def test_launch_refused_every_time_gives_up(sloom, cluster, tmp_path):
+    # a launch that never works is tried 1 + LOOM_LAUNCH_RETRIES (3) times,
+    # then the task is lost and the job fails, naming srun's error
+    counts = fake_srun(sloom, tmp_path, "worker:1=1000")
+    spec = sloom.spec("""
+name: snever
+backend: slurm
+roles:
+  worker: {instances: 2, command: 'sleep 30'}
+""")
+    t0 = time.time()
+    r = sloom.run("run", spec, timeout=120)
+    took = time.time() - t0
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "root cause: worker:1" in r.stderr, r.stderr
+    assert ("never started: srun exited with status 226 before the agent registered, on each of "
+            "4 launches: srun: error: Task launch for StepId=") in r.stderr, r.stderr
+    assert "Invalid node name specified" in r.stderr
+    assert launches(counts) == {"worker:0": 1, "worker:1": 4}
+    ev = sloom.events()
+    assert [(e["retry"], e["delay_s"]) for e in ev if e["event"] == "launch_retry"] == [
+        (1, 0.5), (2, 1.0), (3, 2.0)]
+    assert [e["task"] for e in ev if e["event"] == "lost"] == ["worker:1"]
+    # the healthy task was stopped, not left running; 3.5 s of pauses
+    assert [e["task"] for e in ev if e["event"] == "stopped"] == ["worker:0"]
+    assert took < 60, took
+
+
+def test_restart_task_restarts_only_that_task(sloom, cluster):
+    # restart: task: the failed task alone gets a new srun (a new step) and
+    # attempt; its peer keeps running in its first
+    spec = sloom.spec("""
+name: srestart
+backend: slurm
+restart: task
+max_restarts: 2
+roles:
+  worker: {instances: 2, command: 'if [ $LOOM_INDEX = 1 ] && [ $LOOM_ATTEMPT = 0 ]; then exit 5; fi; sleep 1; echo "ran $LOOM_TASK attempt=$LOOM_ATTEMPT"'}
+""")
+    r = sloom.run("run", spec, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ran_lines(r.stdout) == ["ran worker:0 attempt=0", "ran worker:1 attempt=1"]
+    ev = sloom.events()
+    assert [e["task"] for e in ev if e["event"] == "restarting"] == ["worker:1"]
+    assert sorted(e["task"] for e in ev if e["event"] == "launched") == [
+        "worker:0", "worker:1", "worker:1"]
+    assert sloom.state()["state"] == "succeeded"
