@@ -8,6 +8,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+
+#include "testutil.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -31,17 +33,6 @@ static void sink(int level, const char *subsys, const char *msg, void *arg) {
   loom__strlcpy(last_warning, msg, sizeof last_warning);
 }
 
-static char *tmpdir(void) {
-  char *d = strdup("/tmp/loom-ckpt-test-XXXXXX");
-  assert_non_null(mkdtemp(d));
-  return d;
-}
-
-static void rm_rf(const char *dir) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
-}
 
 static void ckpt_file(const char *dir, int64_t step, char *out, size_t len) {
   snprintf(out, len, "%s/ckpt-%012lld.ckpt", dir, (long long)step);
@@ -88,7 +79,7 @@ static void model_expect(const model *m, int64_t step) {
 }
 
 static void test_roundtrip(void **state) {
-  char *dir = tmpdir();
+  char *dir = test_tmpdir("loom-ckpt-test");
   loom_ckpt_t *c;
   int64_t step = -1;
   assert_int_equal(loom_ckpt_open(NULL, dir, 0, &c), 0);
@@ -134,12 +125,12 @@ static void test_roundtrip(void **state) {
   assert_int_equal(n, 6);
   assert_int_equal(steps[1], 10);
   loom_ckpt_close(c);
-  rm_rf(dir);
+  test_rm_rf(dir);
   free(dir);
 }
 
 static void test_keep_and_later_steps(void **state) {
-  char *dir = tmpdir();
+  char *dir = test_tmpdir("loom-ckpt-test");
   loom_ckpt_t *c;
   model m;
   int64_t steps[16];
@@ -169,7 +160,7 @@ static void test_keep_and_later_steps(void **state) {
   assert_int_equal(steps[0], 9);
   loom_ckpt_close(c);
   assert_int_equal(loom_ckpt_open(NULL, dir, -1, &c), LOOM_EINVAL);
-  rm_rf(dir);
+  test_rm_rf(dir);
   free(dir);
 }
 
@@ -190,7 +181,7 @@ static void write_all(const char *path, const unsigned char *buf, size_t len) {
  * must be refused by restore (data untouched) and latest must fall back to
  * step 1. */
 static void test_every_flip_and_truncation_is_refused(void **state) {
-  char *dir = tmpdir();
+  char *dir = test_tmpdir("loom-ckpt-test");
   loom_ckpt_t *c;
   model m;
   char path[512];
@@ -262,12 +253,12 @@ static void test_every_flip_and_truncation_is_refused(void **state) {
   free(good);
   free(bad);
   loom_ckpt_close(c);
-  rm_rf(dir);
+  test_rm_rf(dir);
   free(dir);
 }
 
 static void test_mismatch_is_refused_before_writing(void **state) {
-  char *dir = tmpdir();
+  char *dir = test_tmpdir("loom-ckpt-test");
   loom_ckpt_t *c;
   model m;
   assert_int_equal(loom_ckpt_open(NULL, dir, 0, &c), 0);
@@ -300,12 +291,12 @@ static void test_mismatch_is_refused_before_writing(void **state) {
   assert_int_equal(loom_ckpt_restore(c, 4, m.t, 4), LOOM_ENOENT);
   assert_non_null(strstr(loom_ckpt_errmsg(c), "no checkpoint of step 4"));
   loom_ckpt_close(c);
-  rm_rf(dir);
+  test_rm_rf(dir);
   free(dir);
 }
 
 static void test_bad_saves(void **state) {
-  char *dir = tmpdir();
+  char *dir = test_tmpdir("loom-ckpt-test");
   loom_ckpt_t *c;
   model m;
   assert_int_equal(loom_ckpt_open(NULL, dir, 0, &c), 0);
@@ -357,14 +348,14 @@ static void test_bad_saves(void **state) {
   write_all(bad, (const unsigned char *)"x", 1);
   snprintf(bad, sizeof bad, "%s/ckpt/ckpt-000000000001.ckpt/sub", dir);
   assert_int_equal(loom_ckpt_open(NULL, bad, 0, &c), LOOM_EIO);
-  rm_rf(dir);
+  test_rm_rf(dir);
   free(dir);
 }
 
 /* A temporary file whose writer (on this host) is dead goes at the next
  * open; one whose writer lives, or from another host, stays. */
 static void test_dead_savers_temp_files_are_removed(void **state) {
-  char *dir = tmpdir();
+  char *dir = test_tmpdir("loom-ckpt-test");
   char host[256] = "localhost";
   gethostname(host, sizeof host);
   pid_t child = fork();
@@ -386,7 +377,7 @@ static void test_dead_savers_temp_files_are_removed(void **state) {
   int64_t step;
   assert_int_equal(loom_ckpt_latest(c, &step), LOOM_ENOENT);
   loom_ckpt_close(c);
-  rm_rf(dir);
+  test_rm_rf(dir);
   free(dir);
 }
 
@@ -394,7 +385,7 @@ static void test_dead_savers_temp_files_are_removed(void **state) {
  * disk) fails with the reason, leaves no temporary file and leaves the
  * previous checkpoint the latest. */
 static void test_failed_write_leaves_the_previous_checkpoint(void **state) {
-  char *dir = tmpdir();
+  char *dir = test_tmpdir("loom-ckpt-test");
   loom_ckpt_t *c;
   model m;
   assert_int_equal(loom_ckpt_open(NULL, dir, 0, &c), 0);
@@ -425,7 +416,7 @@ static void test_failed_write_leaves_the_previous_checkpoint(void **state) {
     if (strncmp(e->d_name, ".ckpt-", 6) == 0) fail_msg("left %s", e->d_name);
   closedir(d);
   loom_ckpt_close(c);
-  rm_rf(dir);
+  test_rm_rf(dir);
   free(dir);
 }
 

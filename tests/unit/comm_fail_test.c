@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "comm_testutil.h"
+#include "testutil.h"
 #include "comm/comm.h"
 
 #include <dirent.h>
@@ -169,9 +170,7 @@ static void run_fail(void **state) {
     for (int r = 0; r < WORLD; r++)
       if (r != VICTIM && sh->rc[r] == LOOM_EPEER && fc->transport[0] == 'a')
         assert_non_null(strstr(sh->msg[r], "rank 2"));
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  assert_int_equal(system(cmd), 0);
+  test_rm_rf(dir);
   close(efd);
   munmap(sh, sizeof *sh);
   assert_int_equal(failed, 0);

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "comm_testutil.h"
+#include "testutil.h"
 #include "comm/comm.h"
 #include "loom/comm.h"
 
@@ -278,9 +279,7 @@ static void run_case(void **state) {
       failed++;
     }
   }
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  assert_int_equal(system(cmd), 0);
+  test_rm_rf(dir);
   munmap((void *)g_shared, 4096);
   assert_int_equal(failed, 0);
   /* Nothing of ours is left in /dev/shm. */

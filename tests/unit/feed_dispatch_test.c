@@ -9,6 +9,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+
+#include "testutil.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,9 +64,8 @@ static int setup(void **state) {
 static int teardown(void **state) {
   (void)state;
   clear_replies();
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  test_rm_rf(dir);
+  return 0;
 }
 
 static int counter;

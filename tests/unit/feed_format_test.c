@@ -6,6 +6,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+
+#include "testutil.h"
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,28 +16,23 @@
 
 #include "feed/feed.h"
 
-static char dir[64];
+static char *dir;
 
 static int make_dir(void **state) {
   (void)state;
-  strcpy(dir, "/tmp/feedfmt-XXXXXX");
-  return mkdtemp(dir) ? 0 : -1;
+  dir = test_tmpdir("feedfmt");
+  return 0;
 }
 
 static int remove_dir(void **state) {
   (void)state;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  test_rm_rf(dir);
+  free(dir);
+  return 0;
 }
 
 static char *put(const char *name, const void *data, size_t len) {
-  char *p = loom__asprintf("%s/%s", dir, name);
-  FILE *f = fopen(p, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(data, 1, len, f), len);
-  fclose(f);
-  return p;
+  return test_put_file(dir, name, data, len);
 }
 
 /* Probes a file (as the splitter does). */
@@ -190,16 +187,6 @@ static void test_idx_headers(void **state) {
 }
 
 /* ---- TFRecord --------------------------------------------------------- */
-static size_t tf_put(unsigned char *out, const void *data, uint64_t n) {
-  unsigned char *p = out;
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(n >> (8 * i));
-  uint32_t c = loom__crc32c_mask(loom__crc32c(0, p, 8));
-  for (int i = 0; i < 4; i++) p[8 + i] = (unsigned char)(c >> (8 * i));
-  memcpy(p + 12, data, n);
-  c = loom__crc32c_mask(loom__crc32c(0, data, n));
-  for (int i = 0; i < 4; i++) p[12 + n + i] = (unsigned char)(c >> (8 * i));
-  return 16 + n;
-}
 
 static int tf_parse_file(const unsigned char *buf, size_t len, feed_recs *r, char *err,
                          size_t errlen) {
@@ -212,10 +199,10 @@ static void test_tfrecord(void **state) {
   (void)state;
   unsigned char buf[256];
   size_t n = 0, at2;
-  n += tf_put(buf + n, "hello", 5);
-  n += tf_put(buf + n, "", 0);
+  n += tfrecord_frame(buf + n, "hello", 5);
+  n += tfrecord_frame(buf + n, "", 0);
   at2 = n;
-  n += tf_put(buf + n, "world!", 6);
+  n += tfrecord_frame(buf + n, "world!", 6);
   feed_recs r = {0};
   char err[512] = "";
   assert_int_equal(tf_parse_file(buf, n, &r, err, sizeof err), 0);

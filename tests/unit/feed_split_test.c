@@ -8,6 +8,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+
+#include "testutil.h"
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,40 +19,25 @@
 
 #include "feed/feed.h"
 
-static char dir[64];
+static char *dir;
 
 static int make_dir(void **state) {
   (void)state;
-  strcpy(dir, "/tmp/feedsplit-XXXXXX");
-  return mkdtemp(dir) ? 0 : -1;
+  dir = test_tmpdir("feedsplit");
+  return 0;
 }
 
 static int remove_dir(void **state) {
   (void)state;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  test_rm_rf(dir);
+  free(dir);
+  return 0;
 }
 
 static char *put(const char *name, const void *data, size_t len) {
-  char *p = loom__asprintf("%s/%s", dir, name);
-  FILE *f = fopen(p, "wb");
-  assert_non_null(f);
-  if (len) assert_int_equal(fwrite(data, 1, len, f), len);
-  fclose(f);
-  return p;
+  return test_put_file(dir, name, data, len);
 }
 
-static size_t tf_put(unsigned char *out, const void *data, uint64_t n) {
-  unsigned char *p = out;
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(n >> (8 * i));
-  uint32_t c = loom__crc32c_mask(loom__crc32c(0, p, 8));
-  for (int i = 0; i < 4; i++) p[8 + i] = (unsigned char)(c >> (8 * i));
-  memcpy(p + 12, data, n);
-  c = loom__crc32c_mask(loom__crc32c(0, data, n));
-  for (int i = 0; i < 4; i++) p[12 + n + i] = (unsigned char)(c >> (8 * i));
-  return 16 + n;
-}
 
 /* The records of a byte range, parsed as the reader does at a split's end,
  * appended to out as (length, bytes) so ranges can be compared. */
@@ -147,7 +134,7 @@ static void test_cut_tfrecord(void **state) {
   for (int i = 0; i < 4000; i++) {
     size_t len = (size_t)(loom__feed_mix(&s) % sizeof data);
     for (size_t k = 0; k < len; k++) data[k] = (unsigned char)(i + k);
-    n += tf_put(buf + n, data, len);
+    n += tfrecord_frame(buf + n, data, len);
   }
   char *p = put("big.tfrecord", buf, n);
   check_cut(p, "tfrecord", 10000, n / (10000 + 16 + sizeof data));

@@ -26,6 +26,8 @@
 
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "ps/ps.h"
 #include "ps/server.h"
 #include "wire/wire.h"
@@ -466,11 +468,6 @@ static void test_staleness_bound_honoured(void **state) {
 /* ---- checkpoints ------------------------------------------------------- */
 static char tmpdir[256];
 
-static void rm_rf(const char *path) {
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-  if (system(cmd) != 0) fail_msg("cannot remove %s", path);
-}
 
 static int count_entries(const char *dir, const char *prefix) {
   DIR *d = opendir(dir);
@@ -605,7 +602,7 @@ static void test_checkpoint_round_trip(void **state) {
   assert_memory_equal(d, after, sizeof d);
   loom_ps_close(ps);
   cluster_stop(&c);
-  rm_rf(dir);
+  test_rm_rf(dir);
 }
 
 /* SYNC: the chief saves at its step while the others run on; the file
@@ -675,8 +672,8 @@ static void test_checkpoint_sync_resume(void **state) {
   run_ck_sync(dir, 6, false, resumed);      /* a new ps: restores 3, runs 3 more */
   assert_memory_equal(resumed, straight, sizeof straight); /* 2 workers: exact */
   assert_true(memcmp(first, straight, sizeof first) != 0);
-  rm_rf(dir);
-  rm_rf(other);
+  test_rm_rf(dir);
+  test_rm_rf(other);
 }
 
 /* ---- bad peers --------------------------------------------------------- */
@@ -944,7 +941,7 @@ static int make_tmp(void **state) {
 }
 static int drop_tmp(void **state) {
   (void)state;
-  rm_rf(tmpdir);
+  test_rm_rf(tmpdir);
   return 0;
 }
 

@@ -8,6 +8,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+
+#include "testutil.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,17 +194,6 @@ static void test_encoder_cap_is_sticky(void **state) {
 
 /* ---- the writer ---------------------------------------------------------- */
 
-static char *tmpdir(void) {
-  char *d = strdup("/tmp/loom-summary-test-XXXXXX");
-  assert_non_null(mkdtemp(d));
-  return d;
-}
-
-static void rm_rf(const char *dir) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
-}
 
 static uint64_t le(const unsigned char *p, int n) {
   uint64_t v = 0;
@@ -236,7 +227,7 @@ static int count_records(const char *path) {
 }
 
 static void test_writer_records_and_flush(void **state) {
-  char *dir = tmpdir();
+  char *dir = test_tmpdir("loom-summary-test");
   char sub[512];
   snprintf(sub, sizeof sub, "%s/a/b", dir); /* created */
   loom_summary_t *s;
@@ -260,12 +251,12 @@ static void test_writer_records_and_flush(void **state) {
     assert_int_equal(loom_summary_scalar(s, "many/steps", i, i * 0.5), 0);
   assert_true(count_records(path) > 5);
   assert_int_equal(loom_summary_close(s), 0);
-  rm_rf(dir);
+  test_rm_rf(dir);
   free(dir);
 }
 
 static void test_writer_arguments(void **state) {
-  char *dir = tmpdir();
+  char *dir = test_tmpdir("loom-summary-test");
   loom_summary_t *s;
   char tag[LOOM_SUMMARY_MAX_TAG + 2];
   memset(tag, 'x', sizeof tag - 1);
@@ -290,12 +281,12 @@ static void test_writer_arguments(void **state) {
   s = (loom_summary_t *)1;
   assert_int_equal(loom_summary_open(NULL, bad, &s), LOOM_EIO);
   assert_null(s);
-  rm_rf(dir);
+  test_rm_rf(dir);
   free(dir);
 }
 
 static void test_default_dir_needs_a_job(void **state) {
-  char *dir = tmpdir();
+  char *dir = test_tmpdir("loom-summary-test");
   loom_summary_t *s;
   unsetenv("LOOM_JOB_DIR");
   assert_int_equal(loom_summary_open(NULL, NULL, &s), LOOM_ENOENV);
@@ -310,7 +301,7 @@ static void test_default_dir_needs_a_job(void **state) {
   unsetenv("LOOM_JOB_DIR");
   unsetenv("LOOM_ROLE");
   unsetenv("LOOM_INDEX");
-  rm_rf(dir);
+  test_rm_rf(dir);
   free(dir);
 }
 
@@ -318,7 +309,7 @@ static void test_default_dir_needs_a_job(void **state) {
  * reported, with the file's name and the reason, by the call that meets it
  * and by close. */
 static void test_write_failure_is_reported(void **state) {
-  char *dir = tmpdir();
+  char *dir = test_tmpdir("loom-summary-test");
   loom_summary_t *s;
   assert_int_equal(loom_summary_open(NULL, dir, &s), 0);
   struct rlimit old, small = {4096, 0};
@@ -353,7 +344,7 @@ static void test_write_failure_is_reported(void **state) {
   signal(SIGXFSZ, SIG_DFL);
   assert_int_equal(rc, LOOM_EIO);
   assert_int_equal(loom_summary_close(s), 0); /* the limit is gone: all written */
-  rm_rf(dir);
+  test_rm_rf(dir);
   free(dir);
 }
 
