@@ -58,6 +58,12 @@ class Loom:
         lines = ((job_dir or self.job_dir()) / "events.jsonl").read_text().splitlines()
         return [json.loads(l) for l in lines]
 
+    def wait_running(self, timeout=20, what="tasks running"):
+        """Waits until the one job's state.json shows every task running."""
+        return self.wait_for(lambda: self.jobs() and (self.job_dir() / "state.json").exists() and
+                             all(t["state"] == "running" for t in self.state()["tasks"]),
+                             timeout=timeout, what=what)
+
     def wait_for(self, pred, timeout=20, what="condition"):
         end = time.time() + timeout
         while time.time() < end:

@@ -112,9 +112,7 @@ roles:
   worker: {instances: 2, command: 'exec sleep 60'}
 """)
     p = loom.popen("run", spec)
-    loom.wait_for(lambda: loom.jobs() and (loom.job_dir() / "state.json").exists() and
-                  all(t["state"] == "running" for t in loom.state()["tasks"]),
-                  what="tasks running")
+    loom.wait_running()
     time.sleep(0.3)
     agent = next(t["agent_pid"] for t in loom.state()["tasks"] if t["task"] == "worker:1")
     os.kill(agent, signal.SIGKILL)

@@ -111,8 +111,7 @@ roles:
   worker: {instances: 2, command: 'sleep 30'}
 """)
     p = loom.popen("run", spec)
-    loom.wait_for(lambda: loom.jobs() and (loom.job_dir() / "state.json").exists() and
-                  all(t["state"] == "running" for t in loom.state()["tasks"]), what="running")
+    loom.wait_running()
     agent = loom.state()["tasks"][1]["agent_pid"]
     t0 = time.time()
     os.kill(agent, signal.SIGSTOP)

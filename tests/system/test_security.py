@@ -50,8 +50,7 @@ roles:
   worker: {instances: 2, command: 'sleep 3; echo survived'}
 """)
     p = loom.popen("run", spec)
-    loom.wait_for(lambda: loom.jobs() and (loom.job_dir() / "state.json").exists() and
-                  all(t["state"] == "running" for t in loom.state()["tasks"]), what="running")
+    loom.wait_running()
     jd = loom.job_dir()
     host, port = json.loads((jd / "coord.json").read_text())["addr"].rsplit(":", 1)
     secret = (jd / "secret").read_text().encode()

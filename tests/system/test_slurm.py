@@ -165,9 +165,7 @@ roles:
     r = sloom.run("submit", spec, timeout=30)
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip()
-    sloom.wait_for(lambda: (sloom.job_dir() / "state.json").exists() and
-                   all(t["state"] == "running" for t in sloom.state()["tasks"]), timeout=30,
-                   what="running in Slurm")
+    sloom.wait_running(timeout=30, what="running in Slurm")
     st = sloom.run("status", job)
     assert "running" in st.stdout
     time.sleep(1)
