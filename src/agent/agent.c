@@ -581,15 +581,8 @@ static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
 
 /* 'T' (stopped) or 't' (traced) in /proc/PID/stat. */
 static bool proc_stopped(int pid) {
-  char p[64], buf[512];
-  snprintf(p, sizeof p, "/proc/%d/stat", pid);
-  FILE *f = fopen(p, "r");
-  if (!f) return false;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char *rp = strrchr(buf, ')');
-  return rp && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
+  char st = loom__proc_state(pid);
+  return st == 'T' || st == 't';
 }
 
 /* A process stopped for longer than the heartbeat timeout makes no

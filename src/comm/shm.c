@@ -20,6 +20,7 @@
  * while a rank waits on it; any failure poisons the segment (code and
  * message in the header) and rings every doorbell. */
 #include "comm/comm.h"
+#include "core/core.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -418,16 +419,8 @@ static int shm_pid_dead(int pidfd, int pid) {
   }
   if (pid <= 0) return 0;
   if (kill(pid, 0) < 0 && errno == ESRCH) return 1;
-  char path[64], buf[256];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t r = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (r <= 0) return 0;
-  buf[r] = 0;
-  const char *e = strrchr(buf, ')');
-  return e && e[1] == ' ' && (e[2] == 'Z' || e[2] == 'X');
+  char st = loom__proc_state(pid);
+  return st == 'Z' || st == 'X';
 }
 
 static int shm_check(comm_t *c, int full, const struct comm_waitset *ws) {

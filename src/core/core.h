@@ -72,6 +72,9 @@ int loom__write_atomic(const char *path, const void *data, size_t len,
 /* Reads a whole file (at most max bytes) into a malloc'ed NUL-terminated
  * buffer the caller frees. */
 int loom__read_file(const char *path, size_t max, char **out, size_t *len);
+/* The state letter of process pid from /proc/<pid>/stat ('R', 'S', 'T',
+ * 'Z', ...), or 0 when it cannot be read (no such process). */
+char loom__proc_state(int pid);
 
 /* ---- tunables: one line each, name, environment variable, default ---- */
 #define LOOM_TUNABLES(X)                                                     \

@@ -304,6 +304,21 @@ int loom__write_atomic(const char *path, const void *data, size_t len,
   return 0;
 }
 
+char loom__proc_state(int pid) {
+  char path[64], buf[512];
+  if (pid <= 0) return 0;
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t r = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (r <= 0) return 0;
+  buf[r] = 0;
+  /* "pid (comm) S ...": comm may hold spaces and parentheses */
+  const char *e = strrchr(buf, ')');
+  return e && e[1] == ' ' ? e[2] : 0;
+}
+
 int loom__read_file(const char *path, size_t max, char **out, size_t *len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? LOOM_ENOENT : LOOM_EIO;

@@ -16,23 +16,8 @@
 
 #include "feed/feed.h"
 
-static char *dir;
-
-static int make_dir(void **state) {
-  (void)state;
-  dir = test_tmpdir("feedfmt");
-  return 0;
-}
-
-static int remove_dir(void **state) {
-  (void)state;
-  test_rm_rf(dir);
-  free(dir);
-  return 0;
-}
-
 static char *put(const char *name, const void *data, size_t len) {
-  return test_put_file(dir, name, data, len);
+  return test_put_file(test_dir, name, data, len);
 }
 
 /* Probes a file (as the splitter does). */
@@ -309,5 +294,5 @@ int main(void) {
       cmocka_unit_test(test_format_names),
       cmocka_unit_test(test_permute_is_a_reproducible_permutation),
   };
-  return cmocka_run_group_tests(tests, make_dir, remove_dir);
+  return cmocka_run_group_tests(tests, test_dir_setup, test_dir_teardown);
 }

@@ -19,23 +19,8 @@
 
 #include "feed/feed.h"
 
-static char *dir;
-
-static int make_dir(void **state) {
-  (void)state;
-  dir = test_tmpdir("feedsplit");
-  return 0;
-}
-
-static int remove_dir(void **state) {
-  (void)state;
-  test_rm_rf(dir);
-  free(dir);
-  return 0;
-}
-
 static char *put(const char *name, const void *data, size_t len) {
-  return test_put_file(dir, name, data, len);
+  return test_put_file(test_dir, name, data, len);
 }
 
 
@@ -180,14 +165,14 @@ static void test_cut_fixed_and_idx(void **state) {
 static void test_files_globs_and_errors(void **state) {
   (void)state;
   char sub[128];
-  snprintf(sub, sizeof sub, "%s/g", dir);
+  snprintf(sub, sizeof sub, "%s/g", test_dir);
   mkdir(sub, 0755);
   char *a = put("g/b.txt", "1\n2\n", 4), *b = put("g/a.txt", "3\n", 2), *e = put("g/c.txt", "", 0);
   feed_format fmt = {.kind = FEED_LINES};
   feed_input *in;
   char err[512] = "", g1[160], g2[160];
-  snprintf(g1, sizeof g1, "%s/g/*.txt", dir);
-  snprintf(g2, sizeof g2, "%s/g/b.*", dir);
+  snprintf(g1, sizeof g1, "%s/g/*.txt", test_dir);
+  snprintf(g2, sizeof g2, "%s/g/b.*", test_dir);
   const char *globs[] = {g1, g2};
   assert_int_equal(loom__feed_input_make(globs, 2, &fmt, 1 << 20, &in, err, sizeof err), 0);
   assert_int_equal(in->nfiles, 3); /* b.txt once, though two globs match it */
@@ -201,14 +186,14 @@ static void test_files_globs_and_errors(void **state) {
   loom__feed_input_free(in);
 
   char nomatch[160];
-  snprintf(nomatch, sizeof nomatch, "%s/nothing-*.txt", dir);
+  snprintf(nomatch, sizeof nomatch, "%s/nothing-*.txt", test_dir);
   const char *g3[] = {nomatch};
   assert_int_equal(loom__feed_input_make(g3, 1, &fmt, 1 << 20, &in, err, sizeof err), LOOM_ESPEC);
   assert_non_null(strstr(err, "matches no file"));
   assert_non_null(strstr(err, nomatch));
 
   char d[160];
-  snprintf(d, sizeof d, "%s/*", dir); /* matches the directory g */
+  snprintf(d, sizeof d, "%s/*", test_dir); /* matches the directory g */
   const char *g4[] = {d};
   assert_int_equal(loom__feed_input_make(g4, 1, &fmt, 1 << 20, &in, err, sizeof err), LOOM_ESPEC);
   assert_non_null(strstr(err, "not a regular file"));
@@ -233,5 +218,5 @@ int main(void) {
       cmocka_unit_test(test_cut_fixed_and_idx),
       cmocka_unit_test(test_files_globs_and_errors),
   };
-  return cmocka_run_group_tests(tests, make_dir, remove_dir);
+  return cmocka_run_group_tests(tests, test_dir_setup, test_dir_teardown);
 }

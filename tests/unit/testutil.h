@@ -37,6 +37,24 @@ static inline char *test_put_file(const char *dir, const char *name, const void 
   return p;
 }
 
+/* A group's directory, for tests that share one: test_dir_setup and
+ * test_dir_teardown are cmocka group fixtures. */
+static char *test_dir __attribute__((unused));
+
+static inline int test_dir_setup(void **state) {
+  (void)state;
+  test_dir = test_tmpdir("loom-unit");
+  return 0;
+}
+
+static inline int test_dir_teardown(void **state) {
+  (void)state;
+  test_rm_rf(test_dir);
+  free(test_dir);
+  test_dir = NULL;
+  return 0;
+}
+
 /* One TFRecord (length, masked CRC-32C of it, data, masked CRC-32C of the
  * data) into out, which has room for n + 16 bytes; returns its size. */
 static inline size_t tfrecord_frame(unsigned char *out, const void *data, uint64_t n) {
