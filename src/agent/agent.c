@@ -34,8 +34,9 @@ typedef struct {
   uv_pipe_t pipe;
   agent *a;
   int proc, stream;
-  loom__buf line;
+  loom__buf line;   /* bytes read but not sent: at most one line of LOOM_MAX_LOG_LINE */
   bool open;
+  bool cutting;     /* the rest of an over-long line is being dropped */
 } outpipe;
 
 typedef struct {
@@ -51,7 +52,7 @@ typedef struct {
 struct agent {
   uv_loop_t loop;
   uv_tcp_t conn;
-  uv_timer_t hb, grace, drain;
+  uv_timer_t hb, grace, drain, linger;
   uv_signal_t sigs[3];
   wire_reader rd;
   json_t *assign;
@@ -61,6 +62,8 @@ struct agent {
   uint64_t last_rx, last_usage, cpu_ticks, started_ms;
   double usage_t0;
   bool started, stopping, exited_sent, conn_open, have_fail;
+  bool out_paused; /* the tasks' output is not read: the coordinator is behind */
+  bool lingering;  /* sent everything; waiting for the coordinator to close */
   int fail_code, fail_sig;
   char lost_reason[160];
   int exit_status;
@@ -99,13 +102,33 @@ static void remove_cgroup(agent *a) {
   a->cgroup[0] = 0;
 }
 
-static void shutdown_done(uv_shutdown_t *req, int status) {
-  agent *a = req->data;
-  free(req);
+static void linger_expired(uv_timer_t *t) {
+  agent *a = t->data;
+  agent_log("%s: the coordinator did not close the connection in time after the task ended",
+            a->task);
   uv_walk(&a->loop, close_walk, NULL);
 }
 
-/* Ends the loop once what was queued for the coordinator is written. */
+/* The last bytes for the coordinator are in the kernel, perhaps not yet
+ * sent: a close(2) now, with anything unread from the coordinator (a
+ * heartbeat), would reset the connection and drop them. So wait until the
+ * coordinator, having read everything, closes its side (conn_read sees
+ * the end), for at most the heartbeat timeout. */
+static void shutdown_done(uv_shutdown_t *req, int status) {
+  agent *a = req->data;
+  free(req);
+  if (status < 0) {
+    uv_walk(&a->loop, close_walk, NULL);
+    return;
+  }
+  a->lingering = true;
+  uv_timer_stop(&a->hb);
+  uv_timer_start(&a->linger, linger_expired, (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_TIMEOUT_MS),
+                 0);
+}
+
+/* Ends the loop once what was queued for the coordinator is written and
+ * the coordinator has read it. */
 static void agent_done(agent *a) {
   remove_cgroup(a);
   if (a->conn_open) {
@@ -183,22 +206,91 @@ static void coordinator_lost(agent *a, const char *why) {
   }
 }
 
-/* ---- output ---------------------------------------------------------- */
-static void flush_lines(outpipe *o, bool all) {
+/* ---- output ----------------------------------------------------------
+ * Each line a task prints reaches the coordinator, in order, and none is
+ * dropped. When the connection to the coordinator has more than
+ * OUT_HIGH bytes queued, the agent stops reading its tasks' pipes (the
+ * tasks then block in write(2)) until the queue is under OUT_LOW again:
+ * back-pressure instead of loss. A line longer than LOOM_MAX_LOG_LINE is
+ * cut there and marked; the rest of it, up to its newline, is dropped. */
+#define OUT_HIGH (4u << 20)
+#define OUT_LOW (1u << 20)
+
+static void out_alloc(uv_handle_t *h, size_t size, uv_buf_t *buf);
+static void out_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+
+static void out_pause(agent *a, bool pause) {
+  if (a->out_paused == pause) return;
+  a->out_paused = pause;
+  for (int i = 0; i < a->nprocs; i++)
+    for (int k = 0; k < 2; k++) {
+      outpipe *o = &a->procs[i].out[k];
+      if (!o->open) continue;
+      if (pause) uv_read_stop((uv_stream_t *)&o->pipe);
+      else uv_read_start((uv_stream_t *)&o->pipe, out_alloc, out_read);
+    }
+}
+
+typedef struct {
+  agent *a;
+  unsigned char *buf;
+} logw;
+
+static void log_written(void *owner) {
+  logw *w = owner;
+  agent *a = w->a;
+  free(w->buf);
+  free(w);
+  if (a->out_paused && (!a->conn_open || uv_stream_get_write_queue_size(
+                                             (uv_stream_t *)&a->conn) < OUT_LOW))
+    out_pause(a, false);
+}
+
+static void send_log(outpipe *o, const void *p, size_t n, const char *mark) {
   agent *a = o->a;
+  if (!a->conn_open) return;
+  json_t *j = json_pack("{s:i, s:i}", "s", o->stream, "p", o->proc);
+  loom__buf b;
+  loom__buf_init(&b, n + 256);
+  loom__buf_add(&b, p, n);
+  if (mark) loom__buf_printf(&b, "%s\n", mark);
+  logw *w = malloc(sizeof *w);
+  size_t len;
+  if (!w || wire_encode(WIRE_LOG, j, b.p, b.len, &w->buf, &len) < 0) {
+    agent_log("%s: out of memory sending %zu bytes of output", a->task, n);
+    free(w);
+  } else {
+    w->a = a;
+    wire_uv_write((uv_stream_t *)&a->conn, w->buf, len, log_written, w);
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&a->conn) > OUT_HIGH) out_pause(a, true);
+  }
+  json_decref(j);
+  loom__buf_free(&b);
+}
+
+/* Sends the whole lines held; at the end (all), what is left as well. */
+static void flush_lines(outpipe *o, bool all) {
   size_t cut = 0;
   for (size_t i = o->line.len; i > 0; i--)
     if (o->line.p[i - 1] == '\n') {
       cut = i;
       break;
     }
-  size_t maxl = (size_t)loom__tun(LOOM_TUN_MAX_LOG_LINE);
-  if (all || (cut == 0 && o->line.len >= maxl)) cut = o->line.len;
-  if (cut == 0) return;
-  /* whole lines, each '\n'-terminated but perhaps the last of a forced flush */
-  json_t *j = json_pack("{s:i, s:i}", "s", o->stream, "p", o->proc);
-  send_msg(a, WIRE_LOG, j, o->line.p, cut);
-  loom__buf_consume(&o->line, cut);
+  if (cut) {
+    send_log(o, o->line.p, cut, NULL);
+    loom__buf_consume(&o->line, cut);
+  }
+  size_t maxl = o->line.max;
+  if (o->line.len >= maxl) { /* one line, as long as allowed, and no end yet */
+    char mark[96];
+    snprintf(mark, sizeof mark, " [loom: line cut at %zu bytes (LOOM_MAX_LOG_LINE)]", maxl);
+    send_log(o, o->line.p, o->line.len, mark);
+    loom__buf_consume(&o->line, o->line.len);
+    o->cutting = true;
+  } else if (all && o->line.len) {
+    send_log(o, o->line.p, o->line.len, NULL);
+    loom__buf_consume(&o->line, o->line.len);
+  }
 }
 
 static void pipe_closed(uv_handle_t *h) {
@@ -226,14 +318,20 @@ static void out_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     close_pipe(o);
     return;
   }
-  if (n == 0) return;
-  size_t off = 0;
-  while (off < (size_t)n) {
-    size_t room = o->line.max - o->line.len, take = (size_t)n - off;
+  const char *p = buf->base, *end = buf->base + n;
+  while (p < end) {
+    if (o->cutting) { /* drop the rest of a line already cut */
+      const char *nl = memchr(p, '\n', (size_t)(end - p));
+      if (!nl) break;
+      p = nl + 1;
+      o->cutting = false;
+      continue;
+    }
+    size_t room = o->line.max - o->line.len, take = (size_t)(end - p);
     if (take > room) take = room;
-    loom__buf_add(&o->line, buf->base + off, take);
-    off += take;
-    flush_lines(o, o->line.len >= o->line.max);
+    loom__buf_add(&o->line, p, take);
+    p += take;
+    flush_lines(o, false);
   }
 }
 
@@ -241,6 +339,10 @@ static void out_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
  * alive after its processes ended. */
 static void drain_expired(uv_timer_t *t) {
   agent *a = t->data;
+  if (a->out_paused && a->conn_open) { /* output still held back: wait for it */
+    uv_timer_start(&a->drain, drain_expired, 100, 0);
+    return;
+  }
   for (int i = 0; i < a->nprocs; i++)
     for (int k = 0; k < 2; k++) close_pipe(&a->procs[i].out[k]);
 }
@@ -550,12 +652,16 @@ static void on_msg(agent *a, wire_frame *f) {
 }
 
 static void conn_alloc(uv_handle_t *h, size_t size, uv_buf_t *buf) {
-  static char slab[65536];
+  static char slab[WIRE_READ_CHUNK];
   *buf = uv_buf_init(slab, sizeof slab);
 }
 
 static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   agent *a = s->data;
+  if (a->lingering) { /* what comes now is of no use; the end is awaited */
+    if (n < 0) uv_walk(&a->loop, close_walk, NULL);
+    return;
+  }
   if (n < 0) {
     coordinator_lost(a, "the connection to the coordinator closed");
     return;
@@ -889,7 +995,8 @@ int agent_main(void) {
   uv_timer_init(&a->loop, &a->hb);
   uv_timer_init(&a->loop, &a->grace);
   uv_timer_init(&a->loop, &a->drain);
-  a->hb.data = a->grace.data = a->drain.data = a;
+  uv_timer_init(&a->loop, &a->linger);
+  a->hb.data = a->grace.data = a->drain.data = a->linger.data = a;
   uint64_t hb = (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_MS);
   uv_timer_start(&a->hb, hb_tick, hb, hb);
   int sigs[3] = {SIGTERM, SIGINT, SIGHUP};

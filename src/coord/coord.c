@@ -136,7 +136,7 @@ struct coord {
 static void attempt_start(coord *co);
 static void attempt_fail(coord *co, task *t, const char *why);
 static void check_over(coord *co);
-static void conn_close(conn *c);
+static void conn_close(conn *c, const char *why);
 static void task_exited(coord *co, task *t, int code, int sig, const char *reason, bool lost);
 static void maybe_restart(coord *co, task *t);
 static uint64_t hb_timeout_ms(const coord *co);
@@ -336,10 +336,17 @@ static void kv_drop_waiters(coord *co, conn *c);
 
 /* Closes a connection and forgets it. An agent's connection closing before
  * its task ended means the agent is lost. */
-static void conn_close(conn *c) {
+/* Closes c. why is NULL when the close is expected (the job is over, the
+ * peer hung up after its work, the coordinator stops it on purpose);
+ * otherwise it says why in a sentence, which goes to coordinator.log and,
+ * for an agent's connection, into the task's root cause. */
+static void conn_close(conn *c, const char *why) {
   if (c->closing) return;
   c->closing = true;
   coord *co = c->co;
+  if (why)
+    loom__log(LOOM_LOG_WARN, "coord", "closed the connection of %s: %s",
+              c->task ? c->task->name : c->who[0] ? c->who : "an unidentified peer", why);
   if (c->prev) c->prev->next = c->next;
   else co->conns = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -355,7 +362,10 @@ static void conn_close(conn *c) {
         task_set(co, t, T_STOPPED);
         event(co, t, "stopped", json_pack("{s:s}", "reason", "agent gone while stopping"));
       } else {
-        task_exited(co, t, -1, 0, "agent lost: its connection to the coordinator closed", true);
+        char reason[400];
+        snprintf(reason, sizeof reason, "agent lost: its connection to the coordinator closed (%s)",
+                 why ? why : "closed by the coordinator");
+        task_exited(co, t, -1, 0, reason, true);
       }
     }
   }
@@ -755,7 +765,8 @@ static void stop_expired(uv_timer_t *tm) {
     if (!t->agent_running) continue;
     loom__log(LOOM_LOG_WARN, "coord", "%s did not stop in time; killing its agent", t->name);
     co->be->ops->signal(co->be, t->id, SIGKILL);
-    if (!co->be->ops->tracks_processes && t->agent) conn_close(t->agent);
+    if (!co->be->ops->tracks_processes && t->agent)
+      conn_close(t->agent, "its task did not stop in time");
   }
 }
 
@@ -1050,13 +1061,12 @@ static void on_frame(coord *co, conn *c, wire_frame *f) {
     wire_mac(co->o->secret, "loom-c", c->nonce, want);
     if (f->type != WIRE_AUTH || f->blob_len != WIRE_MAC + WIRE_NONCE ||
         !wire_mac_equal(f->blob, want)) {
-      loom__log(LOOM_LOG_WARN, "coord", "closed a connection that failed authentication");
-      conn_close(c);
+      conn_close(c, "it failed authentication");
       return;
     }
     wire_mac(co->o->secret, "loom-s", f->blob + WIRE_MAC, proof);
     c->kind = C_CTL; /* until it says who it is */
-    c->rd.max_frame = (size_t)loom__tun(LOOM_TUN_MAX_FRAME);
+    wire_reader_limit(&c->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
     uv_timer_stop(&c->timer);
     conn_send(c, WIRE_AUTH_OK, NULL, proof, WIRE_MAC);
     return;
@@ -1092,14 +1102,15 @@ static void on_frame(coord *co, conn *c, wire_frame *f) {
     rc = LOOM_EPROTO;
   }
   if (rc < 0) {
-    loom__log(LOOM_LOG_WARN, "coord", "closing connection (%s): unexpected or malformed "
-              "message type %d", c->task ? c->task->name : "unidentified", f->type);
-    conn_close(c);
+    char why[160];
+    snprintf(why, sizeof why, "unexpected or malformed message of type %d (%s)", f->type,
+             loom_strerror(rc));
+    conn_close(c, why);
   }
 }
 
 static void alloc_cb(uv_handle_t *h, size_t size, uv_buf_t *buf) {
-  static char slab[65536];
+  static char slab[WIRE_READ_CHUNK];
   *buf = uv_buf_init(slab, sizeof slab);
 }
 
@@ -1107,13 +1118,22 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   conn *c = s->data;
   coord *co = c->co;
   if (n < 0) {
-    conn_close(c);
+    char why[160];
+    snprintf(why, sizeof why, "the peer closed it (%s)", uv_strerror((int)n));
+    /* a client (libloom, the CLI) hanging up, or an agent whose task has
+     * ended, is the normal end of its work */
+    bool expected = c->kind == C_CLIENT || c->kind == C_CTL ||
+                    (c->kind == C_AGENT && (!c->task || terminal(c->task)));
+    conn_close(c, expected ? NULL : why);
     return;
   }
   if (n == 0) return;
   c->last_rx = loom__now_ms();
   if (wire_reader_push(&c->rd, buf->base, (size_t)n) < 0) {
-    conn_close(c);
+    char why[160];
+    snprintf(why, sizeof why, "it sent more than its %zu-byte frame limit allows",
+             c->rd.max_frame);
+    conn_close(c, why);
     return;
   }
   for (;;) {
@@ -1122,9 +1142,10 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     int rc = wire_reader_pop(&c->rd, &f);
     if (rc == 0) return;
     if (rc < 0) {
-      loom__log(LOOM_LOG_WARN, "coord", "closing a connection (%s) that sent a malformed "
-                "or oversized frame", c->task ? c->task->name : "unidentified");
-      conn_close(c);
+      char why[160];
+      snprintf(why, sizeof why, "it sent a malformed or oversized frame (limit %zu bytes)",
+               c->rd.max_frame);
+      conn_close(c, why);
       return;
     }
     on_frame(co, c, &f);
@@ -1134,8 +1155,7 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
 
 static void auth_expired(uv_timer_t *tm) {
   conn *c = tm->data;
-  loom__log(LOOM_LOG_WARN, "coord", "closed a connection that did not authenticate in time");
-  conn_close(c);
+  conn_close(c, "it did not authenticate in time");
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -1145,7 +1165,7 @@ static void on_connection(uv_stream_t *server, int status) {
   if (!c) return;
   c->co = co;
   c->handles = 2;
-  wire_reader_init(&c->rd, WIRE_HDR + WIRE_MAC + WIRE_NONCE);
+  wire_reader_init(&c->rd, WIRE_HANDSHAKE_MAX);
   uv_tcp_init(&co->loop, &c->tcp);
   uv_timer_init(&co->loop, &c->timer);
   c->tcp.data = c->timer.data = c;
@@ -1153,7 +1173,7 @@ static void on_connection(uv_stream_t *server, int status) {
   if (co->conns) co->conns->prev = c;
   co->conns = c;
   if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 || wire_random(c->nonce, WIRE_NONCE) < 0) {
-    conn_close(c);
+    conn_close(c, "it could not be accepted");
     return;
   }
   uv_tcp_nodelay(&c->tcp, 1);
@@ -1416,7 +1436,7 @@ static void check_over(coord *co) {
   uv_timer_stop(&co->stop_timer);
   for (conn *c = co->conns, *n; c; c = n) {
     n = c->next;
-    if (c->kind == C_CLIENT) conn_close(c);
+    if (c->kind == C_CLIENT) conn_close(c, NULL);
   }
   kv_drop_waiters(co, NULL);
   event(co, NULL, "attempt_finished", NULL);
@@ -1558,7 +1578,7 @@ static void hb_tick(uv_timer_t *tm) {
                (double)(now - c->last_rx) / 1000.0);
       co->be->ops->signal(co->be, t->id, SIGKILL);
       task_exited(co, t, -1, 0, why, true);
-      conn_close(c);
+      conn_close(c, "no heartbeat in time");
       continue;
     }
     conn_send(c, WIRE_HEARTBEAT, NULL, NULL, 0);
@@ -1756,7 +1776,7 @@ out_run:
 
   for (conn *c = co->conns, *n; c; c = n) {
     n = c->next;
-    conn_close(c);
+    conn_close(c, NULL);
   }
   kv_drop_waiters(co, NULL);
 out_be:

@@ -67,8 +67,13 @@ int wire_encode(uint16_t type, const json_t *json, const void *blob,
 }
 
 void wire_reader_init(wire_reader *r, size_t max_frame) {
-  loom__buf_init(&r->in, max_frame + WIRE_HDR + 65536);
+  loom__buf_init(&r->in, max_frame + 4 + WIRE_READ_CHUNK);
   r->max_frame = max_frame;
+}
+
+void wire_reader_limit(wire_reader *r, size_t max_frame) {
+  r->max_frame = max_frame;
+  r->in.max = max_frame + 4 + WIRE_READ_CHUNK;
 }
 
 void wire_reader_free(wire_reader *r) { loom__buf_free(&r->in); }
@@ -222,7 +227,7 @@ int wire_recv(int fd, wire_reader *r, wire_frame *f, int timeout_ms) {
     if (pr < 0 && errno == EINTR) continue;
     if (pr < 0) return LOOM_EIO;
     if (pr == 0) return LOOM_ETIMEDOUT;
-    char buf[65536];
+    char buf[WIRE_READ_CHUNK];
     ssize_t n = recv(fd, buf, sizeof buf, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return LOOM_ECONN;
@@ -230,8 +235,18 @@ int wire_recv(int fd, wire_reader *r, wire_frame *f, int timeout_ms) {
   }
 }
 
+static int client_auth(int fd, wire_reader *r, const char *secret, int timeout_ms);
+
 int wire_client_auth(int fd, wire_reader *r, const char *secret,
                      int timeout_ms) {
+  size_t open_max = r->max_frame;
+  wire_reader_limit(r, WIRE_HANDSHAKE_MAX);
+  int rc = client_auth(fd, r, secret, timeout_ms);
+  if (rc == 0) wire_reader_limit(r, open_max);
+  return rc;
+}
+
+static int client_auth(int fd, wire_reader *r, const char *secret, int timeout_ms) {
   wire_frame f;
   int rc = wire_recv(fd, r, &f, timeout_ms);
   if (rc < 0) return rc;

@@ -68,14 +68,28 @@ void wire_frame_free(wire_frame *f);
 int wire_encode(uint16_t type, const json_t *json, const void *blob,
                 size_t blob_len, unsigned char **out, size_t *out_len);
 
+/* The most bytes one read from a socket hands to a reader. */
+#define WIRE_READ_CHUNK 65536
+/* The largest frame a connection may send before it has authenticated:
+ * CHALLENGE, AUTH and AUTH_OK fit in it. */
+#define WIRE_HANDSHAKE_MAX (WIRE_HDR + WIRE_MAC + WIRE_NONCE)
+
 /* An incremental reader: push the bytes as they arrive, pop whole frames.
  * A length over max (or under the header) or JSON that is not an object
- * is LOOM_EPROTO: the caller closes the connection. */
+ * is LOOM_EPROTO: the caller closes the connection. A caller pops every
+ * whole frame after each push of at most WIRE_READ_CHUNK bytes, so the
+ * reader never holds more than one partial frame and one chunk: its
+ * buffer's cap is max_frame + 4 + WIRE_READ_CHUNK, and it follows
+ * max_frame (wire_reader_limit) as the connection changes state. */
 typedef struct {
   loom__buf in;
   size_t max_frame;
 } wire_reader;
 void wire_reader_init(wire_reader *r, size_t max_frame);
+/* Sets the largest frame the reader accepts from now on, and its buffer's
+ * cap with it (a connection that authenticated is allowed more than one
+ * that has not). Bytes already held are kept. */
+void wire_reader_limit(wire_reader *r, size_t max_frame);
 int wire_reader_push(wire_reader *r, const void *data, size_t n);
 /* 1 and a frame, 0 when more bytes are needed, <0 on a bad frame. */
 int wire_reader_pop(wire_reader *r, wire_frame *f);
@@ -93,7 +107,9 @@ int wire_send(int fd, uint16_t type, const json_t *json, const void *blob,
               size_t blob_len);
 /* Reads one frame, waiting at most timeout_ms (-1: forever). */
 int wire_recv(int fd, wire_reader *r, wire_frame *f, int timeout_ms);
-/* Client side of the handshake on a fresh connection. */
+/* Client side of the handshake on a fresh connection. The reader accepts
+ * only handshake-sized frames until the server has proved it holds the
+ * secret; on success its limit is back to what the caller gave it. */
 int wire_client_auth(int fd, wire_reader *r, const char *secret,
                      int timeout_ms);
 /* Splits "host:port". */

@@ -55,6 +55,37 @@ int main(void) {
   CHECK(rc == 0, "loom_event: %s", loom_strerror(rc));
   rc = loom_event(l, "bad", "{not json");
   CHECK(rc == LOOM_EINVAL, "bad event detail accepted");
+  if (getenv("KVPROBE_BIG")) { /* the largest value allowed, and a large event */
+    size_t big = LOOM_KV_MAX_VALUE;
+    unsigned char *b = malloc(big);
+    CHECK(b != NULL, "out of memory");
+    for (size_t i = 0; i < big; i++) b[i] = (unsigned char)(i * 2654435761u >> 13);
+    if (r == 0) {
+      rc = loom_kv_set(l, "probe/big", b, big);
+      CHECK(rc == 0, "kv_set of %zu bytes: %s %s", big, loom_strerror(rc), loom_errmsg(l));
+      rc = loom_kv_set(l, "probe/too-big", b, big + 1);
+      CHECK(rc == LOOM_EINVAL || rc == LOOM_ERANGE, "kv_set past the limit returned %s",
+            loom_err_name(rc));
+    }
+    void *got;
+    size_t glen;
+    rc = loom_kv_get(l, "probe/big", 20000, &got, &glen);
+    CHECK(rc == 0, "kv_get of the big value: %s %s", loom_strerror(rc), loom_errmsg(l));
+    CHECK(glen == big && !memcmp(got, b, big), "big value differs (%zu bytes)", glen);
+    free(got);
+    /* an event whose detail is 512 KiB of text */
+    size_t elen = 512 << 10;
+    char *ev = malloc(elen + 64);
+    CHECK(ev != NULL, "out of memory");
+    int k = snprintf(ev, 64, "{\"rank\": %d, \"blob\": \"", r);
+    memset(ev + k, 'a' + r % 26, elen);
+    strcpy(ev + k + elen, "\"}");
+    rc = loom_event(l, "probe_big", ev);
+    CHECK(rc == 0, "loom_event of %zu bytes: %s %s", elen, loom_strerror(rc), loom_errmsg(l));
+    free(ev);
+    free(b);
+    printf("KVBIG rank=%d bytes=%zu\n", r, big);
+  }
   printf("KVOK rank=%d world=%d sum=%ld\n", r, n, sum);
   loom_finish(l);
   return 0;

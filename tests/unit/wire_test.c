@@ -95,6 +95,51 @@ static void test_reader_buffer_is_capped(void **state) {
   wire_reader_free(&r);
 }
 
+/* A connection starts with the handshake's small limit and gets the large
+ * one once authenticated: the buffer's cap must follow, so that frames
+ * near the new limit, delivered a read chunk at a time behind a partial
+ * frame, are taken whole (issue 18: a cap left at the handshake's size
+ * closed any connection that sent more than about 64 KiB at once). */
+static void test_reader_limit_follows_the_connection(void **state) {
+  wire_reader r;
+  wire_reader_init(&r, WIRE_HANDSHAKE_MAX);
+  unsigned char *big;
+  size_t len;
+  size_t blob = 3u << 20;
+  unsigned char *payload = calloc(1, blob);
+  assert_non_null(payload);
+  assert_int_equal(wire_encode(WIRE_LOG, NULL, payload, blob, &big, &len), 0);
+  /* before: the frame is refused from its header */
+  assert_int_equal(wire_reader_push(&r, big, WIRE_HDR), 0);
+  wire_frame f;
+  assert_int_equal(wire_reader_pop(&r, &f), LOOM_EPROTO);
+  wire_reader_free(&r);
+  wire_reader_init(&r, WIRE_HANDSHAKE_MAX);
+  wire_reader_limit(&r, 4u << 20);
+  /* two such frames back to back, pushed in chunks, popped after each */
+  int got = 0;
+  for (int k = 0; k < 2; k++)
+    for (size_t off = 0; off < len; off += WIRE_READ_CHUNK) {
+      size_t n = len - off < WIRE_READ_CHUNK ? len - off : WIRE_READ_CHUNK;
+      assert_int_equal(wire_reader_push(&r, big + off, n), 0);
+      int rc;
+      while ((rc = wire_reader_pop(&r, &f)) == 1) {
+        assert_int_equal(f.blob_len, blob);
+        wire_frame_free(&f);
+        got++;
+      }
+      assert_int_equal(rc, 0);
+    }
+  assert_int_equal(got, 2);
+  /* and back down: a frame over the new limit is refused */
+  wire_reader_limit(&r, 1000);
+  assert_int_equal(wire_reader_push(&r, big, WIRE_HDR), 0);
+  assert_int_equal(wire_reader_pop(&r, &f), LOOM_EPROTO);
+  wire_reader_free(&r);
+  free(big);
+  free(payload);
+}
+
 static void test_mac_is_hmac_sha256(void **state) {
   unsigned char nonce[WIRE_NONCE], got[WIRE_MAC], want[WIRE_MAC], msg[6 + WIRE_NONCE];
   for (int i = 0; i < WIRE_NONCE; i++) nonce[i] = (unsigned char)(i * 7);
@@ -152,6 +197,7 @@ int main(void) {
       cmocka_unit_test(test_bad_frames),            cmocka_unit_test(test_reader_buffer_is_capped),
       cmocka_unit_test(test_mac_is_hmac_sha256),    cmocka_unit_test(test_split_hostport),
       cmocka_unit_test(test_sizes_and_errors),
+      cmocka_unit_test(test_reader_limit_follows_the_connection),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
