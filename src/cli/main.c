@@ -723,6 +723,17 @@ static int cmd_check(int argc, char **argv) {
   bad += rc != 0;
   uv_close((uv_handle_t *)&t, NULL);
   uv_run(loop, UV_RUN_DEFAULT);
+  if (!strcmp(bname, "local")) {
+    /* what the agents will do: never a failure, the rlimit is the fallback */
+    cg_probe cg;
+    cg_probe_memory(&cg);
+    if (cg.kind == CG_RLIMIT)
+      printf("ok   memory limits: rlimit (RLIMIT_DATA; no cgroup: %s)\n",
+             cg.why);
+    else
+      printf("ok   memory limits: %s (%s under %s)\n", cg_kind_name(cg.kind),
+             cg_limit_file(cg.kind), cg.base);
+  }
   char exe[PATH_MAX];
   bool exeok = self_exe(exe, sizeof exe) == 0 && access(exe, X_OK) == 0;
   printf("%s agent executable %s\n", exeok ? "ok  " : "FAIL", exeok ? exe : "not found");
