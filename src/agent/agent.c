@@ -56,7 +56,8 @@ struct agent {
   uv_signal_t sigs[3];
   wire_reader rd;
   json_t *assign;
-  char task[96], host[256], secret[160], cgroup[512];
+  char task[96], host[256], secret[160], cgroup[1024];
+  cg_kind cgkind; /* how cgroup (if set) limits memory */
   int attempt, port, reserve_fd, nprocs, running, open_pipes;
   uproc *procs;
   uint64_t last_rx, last_usage, cpu_ticks, started_ms;
@@ -95,10 +96,7 @@ static void close_walk(uv_handle_t *h, void *arg) {
 
 static void remove_cgroup(agent *a) {
   if (!a->cgroup[0]) return;
-  rmdir(a->cgroup);
-  char parent[512];
-  loom__strlcpy(parent, a->cgroup, sizeof parent);
-  rmdir(dirname(parent)); /* the job's cgroup, once its last task is gone */
+  cg_remove(a->cgroup);
   a->cgroup[0] = 0;
 }
 
@@ -176,16 +174,13 @@ static void maybe_finish(agent *a) {
     }
     if (a->fail_sig == SIGKILL && !a->stopping && a->cgroup[0]) {
       /* the kernel's OOM killer leaves its mark in the cgroup */
-      char p[600], *txt = NULL;
-      snprintf(p, sizeof p, "%s/memory.failcnt", a->cgroup);
-      long long hits = 0;
-      if (loom__read_file(p, 64, &txt, NULL) == 0) hits = atoll(txt);
-      free(txt);
       json_int_t mem = json_integer_value(json_object_get(a->assign, "memory"));
-      if (hits > 0)
+      if (cg_oom_killed(a->cgkind, a->cgroup))
         json_object_set_new(j, "reason", json_sprintf("out of memory: the task reached its "
-                                                      "memory limit of %lld MiB",
-                                                      (long long)(mem >> 20)));
+                                                      "memory limit of %lld MiB (%s %s)",
+                                                      (long long)(mem >> 20),
+                                                      cg_kind_name(a->cgkind),
+                                                      cg_limit_file(a->cgkind)));
     }
     send_msg(a, WIRE_EXIT, j, NULL, 0);
   }
@@ -492,33 +487,22 @@ static void build_env(agent *a, envv *e, int local, const json_t *cl, const char
   else if (mem > 0) env_setf(e, "LOOM__MEM", "%lld", (long long)mem);
 }
 
-/* Memory: a cgroup (v1 memory controller) per task where this machine lets
- * us make one, else an rlimit on each process's data segment. */
+/* Memory: a cgroup per task where this machine lets us make one (see
+ * cgroup.c), else an rlimit on each process's data segment. */
 static void make_cgroup(agent *a) {
   json_int_t mem = json_integer_value(json_object_get(a->assign, "memory"));
   if (mem <= 0) return;
-  const char *base = getenv("LOOM_CGROUP_ROOT");
-  if (!base) base = "/sys/fs/cgroup/memory";
-  if (access(base, W_OK) != 0) return;
+  cg_probe p;
+  if (cg_probe_memory(&p) < 0 || p.kind == CG_RLIMIT) return;
   const char *job = json_string_value(json_object_get(a->assign, "job_id"));
-  char path[512], file[600];
-  snprintf(path, sizeof path, "%s/loom-%s/%s-%d", base, job ? job : "job",
-           json_string_value(json_object_get(a->assign, "role")),
+  const char *role = json_string_value(json_object_get(a->assign, "role"));
+  char name[160];
+  snprintf(name, sizeof name, "%s-%d", role ? role : "task",
            (int)json_integer_value(json_object_get(a->assign, "index")));
-  if (loom__mkdir_p(path, 0755) < 0) return;
-  snprintf(file, sizeof file, "%s/memory.limit_in_bytes", path);
-  FILE *f = fopen(file, "w");
-  if (!f) {
-    rmdir(path);
-    return;
-  }
-  bool ok = fprintf(f, "%lld", (long long)mem) > 0;
-  ok &= fclose(f) == 0;
-  if (!ok) {
-    rmdir(path);
-    return;
-  }
-  loom__strlcpy(a->cgroup, path, sizeof a->cgroup);
+  const char *cpus = json_string_value(json_object_get(a->assign, "cpus"));
+  if (cg_create(&p, job ? job : "job", name, (long long)mem, cpus, a->cgroup,
+                sizeof a->cgroup) == 0)
+    a->cgkind = p.kind;
 }
 
 static int start_procs(agent *a, const json_t *cl, const char *cluster_s,

@@ -58,7 +58,7 @@ int agent_exec_main(int argc, char **argv) {
   const char *mem = getenv("LOOM__MEM");
   if (cg && *cg) {
     if (join_cgroup(cg) < 0) {
-      fprintf(stderr, "loom: cannot join memory cgroup %s: %s\n", cg, strerror(errno));
+      fprintf(stderr, "loom: cannot join the memory cgroup %s: %s\n", cg, strerror(errno));
       return 126;
     }
   } else if (mem && *mem) {

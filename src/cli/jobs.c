@@ -43,7 +43,8 @@ int jobs_create(const spec_job *s, char *id, char *dir, char *secret, char *err,
   for (size_t i = 0; i < LOOM__ARRAY_LEN(subs); i++) {
     char p[PATH_MAX + 32];
     snprintf(p, sizeof p, "%s%s", dir, subs[i]);
-    if (loom__mkdir_p(p, 0755) < 0) {
+    /* the owner only: the secret, the dashboard token (events) and logs */
+    if (loom__mkdir_p(p, 0700) < 0) {
       snprintf(err, errlen, "cannot create %s: %s (set LOOM_HOME to a writable directory)", p,
                strerror(errno));
       return LOOM_EIO;
@@ -56,7 +57,7 @@ int jobs_create(const spec_job *s, char *id, char *dir, char *secret, char *err,
   char *txt = json_dumps(j, JSON_INDENT(2));
   json_decref(j);
   snprintf(p, sizeof p, "%s/spec.yaml", dir);
-  if (rc == 0) rc = txt ? loom__write_atomic(p, txt, strlen(txt), 0644, false) : LOOM_ENOMEM;
+  if (rc == 0) rc = txt ? loom__write_atomic(p, txt, strlen(txt), 0600, false) : LOOM_ENOMEM;
   free(txt);
   if (rc < 0) snprintf(err, errlen, "cannot write the job directory %s: %s", dir, strerror(errno));
   return rc;

@@ -147,7 +147,7 @@ static int slurm_run(const spec_job *s, const char *id, const char *dir, const c
   char *script = NULL, path[PATH_MAX + 32];
   if (backend_slurm_script(s, id, dir, exe, &script) < 0) return EXIT_INFRA;
   snprintf(path, sizeof path, "%s/slurm.sh", dir);
-  int rc = loom__write_atomic(path, script, strlen(script), 0755, false);
+  int rc = loom__write_atomic(path, script, strlen(script), 0700, false);
   free(script);
   if (rc < 0) return EXIT_INFRA;
   char cmd[PATH_MAX + 64], out[4096] = "";
@@ -178,7 +178,7 @@ static int slurm_run(const spec_job *s, const char *id, const char *dir, const c
   char *sjs = json_dumps(sj, JSON_COMPACT);
   json_decref(sj);
   snprintf(path, sizeof path, "%s/slurm.json", dir);
-  if (sjs) loom__write_atomic(path, sjs, strlen(sjs), 0644, false);
+  if (sjs) loom__write_atomic(path, sjs, strlen(sjs), 0600, false);
   free(sjs);
   if (detach) {
     printf("%s\n", id);
@@ -295,7 +295,7 @@ static int cmd_run(int argc, char **argv, bool detach) {
   if (detach) {
     uv_loop_t *loop = uv_default_loop();
     char *log = loom__asprintf("%s/coordinator.log", dir);
-    FILE *lf = log ? fopen(log, "a") : NULL;
+    FILE *lf = log ? loom__fopen_private(log, true) : NULL;
     free(log);
     uv_process_t proc;
     uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
@@ -700,7 +700,7 @@ static int cmd_check(int argc, char **argv) {
   int bad = 0;
   char p[PATH_MAX + 64], msg[512];
   snprintf(p, sizeof p, "%s/jobs", jobs_home());
-  bool dirok = loom__mkdir_p(p, 0755) == 0 && access(p, W_OK) == 0;
+  bool dirok = loom__mkdir_p(p, 0700) == 0 && access(p, W_OK) == 0;
   printf("%s job directory %s%s\n", dirok ? "ok  " : "FAIL", p, dirok ? "" : " is not writable");
   bad += !dirok;
   const backend_ops *ops = backend_find(bname);
@@ -723,6 +723,17 @@ static int cmd_check(int argc, char **argv) {
   bad += rc != 0;
   uv_close((uv_handle_t *)&t, NULL);
   uv_run(loop, UV_RUN_DEFAULT);
+  if (!strcmp(bname, "local")) {
+    /* what the agents will do: never a failure, the rlimit is the fallback */
+    cg_probe cg;
+    cg_probe_memory(&cg);
+    if (cg.kind == CG_RLIMIT)
+      printf("ok   memory limits: rlimit (RLIMIT_DATA; no cgroup: %s)\n",
+             cg.why);
+    else
+      printf("ok   memory limits: %s (%s under %s)\n", cg_kind_name(cg.kind),
+             cg_limit_file(cg.kind), cg.base);
+  }
   char exe[PATH_MAX];
   bool exeok = self_exe(exe, sizeof exe) == 0 && access(exe, X_OK) == 0;
   printf("%s agent executable %s\n", exeok ? "ok  " : "FAIL", exeok ? exe : "not found");

@@ -271,7 +271,7 @@ static void state_write(coord *co) {
   json_decref(j);
   if (!s) return;
   char *path = loom__asprintf("%s/state.json", co->o->job_dir);
-  if (path && loom__write_atomic(path, s, strlen(s), 0644, co->jstate == J_DONE) < 0)
+  if (path && loom__write_atomic(path, s, strlen(s), 0600, co->jstate == J_DONE) < 0)
     loom__log(LOOM_LOG_WARN, "coord", "cannot write %s: %s", path, strerror(errno));
   free(path);
   free(s);
@@ -1257,7 +1257,7 @@ static void free_env(char **env) {
 static void open_logs(coord *co, task *t) {
   if (!t->log) {
     char *p = loom__asprintf("%s/logs/%s.log", co->o->job_dir, t->file);
-    t->log = p ? fopen(p, "a") : NULL;
+    t->log = p ? loom__fopen_private(p, true) : NULL;
     if (t->log) setvbuf(t->log, NULL, _IOLBF, 0);
     free(p);
   }
@@ -1354,7 +1354,7 @@ static void print_summary_to(coord *co, FILE *out);
 
 static void print_summary(coord *co) {
   char *p = loom__asprintf("%s/summary.txt", co->o->job_dir);
-  FILE *f = p ? fopen(p, "w") : NULL;
+  FILE *f = p ? loom__fopen_private(p, false) : NULL;
   if (f) {
     print_summary_to(co, f);
     fclose(f);
@@ -1652,10 +1652,10 @@ int coord_run(const coord_opts *o) {
   if (uv_loop_init(&co->loop) < 0) goto out_free;
   if (setup_tasks(co) < 0) goto out_loop;
   char *p = loom__asprintf("%s/events.jsonl", o->job_dir);
-  co->events = p ? fopen(p, "a") : NULL;
+  co->events = p ? loom__fopen_private(p, true) : NULL;
   free(p);
   p = loom__asprintf("%s/logs/all.log", o->job_dir);
-  co->alllog = p ? fopen(p, "a") : NULL;
+  co->alllog = p ? loom__fopen_private(p, true) : NULL;
   if (co->alllog) setvbuf(co->alllog, NULL, _IOLBF, 0);
   free(p);
   if (!co->events || !co->alllog) {
@@ -1708,7 +1708,7 @@ int coord_run(const coord_opts *o) {
   char *cs = json_dumps(cj, JSON_COMPACT);
   json_decref(cj);
   p = loom__asprintf("%s/coord.json", o->job_dir);
-  if (cs && p) loom__write_atomic(p, cs, strlen(cs), 0644, false);
+  if (cs && p) loom__write_atomic(p, cs, strlen(cs), 0600, false);
   free(cs);
   free(p);
 

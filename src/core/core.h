@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 
 #define LOOM__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -69,6 +70,10 @@ int loom__mkdir_p(const char *path, int mode);
  * partial file. */
 int loom__write_atomic(const char *path, const void *data, size_t len,
                        int mode, bool durable);
+/* Opens path for writing (append, or truncated) readable by its owner only
+ * (0600, also when it exists already): what job directories hold may name
+ * their secrets. NULL with errno set on failure. */
+FILE *loom__fopen_private(const char *path, bool append);
 /* Reads a whole file (at most max bytes) into a malloc'ed NUL-terminated
  * buffer the caller frees. */
 int loom__read_file(const char *path, size_t max, char **out, size_t *len);

@@ -319,6 +319,18 @@ char loom__proc_state(int pid) {
   return e && e[1] == ' ' ? e[2] : 0;
 }
 
+FILE *loom__fopen_private(const char *path, bool append) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0600);
+  if (fd < 0) return NULL;
+  FILE *f = fchmod(fd, 0600) == 0 ? fdopen(fd, append ? "a" : "w") : NULL;
+  if (!f) {
+    int e = errno;
+    close(fd);
+    errno = e;
+  }
+  return f;
+}
+
 int loom__read_file(const char *path, size_t max, char **out, size_t *len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? LOOM_ENOENT : LOOM_EIO;

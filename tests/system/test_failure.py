@@ -2,8 +2,13 @@
 restart the whole job, and the summary names the root cause."""
 import json
 import os
+import re
 import signal
+import subprocess
 import time
+from pathlib import Path
+
+import pytest
 
 from conftest import loom_pids_of
 
@@ -142,7 +147,33 @@ roles:
     assert "worker:0 (" not in r.stderr
 
 
+MEM_RE = re.compile(r"^ok   memory limits: (cgroup v2|cgroup v1|rlimit) .*$", re.M)
+LIMIT_FILE = {"cgroup v2": "memory.max", "cgroup v1": "memory.limit_in_bytes"}
+# touches 400 MiB of shared anonymous memory: RLIMIT_DATA does not see it
+TOUCH_MMAP = ("import mmap; m = mmap.mmap(-1, 400 << 20); "
+              "[m.__setitem__(i, 1) for i in range(0, 400 << 20, 4096)]; print('touched')")
+# the same once role "shown" has printed its cgroup's files
+TOUCH_AFTER_SHOWN = ("import os, time; r = os.environ['LOOM_JOB_DIR'] + '/shown-ready'; "
+                     "[time.sleep(0.05) for _ in range(400) if not os.path.exists(r)]; " +
+                     TOUCH_MMAP)
+
+
+def memory_mechanism(loom, env=None):
+    """What `loom check` says enforces memory: (mechanism, its whole line)."""
+    c = loom.run("check", env=env)
+    assert c.returncode == 0, c.stdout + c.stderr
+    m = MEM_RE.search(c.stdout)
+    assert m, c.stdout
+    return m.group(1), m.group(0)
+
+
+def loom_cgroups(base):
+    return sorted(p.name for p in Path(base).iterdir() if p.name.startswith("loom-")) \
+        if base else []
+
+
 def test_memory_and_vcores_are_enforced(loom):
+    mech, line = memory_mechanism(loom)
     spec = loom.spec("""
 name: limits
 roles:
@@ -151,9 +182,11 @@ roles:
     r = loom.run("run", spec, timeout=60)
     assert r.returncode == 1, r.stdout
     assert "allocated" not in r.stdout
-    # cgroup: the OOM kill is named; rlimit fallback: the allocation fails
-    assert "out of memory: the task reached its memory limit of 64 MiB" in r.stderr or \
-        "MemoryError" in r.stderr, r.stderr
+    if mech == "rlimit":  # the allocation fails
+        assert "MemoryError" in r.stderr and "out of memory" not in r.stderr, r.stderr
+    else:  # the kernel's OOM kill is named, with the limit in force
+        assert ("small:0: killed by signal 9 (SIGKILL): out of memory: the task reached its "
+                f"memory limit of 64 MiB ({mech} {LIMIT_FILE[mech]})") in r.stderr, r.stderr
     spec = loom.spec("""
 name: limits2
 roles:
@@ -166,3 +199,118 @@ roles:
     line = next(l for l in r.stdout.splitlines() if "Cpus_allowed_list" in l)
     cpus = line.split()[-1]
     assert cpus.isdigit(), line  # exactly one core
+
+
+def test_memory_cgroup_counts_mmap_and_is_removed(loom):
+    """The cgroup in force on this machine kills a task that touches more
+    than its limit through a shared mapping, names the limit, and leaves
+    no cgroup behind."""
+    mech, line = memory_mechanism(loom)
+    if mech == "rlimit":
+        pytest.skip(f"this machine gives loom no memory cgroup: {line}")
+    base = line.rsplit(" under ", 1)[1].rstrip(")")
+    assert line == f"ok   memory limits: {mech} ({LIMIT_FILE[mech]} under {base})"
+    before = loom_cgroups(base)
+    spec = loom.spec(f"""
+name: mmapped
+roles:
+  small: {{memory: 64MiB, command: [/usr/bin/python3, -c, "{TOUCH_AFTER_SHOWN}"]}}
+  shown: {{memory: 96MiB, command: ['/bin/sh', '-c',
+           'cat {base}/loom-$LOOM_JOB_ID/shown-0/{LIMIT_FILE[mech]};
+            touch $LOOM_JOB_DIR/shown-ready; sleep 30']}}
+""")
+    r = loom.run("run", spec, timeout=60)
+    assert r.returncode == 1, r.stdout
+    assert "touched" not in r.stdout
+    assert f"[shown:0] {96 << 20}" in r.stdout, r.stdout  # the limit as the kernel holds it
+    assert ("root cause: small:0 (attempt 0) killed by signal 9 (SIGKILL): out of memory: the "
+            f"task reached its memory limit of 64 MiB ({mech} {LIMIT_FILE[mech]})") in r.stderr, \
+        r.stderr
+    assert loom_cgroups(base) == before
+
+
+def test_memory_rlimit_when_forced(loom):
+    env = {"LOOM_CGROUP_ROOT": "none"}
+    mech, line = memory_mechanism(loom, env)
+    assert line == "ok   memory limits: rlimit (RLIMIT_DATA; no cgroup: LOOM_CGROUP_ROOT=none)"
+    spec = loom.spec("""
+name: rlimited
+roles:
+  small: {memory: 64MiB, command: [/usr/bin/python3, -c, "b = bytearray(400 * 1024 * 1024); print('allocated')"]}
+""")
+    r = loom.run("run", spec, timeout=60, env=env)
+    assert r.returncode == 1, r.stdout
+    assert "allocated" not in r.stdout
+    assert "MemoryError" in r.stderr and "out of memory" not in r.stderr, r.stderr
+    # what the rlimit cannot see: shared memory (README says so)
+    spec = loom.spec(f"""
+name: rlimited2
+roles:
+  small: {{memory: 64MiB, command: [/usr/bin/python3, -c, "{TOUCH_MMAP}"]}}
+""")
+    r = loom.run("run", spec, timeout=60, env=env)
+    assert r.returncode == 0 and "[small:0] touched" in r.stdout, r.stderr
+
+
+@pytest.fixture
+def own_cgroup2(tmp_path):
+    """A cgroup2 mount of the test's own with a child cgroup for loom, or a
+    skip where this machine does not allow one."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting cgroup2 needs root")
+    mnt = tmp_path / "cgroup2"
+    mnt.mkdir()
+    m = subprocess.run(["mount", "-t", "cgroup2", "none", str(mnt)], capture_output=True,
+                       text=True)
+    if m.returncode != 0:
+        pytest.skip(f"cannot mount cgroup2: {m.stderr.strip()}")
+    base = mnt / f"loom-test-{os.getpid()}"
+    try:
+        yield mnt, base
+    finally:
+        for d in sorted(base.glob("**/"), key=lambda p: -len(p.parts)) if base.exists() else []:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_memory_cgroup_v2_of_our_own(loom, own_cgroup2):
+    mnt, base = own_cgroup2
+    env = {"LOOM_CGROUP_ROOT": str(base)}
+    controllers = (mnt / "cgroup.controllers").read_text().split()
+    if "memory" not in controllers:
+        # this kernel's memory controller is bound to a cgroup v1 hierarchy:
+        # loom says so and falls back to the rlimit
+        base.mkdir()
+        mech, line = memory_mechanism(loom, env)
+        assert line == ("ok   memory limits: rlimit (RLIMIT_DATA; no cgroup: cgroup v2 at "
+                        f"{base} has no memory controller)")
+        pytest.skip(f"cgroup2 here has no memory controller (only {controllers}): "
+                    "the fallback is checked, enforcement is not")
+    subtree = (mnt / "cgroup.subtree_control").read_text().split()
+    if "memory" not in subtree:
+        (mnt / "cgroup.subtree_control").write_text("+memory")
+    base.mkdir()
+    mech, line = memory_mechanism(loom, env)
+    assert line == f"ok   memory limits: cgroup v2 (memory.max under {base})"
+    cpuset = "cpuset" in (base / "cgroup.controllers").read_text().split()
+    spec = loom.spec(f"""
+name: v2
+roles:
+  small: {{memory: 64MiB, command: [/usr/bin/python3, -c, "{TOUCH_AFTER_SHOWN}"]}}
+  shown: {{memory: 96MiB, vcores: 1, command: ['/bin/sh', '-c',
+           'cd {base}/loom-$LOOM_JOB_ID/shown-0 && cat memory.max && cat cpuset.cpus;
+            touch $LOOM_JOB_DIR/shown-ready; sleep 30']}}
+""")
+    r = loom.run("run", spec, timeout=60, env=env)
+    assert r.returncode == 1, r.stdout
+    assert "touched" not in r.stdout
+    assert f"[shown:0] {96 << 20}" in r.stdout, r.stdout
+    if cpuset:
+        line = [l for l in r.stdout.splitlines() if l.startswith("[shown:0]")][-1]
+        assert line.split()[-1].isdigit(), r.stdout  # one core
+    assert ("root cause: small:0 (attempt 0) killed by signal 9 (SIGKILL): out of memory: the "
+            "task reached its memory limit of 64 MiB (cgroup v2 memory.max)") in r.stderr, r.stderr
+    assert loom_cgroups(base) == []

@@ -4,9 +4,16 @@ import hashlib
 import hmac
 import json
 import os
+import shutil
 import socket
+import stat
 import struct
+import subprocess
+import tempfile
 import time
+from pathlib import Path
+
+import pytest
 
 
 def frame(t, js=b"", blob=b""):
@@ -109,3 +116,50 @@ roles:
     assert p.returncode == 0, err
     assert out.count("survived") == 2
     assert loom.state()["state"] == "succeeded"
+
+
+def as_nobody(*cmd):
+    """Runs cmd as uid/gid 65534 with no supplementary groups."""
+    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd],
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_job_directory_is_private_to_its_owner(loom):
+    """The job directory holds the secret, the dashboard token (in the
+    events) and the logs: another local user reads none of it."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to try another uid")
+    # a LOOM_HOME another user could reach: only loom's modes keep them out
+    home = Path(tempfile.mkdtemp(prefix="loom-perms-", dir="/tmp"))
+    try:
+        os.chmod(home, 0o755)
+        open(home / "world-readable", "w").close()
+        os.chmod(home / "world-readable", 0o644)
+        env = {"LOOM_HOME": str(home)}
+        spec = loom.spec("name: perms\nroles:\n  worker: {command: 'echo the-task-output'}\n")
+        r = loom.run("run", spec, env=env, timeout=60)
+        assert r.returncode == 0, r.stderr
+        jobs = home / "jobs"
+        (jd,) = list(jobs.iterdir())
+        mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)
+        assert mode(jobs) == 0o700
+        for d in (jd, jd / "logs", jd / "tasks", jd / "tensorboard", jd / "output"):
+            assert mode(d) == 0o700, d
+        files = ["state.json", "events.jsonl", "coord.json", "secret", "spec.yaml",
+                 "summary.txt", "logs/all.log", "logs/worker-0.log"]
+        for f in files:
+            assert mode(jd / f) == 0o600, f
+        # the control: this other user can read what is world-readable here
+        assert as_nobody("cat", str(home / "world-readable")).returncode == 0
+        for f in ("state.json", "events.jsonl", "logs/worker-0.log", "secret"):
+            c = as_nobody("cat", str(jd / f))
+            assert c.returncode != 0 and "Permission denied" in c.stderr, (f, c)
+        c = as_nobody("ls", str(jobs))
+        assert c.returncode != 0 and "Permission denied" in c.stderr, c
+        # the owner still sees everything through loom
+        s = loom.run("status", jd.name, env=env)
+        assert s.returncode == 0 and "worker:0" in s.stdout, s
+        g = loom.run("logs", jd.name, env=env)
+        assert g.returncode == 0 and "the-task-output" in g.stdout, g
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
