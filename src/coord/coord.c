@@ -10,6 +10,7 @@
  * Task state lives here and is mirrored to state.json and events.jsonl. */
 #include "coord/coord.h"
 #include "backend/backend.h"
+#include "core/ratelog.h"
 #include "feed/dispatch.h"
 #include "http/http.h"
 #include "wire/wire.h"
@@ -83,6 +84,8 @@ struct conn {
   char who[96];
   bool closing;
   conn *next, *prev;
+  conn *pa_next, *pa_prev; /* the queue of connections not yet authenticated */
+  char from[64];           /* the peer's address, for the log */
 };
 
 typedef struct kv_entry {
@@ -120,6 +123,9 @@ struct coord {
   char root_msg[2048];
   FILE *events, *alllog;
   conn *conns;
+  conn *pa_oldest, *pa_newest; /* not yet authenticated, oldest first */
+  int npreauth;
+  loom__ratelog rl_refused; /* connections refused or closed before authenticating */
   kv_entry *kv[KV_BUCKETS];
   kv_wait *waiters;
   size_t kv_bytes;
@@ -336,6 +342,33 @@ static void kv_drop_waiters(coord *co, conn *c);
 
 /* Closes a connection and forgets it. An agent's connection closing before
  * its task ended means the agent is lost. */
+/* ---- connections not yet authenticated ------------------------------------
+ * They have a budget of their own (LOOM_PREAUTH_MAX) and a deadline
+ * (LOOM_AUTH_TIMEOUT): when a new one arrives with the budget spent, the
+ * oldest is closed, so that idle connections held by anyone on the network
+ * can never keep a peer that holds the secret out. Their closes are logged
+ * through a rate limiter: a flood gives a few lines and a count. */
+static void preauth_remove(conn *c) {
+  coord *co = c->co;
+  if (!c->pa_prev && co->pa_oldest != c) return; /* not queued */
+  if (c->pa_prev) c->pa_prev->pa_next = c->pa_next;
+  else co->pa_oldest = c->pa_next;
+  if (c->pa_next) c->pa_next->pa_prev = c->pa_prev;
+  else co->pa_newest = c->pa_prev;
+  c->pa_next = c->pa_prev = NULL;
+  co->npreauth--;
+}
+
+static void preauth_add(conn *c) {
+  coord *co = c->co;
+  c->pa_prev = co->pa_newest;
+  c->pa_next = NULL;
+  if (co->pa_newest) co->pa_newest->pa_next = c;
+  else co->pa_oldest = c;
+  co->pa_newest = c;
+  co->npreauth++;
+}
+
 /* Closes c. why is NULL when the close is expected (the job is over, the
  * peer hung up after its work, the coordinator stops it on purpose);
  * otherwise it says why in a sentence, which goes to coordinator.log and,
@@ -344,7 +377,11 @@ static void conn_close(conn *c, const char *why) {
   if (c->closing) return;
   c->closing = true;
   coord *co = c->co;
-  if (why)
+  preauth_remove(c);
+  if (why && c->kind == C_AUTH)
+    loom__ratelog_warn(&co->rl_refused, "coord", "refused connections", c->from,
+                       "closed a connection from %s before it authenticated: %s", c->from, why);
+  else if (why)
     loom__log(LOOM_LOG_WARN, "coord", "closed the connection of %s: %s",
               c->task ? c->task->name : c->who[0] ? c->who : "an unidentified peer", why);
   if (c->prev) c->prev->next = c->next;
@@ -1065,6 +1102,7 @@ static void on_frame(coord *co, conn *c, wire_frame *f) {
       return;
     }
     wire_mac(co->o->secret, "loom-s", f->blob + WIRE_MAC, proof);
+    preauth_remove(c);
     c->kind = C_CTL; /* until it says who it is */
     wire_reader_limit(&c->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
     uv_timer_stop(&c->timer);
@@ -1176,6 +1214,18 @@ static void on_connection(uv_stream_t *server, int status) {
     conn_close(c, "it could not be accepted");
     return;
   }
+  struct sockaddr_storage ss;
+  int sl = sizeof ss;
+  loom__strlcpy(c->from, "?", sizeof c->from);
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0) {
+    if (ss.ss_family == AF_INET)
+      uv_ip4_name((struct sockaddr_in *)&ss, c->from, sizeof c->from);
+    else if (ss.ss_family == AF_INET6)
+      uv_ip6_name((struct sockaddr_in6 *)&ss, c->from, sizeof c->from);
+  }
+  if (co->npreauth >= (int)loom__tun(LOOM_TUN_PREAUTH_MAX) && co->pa_oldest)
+    conn_close(co->pa_oldest, "evicted: too many connections waiting to authenticate");
+  preauth_add(c);
   uv_tcp_nodelay(&c->tcp, 1);
   c->last_rx = loom__now_ms();
   uv_timer_start(&c->timer, auth_expired, (uint64_t)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS), 0);
@@ -1568,6 +1618,7 @@ static uint64_t hb_timeout_ms(const coord *co) {
 static void hb_tick(uv_timer_t *tm) {
   coord *co = tm->data;
   uint64_t now = loom__now_ms(), limit = hb_timeout_ms(co);
+  loom__ratelog_tick(&co->rl_refused, "coord", "refused connections");
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
     conn *c = t->agent;
@@ -1778,6 +1829,7 @@ out_run:
     n = c->next;
     conn_close(c, NULL);
   }
+  loom__ratelog_flush(&co->rl_refused, "coord", "refused connections");
   kv_drop_waiters(co, NULL);
 out_be:
   uv_walk(&co->loop, close_walk, NULL);
