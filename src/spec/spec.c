@@ -1,7 +1,8 @@
 /* spec.c: the job spec from YAML to a validated spec_job.
  *
- * libyaml loads the document; we copy it into a small tree that keeps each
- * node's line and column (and lets --set overrides be grafted on), then
+ * libyaml's parser gives events; we build from them a small tree that keeps
+ * each node's line and column (and lets --set overrides be grafted on),
+ * checking depth and size as each node arrives, then
  * walk the tree against the tables of known keys below. Every error says
  * where (file:line:column), what is wrong and what to do. */
 #include "spec/spec.h"
@@ -9,6 +10,7 @@
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,7 @@ struct node {
   int line, col;
   node **items; /* seq: items; map: key0, val0, key1, val1, ... */
   int n;        /* number of items (seq) or of keys (map) */
+  int cap;      /* room in items for this many items (seq) or keys (map) */
 };
 
 typedef struct {
@@ -91,14 +94,19 @@ static void ctx_free(ctx *c) {
 }
 
 static int node_push(node *p, node *item) {
-  node **a = realloc(p->items, (size_t)(p->type == N_MAP ? 2 * (p->n + 1) : p->n + 1) * sizeof *a);
-  if (!a) return LOOM_ENOMEM;
-  p->items = a;
+  int per = p->type == N_MAP ? 2 : 1;
+  if (p->n == p->cap) {
+    int cap = p->cap ? 2 * p->cap : 4;
+    node **a = realloc(p->items, (size_t)(per * cap) * sizeof *a);
+    if (!a) return LOOM_ENOMEM;
+    p->items = a;
+    p->cap = cap;
+  }
   if (p->type == N_MAP) {
-    a[2 * p->n] = item; /* the caller sets the value next */
-    a[2 * p->n + 1] = NULL;
+    p->items[2 * p->n] = item; /* the caller sets the value next */
+    p->items[2 * p->n + 1] = NULL;
   } else {
-    a[p->n] = item;
+    p->items[p->n] = item;
   }
   p->n++;
   return 0;
@@ -111,100 +119,267 @@ static node *map_get(const node *m, const char *key) {
   return NULL;
 }
 
-/* Copies libyaml's node into our tree. */
-static int convert(ctx *c, yaml_document_t *doc, yaml_node_t *yn,
-                   const char *file, int depth, node **out) {
-  if (depth > SPEC_MAX_DEPTH) {
-    snprintf(c->err, c->errlen, "%s:%zu:%zu: nested too deeply (at most %d levels)",
-             file, yn->start_mark.line + 1, yn->start_mark.column + 1,
-             SPEC_MAX_DEPTH);
-    return LOOM_ESPEC;
+/* ---- loading: libyaml events to a tree ---------------------------------- */
+
+/* A set of names, each in an owner (the map a key is in; NULL for anchors),
+ * so that a duplicate key or an alias is found in constant time: a spec
+ * under the size cap can hold tens of thousands of keys. */
+typedef struct {
+  const void *owner;
+  const char *name; /* NULL: a free slot */
+  node *val;
+} slot;
+
+typedef struct {
+  slot *s;
+  size_t cap, n; /* cap: a power of two, or 0 */
+} table;
+
+static size_t table_hash(const void *owner, const char *name) {
+  size_t h = 14695981039346656037u;
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+    h = (h ^ *p) * 1099511628211u;
+  return h ^ ((uintptr_t)owner * 11400714819323198485u);
+}
+
+static slot *table_find(table *t, const void *owner, const char *name) {
+  if (!t->cap) return NULL;
+  for (size_t i = table_hash(owner, name) & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
+    slot *s = &t->s[i];
+    if (!s->name || (s->owner == owner && strcmp(s->name, name) == 0)) return s;
   }
-  int line = (int)yn->start_mark.line + 1, col = (int)yn->start_mark.column + 1;
-  node *n = NULL;
-  switch (yn->type) {
-  case YAML_SCALAR_NODE:
-    n = node_new(c, N_SCALAR, file, line, col);
-    if (!n) goto toobig;
-    n->value = strndup((const char *)yn->data.scalar.value, yn->data.scalar.length);
-    if (!n->value) return LOOM_ENOMEM;
-    if (strlen(n->value) != yn->data.scalar.length)
-      return fail(c, n, "a value contains a NUL byte");
-    n->plain = yn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-    break;
-  case YAML_SEQUENCE_NODE:
-    n = node_new(c, N_SEQ, file, line, col);
-    if (!n) goto toobig;
-    for (yaml_node_item_t *it = yn->data.sequence.items.start;
-         it < yn->data.sequence.items.top; it++) {
-      node *kid;
-      int rc = convert(c, doc, yaml_document_get_node(doc, *it), file, depth + 1, &kid);
-      if (rc < 0) return rc;
-      if (node_push(n, kid) < 0) return LOOM_ENOMEM;
+}
+
+/* Adds name (not copied: it must outlive the table) unless it is there. */
+static int table_add(table *t, const void *owner, const char *name, node *val) {
+  if (2 * (t->n + 1) > t->cap) {
+    table old = *t;
+    t->cap = old.cap ? 2 * old.cap : 256;
+    t->s = calloc(t->cap, sizeof *t->s);
+    if (!t->s) {
+      *t = old;
+      return LOOM_ENOMEM;
     }
-    break;
-  case YAML_MAPPING_NODE:
-    n = node_new(c, N_MAP, file, line, col);
-    if (!n) goto toobig;
-    for (yaml_node_pair_t *pr = yn->data.mapping.pairs.start;
-         pr < yn->data.mapping.pairs.top; pr++) {
-      node *k, *v;
-      int rc = convert(c, doc, yaml_document_get_node(doc, pr->key), file, depth + 1, &k);
-      if (rc < 0) return rc;
-      if (k->type != N_SCALAR) return fail(c, k, "a key must be a plain name, not a list or a map");
-      node *dup = NULL;
-      for (int i = 0; i < n->n; i++)
-        if (strcmp(n->items[2 * i]->value, k->value) == 0) dup = n->items[2 * i];
-      if (dup)
-        return fail(c, k, "duplicate key '%s' (first at line %d): keep one of them",
-                    k->value, dup->line);
-      rc = convert(c, doc, yaml_document_get_node(doc, pr->value), file, depth + 1, &v);
-      if (rc < 0) return rc;
-      if (node_push(n, k) < 0) return LOOM_ENOMEM;
-      n->items[2 * (n->n - 1) + 1] = v;
+    t->n = 0;
+    for (size_t i = 0; i < old.cap; i++) {
+      if (!old.s[i].name) continue;
+      *table_find(t, old.s[i].owner, old.s[i].name) = old.s[i];
+      t->n++;
     }
-    break;
-  default:
-    snprintf(c->err, c->errlen, "%s:%d:%d: empty node", file, line, col);
-    return LOOM_ESPEC;
+    free(old.s);
   }
-  *out = n;
+  slot *s = table_find(t, owner, name);
+  if (!s->name) {
+    *s = (slot){owner, name, val};
+    t->n++;
+  }
   return 0;
-toobig:
-  snprintf(c->err, c->errlen, "%s: the document is too large (more than %d nodes)",
-           file, SPEC_MAX_NODES);
+}
+
+/* A list or map whose items are still arriving. */
+typedef struct {
+  node *n;
+  node *key; /* map: the key whose value comes next, or NULL */
+} frame;
+
+typedef struct {
+  ctx *c;
+  const char *file;
+  frame open[SPEC_MAX_DEPTH + 1]; /* nodes at depth 0..SPEC_MAX_DEPTH */
+  int depth;                      /* how many are open */
+  node *root;
+  table keys;    /* key -> its key node, per map */
+  table anchors; /* anchor -> its node; names owned */
+} loader;
+
+/* Fails at a libyaml mark (0-based) in the document being loaded. */
+static int fail_mark(loader *l, yaml_mark_t m, const char *fmt, ...)
+    LOOM__PRINTF(3, 4);
+static int fail_mark(loader *l, yaml_mark_t m, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  snprintf(l->c->err, l->c->errlen, "%s:%zu:%zu: %s", l->file, m.line + 1, m.column + 1, msg);
   return LOOM_ESPEC;
 }
 
-/* Parses YAML text into a tree. An empty document is an empty map. */
+static int too_large(loader *l) {
+  snprintf(l->c->err, l->c->errlen,
+           "%s: the document is too large (more than %d nodes): split the job "
+           "or move the data into files", l->file, SPEC_MAX_NODES);
+  return LOOM_ESPEC;
+}
+
+static node *make(loader *l, int type, yaml_mark_t m, int *rc) {
+  if (l->c->nodes >= SPEC_MAX_NODES) {
+    *rc = too_large(l);
+    return NULL;
+  }
+  node *n = node_new(l->c, type, l->file, (int)m.line + 1, (int)m.column + 1);
+  if (!n) *rc = LOOM_ENOMEM;
+  return n;
+}
+
+/* Refuses a node at depth past SPEC_MAX_DEPTH as soon as it starts. This is
+ * why the tree is built from events: libyaml's document loader took seconds
+ * (minutes for 100,000) on nested brackets before a check on its tree. */
+static int check_depth(loader *l, int depth, yaml_mark_t m) {
+  if (depth <= SPEC_MAX_DEPTH) return 0;
+  return fail_mark(l, m, "nested too deeply (at most %d levels of lists and maps): "
+                         "flatten the spec there", SPEC_MAX_DEPTH);
+}
+
+/* Copies an anchored tree for an alias at depth, as if written out again;
+ * each copy counts against SPEC_MAX_NODES, so a "billion laughs" of aliases
+ * is refused as too large after at most that many nodes. */
+static int copy_tree(loader *l, const node *src, int depth, yaml_mark_t at, node **out) {
+  int rc = check_depth(l, depth, at);
+  if (rc < 0) return rc;
+  if (l->c->nodes >= SPEC_MAX_NODES) return too_large(l);
+  node *n = node_new(l->c, src->type, src->file, src->line, src->col);
+  if (!n) return LOOM_ENOMEM;
+  n->plain = src->plain;
+  if (src->value && !(n->value = strdup(src->value))) return LOOM_ENOMEM;
+  int items = src->type == N_MAP ? 2 * src->n : src->n;
+  if (items) {
+    n->items = malloc((size_t)items * sizeof *n->items);
+    if (!n->items) return LOOM_ENOMEM;
+    n->cap = n->n = src->n;
+    for (int i = 0; i < items; i++)
+      if ((rc = copy_tree(l, src->items[i], depth + 1, at, &n->items[i])) < 0) return rc;
+  }
+  *out = n;
+  return 0;
+}
+
+/* Puts a new node where the document is: the root, the next item of a list,
+ * or a key or value of a map. at is where it starts. */
+static int place(loader *l, node *n, yaml_mark_t at) {
+  if (l->depth == 0) {
+    l->root = n;
+    return 0;
+  }
+  frame *f = &l->open[l->depth - 1];
+  if (f->n->type == N_SEQ) return node_push(f->n, n);
+  if (f->key) {
+    if (node_push(f->n, f->key) < 0) return LOOM_ENOMEM;
+    f->n->items[2 * f->n->n - 1] = n;
+    f->key = NULL;
+    return 0;
+  }
+  if (n->type != N_SCALAR)
+    return fail_mark(l, at, "a key must be a plain name, not a list or a map");
+  slot *s = table_find(&l->keys, f->n, n->value);
+  if (s && s->name)
+    return fail_mark(l, at, "duplicate key '%s' (first at line %d): keep one of them",
+                     n->value, s->val->line);
+  f->key = n;
+  return table_add(&l->keys, f->n, n->value, n);
+}
+
+static int on_anchor(loader *l, const yaml_char_t *anchor, node *n, yaml_mark_t at) {
+  if (!anchor) return 0;
+  slot *s = table_find(&l->anchors, NULL, (const char *)anchor);
+  if (s && s->name)
+    return fail_mark(l, at, "anchor &%s is defined twice (first at line %d): rename one",
+                     (const char *)anchor, s->val->line);
+  char *name = strdup((const char *)anchor);
+  if (!name) return LOOM_ENOMEM;
+  int rc = table_add(&l->anchors, NULL, name, n);
+  if (rc < 0) free(name);
+  return rc;
+}
+
+/* Handles one event. Sets *done at the end of the first document. */
+static int on_event(loader *l, const yaml_event_t *ev, bool *done) {
+  yaml_mark_t at = ev->start_mark;
+  node *n = NULL;
+  int rc = 0;
+  switch (ev->type) {
+  case YAML_SCALAR_EVENT:
+    if ((rc = check_depth(l, l->depth, at)) < 0) return rc;
+    if (!(n = make(l, N_SCALAR, at, &rc))) return rc;
+    n->value = strndup((const char *)ev->data.scalar.value, ev->data.scalar.length);
+    if (!n->value) return LOOM_ENOMEM;
+    if (strlen(n->value) != ev->data.scalar.length)
+      return fail_mark(l, at, "a value contains a NUL byte");
+    n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    if ((rc = on_anchor(l, ev->data.scalar.anchor, n, at)) < 0) return rc;
+    return place(l, n, at);
+  case YAML_ALIAS_EVENT: {
+    const char *name = (const char *)ev->data.alias.anchor;
+    slot *s = table_find(&l->anchors, NULL, name);
+    if (!s || !s->name)
+      return fail_mark(l, at, "alias *%s has no anchor &%s before it: define the anchor first",
+                       name, name);
+    for (int i = 0; i < l->depth; i++)
+      if (l->open[i].n == s->val)
+        return fail_mark(l, at, "alias *%s is inside the node it names: a spec cannot "
+                                "contain itself", name);
+    if ((rc = copy_tree(l, s->val, l->depth, at, &n)) < 0) return rc;
+    return place(l, n, at);
+  }
+  case YAML_SEQUENCE_START_EVENT:
+  case YAML_MAPPING_START_EVENT: {
+    bool seq = ev->type == YAML_SEQUENCE_START_EVENT;
+    if ((rc = check_depth(l, l->depth, at)) < 0) return rc;
+    if (!(n = make(l, seq ? N_SEQ : N_MAP, at, &rc))) return rc;
+    if ((rc = place(l, n, at)) < 0) return rc;
+    const yaml_char_t *anchor = seq ? ev->data.sequence_start.anchor
+                                    : ev->data.mapping_start.anchor;
+    if ((rc = on_anchor(l, anchor, n, at)) < 0) return rc;
+    l->open[l->depth++] = (frame){.n = n};
+    return 0;
+  }
+  case YAML_SEQUENCE_END_EVENT:
+  case YAML_MAPPING_END_EVENT:
+    l->depth--;
+    return 0;
+  case YAML_DOCUMENT_END_EVENT:
+  case YAML_STREAM_END_EVENT:
+    *done = true;
+    return 0;
+  default:
+    return 0;
+  }
+}
+
+/* Parses YAML text into a tree, from libyaml's events so that every limit
+ * (depth, nodes) is checked as the text is read. Only the first document
+ * counts; an empty one is an empty map. Aliases are expanded in place. */
 static int load_yaml(ctx *c, const char *file, const char *text, size_t len,
                      node **out) {
   yaml_parser_t p;
-  yaml_document_t doc;
   if (!yaml_parser_initialize(&p)) return LOOM_ENOMEM;
   yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+  loader l = {.c = c, .file = file};
   int rc = 0;
-  if (!yaml_parser_load(&p, &doc)) {
-    yaml_mark_t m = p.problem_mark;
-    if (p.context)
-      snprintf(c->err, c->errlen, "%s:%zu:%zu: YAML syntax error: %s %s: fix the syntax there",
-               file, m.line + 1, m.column + 1, p.problem ? p.problem : "?", p.context);
-    else
-      snprintf(c->err, c->errlen, "%s:%zu:%zu: YAML syntax error: %s: fix the syntax there",
-               file, m.line + 1, m.column + 1, p.problem ? p.problem : "?");
-    yaml_parser_delete(&p);
-    return LOOM_ESPEC;
+  for (bool done = false; rc == 0 && !done;) {
+    yaml_event_t ev;
+    if (!yaml_parser_parse(&p, &ev)) {
+      yaml_mark_t m = p.problem_mark;
+      if (p.context)
+        snprintf(c->err, c->errlen, "%s:%zu:%zu: YAML syntax error: %s %s: fix the syntax there",
+                 file, m.line + 1, m.column + 1, p.problem ? p.problem : "?", p.context);
+      else
+        snprintf(c->err, c->errlen, "%s:%zu:%zu: YAML syntax error: %s: fix the syntax there",
+                 file, m.line + 1, m.column + 1, p.problem ? p.problem : "?");
+      rc = LOOM_ESPEC;
+      break;
+    }
+    rc = on_event(&l, &ev, &done);
+    yaml_event_delete(&ev);
   }
-  yaml_node_t *root = yaml_document_get_root_node(&doc);
-  if (!root) {
-    *out = node_new(c, N_MAP, file, 1, 1);
-    rc = *out ? 0 : LOOM_ENOMEM;
-  } else {
-    rc = convert(c, &doc, root, file, 0, out);
-  }
-  yaml_document_delete(&doc);
   yaml_parser_delete(&p);
-  return rc;
+  free(l.keys.s);
+  for (size_t i = 0; i < l.anchors.cap; i++) free((char *)l.anchors.s[i].name);
+  free(l.anchors.s);
+  if (rc < 0) return rc;
+  if (!l.root && !(l.root = node_new(c, N_MAP, file, 1, 1))) return LOOM_ENOMEM;
+  *out = l.root;
+  return 0;
 }
 
 /* ---- --set overrides --------------------------------------------------- */

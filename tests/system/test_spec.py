@@ -1,5 +1,7 @@
 """Bad specs are refused with exit 2 and file:line:column, before anything
 starts."""
+import resource
+
 import pytest
 
 CASES = [
@@ -62,3 +64,38 @@ def test_missing_spec_file_and_usage(loom):
     assert r.returncode == 2 and "missing SPEC" in r.stderr
     r = loom.run("run", "a.yaml", "--bogus")
     assert r.returncode == 2 and "unknown option --bogus" in r.stderr
+
+
+def laughs():
+    """A "billion laughs": nine levels of nine aliases each, 9**9 copies."""
+    t = "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+    for i in range(1, 10):
+        t += f"x{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n"
+    return t
+
+
+# Refused while parsing, in milliseconds: libyaml's document loader took
+# seconds on 40,000 brackets and more than half a minute on 100,000 before
+# loom's depth check ran.
+HOSTILE = [
+    ("env: " + "[" * 40_000 + "]" * 40_000 + "\n", "4:38: nested too deeply (at most 32 levels"),
+    ("env: " + "[" * 100_000 + "]" * 100_000 + "\n", "4:38: nested too deeply (at most 32 levels"),
+    ("env: " + "{a: " * 100_000 + "}" * 100_000 + "\n", "4:131: nested too deeply"),
+    (laughs(), " the document is too large (more than 100000 nodes)"),
+]
+
+
+@pytest.mark.parametrize("body,where", HOSTILE, ids=["40k", "100k", "100k-maps", "laughs"])
+def test_hostile_spec_refused_fast(loom, body, where):
+    spec = loom.spec("name: x\nroles:\n  w: {command: 'true'}\n" + body)
+    def cpu():
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return ru.ru_utime + ru.ru_stime
+
+    t0 = cpu()
+    r = loom.run("run", spec, timeout=60)
+    took = cpu() - t0  # CPU time, not wall: the machine may be busy
+    assert r.returncode == 2, r.stderr
+    assert f"{spec}:{where}" in r.stderr, r.stderr
+    assert took < 1.0, f"took {took:.1f} s of CPU"
+    assert loom.jobs() == []
