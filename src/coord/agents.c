@@ -1,0 +1,237 @@
+/* agents.c: agents: registration, the assignment sent to each, the cluster spec
+ * sent to all at the rendezvous, and what agents report. */
+#include "coord/coord_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <uv.h>
+
+static json_t *kv_obj(const spec_kv *kv, int n, json_t *into);
+static void send_assign(coord *co, task *t);
+static void send_cluster(coord *co, task *only);
+
+/* ---- agents ------------------------------------------------------------- */
+task *coord_task_by_name(coord *co, const char *name) {
+  for (int i = 0; i < co->ntasks; i++)
+    if (!strcmp(co->tasks[i].name, name)) return &co->tasks[i];
+  return NULL;
+}
+
+
+static json_t *kv_obj(const spec_kv *kv, int n, json_t *into) {
+  for (int i = 0; i < n; i++) json_object_set_new(into, kv[i].key, json_string(kv[i].value));
+  return into;
+}
+
+
+static void send_assign(coord *co, task *t) {
+  const spec_role *r = t->role;
+  json_t *j = json_object();
+  char *wd = loom__asprintf("%s/tasks/%s", co->o->job_dir, t->file);
+  json_object_set_new(j, "workdir", json_string(wd ? wd : ""));
+  free(wd);
+  json_object_set_new(j, "job_id", json_string(co->o->job_id));
+  json_object_set_new(j, "job_dir", json_string(co->o->job_dir));
+  json_object_set_new(j, "role", json_string(r->name));
+  json_object_set_new(j, "index", json_integer(t->index));
+  if (r->shell) {
+    json_object_set_new(j, "shell", json_string(r->shell));
+  } else {
+    json_t *a = json_array();
+    for (int i = 0; r->argv[i]; i++) json_array_append_new(a, json_string(r->argv[i]));
+    json_object_set_new(j, "argv", a);
+  }
+  json_object_set_new(j, "procs", json_integer(r->procs));
+  json_t *env = kv_obj(co->s->env, co->s->nenv, json_object());
+  kv_obj(r->env, r->nenv, env);
+  json_object_set_new(j, "env", env);
+  json_object_set_new(j, "files", co->staged_files ? json_incref(co->staged_files)
+                                                   : kv_obj(co->s->files, co->s->nfiles, json_object()));
+  json_object_set_new(j, "cpus", json_string(t->cpus));
+  json_object_set_new(j, "gpus", json_string(t->gpus));
+  json_object_set_new(j, "memory", json_integer((json_int_t)r->memory));
+  json_object_set_new(j, "training", json_boolean(t->training));
+  json_object_set_new(j, "rank_base", json_integer(t->rank_base));
+  json_object_set_new(j, "world_size", json_integer(co->world_size));
+  json_object_set_new(j, "heartbeat_timeout_ms", json_integer((json_int_t)coord_hb_timeout_ms(co)));
+  coord_conn_send(t->agent, WIRE_ASSIGN, j, NULL, 0);
+}
+
+
+/* Sends the cluster spec (every task's current host:port) to every agent,
+ * or only to `only` (a restarted task), and keeps it in the KV store as
+ * "loom/cluster" (with "loom/cluster_version" counting changes) so running
+ * tasks can learn a restarted peer's new address. */
+static void send_cluster(coord *co, task *only) {
+  json_t *cl = json_object(), *tf = json_object();
+  const task *master = NULL;
+  for (int i = 0; i < co->ntasks; i++) {
+    task *t = &co->tasks[i];
+    char hp[300];
+    snprintf(hp, sizeof hp, "%s:%d", t->host, t->port);
+    json_t *arr = json_object_get(cl, t->role->name);
+    if (!arr) json_object_set_new(cl, t->role->name, arr = json_array());
+    json_array_append_new(arr, json_string(hp));
+    if (strcmp(t->role->name, "evaluator") && strcmp(t->role->name, "tensorboard")) {
+      json_t *tarr = json_object_get(tf, t->role->name);
+      if (!tarr) json_object_set_new(tf, t->role->name, tarr = json_array());
+      json_array_append_new(tarr, json_string(hp));
+    }
+    if (t->training && t->rank_base == 0) master = t;
+  }
+  json_t *blob = json_pack("{s:o, s:o}", "cluster", cl, "tf_cluster", tf);
+  char *bs = json_dumps(blob, JSON_COMPACT);
+  char *cs = json_dumps(cl, JSON_COMPACT);
+  json_decref(blob);
+  if (cs) {
+    coord_kv_store(co, "loom/cluster", cs, strlen(cs));
+    free(cs);
+  }
+  json_t *j = json_object();
+  if (master) {
+    json_object_set_new(j, "master_addr", json_string(master->host));
+    json_object_set_new(j, "master_port", json_integer(master->port));
+  }
+  if (only && only->training) {
+    json_object_set_new(j, "rank_base", json_integer(only->rank_base));
+    json_object_set_new(j, "world_size", json_integer(co->world_size));
+    json_object_set_new(j, "generation", json_integer((json_int_t)co->generation));
+  }
+  shared_frame *sf = calloc(1, sizeof *sf);
+  int rc = sf && bs ? wire_encode(WIRE_CLUSTER, j, bs, strlen(bs), &sf->buf, &sf->len) : LOOM_ENOMEM;
+  json_decref(j);
+  free(bs);
+  if (rc < 0) {
+    free(sf);
+    coord_attempt_fail(co, NULL, "out of memory while sending the cluster spec");
+    return;
+  }
+  sf->refs = 1;
+  if (only) coord_conn_send_shared(only->agent, sf);
+  else
+    for (int i = 0; i < co->ntasks; i++) coord_conn_send_shared(co->tasks[i].agent, sf);
+  coord_shared_put(sf);
+}
+
+
+int coord_on_agent(coord *co, conn *c, wire_frame *f) {
+  task *t = c->task;
+  switch (f->type) {
+  case WIRE_READY:
+    if (t->state != T_REGISTERED) return LOOM_EPROTO;
+    coord_task_set(co, t, T_READY);
+    coord_event(co, t, "ready", NULL);
+    if (co->jstate == J_RUNNING) {
+      /* a restarted task rejoins a running job: the cluster spec as it is
+       * now, and peers see its new address in the KV store */
+      coord_task_set(co, t, T_RUNNING);
+      if (t->training) {
+        /* it joins the next generation (elastic or not: its peers' old
+         * collectives included its dead predecessor) */
+        t->left = false;
+        co->generation++;
+        int world = coord_publish_membership(co);
+        coord_event(co, t, "membership_changed", json_pack("{s:I, s:i, s:s}", "generation",
+                                                     (json_int_t)co->generation, "world_size",
+                                                     world, "joined", t->name));
+        coord_say(co, "%s rejoined: membership generation %lld, world size %d", t->name,
+            (long long)co->generation, world);
+      }
+      send_cluster(co, t);
+      int64_t v = 0;
+      kv_entry *e = coord_kv_find(co, "loom/cluster_version");
+      if (e) v = atoll((const char *)e->val);
+      char buf[32];
+      int n = snprintf(buf, sizeof buf, "%lld", (long long)(v + 1));
+      coord_kv_store(co, "loom/cluster_version", buf, (size_t)n);
+      coord_event(co, t, "rejoined", json_pack("{s:s, s:i}", "host", t->host, "port", t->port));
+      return 0;
+    }
+    if (++co->nready == co->ntasks && co->jstate == J_RENDEZVOUS) {
+      co->jstate = J_RUNNING;
+      uv_timer_stop(&co->rdv_timer);
+      double now = loom__wall();
+      for (int i = 0; i < co->ntasks; i++) coord_task_set(co, &co->tasks[i], T_RUNNING);
+      coord_event(co, NULL, "rendezvous_done",
+            json_pack("{s:f, s:i}", "elapsed_s", now - co->t_attempt, "tasks", co->ntasks));
+      send_cluster(co, NULL);
+      coord_publish_membership(co);
+    }
+    return 0;
+  case WIRE_STARTED:
+    t->t_start = loom__wall();
+    if (t->pids) json_decref(t->pids);
+    t->pids = json_incref(json_object_get(f->json, "pids"));
+    coord_event(co, t, "started", json_pack("{s:O?}", "pids", t->pids));
+    if (!strcmp(t->role->name, "tensorboard")) {
+      char url[400];
+      snprintf(url, sizeof url, "http://%s:%d/", t->host, t->port);
+      coord_event(co, t, "tensorboard_url", json_pack("{s:s}", "url", url));
+      loom__strlcpy(co->tensorboard, url, sizeof co->tensorboard);
+      coord_say(co, "TensorBoard (%s): %s", t->name, url);
+    }
+    return 0;
+  case WIRE_LOG:
+    coord_on_log(co, t, f);
+    return 0;
+  case WIRE_METRIC:
+    return coord_on_metric(co, t, f, "agent");
+  case WIRE_FAIL: {
+    const char *why = json_string_value(json_object_get(f->json, "reason"));
+    int code = (int)json_integer_value(json_object_get(f->json, "code"));
+    coord_task_exited(co, t, code ? code : 1, 0, why ? why : "the agent could not start the task",
+                false);
+    return 0;
+  }
+  case WIRE_EXIT: {
+    int code = (int)json_integer_value(json_object_get(f->json, "code"));
+    int sig = (int)json_integer_value(json_object_get(f->json, "signal"));
+    const char *why = json_string_value(json_object_get(f->json, "reason"));
+    coord_task_exited(co, t, code, sig, why, json_is_true(json_object_get(f->json, "lost")));
+    return 0;
+  }
+  case WIRE_HEARTBEAT:
+    return 0;
+  }
+  return LOOM_EPROTO;
+}
+
+
+int coord_on_register(coord *co, conn *c, wire_frame *f) {
+  const char *name = json_string_value(json_object_get(f->json, "task"));
+  json_t *att = json_object_get(f->json, "attempt");
+  const char *host = json_string_value(json_object_get(f->json, "host"));
+  json_t *port = json_object_get(f->json, "port");
+  task *t = name ? coord_task_by_name(co, name) : NULL;
+  if (!t || !json_is_integer(att) || !host || strlen(host) >= sizeof t->host ||
+      !json_is_integer(port) || json_integer_value(port) < 1 || json_integer_value(port) > 65535) {
+    loom__log(LOOM_LOG_WARN, "coord", "refused a malformed registration (%s)", name ? name : "?");
+    return LOOM_EPROTO;
+  }
+  if (json_integer_value(att) != t->attempt || t->agent || t->state != T_LAUNCHED ||
+      (co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING)) {
+    loom__log(LOOM_LOG_WARN, "coord", "refused registration of %s attempt %lld: expected "
+              "attempt %d and a task waiting for its agent", name,
+              (long long)json_integer_value(att), t->attempt);
+    return LOOM_ESTATE;
+  }
+  c->kind = C_AGENT;
+  c->task = t;
+  t->agent = c;
+  if (!co->be->ops->tracks_processes) t->agent_running = true;
+  loom__strlcpy(t->host, host, sizeof t->host);
+  t->port = (int)json_integer_value(port);
+  t->agent_pid = (int)json_integer_value(json_object_get(f->json, "pid"));
+  coord_task_set(co, t, T_REGISTERED);
+  coord_event(co, t, "registered", json_pack("{s:s, s:i}", "host", t->host, "port", t->port));
+  send_assign(co, t);
+  return 0;
+}

@@ -1,0 +1,280 @@
+/* conn.c: connections: the listening socket, authentication (with a budget and a
+ * deadline for connections that have not authenticated), frame reading
+ * and dispatch, sending, and closing with a reason. */
+#include "coord/coord_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <uv.h>
+
+static void conn_handle_closed(uv_handle_t *h);
+static void preauth_remove(conn *c);
+static void preauth_add(conn *c);
+static void on_frame(coord *co, conn *c, wire_frame *f);
+static void alloc_cb(uv_handle_t *h, size_t size, uv_buf_t *buf);
+static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+static void auth_expired(uv_timer_t *tm);
+
+/* Drops one reference to a shared_frame (a wire_uv_release). */
+void coord_shared_put(void *p) {
+  shared_frame *sf = p;
+  if (sf && --sf->refs == 0) {
+    free(sf->buf);
+    free(sf);
+  }
+}
+
+
+int coord_conn_send_shared(conn *c, shared_frame *sf) {
+  if (!c || c->closing) return LOOM_ECONN;
+  sf->refs++;
+  return wire_uv_write((uv_stream_t *)&c->tcp, sf->buf, sf->len, coord_shared_put, sf);
+}
+
+
+int coord_conn_send(conn *c, uint16_t type, json_t *json, const void *blob, size_t len) {
+  if (!c || c->closing) {
+    json_decref(json);
+    return LOOM_ECONN;
+  }
+  return wire_uv_send((uv_stream_t *)&c->tcp, type, json, blob, len);
+}
+
+
+static void conn_handle_closed(uv_handle_t *h) {
+  conn *c = h->data;
+  if (--c->handles == 0) {
+    wire_reader_free(&c->rd);
+    free(c);
+  }
+}
+
+
+/* Closes a connection and forgets it. An agent's connection closing before
+ * its task ended means the agent is lost. */
+/* ---- connections not yet authenticated ------------------------------------
+ * They have a budget of their own (LOOM_PREAUTH_MAX) and a deadline
+ * (LOOM_AUTH_TIMEOUT): when a new one arrives with the budget spent, the
+ * oldest is closed, so that idle connections held by anyone on the network
+ * can never keep a peer that holds the secret out. Their closes are logged
+ * through a rate limiter: a flood gives a few lines and a count. */
+static void preauth_remove(conn *c) {
+  coord *co = c->co;
+  if (!c->pa_prev && co->pa_oldest != c) return; /* not queued */
+  if (c->pa_prev) c->pa_prev->pa_next = c->pa_next;
+  else co->pa_oldest = c->pa_next;
+  if (c->pa_next) c->pa_next->pa_prev = c->pa_prev;
+  else co->pa_newest = c->pa_prev;
+  c->pa_next = c->pa_prev = NULL;
+  co->npreauth--;
+}
+
+
+static void preauth_add(conn *c) {
+  coord *co = c->co;
+  c->pa_prev = co->pa_newest;
+  c->pa_next = NULL;
+  if (co->pa_newest) co->pa_newest->pa_next = c;
+  else co->pa_oldest = c;
+  co->pa_newest = c;
+  co->npreauth++;
+}
+
+
+/* Closes c. why is NULL when the close is expected (the job is over, the
+ * peer hung up after its work, the coordinator stops it on purpose);
+ * otherwise it says why in a sentence, which goes to coordinator.log and,
+ * for an agent's connection, into the task's root cause. */
+void coord_conn_close(conn *c, const char *why) {
+  if (c->closing) return;
+  c->closing = true;
+  coord *co = c->co;
+  preauth_remove(c);
+  if (why && c->kind == C_AUTH)
+    loom__ratelog_warn(&co->rl_refused, "coord", "refused connections", c->from,
+                       "closed a connection from %s before it authenticated: %s", c->from, why);
+  else if (why)
+    loom__log(LOOM_LOG_WARN, "coord", "closed the connection of %s: %s",
+              c->task ? c->task->name : c->who[0] ? c->who : "an unidentified peer", why);
+  if (c->prev) c->prev->next = c->next;
+  else co->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  coord_kv_drop_waiters(co, c);
+  if (co->feed && c->kind == C_CLIENT) feed_dispatch_conn_gone(co->feed, c);
+  task *t = c->task;
+  if (c->kind == C_AGENT && t && t->agent == c) {
+    t->agent = NULL;
+    if (!co->be->ops->tracks_processes) t->agent_running = false;
+    if (!coord_terminal(t)) {
+      t->t_end = loom__wall();
+      if (co->jstate == J_STOPPING) {
+        coord_task_set(co, t, T_STOPPED);
+        coord_event(co, t, "stopped", json_pack("{s:s}", "reason", "agent gone while stopping"));
+      } else {
+        char reason[400];
+        snprintf(reason, sizeof reason, "agent lost: its connection to the coordinator closed (%s)",
+                 why ? why : "closed by the coordinator");
+        coord_task_exited(co, t, -1, 0, reason, true);
+      }
+    }
+  }
+  uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
+  uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+  if (c->kind == C_AGENT && t) coord_maybe_restart(co, t);
+  coord_check_over(co);
+}
+
+
+static void on_frame(coord *co, conn *c, wire_frame *f) {
+  int rc = 0;
+  if (c->kind == C_AUTH) {
+    unsigned char want[WIRE_MAC], proof[WIRE_MAC];
+    wire_mac(co->o->secret, "loom-c", c->nonce, want);
+    if (f->type != WIRE_AUTH || f->blob_len != WIRE_MAC + WIRE_NONCE ||
+        !wire_mac_equal(f->blob, want)) {
+      coord_conn_close(c, "it failed authentication");
+      return;
+    }
+    wire_mac(co->o->secret, "loom-s", f->blob + WIRE_MAC, proof);
+    preauth_remove(c);
+    c->kind = C_CTL; /* until it says who it is */
+    wire_reader_limit(&c->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
+    uv_timer_stop(&c->timer);
+    coord_conn_send(c, WIRE_AUTH_OK, NULL, proof, WIRE_MAC);
+    return;
+  }
+  if (c->kind == C_CTL && !c->task) {
+    if (f->type == WIRE_REGISTER) {
+      rc = coord_on_register(co, c, f);
+    } else if (f->type == WIRE_HELLO) {
+      const char *name = json_string_value(json_object_get(f->json, "task"));
+      c->kind = C_CLIENT;
+      c->task = name ? coord_task_by_name(co, name) : NULL;
+      loom__strlcpy(c->who, name ? name : "?", sizeof c->who);
+      if (co->jstate == J_STOPPING || co->jstate == J_DONE)
+        coord_conn_send(c, WIRE_ABORT, json_pack("{s:s}", "reason", co->root_msg), NULL, 0);
+    } else if (f->type == WIRE_CTL_KILL) {
+      json_int_t id = json_integer_value(json_object_get(f->json, "id"));
+      coord_reply(c, id, 0, NULL, NULL, 0);
+      if (co->jstate != J_DONE && co->jstate != J_STOPPING) {
+        coord_say(co, "killed on request (loom kill)");
+        coord_event(co, NULL, "kill_requested", NULL);
+        loom__strlcpy(co->root_msg, "killed on request (loom kill)", sizeof co->root_msg);
+        coord_abort_clients(co, co->root_msg);
+        coord_begin_stop(co, O_KILLED, (uint64_t)loom__tun(LOOM_TUN_STOP_GRACE_MS));
+      }
+    } else {
+      rc = LOOM_EPROTO;
+    }
+  } else if (c->kind == C_AGENT) {
+    rc = coord_on_agent(co, c, f);
+  } else if (c->kind == C_CLIENT) {
+    rc = coord_on_client(co, c, f);
+  } else {
+    rc = LOOM_EPROTO;
+  }
+  if (rc < 0) {
+    char why[160];
+    snprintf(why, sizeof why, "unexpected or malformed message of type %d (%s)", f->type,
+             loom_strerror(rc));
+    coord_conn_close(c, why);
+  }
+}
+
+
+static void alloc_cb(uv_handle_t *h, size_t size, uv_buf_t *buf) {
+  static char slab[WIRE_READ_CHUNK];
+  *buf = uv_buf_init(slab, sizeof slab);
+}
+
+
+static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  conn *c = s->data;
+  coord *co = c->co;
+  if (n < 0) {
+    char why[160];
+    snprintf(why, sizeof why, "the peer closed it (%s)", uv_strerror((int)n));
+    /* a client (libloom, the CLI) hanging up, or an agent whose task has
+     * ended, is the normal end of its work */
+    bool expected = c->kind == C_CLIENT || c->kind == C_CTL ||
+                    (c->kind == C_AGENT && (!c->task || coord_terminal(c->task)));
+    coord_conn_close(c, expected ? NULL : why);
+    return;
+  }
+  if (n == 0) return;
+  c->last_rx = loom__now_ms();
+  if (wire_reader_push(&c->rd, buf->base, (size_t)n) < 0) {
+    char why[160];
+    snprintf(why, sizeof why, "it sent more than its %zu-byte frame limit allows",
+             c->rd.max_frame);
+    coord_conn_close(c, why);
+    return;
+  }
+  for (;;) {
+    if (c->closing) return;
+    wire_frame f;
+    int rc = wire_reader_pop(&c->rd, &f);
+    if (rc == 0) return;
+    if (rc < 0) {
+      char why[160];
+      snprintf(why, sizeof why, "it sent a malformed or oversized frame (limit %zu bytes)",
+               c->rd.max_frame);
+      coord_conn_close(c, why);
+      return;
+    }
+    on_frame(co, c, &f);
+    wire_frame_free(&f);
+  }
+}
+
+
+static void auth_expired(uv_timer_t *tm) {
+  conn *c = tm->data;
+  coord_conn_close(c, "it did not authenticate in time");
+}
+
+
+void coord_on_connection(uv_stream_t *server, int status) {
+  coord *co = server->data;
+  if (status < 0) return;
+  conn *c = calloc(1, sizeof *c);
+  if (!c) return;
+  c->co = co;
+  c->handles = 2;
+  wire_reader_init(&c->rd, WIRE_HANDSHAKE_MAX);
+  uv_tcp_init(&co->loop, &c->tcp);
+  uv_timer_init(&co->loop, &c->timer);
+  c->tcp.data = c->timer.data = c;
+  c->next = co->conns;
+  if (co->conns) co->conns->prev = c;
+  co->conns = c;
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 || wire_random(c->nonce, WIRE_NONCE) < 0) {
+    coord_conn_close(c, "it could not be accepted");
+    return;
+  }
+  struct sockaddr_storage ss;
+  int sl = sizeof ss;
+  loom__strlcpy(c->from, "?", sizeof c->from);
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0) {
+    if (ss.ss_family == AF_INET)
+      uv_ip4_name((struct sockaddr_in *)&ss, c->from, sizeof c->from);
+    else if (ss.ss_family == AF_INET6)
+      uv_ip6_name((struct sockaddr_in6 *)&ss, c->from, sizeof c->from);
+  }
+  if (co->npreauth >= (int)loom__tun(LOOM_TUN_PREAUTH_MAX) && co->pa_oldest)
+    coord_conn_close(co->pa_oldest, "evicted: too many connections waiting to authenticate");
+  preauth_add(c);
+  uv_tcp_nodelay(&c->tcp, 1);
+  c->last_rx = loom__now_ms();
+  uv_timer_start(&c->timer, auth_expired, (uint64_t)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS), 0);
+  coord_conn_send(c, WIRE_CHALLENGE, NULL, c->nonce, WIRE_NONCE);
+  uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+}

@@ -1,0 +1,196 @@
+/* coord_int.h: what the parts of the coordinator share: the task, the
+ * connection and the coordinator itself, and the functions one part calls
+ * in another. Not installed; nothing outside src/coord includes it. */
+#ifndef LOOM_COORD_INT_H
+#define LOOM_COORD_INT_H
+
+#include "coord/coord.h"
+#include "backend/backend.h"
+#include "core/ratelog.h"
+#include "feed/dispatch.h"
+#include "http/http.h"
+#include "wire/wire.h"
+#include "wire/wire_uv.h"
+
+#include <stdio.h>
+#include <uv.h>
+
+#define RING 20
+
+enum { T_PENDING, T_LAUNCHED, T_REGISTERED, T_READY, T_RUNNING, T_SUCCEEDED,
+       T_FAILED, T_STOPPED, T_LOST };
+__attribute__((unused)) static const char *const TSTATE[] = {"pending", "launched", "registered", "ready",
+                                     "running", "succeeded", "failed", "stopped",
+                                     "lost"};
+enum { J_RENDEZVOUS, J_RUNNING, J_STOPPING, J_DONE };
+__attribute__((unused)) static const char *const JSTATE[] = {"starting", "running", "stopping", "done"};
+enum { O_NONE, O_SUCCESS, O_FAILED, O_KILLED, O_INFRA };
+enum { C_AUTH, C_AGENT, C_CLIENT, C_CTL };
+
+typedef struct conn conn;
+typedef struct coord coord;
+
+typedef struct {
+  int id;
+  const spec_role *role;
+  int index;
+  char name[80], file[80];
+  bool training;
+  int rank_base;
+  int state, attempt;
+  char host[256];
+  int port, agent_pid;
+  json_t *pids;
+  int exit_code, sig;
+  bool have_exit;
+  char reason[512];
+  double t_launch, t_start, t_end;
+  conn *agent;
+  bool agent_running;
+  char *ring[RING];
+  int ring_n, ring_head;
+  FILE *log;
+  char cpus[256], gpus[128];
+  int restarts;         /* restarts of this task in this job attempt */
+  bool left;            /* an elastic member that left the membership */
+  bool restart_pending; /* restart once its old agent is gone */
+  int launch_tries;     /* launches of this task attempt that failed before its agent registered */
+  bool relaunch_pending; /* relaunch_timer runs: the launch is tried again when it fires */
+  uv_timer_t relaunch_timer;
+} task;
+
+struct conn {
+  uv_tcp_t tcp;
+  uv_timer_t timer;
+  coord *co;
+  wire_reader rd;
+  int kind, handles;
+  uint64_t last_rx;
+  unsigned char nonce[WIRE_NONCE];
+  task *task;
+  char who[96];
+  bool closing;
+  conn *next, *prev;
+  conn *pa_next, *pa_prev; /* the queue of connections not yet authenticated */
+  char from[64];           /* the peer's address, for the log */
+};
+
+typedef struct kv_entry {
+  char *key;
+  unsigned char *val;
+  size_t len;
+  struct kv_entry *next;
+} kv_entry;
+
+typedef struct kv_wait {
+  uv_timer_t timer;
+  coord *co;
+  conn *c;
+  json_int_t id;
+  char *key;
+  struct kv_wait *next, *prev;
+} kv_wait;
+
+#define KV_BUCKETS 4096
+
+struct coord {
+  const coord_opts *o;
+  const spec_job *s;
+  uv_loop_t loop;
+  uv_tcp_t server;
+  uv_signal_t sigint, sigterm, sighup;
+  uv_timer_t rdv_timer, stop_timer, hb_timer, flush_timer;
+  char addr[300];
+  backend *be;
+  task *tasks;
+  int ntasks, attempt, jstate, outcome, root, interrupts, nready;
+  int world_size;
+  bool no_retry; /* the failure's exit code is not in retry_on */
+  int64_t generation; /* elastic membership generation */
+  char root_msg[2048];
+  FILE *events, *alllog;
+  conn *conns;
+  conn *pa_oldest, *pa_newest; /* not yet authenticated, oldest first */
+  int npreauth;
+  loom__ratelog rl_refused; /* connections refused or closed before authenticating */
+  kv_entry *kv[KV_BUCKETS];
+  kv_wait *waiters;
+  size_t kv_bytes;
+  int exit_status;
+  double t_start, t_attempt;
+  bool state_dirty, status_shown;
+  char **env_base;
+  feed_dispatch *feed;
+  json_t *staged_files; /* target -> node-local copy, when the backend staged them */
+  http_server *http;
+  char dashboard[512], tensorboard[400];
+};
+
+/* A frame encoded once and written to many connections. */
+typedef struct {
+  int refs;
+  size_t len;
+  unsigned char *buf;
+} shared_frame;
+
+/* coord.c */
+int coord_launch_task(coord *co, task *t);
+bool coord_all_finishing_done(coord *co);
+void coord_abort_clients(coord *co, const char *why);
+void coord_check_over(coord *co);
+void coord_begin_stop(coord *co, int outcome, uint64_t grace_ms);
+void coord_task_reset(coord *co, task *t);
+void coord_attempt_fail(coord *co, task *t, const char *why);
+uint64_t coord_hb_timeout_ms(const coord *co);
+
+/* console.c */
+void coord_status_draw(coord *co);
+void coord_say(coord *co, const char *fmt, ...) LOOM__PRINTF(2, 3);
+void coord_ring_clear(task *t);
+void coord_open_logs(coord *co, task *t);
+void coord_print_summary(coord *co);
+void coord_on_log(coord *co, task *t, wire_frame *f);
+
+/* state.c */
+void coord_event(coord *co, task *t, const char *name, json_t *extra);
+void coord_state_write(coord *co);
+void coord_task_set(coord *co, task *t, int st);
+bool coord_terminal(const task *t);
+void coord_flush_tick(uv_timer_t *tm);
+
+/* conn.c */
+void coord_conn_close(conn *c, const char *why);
+int coord_conn_send_shared(conn *c, shared_frame *sf);
+int coord_conn_send(conn *c, uint16_t type, json_t *json, const void *blob, size_t len);
+void coord_on_connection(uv_stream_t *server, int status);
+void coord_shared_put(void *p);
+
+/* kv.c */
+void coord_reply(conn *c, json_int_t id, int rc, json_t *extra, const void *blob, size_t len);
+int coord_on_client(coord *co, conn *c, wire_frame *f);
+int coord_on_metric(coord *co, task *t, wire_frame *f, const char *source);
+void coord_kv_drop_waiters(coord *co, conn *c);
+void coord_kv_clear(coord *co);
+void coord_feed_reply(void *c, json_int_t id, int rc, json_t *extra, const void *blob, size_t len);
+kv_entry *coord_kv_find(coord *co, const char *key);
+int coord_kv_store(coord *co, const char *key, const void *val, size_t len);
+
+/* agents.c */
+task *coord_task_by_name(coord *co, const char *name);
+int coord_on_agent(coord *co, conn *c, wire_frame *f);
+int coord_on_register(coord *co, conn *c, wire_frame *f);
+
+/* membership.c */
+int coord_publish_membership(coord *co);
+int coord_live_members(coord *co, const spec_role *r, const task *except);
+void coord_kill_task_groups(coord *co, task *t);
+
+/* policy.c */
+void coord_maybe_restart(coord *co, task *t);
+bool coord_maybe_relaunch(coord *co, task *t, int64_t status, int sig, const char *detail, const char *how);
+void coord_task_exited(coord *co, task *t, int code, int sig, const char *reason, bool lost);
+
+/* placement.c */
+int coord_setup_tasks(coord *co);
+
+#endif
