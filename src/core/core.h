@@ -84,6 +84,7 @@ char loom__proc_state(int pid);
   X(HEARTBEAT_MS, "LOOM_HEARTBEAT", 1000)                                    \
   X(HEARTBEAT_TIMEOUT_MS, "LOOM_HEARTBEAT_TIMEOUT", 15000)                   \
   X(AUTH_TIMEOUT_MS, "LOOM_AUTH_TIMEOUT", 5000)                              \
+  X(PREAUTH_MAX, "LOOM_PREAUTH_MAX", 64)                                     \
   X(CONNECT_TIMEOUT_MS, "LOOM_CONNECT_TIMEOUT", 10000)                       \
   X(LAUNCH_RETRIES, "LOOM_LAUNCH_RETRIES", 3)                                \
   X(LAUNCH_RETRY_MS, "LOOM_LAUNCH_RETRY_MS", 500)                            \
