@@ -18,7 +18,7 @@
 #define HTTP_MAX_LINE 8192             /* request line (414 past it) */
 #define HTTP_MAX_HEAD 16384            /* request line + headers (431 past it) */
 #define HTTP_MAX_HEADERS 64            /* header fields (431 past it) */
-#define HTTP_MAX_CONNS 128             /* open connections; more are closed at once */
+#define HTTP_MAX_CONNS 128             /* past the token check (503 beyond) */
 #define HTTP_HEAD_TIMEOUT_MS 10000     /* to receive a whole request head */
 #define HTTP_WRITE_TIMEOUT_MS 30000    /* to send a whole response */
 #define HTTP_LINGER_MS 2000            /* to drain a client after answering */

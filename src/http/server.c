@@ -15,8 +15,16 @@
  * Access: the token in ?token=, an "Authorization: Bearer" header, or the
  * cookie the page sets (loom_<port>). None: 401; a wrong one: 403. Under
  * `loom ui` the ui token opens everything and a job's own token opens only
- * that job. Tokens are compared in constant time. */
+ * that job. Tokens are compared in constant time.
+ *
+ * Until a request with a right token has been read, a connection is
+ * anyone's: such connections are kept apart, at most LOOM_PREAUTH_MAX
+ * (the oldest closed when another arrives), each closed if its request has
+ * not come within LOOM_AUTH_TIMEOUT. Connections past the token check have
+ * their own cap, HTTP_MAX_CONNS. What is refused, evicted or timed out is
+ * logged through a rate limiter (core/ratelog.h). */
 #include "http/http_int.h"
+#include "core/ratelog.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -39,7 +47,12 @@ struct http_server {
   size_t nonly;
   conn *conns;
   int nconns;
-  int handles; /* the listener, each connection, each rejected socket: freed at 0 */
+  conn *pa_head, *pa_tail; /* before the token check, oldest first */
+  int npa, nauthed, pa_max;
+  unsigned auth_ms;
+  loom__ratelog refused;
+  uv_timer_t tick; /* reports a flood of refusals that stopped */
+  int handles; /* the listener, the tick, each connection, each rejected socket: freed at 0 */
   uint64_t clock;
 };
 
@@ -50,6 +63,9 @@ struct conn {
   uv_shutdown_t sd;
   http_server *s;
   conn *prev, *next;
+  conn *pa_prev, *pa_next; /* in the pre-authentication queue */
+  bool in_pa, authed;
+  char peer[64];
   bool closing, answered, draining;
   size_t drained;
   int open; /* of tcp and timer */
@@ -79,6 +95,20 @@ static void on_conn_closed(uv_handle_t *h) {
   server_release(s);
 }
 
+#define REFUSED "refused connections"
+
+static void pa_unlink(conn *c) {
+  http_server *s = c->s;
+  if (!c->in_pa) return;
+  if (c->pa_prev) c->pa_prev->pa_next = c->pa_next;
+  else s->pa_head = c->pa_next;
+  if (c->pa_next) c->pa_next->pa_prev = c->pa_prev;
+  else s->pa_tail = c->pa_prev;
+  c->pa_prev = c->pa_next = NULL;
+  c->in_pa = false;
+  s->npa--;
+}
+
 static void conn_close(conn *c) {
   if (c->closing) return;
   c->closing = true;
@@ -88,8 +118,24 @@ static void conn_close(conn *c) {
     c->s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   c->s->nconns--;
+  pa_unlink(c);
+  if (c->authed) c->s->nauthed--;
   uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
   uv_close((uv_handle_t *)&c->timer, on_conn_closed);
+}
+
+static void on_tick(uv_timer_t *t) {
+  http_server *s = t->data;
+  loom__ratelog_tick(&s->refused, "http", REFUSED);
+  if (!s->refused.suppressed) uv_timer_stop(t);
+}
+
+/* A warning about someone's connection, through the rate limiter. */
+static void refused(http_server *s, const char *peer, const char *done, const char *why) {
+  loom__ratelog_warn(&s->refused, "http", REFUSED, peer, "dashboard: %s from %s: %s", done, peer,
+                     why);
+  if (s->refused.suppressed && !uv_is_active((uv_handle_t *)&s->tick) && !s->stopping)
+    uv_timer_start(&s->tick, on_tick, 1000, 1000);
 }
 
 static const char *reason(int status) {
@@ -138,7 +184,12 @@ static void on_written(uv_write_t *req, int status) {
   if (status < 0 || uv_shutdown(&c->sd, (uv_stream_t *)&c->tcp, on_shutdown) < 0) conn_close(c);
 }
 
-static void on_timeout(uv_timer_t *t) { conn_close(t->data); }
+static void on_timeout(uv_timer_t *t) {
+  conn *c = t->data;
+  if (!c->answered)
+    refused(c->s, c->peer, "closed the connection", "no request in time");
+  conn_close(c);
+}
 
 /* Sends r (and frees its body); the connection closes once it is sent. */
 static void respond(conn *c, http_resp *r, bool head) {
@@ -244,6 +295,18 @@ static int check_access(http_server *s, const http_req *q, const char *const *to
   return ok ? 0 : 403;
 }
 
+/* check_access, and then the connection leaves the pre-authentication
+ * queue for the authenticated ones: 503 when those are HTTP_MAX_CONNS. */
+static int admit(conn *c, const char *const *tokens, size_t n, bool *from_query) {
+  int deny = check_access(c->s, &c->req, tokens, n, from_query);
+  if (deny || c->authed) return deny;
+  if (c->s->nauthed >= HTTP_MAX_CONNS) return 503;
+  pa_unlink(c);
+  c->authed = true;
+  c->s->nauthed++;
+  return 0;
+}
+
 /* ---- jobs under `loom ui` --------------------------------------------- */
 static http_job *ui_job(http_server *s, const char *id) {
   if (!http__safe_name(id)) return NULL;
@@ -342,14 +405,14 @@ static void route(conn *c) {
 
   if (!s->ui) {
     const char *tokens[] = {s->token};
-    if ((deny = check_access(s, q, tokens, 1, &from_query))) goto denied;
+    if ((deny = admit(c, tokens, 1, &from_query))) goto denied;
     serve_job(c, s->self, path + 1, "/", from_query);
     return;
   }
 
   if (!id[0]) {
     const char *tokens[] = {s->token};
-    if ((deny = check_access(s, q, tokens, 1, &from_query))) goto denied;
+    if ((deny = admit(c, tokens, 1, &from_query))) goto denied;
     if (!strcmp(path, "/")) {
       serve_page(c, http__index_page, "/", from_query);
     } else if (!strcmp(path, "/api/jobs")) {
@@ -384,7 +447,7 @@ static void route(conn *c) {
 
   http_job *j = ui_job(s, id);
   const char *tokens[] = {s->token, j ? j->token : NULL};
-  if ((deny = check_access(s, q, tokens, 2, &from_query))) goto denied;
+  if ((deny = admit(c, tokens, 2, &from_query))) goto denied;
   if (!j) {
     respond_error(c, 404, "no such job");
     return;
@@ -398,6 +461,12 @@ static void route(conn *c) {
   return;
 
 denied:
+  if (deny == 503) {
+    respond_error(c, 503, "too many open connections; try again");
+    return;
+  }
+  refused(s, c->peer, "refused a request",
+          deny == 401 ? "no token" : "wrong token");
   respond_error(c, deny,
                 deny == 401 ? "this dashboard needs its token: open the URL loom printed "
                               "(it ends in ?token=...)"
@@ -471,10 +540,23 @@ static void on_reject_closed(uv_handle_t *h) {
   server_release(s);
 }
 
+/* Closes the oldest connection that has not shown a token yet. */
+static void evict_oldest(http_server *s, const char *why) {
+  conn *old = s->pa_head;
+  if (!old) return;
+  refused(s, old->peer, "closed the connection", why);
+  conn_close(old);
+}
+
 static void on_connection(uv_stream_t *server, int status) {
   http_server *s = server->data;
-  if (status < 0 || s->stopping) return;
-  if (s->nconns >= HTTP_MAX_CONNS) {
+  if (s->stopping) return;
+  if (status < 0) {
+    /* out of descriptors (libuv has closed the one waiting): make room */
+    if (status == UV_EMFILE || status == UV_ENFILE) evict_oldest(s, "evicted: out of file descriptors");
+    return;
+  }
+  if (s->nconns >= s->pa_max + HTTP_MAX_CONNS) {
     /* Accept and close at once, so the backlog does not fill. */
     uv_tcp_t *t = malloc(sizeof *t);
     if (!t || uv_tcp_init(s->loop, t) < 0) {
@@ -485,7 +567,14 @@ static void on_connection(uv_stream_t *server, int status) {
     s->handles++;
     uv_accept(server, (uv_stream_t *)t);
     uv_close((uv_handle_t *)t, on_reject_closed);
+    refused(s, "?", "refused a connection", "too many open");
     return;
+  }
+  if (s->npa >= s->pa_max) {
+    char why[96];
+    snprintf(why, sizeof why, "evicted: LOOM_PREAUTH_MAX (%d) connections wait for their request",
+             s->pa_max);
+    evict_oldest(s, why);
   }
   conn *c = calloc(1, sizeof *c);
   if (!c) return;
@@ -502,12 +591,27 @@ static void on_connection(uv_stream_t *server, int status) {
   if (s->conns) s->conns->prev = c;
   s->conns = c;
   s->nconns++;
+  c->pa_prev = s->pa_tail;
+  if (s->pa_tail) s->pa_tail->pa_next = c;
+  else s->pa_head = c;
+  s->pa_tail = c;
+  c->in_pa = true;
+  s->npa++;
+  snprintf(c->peer, sizeof c->peer, "?");
   if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 ||
       uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
     conn_close(c);
     return;
   }
-  uv_timer_start(&c->timer, on_timeout, HTTP_HEAD_TIMEOUT_MS, 0);
+  struct sockaddr_storage sa;
+  int salen = sizeof sa;
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&sa, &salen) == 0) {
+    if (sa.ss_family == AF_INET)
+      uv_ip4_name((struct sockaddr_in *)&sa, c->peer, sizeof c->peer);
+    else if (sa.ss_family == AF_INET6)
+      uv_ip6_name((struct sockaddr_in6 *)&sa, c->peer, sizeof c->peer);
+  }
+  uv_timer_start(&c->timer, on_timeout, s->auth_ms, 0);
 }
 
 /* ---- start, stop ------------------------------------------------------- */
@@ -531,6 +635,11 @@ int http__start(uv_loop_t *loop, const char *bind, const http_opts *o, http_serv
   for (size_t n = strlen(s->root); n > 1 && s->root[n - 1] == '/';)
     s->root[--n] = 0;
   loom__strlcpy(s->token, o->token, sizeof s->token);
+  long long pa_max = loom__tun(LOOM_TUN_PREAUTH_MAX);
+  s->pa_max = pa_max < 1 ? 1 : pa_max > 1 << 20 ? 1 << 20 : (int)pa_max;
+  long long auth_ms = loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS);
+  s->auth_ms = auth_ms < 1 ? 1 : auth_ms > HTTP_HEAD_TIMEOUT_MS ? HTTP_HEAD_TIMEOUT_MS
+                                                                : (unsigned)auth_ms;
   if (!s->ui) {
     const char *slash = strrchr(s->root, '/');
     s->self = http__job_new(s->root, slash ? slash + 1 : s->root);
@@ -555,7 +664,8 @@ int http__start(uv_loop_t *loop, const char *bind, const http_opts *o, http_serv
   s->listener.data = s;
   s->handles = 1;
   int rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&sa, 0);
-  if (rc == 0) rc = uv_listen((uv_stream_t *)&s->listener, 128, on_connection);
+  /* a deep backlog: a flood is accepted and evicted, not left to drop SYNs */
+  if (rc == 0) rc = uv_listen((uv_stream_t *)&s->listener, 1024, on_connection);
   if (rc < 0) {
     snprintf(err, errlen, "cannot listen on %s:%d: %s%s", bind, o->port, uv_strerror(rc),
              rc == UV_EADDRINUSE ? " (choose another port with --port)" : "");
@@ -569,6 +679,10 @@ int http__start(uv_loop_t *loop, const char *bind, const http_opts *o, http_serv
   s->port = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
                                             : ((struct sockaddr_in *)&got)->sin_port);
   *port = s->port;
+  uv_timer_init(loop, &s->tick);
+  s->tick.data = s;
+  uv_unref((uv_handle_t *)&s->tick);
+  s->handles++;
   *out = s;
   return 0;
 nomem:
@@ -590,5 +704,7 @@ void http_stop(http_server *s) {
   s->stopping = true;
   while (s->conns)
     conn_close(s->conns);
+  loom__ratelog_flush(&s->refused, "http", REFUSED);
+  uv_close((uv_handle_t *)&s->tick, on_listener_closed);
   uv_close((uv_handle_t *)&s->listener, on_listener_closed);
 }

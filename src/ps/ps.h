@@ -48,7 +48,7 @@
     "server: bytes of variables, slots and rows one shard may hold")         \
   X(split_bytes, "LOOM_PS_SPLIT_BYTES", 1 << 20,                             \
     "server: a dense variable larger than this is split over every shard")   \
-  X(max_conns, "LOOM_PS_MAX_CONNS", 4096, "server: open connections")        \
+  X(max_conns, "LOOM_PS_MAX_CONNS", 4096, "server: authenticated connections") \
   X(ckpt_keep, "LOOM_PS_CKPT_KEEP", 3, "checkpoints kept in the directory")
 
 struct ps_tunables {

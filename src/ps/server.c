@@ -13,10 +13,18 @@
  * them (writev of header and data) and copied only for what it does not;
  * a connection with more than OUT_HIGH bytes unsent is not read until it
  * drains, so a client that stops reading cannot make the shard buffer
- * without bound. */
+ * without bound.
+ *
+ * Connections that have not authenticated yet are kept apart: at most
+ * LOOM_PREAUTH_MAX of them (oldest evicted first when another arrives),
+ * each closed LOOM_AUTH_TIMEOUT after it connected, so that idle or
+ * junk connections, however many, cannot keep a worker out. Authenticated
+ * connections have their own cap, LOOM_PS_MAX_CONNS. What is refused,
+ * evicted or timed out is logged through a rate limiter. */
 #include "ps/server.h"
 #include "lib/lib.h"
 #include "ps/ps.h"
+#include "core/ratelog.h"
 #include "wire/wire.h"
 
 #include <arpa/inet.h>
@@ -31,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -56,6 +65,8 @@ typedef struct conn {
   size_t out_off, out_len, out_cap;
   uint64_t bar_target; /* the barrier generation it waits for, or 0 */
   struct conn *next;
+  struct conn *pa_prev, *pa_next; /* in the pre-authentication queue */
+  bool in_pa;
 } conn;
 
 struct ps_server {
@@ -75,6 +86,10 @@ struct ps_server {
   char restore_err[PS_MAX_ERRMSG];
   conn *conns;
   size_t nconns;
+  conn *pa_head, *pa_tail; /* not authenticated yet, oldest first */
+  size_t npa, nauthed, pa_max;
+  uint64_t accept_paused_until; /* out of descriptors: wait a little */
+  loom__ratelog refused;
   bool changed; /* the step, a clock or the barrier moved */
   char err[PS_MAX_ERRMSG];
 };
@@ -601,14 +616,64 @@ static int dispatch(ps_server *s, conn *c, const ps_hdr *h, const unsigned char 
 }
 
 /* ---- connections ------------------------------------------------------- */
+#define REFUSED "refused connections"
+
+static void pa_unlink(ps_server *s, conn *c) {
+  if (!c->in_pa) return;
+  if (c->pa_prev) c->pa_prev->pa_next = c->pa_next;
+  else s->pa_head = c->pa_next;
+  if (c->pa_next) c->pa_next->pa_prev = c->pa_prev;
+  else s->pa_tail = c->pa_prev;
+  c->pa_prev = c->pa_next = NULL;
+  c->in_pa = false;
+  s->npa--;
+}
+
+static void pa_push(ps_server *s, conn *c) {
+  c->pa_prev = s->pa_tail;
+  c->pa_next = NULL;
+  if (s->pa_tail) s->pa_tail->pa_next = c;
+  else s->pa_head = c;
+  s->pa_tail = c;
+  c->in_pa = true;
+  s->npa++;
+}
+
+/* Closes c once this turn of the loop is over. A connection that never
+ * authenticated is anyone's: its warning goes through the rate limiter. */
 static void conn_close(ps_server *s, conn *c, const char *why) {
-  if (!c->closing && why)
-    loom__log(LOOM_LOG_WARN, "ps", "shard %d: closing the connection from %s: %s",
-              s->cfg.shard, c->peer, why);
+  if (!c->closing && why) {
+    if (c->authed)
+      loom__log(LOOM_LOG_WARN, "ps", "shard %d: closing the connection from %s: %s",
+                s->cfg.shard, c->peer, why);
+    else
+      loom__ratelog_warn(&s->refused, "ps", REFUSED, c->peer,
+                         "shard %d: closing the unauthenticated connection from %s: %s",
+                         s->cfg.shard, c->peer, why);
+  }
+  pa_unlink(s, c);
   c->closing = true;
 }
 
+/* Makes room for one more unauthenticated connection: evicts the oldest. */
+static void pa_make_room(ps_server *s) {
+  while (s->pa_head && s->npa >= s->pa_max) {
+    conn *old = s->pa_head;
+    char why[96];
+    snprintf(why, sizeof why, "evicted: LOOM_PREAUTH_MAX (%zu) connections wait to authenticate",
+             s->pa_max);
+    conn_close(s, old, old->closing ? NULL : why);
+  }
+}
+
 static bool authenticate(ps_server *s, conn *c) {
+  if (s->nauthed >= (size_t)s->tun.max_conns) {
+    char why[96];
+    snprintf(why, sizeof why, "LOOM_PS_MAX_CONNS (%lld) authenticated connections open",
+             s->tun.max_conns);
+    conn_close(s, c, why);
+    return false;
+  }
   const unsigned char *p = c->in + c->in_off;
   unsigned char want[WIRE_MAC];
   wire_mac(s->secret, "loom-ps-c", c->nonce, want);
@@ -621,7 +686,9 @@ static bool authenticate(ps_server *s, conn *c) {
   c->out_len += sizeof mac;
   conn_flush(c);
   c->in_off += PS_AUTH_LEN;
+  pa_unlink(s, c);
   c->authed = true;
+  s->nauthed++;
   return true;
 }
 
@@ -632,6 +699,7 @@ static void conn_work(ps_server *s, conn *c) {
     if (!c->authed) {
       if (avail < PS_AUTH_LEN) return;
       if (!authenticate(s, c)) {
+        /* (a no-op when authenticate() closed it with a better reason) */
         conn_close(s, c, "authentication failed (not this job's secret?)");
         return;
       }
@@ -708,7 +776,7 @@ static void conn_read(ps_server *s, conn *c) {
   ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
   if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
   if (n <= 0) {
-    c->closing = true; /* the client went away: not worth a warning */
+    conn_close(s, c, NULL); /* the client went away: not worth a warning */
     return;
   }
   c->in_len += (size_t)n;
@@ -716,6 +784,8 @@ static void conn_read(ps_server *s, conn *c) {
 
 static void conn_free(ps_server *s, conn *c) {
   if (c->bar_target > s->bar_gen && s->bar_arrived > 0) s->bar_arrived--;
+  pa_unlink(s, c);
+  if (c->authed) s->nauthed--;
   close(c->fd);
   free(c->in);
   free(c->out);
@@ -724,18 +794,26 @@ static void conn_free(ps_server *s, conn *c) {
 }
 
 static void conn_accept(ps_server *s) {
-  for (;;) {
+  /* a bounded batch: the evicted give their descriptors back between */
+  for (int batch = 0; batch < 256; batch++) {
     struct sockaddr_storage sa;
     socklen_t sl = sizeof sa;
     int fd = accept4(s->cfg.listen_fd, (struct sockaddr *)&sa, &sl,
                      SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
-    if (s->nconns >= (size_t)s->tun.max_conns) {
-      close(fd);
-      loom__log(LOOM_LOG_WARN, "ps", "shard %d: refused a connection: "
-                "LOOM_PS_MAX_CONNS (%lld) open", s->cfg.shard, s->tun.max_conns);
-      continue;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* The oldest waiting connection gives its descriptor back at the
+         * end of this turn; until then the listener rests. */
+        pa_make_room(s);
+        if (s->npa) conn_close(s, s->pa_head, "evicted: out of file descriptors");
+        s->accept_paused_until = loom__now_ms() + 50;
+        loom__ratelog_warn(&s->refused, "ps", REFUSED, "?",
+                           "shard %d: cannot accept a connection: %s", s->cfg.shard,
+                           strerror(errno));
+      }
+      return;
     }
+    pa_make_room(s);
     conn *c = calloc(1, sizeof *c);
     if (!c) {
       close(fd);
@@ -755,8 +833,9 @@ static void conn_accept(ps_server *s) {
     c->next = s->conns;
     s->conns = c;
     s->nconns++;
+    pa_push(s, c);
     if (wire_random(c->nonce, sizeof c->nonce) < 0 || out_room(c, PS_CHALLENGE_LEN) < 0) {
-      c->closing = true;
+      conn_close(s, c, "out of memory or randomness");
       continue;
     }
     memcpy(c->out, PS_MAGIC, PS_MAGIC_LEN);
@@ -791,6 +870,8 @@ int loom__ps_server_new(const ps_server_cfg *cfg, ps_server **out) {
   s->cfg.secret = s->secret;
   ps_tunables_load(&s->tun);
   s->auth_ms = (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS);
+  long long pa_max = loom__tun(LOOM_TUN_PREAUTH_MAX);
+  s->pa_max = pa_max < 1 ? 1 : (size_t)pa_max;
   ps_state_init(&s->st, cfg->shard, cfg->nshards, (uint64_t)s->tun.split_bytes,
                 (uint64_t)s->tun.max_memory);
   int fl = fcntl(cfg->listen_fd, F_GETFL);
@@ -809,6 +890,7 @@ void loom__ps_server_free(ps_server *s) {
     s->conns = c->next;
     conn_free(s, c);
   }
+  loom__ratelog_flush(&s->refused, "ps", REFUSED);
   if (s->cfg.listen_fd >= 0) close(s->cfg.listen_fd);
   ps_state_free(&s->st);
   free(s->clock);
@@ -841,9 +923,11 @@ int loom__ps_server_run(ps_server *s) {
     pfd[n] = (struct pollfd){.fd = s->cfg.abort_fd, .events = POLLIN};
     who[n++] = NULL;
     size_t lidx = n;
-    pfd[n] = (struct pollfd){.fd = s->cfg.listen_fd,
-                             .events = s->nconns < (size_t)s->tun.max_conns ? POLLIN : 0};
+    bool resting = now < s->accept_paused_until;
+    pfd[n] = (struct pollfd){.fd = s->cfg.listen_fd, .events = resting ? 0 : POLLIN};
     who[n++] = NULL;
+    if (resting) timeout = (int)(s->accept_paused_until - now);
+    if (s->refused.suppressed && (timeout < 0 || timeout > 1000)) timeout = 1000;
     for (conn *c = s->conns; c; c = c->next) {
       short ev = 0;
       /* a parked connection reads on until its buffer is full */
@@ -879,9 +963,10 @@ int loom__ps_server_run(ps_server *s) {
       conn_work(s, c);
     }
     now = loom__now_ms();
-    for (conn *c = s->conns; c; c = c->next)
-      if (!c->authed && now >= c->deadline_ms)
-        conn_close(s, c, "did not authenticate in time");
+    /* the queue is in order of arrival: the expired are at its head */
+    while (s->pa_head && now >= s->pa_head->deadline_ms)
+      conn_close(s, s->pa_head, "did not authenticate in time");
+    loom__ratelog_tick(&s->refused, "ps", REFUSED);
     unpark(s);
     for (conn **pp = &s->conns; *pp;) {
       conn *c = *pp;
@@ -906,18 +991,57 @@ static int env_index(const char *name, int def) {
   return (int)x;
 }
 
-static int listen_on(int port, int *out) {
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                           .sin_addr.s_addr = htonl(INADDR_ANY)};
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+static bool is_loopback(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+  return sa->sa_family == AF_INET6 &&
+         IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
+/* The address to listen on: host (an address, or a name resolved here),
+ * or every interface when host is NULL, "*", "0.0.0.0" or "::", or when a
+ * name resolves to a loopback address it does not mean ("node1" at
+ * 127.0.1.1 in /etc/hosts: the other hosts know it by another address). */
+static void bind_addr(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len) {
+  struct sockaddr_in any = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_ANY)};
+  memcpy(ss, &any, sizeof any);
+  *len = sizeof any;
+  if (!host || !*host || !strcmp(host, "*") || !strcmp(host, "0.0.0.0")) return;
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+  char svc[16];
+  snprintf(svc, sizeof svc, "%d", port);
+  unsigned char tmp[sizeof(struct in6_addr)];
+  bool numeric = inet_pton(AF_INET, host, tmp) == 1 || inet_pton(AF_INET6, host, tmp) == 1;
+  if (getaddrinfo(host, svc, &hints, &ai) != 0 || !ai) {
+    loom__log(LOOM_LOG_WARN, "ps", "cannot resolve '%s'; listening on every interface", host);
+    return;
+  }
+  if (numeric || strcmp(host, "localhost") == 0 || !is_loopback(ai->ai_addr)) {
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    *len = ai->ai_addrlen;
+  } else {
+    loom__log(LOOM_LOG_INFO, "ps", "'%s' resolves to a loopback address here; "
+              "listening on every interface", host);
+  }
+  freeaddrinfo(ai);
+}
+
+static int listen_on(const char *host, int port, int *out) {
+  struct sockaddr_storage sa;
+  socklen_t salen;
+  bind_addr(host, port, &sa, &salen);
+  int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return LOOM_EIO;
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   /* The agent released the port just before it exec'ed us. */
   uint64_t until = loom__now_ms() + 5000;
-  while (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+  while (bind(fd, (struct sockaddr *)&sa, salen) < 0) {
     if (errno != EADDRINUSE || loom__now_ms() >= until) {
+      int e = errno;
       close(fd);
+      errno = e;
       return LOOM_EIO;
     }
     usleep(50000);
@@ -957,10 +1081,22 @@ int loom__ps_main(int argc, char **argv) {
   }
   int nshards = (int)json_array_size(list);
   json_decref(cj);
+  /* the task's address, not every interface, unless LOOM_PS_BIND says */
+  const char *bind_to = getenv("LOOM_PS_BIND");
+  if (!bind_to || !*bind_to) bind_to = host;
   int lfd;
-  if (listen_on(port, &lfd) < 0) {
-    fprintf(stderr, "loom ps: cannot listen on port %d: %s\n", port, strerror(errno));
+  if (listen_on(bind_to, port, &lfd) < 0) {
+    fprintf(stderr, "loom ps: cannot listen on %s port %d: %s%s\n", bind_to, port,
+            strerror(errno),
+            errno == EADDRNOTAVAIL ? " (not an address of this host: set LOOM_PS_BIND, "
+                                     "e.g. LOOM_PS_BIND=0.0.0.0)" : "");
     return 1;
+  }
+  /* hold LOOM_PS_MAX_CONNS workers, whatever the soft limit was */
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
   }
   signal(SIGPIPE, SIG_IGN);
   sigset_t ss;
@@ -981,7 +1117,8 @@ int loom__ps_main(int argc, char **argv) {
   ps_server *s;
   int rc = sfd < 0 ? LOOM_EIO : loom__ps_server_new(&cfg, &s);
   if (rc == 0) {
-    fprintf(stderr, "loom ps: shard %d of %d serving on port %d\n", index, nshards, port);
+    fprintf(stderr, "loom ps: shard %d of %d serving on port %d (%s)\n", index, nshards,
+            port, bind_to);
     if (l) {
       char detail[96];
       snprintf(detail, sizeof detail, "{\"shard\": %d, \"shards\": %d, \"port\": %d}",

@@ -260,14 +260,15 @@ def test_api_prometheus_token_and_strict_http(loom):
             s.close()
         assert api(base, "api/job", token)["id"] == jd.name
 
-        # The half-sent request is dropped after the head timeout (10 s).
-        idle.settimeout(max(1.0, 16 - (time.time() - t_idle)))
+        # The half-sent request is dropped after LOOM_AUTH_TIMEOUT (5 s):
+        # it never showed a token.
+        idle.settimeout(max(1.0, 11 - (time.time() - t_idle)))
         try:
             got = idle.recv(4096)
         except ConnectionResetError:
             got = b""
         assert got == b"" or got.startswith(b"HTTP/1.1 408"), got[:100]
-        assert time.time() - t_idle >= 9
+        assert time.time() - t_idle >= 4.5
         idle.close()
 
         out, err = p.communicate(timeout=60)
@@ -277,6 +278,67 @@ def test_api_prometheus_token_and_strict_http(loom):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGTERM)
             p.wait(timeout=20)
+
+
+def raise_nofile(want):
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def test_dashboard_serves_its_token_while_5000_idle_connections_are_held(loom):
+    """Connections that have not shown the token get LOOM_PREAUTH_MAX
+    places, the oldest evicted: 5,000 idle ones do not keep the user out,
+    and a flood of wrong tokens writes a few lines and a count."""
+    assert raise_nofile(12000) >= 5400
+    spec = metrics_spec(loom, "dashflood", steps=400, every=0.1, instances=1)
+    p, jd = start_job(loom, spec)
+    idle = []
+    try:
+        base, token = dashboard_of(loom, jd)
+        port = int(base.rsplit(":", 1)[1])
+        for _ in range(5000):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        for i in range(6):
+            t0 = time.monotonic()
+            st, _, body = get(f"{base}/api/job?token={token}")
+            assert st == 200 and json.loads(body)["id"] == jd.name, (i, st, body[:200])
+            assert time.monotonic() - t0 < 3, (i, time.monotonic() - t0)
+            for _ in range(100):  # and more idle ones in between
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        for s in idle:
+            s.close()
+        idle = []
+
+        # wrong tokens, as fast as they come: few lines in coordinator.log
+        n, end = 0, time.time() + 3
+        while time.time() < end:
+            assert status_of(raw(base, b"GET /api/job?token=" + b"0" * 32 +
+                                 b" HTTP/1.1\r\nHost: x\r\n\r\n")) == 403
+            n += 1
+        assert n > 100, n
+        assert api(base, "api/job", token)["id"] == jd.name
+        os.killpg(p.pid, signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    finally:
+        for s in idle:
+            s.close()
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(timeout=20)
+    # the coordinator's log (its stderr under `loom run`, coordinator.log
+    # when detached)
+    log = err.splitlines()
+    ours = [l for l in log if "dashboard:" in l or "refused connections" in l]
+    assert len(ours) < 40, ours[-40:]
+    counts = [int(m[1]) for l in ours
+              if (m := re.search(r"(\d+) more refused connections from 127\.0\.0\.1 "
+                                 r"in the last 10 s", l))]
+    assert counts, ours
+    # each eviction and each wrong token is a line or counted
+    assert len(ours) - len(counts) + sum(counts) >= 5000 - 64 + n, (n, ours)
 
 
 def start_ui(loom, *args):

@@ -354,3 +354,145 @@ def test_loom_ps_outside_a_job_says_what_to_do(loom):
     r = subprocess.run([str(LOOM), "ps"], env=env, capture_output=True, text=True, timeout=10)
     assert r.returncode == 2
     assert "LOOM_CLUSTER" in r.stderr and "ps role" in r.stderr
+
+
+# ---- 6. floods: idle connections, failed handshakes ---------------------------
+def raise_nofile(want):
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def start_ps(loom, port, stderr, **extra):
+    env = dict(loom.env, LOOM_CLUSTER=json.dumps({"ps": [f"127.0.0.1:{port}"]}), LOOM_INDEX="0",
+               LOOM_SECRET=SECRET, LOOM_WORLD_SIZE="1", **extra)
+    p = subprocess.Popen([str(LOOM), "ps"], env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    end = time.time() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            return p
+        except OSError:
+            assert time.time() < end, "loom ps did not listen"
+            time.sleep(0.05)
+
+
+def stop_ps(p):
+    p.send_signal(signal.SIGTERM)
+    try:
+        return p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise
+
+
+def worker_round(port, i, timeout=5):
+    """A worker's handshake, CONFIG, DECLARE, sparse push and pull on a
+    fresh connection; returns the seconds it took."""
+    t0 = time.monotonic()
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.settimeout(timeout)
+        ch = recv_exact(s, 40)
+        assert ch and ch[:8] == b"LOOMPS01", f"try {i}: no challenge ({ch!r})"
+        mac = hmac.new(SECRET.encode(), b"loom-ps-c" + ch[8:], hashlib.sha256).digest()
+        cn = os.urandom(32)
+        s.sendall(b"LOOMPS01" + mac + cn)
+        ok = recv_exact(s, 32)
+        assert ok == hmac.new(SECRET.encode(), b"loom-ps-s" + cn, hashlib.sha256).digest(), \
+            f"try {i}: handshake refused"
+        r = request(s, 1, 1, rank=0, off=1)  # CONFIG: async, 1 worker
+        assert r["rc"] == 0
+        r = request(s, 2, 2, payload=declaration(2, 2, f"emb{i}"))  # sparse, SGD lr 1
+        assert r["rc"] == 0
+        var = r["var"]
+        keys = struct.pack("<2Q", 3 + i, 11 * i)
+        r = request(s, 6, 3, var=var, count=2, flags=1,
+                    payload=keys + struct.pack("<4f", i, 2, 3, 4))  # SPUSH
+        assert r["rc"] == 0, r
+        r = request(s, 5, 4, var=var, count=2, payload=keys)  # SPULL
+        assert r["rc"] == 0 and struct.unpack("<4f", r["body"]) == (-i, -2, -3, -4)
+    finally:
+        s.close()
+    return time.monotonic() - t0
+
+
+def test_ps_serves_workers_while_5000_idle_connections_are_held(loom, tmp_path):
+    """Idle connections, however many, cannot keep a worker out: those that
+    have not authenticated get LOOM_PREAUTH_MAX places, the oldest evicted."""
+    assert raise_nofile(12000) >= 5400
+    port = free_port()
+    with open(tmp_path / "ps.err", "w") as err:
+        p = start_ps(loom, port, err)
+    idle = []
+    try:
+        for _ in range(5000):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        took = [worker_round(port, i) for i in range(7)]
+        # more idle connections between workers: still every worker gets in
+        for _ in range(500):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        took += [worker_round(port, 7 + i) for i in range(3)]
+        assert max(took) < 3, took
+        assert p.poll() is None
+    finally:
+        for s in idle:
+            s.close()
+        rc = stop_ps(p)
+    assert rc == 0
+    log = (tmp_path / "ps.err").read_text()
+    assert len(log.splitlines()) < 40, log[-3000:]
+    assert re.search(r"\d+ more refused connections from 127\.0\.0\.1 in the last 10 s", log), log
+
+
+def test_ps_flood_of_failed_handshakes_logs_counts(loom, tmp_path):
+    """A flood of wrong-secret handshakes writes a few lines and a count, not
+    a line each."""
+    port = free_port()
+    with open(tmp_path / "ps.err", "w") as err:
+        p = start_ps(loom, port, err)
+    n = 0
+    try:
+        end = time.time() + 3
+        while time.time() < end:
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            ch = recv_exact(s, 40)
+            s.sendall(b"LOOMPS01" + b"\0" * 64)
+            assert closed(s)
+            s.close()
+            n += 1
+        assert n > 200, n
+        worker_round(port, 0)  # and a worker still gets in
+    finally:
+        rc = stop_ps(p)
+    assert rc == 0
+    lines = (tmp_path / "ps.err").read_text().splitlines()
+    refusals = [l for l in lines if "authentication failed" in l]
+    counts = [int(m[1]) for l in lines
+              if (m := re.search(r"(\d+) more refused connections from 127\.0\.0\.1 "
+                                 r"in the last 10 s", l))]
+    assert len(lines) < 20, lines
+    assert counts, lines
+    # every refusal is either a line or counted
+    assert len(refusals) + sum(counts) == n, (n, len(refusals), counts)
+
+
+def test_ps_binds_the_tasks_address(loom):
+    """The shard listens on its task's address, not on every interface,
+    unless LOOM_PS_BIND asks."""
+    port = free_port()
+    p = start_ps(loom, port, subprocess.DEVNULL)
+    try:
+        listening = Path("/proc/net/tcp").read_text()
+        addr = f"0100007F:{port:04X}"  # 127.0.0.1
+        assert f" {addr} 00000000:0000 0A " in listening, "not on 127.0.0.1 alone"
+    finally:
+        assert stop_ps(p) == 0
+    port = free_port()
+    p = start_ps(loom, port, subprocess.DEVNULL, LOOM_PS_BIND="0.0.0.0")
+    try:
+        assert f" 00000000:{port:04X} 00000000:0000 0A " in Path("/proc/net/tcp").read_text()
+    finally:
+        assert stop_ps(p) == 0
