@@ -481,7 +481,8 @@ int coord_run(const coord_opts *o) {
     wire_mac(o->secret, "loom-ui", nonce, mac);
     loom__hex(mac, 16, token);
     int hport = 0;
-    const char *hb = o->advertise ? "0.0.0.0" : bind;
+    /* the address peers are told, not every interface */
+    const char *hb = o->advertise ? o->advertise : bind;
     if (http_start(&co->loop, hb, o->job_dir, token, &co->http, &hport, err, sizeof err) == 0) {
       snprintf(co->dashboard, sizeof co->dashboard, "http://%s:%d/?token=%s",
                o->advertise ? o->advertise : ip, hport, token);
