@@ -19,18 +19,15 @@
 /* Elastic membership: the live training tasks, ranked chief first, then
  * workers (procs each), as the KV store's loom/membership/g<G> and a
  * WIRE_MEMBERSHIP to every libloom client. Returns the world size. */
+static bool live_member(const task *t) { return !t->left && !coord_terminal(t); }
+
 int coord_publish_membership(coord *co) {
+  int rank = coord_rank_tasks(co->tasks, co->ntasks, live_member);
   json_t *ranks = json_object();
-  int rank = 0;
-  for (int pass = 0; pass < 3; pass++)
-    for (int i = 0; i < co->ntasks; i++) {
-      task *t = &co->tasks[i];
-      int which = !strcmp(t->role->name, "chief") ? 0 : !strcmp(t->role->name, "worker") ? 1 : 2;
-      if (!t->training || which != pass || t->left || coord_terminal(t)) continue;
-      json_object_set_new(ranks, t->name, json_integer(rank));
-      t->rank_base = rank;
-      rank += t->role->procs;
-    }
+  for (int i = 0; i < co->ntasks; i++) {
+    task *t = &co->tasks[i];
+    if (t->training && live_member(t)) json_object_set_new(ranks, t->name, json_integer(t->rank_base));
+  }
   json_t *m = json_pack("{s:I, s:i, s:o}", "generation", (json_int_t)co->generation,
                         "world_size", rank, "ranks", ranks);
   char *ms = json_dumps(m, JSON_COMPACT);

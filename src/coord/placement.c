@@ -1,22 +1,49 @@
-/* placement.c: placement: the tasks of the spec, their ranks (the rank-order rule,
- * written once here), and the CPU and GPU ids each task gets. */
+/* placement.c: the tasks of the spec, their ranks and the CPU and GPU ids
+ * each task gets on this machine.
+ *
+ * The rank-order rule is written once, here: training tasks only, chief
+ * first, then worker, then every other training role in spec order; a
+ * task takes as many consecutive ranks as it has processes. Setup ranks
+ * every training task; an elastic membership ranks the live ones. */
 #include "coord/coord_int.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <unistd.h>
-#include <uv.h>
 
+/* 0 for chief, 1 for worker, 2 for any other role. */
+static int rank_class(const task *t) {
+  return !strcmp(t->role->name, "chief") ? 0 : !strcmp(t->role->name, "worker") ? 1 : 2;
+}
 
+int coord_rank_tasks(task *tasks, int ntasks, bool (*member)(const task *t)) {
+  int rank = 0;
+  for (int pass = 0; pass < 3; pass++)
+    for (int i = 0; i < ntasks; i++) {
+      task *t = &tasks[i];
+      if (!t->training || rank_class(t) != pass || (member && !member(t))) continue;
+      t->rank_base = rank;
+      rank += t->role->procs;
+    }
+  return rank;
+}
 
-/* ---- setup ------------------------------------------------------------- */
+void coord_place_devices(task *tasks, int ntasks, int ncpu, int ngpu) {
+  int cursor = 0, gcursor = 0;
+  for (int i = 0; i < ntasks; i++) {
+    task *t = &tasks[i];
+    size_t off = 0;
+    t->cpus[0] = t->gpus[0] = 0;
+    for (int v = 0; v < t->role->vcores && off + 8 < sizeof t->cpus; v++)
+      off += (size_t)snprintf(t->cpus + off, sizeof t->cpus - off, "%s%d", v ? "," : "",
+                              cursor++ % (ncpu > 0 ? ncpu : 1));
+    off = 0;
+    for (int g = 0; g < t->role->gpus && off + 8 < sizeof t->gpus; g++)
+      off += (size_t)snprintf(t->gpus + off, sizeof t->gpus - off, "%s%d", g ? "," : "",
+                              gcursor++ % (ngpu > 0 ? ngpu : 1));
+  }
+}
+
 int coord_setup_tasks(coord *co) {
   co->ntasks = spec_total_tasks(co->s);
   co->tasks = calloc((size_t)co->ntasks, sizeof *co->tasks);
@@ -35,30 +62,7 @@ int coord_setup_tasks(coord *co) {
       t->training = spec_role_is_training(co->s, r);
     }
   }
-  /* Ranks: chief first, then worker, then other training roles. */
-  int rank = 0;
-  for (int pass = 0; pass < 3; pass++)
-    for (int i = 0; i < co->ntasks; i++) {
-      task *t = &co->tasks[i];
-      if (!t->training) continue;
-      int which = !strcmp(t->role->name, "chief") ? 0 : !strcmp(t->role->name, "worker") ? 1 : 2;
-      if (which != pass) continue;
-      t->rank_base = rank;
-      rank += t->role->procs;
-    }
-  co->world_size = rank;
-  /* CPUs and GPUs: hand them out round-robin. */
-  int ncpu = backend_local_cpus(), cursor = 0, gcursor = 0, ngpu = backend_local_gpus();
-  for (int i = 0; i < co->ntasks; i++) {
-    task *t = &co->tasks[i];
-    size_t off = 0;
-    for (int v = 0; v < t->role->vcores && off + 8 < sizeof t->cpus; v++)
-      off += (size_t)snprintf(t->cpus + off, sizeof t->cpus - off, "%s%d", v ? "," : "",
-                              cursor++ % (ncpu > 0 ? ncpu : 1));
-    off = 0;
-    for (int g = 0; g < t->role->gpus && off + 8 < sizeof t->gpus; g++)
-      off += (size_t)snprintf(t->gpus + off, sizeof t->gpus - off, "%s%d", g ? "," : "",
-                              gcursor++ % (ngpu > 0 ? ngpu : 1));
-  }
+  co->world_size = coord_rank_tasks(co->tasks, co->ntasks, NULL);
+  coord_place_devices(co->tasks, co->ntasks, backend_local_cpus(), backend_local_gpus());
   return 0;
 }
