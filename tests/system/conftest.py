@@ -206,6 +206,47 @@ class Loom:
         raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+STATUS_KEYS = ("job", "state", "attempt", "elapsed", "dir", "web", "tboard", "cause")
+STATUS_COLS = ("TASK", "STATE", "ATTEMPT", "ADDRESS", "EXIT", "ELAPSED", "REASON")
+DURATION = r"\d+\.\ds|\d+m\d\ds|\d+h\d\dm"
+
+
+def table(lines, cols):
+    """Rows (dicts) of a table whose first line is the header cols, each
+    cell where its header starts, none spilling into the next."""
+    assert lines and lines[0].split() == list(cols), lines[:1]
+    starts = [lines[0].index(c) for c in cols]
+    rows = []
+    for l in lines[1:]:
+        for i, s in enumerate(starts[1:], 1):  # the last cell may be empty
+            assert l[s - 1:s] == " " and (l[s:s + 1].strip() or i == len(cols) - 1), (cols[i], l)
+        rows.append({c: l[a:b].strip() for c, a, b in zip(cols, starts, starts[1:] + [None])})
+    return rows
+
+
+def parse_status(out):
+    """`loom status JOB`'s output, checked line by line: job, state, attempt,
+    elapsed and dir, then web, tboard and cause where they apply, in that
+    order, values in column 9; a blank line; the task table, one row per
+    task. Returns ({key: value}, [row, ...])."""
+    assert out.endswith("\n"), out
+    lines = out[:-1].split("\n")
+    blank = lines.index("")
+    head = {}
+    for l in lines[:blank]:
+        key = l[:9].rstrip()
+        assert key in STATUS_KEYS and l[9:10].strip(), l
+        head[key] = l[9:]
+    assert list(head) == [k for k in STATUS_KEYS if k in head] and \
+        list(head)[:5] == list(STATUS_KEYS[:5]), out
+    assert re.fullmatch(DURATION, head["elapsed"]), out
+    rows = table(lines[blank + 1:], STATUS_COLS)
+    for r in rows:
+        assert re.fullmatch(r"-|\d+\.\d+\.\d+\.\d+:\d+", r["ADDRESS"]), r
+        assert re.fullmatch("-|" + DURATION, r["ELAPSED"]), r
+    return head, rows
+
+
 def loom_pids_of(home: Path):
     """Pids of every process whose environment or command line names this
     LOOM_HOME's jobs: coordinators, agents and user processes."""
