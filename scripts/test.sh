@@ -23,8 +23,9 @@ ctest --test-dir build-asan --output-on-failure || fail=1
 step "system tests (build/)"
 LOOM_BUILD_DIR="$PWD/build" $PY -m pytest -q -rs -p no:cacheprovider tests/system || fail=1
 # The long training run (fashion) is left out under ASan for time; chaos
-# runs (about 75 s under ASan on a 2-core machine). Python loads build-asan's
-# libloom with the ASan runtime preloaded (conftest.pylib_env).
+# runs (45 to 75 s under ASan on a busy 2-core machine, 15 s without).
+# Python loads build-asan's libloom with the ASan runtime preloaded
+# (conftest.pylib_env).
 step "system tests under ASan/UBSan (build-asan/)"
 LOOM_BUILD_DIR="$PWD/build-asan" $PY -m pytest -q -rs -p no:cacheprovider tests/system \
   --deselect tests/system/test_fashion.py || fail=1
