@@ -4,8 +4,11 @@ Each test gets its own LOOM_HOME; helpers run `loom` and read job
 directories the way a user would."""
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -14,9 +17,132 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / os.environ.get("LOOM_BUILD_DIR", "build")  # absolute stays absolute
 LOOM = BUILD / "loom"
-# Python loads libloom by ctypes from the normal build: an ASan-instrumented
-# library cannot be loaded into an uninstrumented interpreter.
-LIBLOOM = Path(os.environ.get("LOOM_PY_LIB", ROOT / "build" / "libloom.so"))
+
+
+def sanitized(build=BUILD):
+    """Whether a build directory is the AddressSanitizer + UBSan build."""
+    cache = build / "CMakeCache.txt"
+    return cache.exists() and "LOOM_SANITIZE:BOOL=ON" in cache.read_text()
+
+
+SANITIZED = sanitized()
+# Python loads libloom by ctypes from the build under test. An ASan library
+# in an uninstrumented interpreter needs the ASan runtime loaded first: see
+# pylib_env().
+LIBLOOM = Path(os.environ.get("LOOM_PY_LIB", BUILD / "libloom.so"))
+# libstdc++ preloaded with it: an interpreter that loads C++ (torch) after
+# ASan started has no __cxa_throw for ASan's interceptor ("CHECK failed:
+# ... real___cxa_throw").
+ASAN_RUNTIME = " ".join(subprocess.run(["gcc", f"-print-file-name={lib}"], capture_output=True,
+                                       text=True).stdout.strip()
+                        for lib in ("libasan.so", "libstdc++.so.6")) if SANITIZED else ""
+
+# Sanitizer reports go to files in SAN_DIR (log_path), from every process
+# these tests start, whether or not anyone checks its exit status (services,
+# detached coordinators, torn-down agents); check_sanitizer_reports fails
+# the test during which one appeared, and pytest_sessionfinish the session
+# for any that appear later. UBSan in GCC's combined ASan + UBSan runtime
+# ignores log_path and reports on stderr: the loom fixture scans the job
+# directories' logs and `loom` commands' stderr for those.
+SAN_DIR = Path(tempfile.mkdtemp(prefix="loom-sanitizer-"))
+for _var in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+    os.environ[_var] = ":".join(filter(None, (os.environ.get(_var), f"log_path={SAN_DIR}/report")))
+
+
+def pylib_env():
+    """Environment for a Python process that loads libloom by ctypes. Under
+    the sanitized build: the ASan runtime preloaded (it must come first in an
+    uninstrumented interpreter) and leak checking off (the interpreter's own
+    allocations at exit are not loom's); reports still go to SAN_DIR."""
+    if not SANITIZED:
+        return {}
+    return {"LD_PRELOAD": ASAN_RUNTIME,
+            "ASAN_OPTIONS": os.environ["ASAN_OPTIONS"] + ":detect_leaks=0"}
+
+
+def yaml_env(extra):
+    """A spec's `env:` flow map: pylib_env() and extra."""
+    return "{" + ", ".join(f'{k}: "{v}"' for k, v in {**pylib_env(), **extra}.items()) + "}"
+
+
+SAN_REPORT = re.compile(r"ERROR: (Address|Leak|Thread|Memory)Sanitizer|: runtime error: |"
+                        r"SUMMARY: (Address|UndefinedBehavior)Sanitizer")
+
+
+def sanitizer_reports(where, logs_only=False):
+    """(path, first lines) for every sanitizer report in where: any non-empty
+    file in it (a log_path directory), or with logs_only the *.log files under
+    it (job directories' task, coordinator and agent logs) that hold one."""
+    out = []
+    for p in sorted(Path(where).rglob("*.log") if logs_only else Path(where).glob("*")):
+        if not p.is_file():
+            continue
+        try:
+            text = p.read_text(errors="replace")
+        except OSError:
+            continue
+        m = SAN_REPORT.search(text)
+        if m or (text.strip() and not logs_only):
+            start = text.rfind("\n", 0, m.start()) + 1 if m else 0
+            out.append((p, "\n".join(text[start:].splitlines()[:12])))
+    return out
+
+
+def _san_fail(reports):
+    return "sanitizer report(s):\n" + "\n\n".join(f"--- {p}\n{first}" for p, first in reports)
+
+
+@pytest.fixture(autouse=True)
+def check_sanitizer_reports():
+    yield
+    time.sleep(0.05 if SANITIZED else 0)  # a report being written as the test ended
+    found = sanitizer_reports(SAN_DIR)
+    seen = SAN_DIR / "seen"
+    for p, _ in found:
+        seen.mkdir(exist_ok=True)
+        p.rename(seen / p.name)
+    if found:
+        pytest.fail(_san_fail(found), pytrace=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    late = sanitizer_reports(SAN_DIR)
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    if late:
+        if tr:
+            tr.write_line("\nafter the last test, " + _san_fail(late), red=True)
+        session.exitstatus = 1
+    if not (SAN_DIR / "seen").exists() and not late:
+        shutil.rmtree(SAN_DIR, ignore_errors=True)
+    elif tr:
+        tr.write_line(f"\nsanitizer reports are kept in {SAN_DIR}")
+
+
+# Skips are listed (-rs). In CI (CI=1, or LOOM_NO_SKIP=1 that scripts/test.sh
+# sets) a skip is a failure unless its reason is something scripts/setup.sh
+# cannot provide.
+NO_SKIP = os.environ.get("CI") == "1" or os.environ.get("LOOM_NO_SKIP") == "1"
+SKIP_ALLOWED = re.compile(r"\bGPUs?\b|CUDA|runs in the normal pass", re.I)
+
+
+def pytest_configure(config):
+    if not any(c in config.option.reportchars for c in "saA"):
+        config.option.reportchars += "s"
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        if tr:
+            from _pytest.terminal import getreportopt
+            tr.reportchars = getreportopt(config)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    rep = (yield).get_result()
+    if NO_SKIP and rep.skipped and not hasattr(rep, "wasxfail"):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        if not SKIP_ALLOWED.search(reason):
+            rep.outcome = "failed"
+            rep.longrepr = (f"skipped, but skips fail in CI (CI=1 or LOOM_NO_SKIP=1) unless "
+                            f"scripts/setup.sh cannot provide the dependency: {reason}")
 
 
 class Loom:
@@ -24,6 +150,7 @@ class Loom:
         self.home = home
         self.tmp = tmp
         self.env = dict(os.environ, LOOM_HOME=str(home), NO_COLOR="1")
+        self.san_reports = []  # sanitizer reports seen in `loom` commands' stderr
         for k in ("LOOM_COORD", "LOOM_SECRET", "LOOM_TASK", "RANK", "WORLD_SIZE"):
             self.env.pop(k, None)
 
@@ -34,8 +161,13 @@ class Loom:
 
     def run(self, *args, timeout=120, env=None, **kw):
         e = dict(self.env, **(env or {}))
-        return subprocess.run([str(LOOM), *map(str, args)], env=e, capture_output=True,
-                              text=True, timeout=timeout, **kw)
+        r = subprocess.run([str(LOOM), *map(str, args)], env=e, capture_output=True,
+                           text=True, timeout=timeout, **kw)
+        m = SAN_REPORT.search(r.stderr or "")
+        if m:
+            self.san_reports.append((f"stderr of loom {' '.join(map(str, args))}",
+                                     r.stderr[m.start():][:2000]))
+        return r
 
     def popen(self, *args, env=None, **kw):
         e = dict(self.env, **(env or {}))
@@ -74,6 +206,47 @@ class Loom:
         raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+STATUS_KEYS = ("job", "state", "attempt", "elapsed", "dir", "web", "tboard", "cause")
+STATUS_COLS = ("TASK", "STATE", "ATTEMPT", "ADDRESS", "EXIT", "ELAPSED", "REASON")
+DURATION = r"\d+\.\ds|\d+m\d\ds|\d+h\d\dm"
+
+
+def table(lines, cols):
+    """Rows (dicts) of a table whose first line is the header cols, each
+    cell where its header starts, none spilling into the next."""
+    assert lines and lines[0].split() == list(cols), lines[:1]
+    starts = [lines[0].index(c) for c in cols]
+    rows = []
+    for l in lines[1:]:
+        for i, s in enumerate(starts[1:], 1):  # the last cell may be empty
+            assert l[s - 1:s] == " " and (l[s:s + 1].strip() or i == len(cols) - 1), (cols[i], l)
+        rows.append({c: l[a:b].strip() for c, a, b in zip(cols, starts, starts[1:] + [None])})
+    return rows
+
+
+def parse_status(out):
+    """`loom status JOB`'s output, checked line by line: job, state, attempt,
+    elapsed and dir, then web, tboard and cause where they apply, in that
+    order, values in column 9; a blank line; the task table, one row per
+    task. Returns ({key: value}, [row, ...])."""
+    assert out.endswith("\n"), out
+    lines = out[:-1].split("\n")
+    blank = lines.index("")
+    head = {}
+    for l in lines[:blank]:
+        key = l[:9].rstrip()
+        assert key in STATUS_KEYS and l[9:10].strip(), l
+        head[key] = l[9:]
+    assert list(head) == [k for k in STATUS_KEYS if k in head] and \
+        list(head)[:5] == list(STATUS_KEYS[:5]), out
+    assert re.fullmatch(DURATION, head["elapsed"]), out
+    rows = table(lines[blank + 1:], STATUS_COLS)
+    for r in rows:
+        assert re.fullmatch(r"-|\d+\.\d+\.\d+\.\d+:\d+", r["ADDRESS"]), r
+        assert re.fullmatch("-|" + DURATION, r["ELAPSED"]), r
+    return head, rows
+
+
 def loom_pids_of(home: Path):
     """Pids of every process whose environment or command line names this
     LOOM_HOME's jobs: coordinators, agents and user processes."""
@@ -103,6 +276,8 @@ def loom(tmp_path):
     home.mkdir()
     l = Loom(home, tmp_path)
     yield l
+    # reports that went to a job's logs (a spec env: that replaced ASAN_OPTIONS)
+    found = sanitizer_reports(home, logs_only=True) + l.san_reports
     # Nothing may outlive a test's jobs.
     left = loom_pids_of(home)
     for pid in left:
@@ -111,3 +286,4 @@ def loom(tmp_path):
         except ProcessLookupError:
             pass
     assert not left, f"processes outlived the test: {left}"
+    assert not found, _san_fail(found)

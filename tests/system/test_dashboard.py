@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LIBLOOM
+from conftest import LIBLOOM, pylib_env
 
 HERE = Path(__file__).resolve().parent
 METRICS = HERE / "dashboard" / "metrics.py"
@@ -25,9 +25,9 @@ CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/
 
 
 def task_env():
-    """Environment for tasks that load libloom by ctypes (from the normal
-    build: an ASan-instrumented library cannot be loaded into Python)."""
-    return {"LOOM_LIB": str(LIBLOOM)}
+    """Environment for tasks that load libloom by ctypes (under ASan, with
+    the ASan runtime preloaded: conftest.pylib_env())."""
+    return {"LOOM_LIB": str(LIBLOOM), **pylib_env()}
 
 
 def metrics_spec(loom, name, steps, every, instances=2, extra_roles=""):

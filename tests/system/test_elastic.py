@@ -60,14 +60,30 @@ roles:
 
 
 def test_below_min_fails_the_job(loom):
+    # 4 workers, min 3: losing worker:3 leaves 3 (= min), and the survivors
+    # go on in generation 1; losing worker:1 then leaves 2 (< min), and that
+    # fails the job. Without elastic handling the first loss would fail it
+    # (root cause worker:3); without the min check the second would start
+    # generation 2.
     spec = loom.spec(f"""
 name: elastic3
 roles:
   worker:
-    instances: 3
+    instances: 4
     elastic: {{min: 3, max: 4}}
-    command: [{PROBE}, "60", "worker:1", "5"]
+    command: 'if [ "$LOOM_TASK" = worker:1 ]; then (sleep 3; kill -9 $$) & fi; exec {PROBE} 400 worker:3 5'
 """)
     r = loom.run("run", spec, timeout=60)
-    assert r.returncode == 1
+    assert r.returncode == 1, r.stdout + r.stderr
+    evs = [e for e in loom.events() if e["event"] == "membership_changed"]
+    assert [(e["generation"], e["world_size"], e["left"]) for e in evs] == [(1, 3, "worker:3")]
+    assert "membership generation 1, world size 3" in r.stderr
+    for w in (0, 1, 2):  # the survivors re-formed and trained on in generation 1
+        assert gens(r.stdout, f"worker:{w}")[-1][:2] == (1, 3), r.stdout
+    assert "ELASTICDONE" not in r.stdout
+    st = loom.state()
+    assert st["state"] == "failed" and st["root_cause"]["task"] == "worker:1", st["root_cause"]
     assert "root cause: worker:1" in r.stderr and "SIGKILL" in r.stderr
+    by = {t["task"]: t for t in st["tasks"]}
+    assert by["worker:3"]["left"] is True and by["worker:1"]["signal"] == 9
+    assert by["worker:1"].get("left") is not True

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import loom_pids_of
+from conftest import loom_pids_of, parse_status
 
 
 def stop_latency(loom, failed_task):
@@ -47,6 +47,17 @@ roles:
     by = {t["task"]: t for t in st["tasks"]}
     assert by["worker:1"]["state"] == "failed" and by["worker:1"]["exit_code"] == 3
     assert all(by[t]["state"] == "stopped" for t in ("chief:0", "worker:0", "worker:2", "ps:0"))
+    # loom status: every line, every task in spec order, the root cause
+    s = loom.run("status", loom.job_dir().name)
+    assert s.returncode == 0, s.stderr
+    head, rows = parse_status(s.stdout)
+    assert (head["state"], head["attempt"], head["cause"]) == \
+        ("failed", "0 (retries 0)", "worker:1: exited with code 3"), s.stdout
+    assert list(head) == ["job", "state", "attempt", "elapsed", "dir", "web", "cause"], s.stdout
+    assert [(r["TASK"], r["STATE"], r["ATTEMPT"], r["EXIT"], r["REASON"]) for r in rows] == [
+        ("chief:0", "stopped", "0", "SIGTERM", ""), ("worker:0", "stopped", "0", "SIGTERM", ""),
+        ("worker:1", "failed", "0", "3", ""), ("worker:2", "stopped", "0", "SIGTERM", ""),
+        ("ps:0", "stopped", "0", "SIGTERM", "")], s.stdout
 
 
 def test_killed_by_signal_is_named(loom):
@@ -101,6 +112,12 @@ roles:
         [("worker:0", 0, 7), ("worker:0", 1, 7)]
     log = (loom.job_dir() / "logs/worker-0.log").read_text()
     assert "attempt 0" in log and "attempt 1" in log and "attempt 2" in log
+    s = loom.run("status", loom.job_dir().name)
+    head, rows = parse_status(s.stdout)
+    assert (head["state"], head["attempt"]) == ("succeeded", "2 (retries 2)") and \
+        "cause" not in head, s.stdout
+    assert [(r["TASK"], r["STATE"], r["ATTEMPT"], r["EXIT"]) for r in rows] == \
+        [("chief:0", "succeeded", "2", "0"), ("worker:0", "succeeded", "2", "0")], s.stdout
 
 
 def test_retries_exhausted_exit_1(loom):

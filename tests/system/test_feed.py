@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, LIBLOOM, ROOT
+from conftest import BUILD, LIBLOOM, ROOT, pylib_env, yaml_env
 
 PROBE = BUILD / "examples/feed-probe/feedprobe"
 PYPROBE = ROOT / "examples/feed-probe/feedprobe.py"
 PY = "/usr/bin/python3"
 
 
-# Python loads an uninstrumented libloom even when the jobs run an ASan build
-# (an ASan library cannot be loaded into python3); see conftest.LIBLOOM.
+# Python loads the libloom under test (ASan's with the ASan runtime
+# preloaded); see conftest.pylib_env().
 needs_pylib = pytest.mark.skipif(not LIBLOOM.exists(), reason=f"{LIBLOOM} is not built")
 
 
@@ -363,7 +363,7 @@ def test_python_module_reads_and_writes(loom, mode):
     recs = lines_input(loom.tmp)
     spec = loom.spec(f"""
 name: feedpy
-env: {{PYTHONPATH: "{ROOT / 'python'}", LOOM_LIBRARY: "{LIBLOOM}"}}
+env: {yaml_env({"PYTHONPATH": ROOT / "python", "LOOM_LIBRARY": LIBLOOM})}
 roles:
   worker: {{instances: 2, command: [{PY}, {PYPROBE}, --mode, {mode}]}}
 feed: {{input: [data/*.txt], format: lines, epochs: 2, output: out/}}
@@ -388,7 +388,8 @@ def test_pytorch_example_trains_and_infers(loom):
     r = subprocess.run([PY, str(ex / "prepare.py"), "--limit", "12000"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    env = {"LOOM_LIBRARY": str(LIBLOOM), "LOOM_FEED_SPLIT_BYTES": "1000000"}
+    # (under ASan, loom's own processes here run without leak checking too)
+    env = {"LOOM_LIBRARY": str(LIBLOOM), "LOOM_FEED_SPLIT_BYTES": "1000000", **pylib_env()}
     r = loom.run("run", ex / "job.yaml", "--set", "feed.epochs=2", env=env, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     m = re.search(r"TEST accuracy=([\d.]+)", r.stdout)

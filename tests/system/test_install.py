@@ -5,15 +5,11 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD, ROOT
+from conftest import BUILD, ROOT, SANITIZED
 
 
-def sanitized():
-    cache = BUILD / "CMakeCache.txt"
-    return cache.exists() and "LOOM_SANITIZE:BOOL=ON" in cache.read_text()
-
-
-@pytest.mark.skipif(sanitized(), reason="an ASan libloom needs ASan in the user's program too")
+@pytest.mark.skipif(SANITIZED, reason="an ASan libloom needs ASan in the user's program too; "
+                    "this test runs in the normal pass")
 def test_install_and_build_against_pkg_config(tmp_path):
     prefix = tmp_path / "prefix"
     r = subprocess.run(["cmake", "--install", str(BUILD), "--prefix", str(prefix)],

@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from conftest import LIBLOOM
+from conftest import LIBLOOM, yaml_env
 
 
 def events(loom, name):
@@ -20,7 +20,7 @@ def test_restart_task_restarts_only_that_task(loom):
 name: rtask
 restart: task
 max_restarts: 2
-env: {{LOOM_LIB: {lib}}}
+env: {yaml_env({"LOOM_LIB": lib})}
 roles:
   chief: {{command: [/usr/bin/python3, {watch}, "2"]}}
   worker:

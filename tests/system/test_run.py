@@ -2,8 +2,9 @@
 files and logs go, and what status/logs/events show."""
 import json
 import os
+import re
 
-from conftest import BUILD
+from conftest import BUILD, DURATION, LOOM, parse_status, table
 
 
 def test_roles_environment_and_tf_config(loom, tmp_path):
@@ -98,9 +99,20 @@ roles:
     both = loom.run("logs", job[:12])  # a unique prefix works
     assert both.returncode == 0 and "[worker:0] out 0 3" in both.stdout
     st = loom.run("status", job)
-    assert st.returncode == 0 and "succeeded" in st.stdout and "worker:1" in st.stdout
+    assert st.returncode == 0, st.stderr
+    head, rows = parse_status(st.stdout)
+    assert {k: v for k, v in head.items() if k != "elapsed"} == {
+        "job": job, "state": "succeeded", "attempt": "0 (retries 0)", "dir": str(loom.job_dir()),
+        "web": loom.state()["dashboard"]}, st.stdout
+    assert [(r["TASK"], r["STATE"], r["ATTEMPT"], r["EXIT"], r["REASON"]) for r in rows] == \
+        [("worker:0", "succeeded", "0", "0", ""), ("worker:1", "succeeded", "0", "0", "")]
+    assert all(r["ADDRESS"] != "-" and r["ELAPSED"] != "-" for r in rows), st.stdout
     lst = loom.run("status")
-    assert job in lst.stdout and "succeeded" in lst.stdout
+    assert lst.returncode == 0, lst.stderr
+    rows = table(lst.stdout.splitlines(), ("JOB", "STATE", "ATTEMPT", "ELAPSED", "TASKS"))
+    assert len(rows) == 1 and re.fullmatch(DURATION, rows[0].pop("ELAPSED")), lst.stdout
+    assert rows == [{"JOB": job, "STATE": "succeeded", "ATTEMPT": "0",
+                     "TASKS": "2 total, 0 running, 2 done, 0 failed"}]
     ev = loom.run("events", job, "--json")
     names = [json.loads(l)["event"] for l in ev.stdout.splitlines()]
     for n in ("job_started", "registered", "ready", "rendezvous_done", "started", "succeeded",
@@ -155,7 +167,14 @@ def test_help_describes_every_verb(loom):
     r = loom.run("frobnicate")
     assert r.returncode == 2 and "unknown verb" in r.stderr
     c = loom.run("check")
-    assert c.returncode == 0 and "ok   backend local" in c.stdout
+    assert c.returncode == 0, c.stdout
+    lines = c.stdout.splitlines()
+    assert len(lines) == 4, c.stdout
+    assert lines[0] == f"ok   job directory {loom.home}/jobs"
+    assert re.fullmatch(rf"ok   backend local: {os.cpu_count()} cores, \d+\.\d GiB memory, \d+ GPUs",
+                        lines[1]), lines[1]
+    assert lines[2] == "ok   loopback TCP listens"
+    assert lines[3] == f"ok   agent executable {LOOM.resolve()}"
 
 
 def test_resources_beyond_this_machine_are_refused(loom):

@@ -1,5 +1,6 @@
-"""Every connection to the coordinator authenticates first; bad bytes
-close that connection and leave the job undisturbed."""
+"""Every connection to the coordinator authenticates first; bad bytes, or
+none at all within the auth timeout, close that connection and leave the
+job undisturbed."""
 import hashlib
 import hmac
 import json
@@ -16,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+import pytest
+
+AUTH_TIMEOUT = 5.0  # LOOM_AUTH_TIMEOUT's default, seconds
 
 def frame(t, js=b"", blob=b""):
     return struct.pack(">IHHI", 8 + len(js) + len(blob), t, 0, len(js)) + js + blob
@@ -55,7 +59,7 @@ def test_bad_connections_leave_the_job_undisturbed(loom):
     spec = loom.spec("""
 name: sec
 roles:
-  worker: {instances: 2, command: 'sleep 3; echo survived'}
+  worker: {instances: 2, command: 'sleep 10; echo survived'}
 """)
     p = loom.popen("run", spec)
     loom.wait_running()
@@ -63,6 +67,19 @@ roles:
     host, port = json.loads((jd / "coord.json").read_text())["addr"].rsplit(":", 1)
     secret = (jd / "secret").read_text().encode()
     addr = (host, int(port))
+
+    # 0. silent (connects, reads the challenge, sends nothing): still open
+    # just before the auth timeout, closed soon after it
+    s = socket.create_connection(addr)
+    t0 = time.monotonic()
+    t, _, nonce = read_frame(s)
+    assert t == 1 and len(nonce) == 32
+    s.settimeout(AUTH_TIMEOUT - 0.25)
+    with pytest.raises(socket.timeout):
+        s.recv(1)
+    assert closed(s, timeout=2.5)
+    took = time.monotonic() - t0
+    assert AUTH_TIMEOUT - 0.25 <= took < AUTH_TIMEOUT + 2.0, took
 
     # 1. wrong secret: closed after the challenge
     s = socket.create_connection(addr)
@@ -112,9 +129,9 @@ roles:
                                     "port": 1, "pid": 1}).encode()))
     assert closed(s)
 
-    # 7. silent: closed after the auth timeout (5 s default) -- checked last
     out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
+    assert err.count("closed a connection that did not authenticate in time") == 1, err
     assert out.count("survived") == 2
     assert loom.state()["state"] == "succeeded"
 

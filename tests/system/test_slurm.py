@@ -23,15 +23,35 @@ def cluster(tmp_path_factory):
     c.stop()
 
 
+def slurm_jobs_and_steps(cluster):
+    """Every job ("ID STATE NAME") and step ("step ID NAME") in Slurm's queue."""
+    def q(*args):
+        return subprocess.run(["squeue", "-h", *args], env=cluster.env, capture_output=True,
+                              text=True, check=True).stdout.splitlines()
+    return q("-o", "%i %T %j") + ["step " + l for l in q("-s", "-o", "%i %j")]
+
+
 @pytest.fixture
 def sloom(loom, cluster):
     loom.env.update(SLURM_CONF=str(cluster.conf))
+    before = set(slurm_jobs_and_steps(cluster))
     yield loom
+    # No job or step of this test is left in Slurm: they end on their own
+    # (a completing job leaves the queue within seconds), before anything
+    # here cancels them.
+    left = []
+
+    def gone():
+        left[:] = [l for l in slurm_jobs_and_steps(cluster) if l not in before]
+        return not left
+    try:
+        loom.wait_for(gone, timeout=20, what="the test's Slurm jobs and steps to end")
+    except AssertionError:
+        pass
+    # then clean up, so that one test's leftovers do not fail the next
     subprocess.run(["scancel", "--user=root"], env=cluster.env, capture_output=True)
-    # no job of ours is left in Slurm
-    loom.wait_for(lambda: not subprocess.run(["squeue", "-h"], env=cluster.env, capture_output=True,
-                                             text=True).stdout.strip(), timeout=20,
-                  what="Slurm queue empty")
+    loom.wait_for(lambda: not slurm_jobs_and_steps(cluster), timeout=20, what="Slurm queue empty")
+    assert not left, f"Slurm jobs/steps outlived the test: {left}"
 
 
 # A stand-in for srun, first on the coordinator's PATH: the first N launches
