@@ -169,12 +169,16 @@ def test_help_describes_every_verb(loom):
     c = loom.run("check")
     assert c.returncode == 0, c.stdout
     lines = c.stdout.splitlines()
-    assert len(lines) == 4, c.stdout
+    assert len(lines) == 5, c.stdout
     assert lines[0] == f"ok   job directory {loom.home}/jobs"
     assert re.fullmatch(rf"ok   backend local: {os.cpu_count()} cores, \d+\.\d GiB memory, \d+ GPUs",
                         lines[1]), lines[1]
     assert lines[2] == "ok   loopback TCP listens"
-    assert lines[3] == f"ok   agent executable {LOOM.resolve()}"
+    # which memory enforcement is in force (test_failure checks each in detail)
+    assert re.fullmatch(r"ok   memory limits: (cgroup v2 \(memory\.max under /\S+\)|cgroup v1 "
+                        r"\(memory\.limit_in_bytes under /\S+\)|rlimit \(RLIMIT_DATA; no cgroup: .+\))",
+                        lines[3]), lines[3]
+    assert lines[4] == f"ok   agent executable {LOOM.resolve()}"
 
 
 def test_resources_beyond_this_machine_are_refused(loom):

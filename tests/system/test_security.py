@@ -131,7 +131,7 @@ roles:
 
     out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
-    assert err.count("closed a connection that did not authenticate in time") == 1, err
+    assert err.count("before it authenticated: it did not authenticate in time") == 1, err
     assert out.count("survived") == 2
     assert loom.state()["state"] == "succeeded"
 
