@@ -11,7 +11,8 @@ PKGS=(build-essential cmake pkg-config git
       libopenblas-dev dataset-fashion-mnist
       python3-torch python3-numpy python3-pytest protobuf-compiler
       openmpi-bin libopenmpi-dev procps iproute2 chromium
-      slurmctld slurmd slurm-client munge)
+      slurmctld slurmd slurm-client munge
+      clang libclang-rt-14-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

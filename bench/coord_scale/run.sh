@@ -9,7 +9,11 @@
 #   name=coord_auth n=N bytes=0 median_s=<first connect -> last AUTH_OK> ...
 #   name=coord_startup n=N bytes=0 median_s=<loom submit -> rendezvous open>
 #
-# The goal: coord_scale under 1 second for N=1000 on a 2-core machine.
+# The goal: coord_scale under 1 second for N=1000 on a 2-core machine, the
+# stated ceiling every line's ratio is against: goal_s = N/1000 seconds
+# (linear in N), ratio = goal_s / median_s (ratio > 1: within the goal, the
+# benchmarks' convention that > 1 is better). coord_auth and coord_startup
+# are parts of that budget, so their ratios say how much of it each takes.
 # Needs the build (build/, or LOOM_BUILD_DIR).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -74,14 +78,18 @@ done
 
 # The median of one key over all runs.
 med() { for l in "${lines[@]}"; do val "$1" "$l"; done | median; }
+GOAL=$(awk -v n="$N" 'BEGIN {printf "%.3f", n / 1000}')
+ratio() { awk -v g="$GOAL" -v m="$1" 'BEGIN {printf "%.2f", (m > 0 ? g / m : 0)}'; }
+SCALE=$(med median_s) AUTH=$(med auth_all_s)
+START=$(printf '%s\n' "${starts[@]}" | median)
 
-echo "name=coord_scale n=$N bytes=0 median_s=$(med median_s)" \
+echo "name=coord_scale n=$N bytes=0 median_s=$SCALE ratio=$(ratio "$SCALE")" \
   "last_auth_s=$(med rdv_last_auth_s) last_assign_s=$(med rdv_last_assign_s)" \
   "cluster_spread_ms=$(med cluster_spread_ms) connect_p50_ms=$(med rdv_connect_p50_ms)" \
   "auth_p50_ms=$(med rdv_auth_p50_ms) coord_exit_s=$(med coord_exit_s)" \
-  "coord_peak_rss_mib=$(med coord_peak_rss_mib) goal_s=1.0 runs=$REPS"
-echo "name=coord_auth n=$N bytes=0 median_s=$(med auth_all_s)" \
+  "coord_peak_rss_mib=$(med coord_peak_rss_mib) goal_s=$GOAL runs=$REPS"
+echo "name=coord_auth n=$N bytes=0 median_s=$AUTH ratio=$(ratio "$AUTH")" \
   "connect_p50_ms=$(med auth_connect_p50_ms) connect_p99_ms=$(med auth_connect_p99_ms)" \
-  "auth_p50_ms=$(med auth_p50_ms) auth_p99_ms=$(med auth_p99_ms) runs=$REPS"
-echo "name=coord_startup n=$N bytes=0 median_s=$(printf '%s\n' "${starts[@]}" | median) runs=$REPS"
+  "auth_p50_ms=$(med auth_p50_ms) auth_p99_ms=$(med auth_p99_ms) goal_s=$GOAL runs=$REPS"
+echo "name=coord_startup n=$N bytes=0 median_s=$START ratio=$(ratio "$START") goal_s=$GOAL runs=$REPS"
 if [ -n "${BENCH_VERBOSE:-}" ]; then printf '%s\n' "${lines[@]}"; fi

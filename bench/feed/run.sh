@@ -19,6 +19,9 @@
 #   time / this time> rec_s=<records/s> mb_s=<MB/s> cpu_s=<median CPU
 #   seconds of the reading process, every thread: steadier than the wall
 #   time on a busy machine>
+# ratio > 1: faster than the ceiling (never, but for the _work figures).
+# The figures run interleaved, and each run's record count and checksum are
+# checked against c_direct's.
 # Usage: bench/feed/run.sh   (REPS=5 MB=256 NFILES=4 WORK=40 LOOM_BUILD_DIR=build)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -73,13 +76,19 @@ YAML
   "$BUILD/loom" run "$work/job.yaml" 2>/dev/null | sed 's/^\[worker:0\] //'
 }
 
+# The peers run interleaved (rep 1 of each, then rep 2 of each, ...) so that
+# load on this shared machine falls on all alike. Every run must read what
+# c_direct read: the same record count and, where the peer prints one (the
+# C ones), the same checksum (the _work figures against c_direct_work);
+# anything else stops the benchmark.
+NAMES=(c_direct feed_next feed_batch python_naive python_feed_batch python_feed_read
+       python_feed_array c_direct_work feed_next_work)
 for kind in lines fixed; do
   if [ "$kind" = lines ]; then files=("$work"/lines-*.txt); f=lines; else files=("$work"/fixed-*.bin); f=fixed:128; fi
-  for name in c_direct feed_next feed_batch python_naive python_feed_batch python_feed_read \
-              python_feed_array c_direct_work feed_next_work; do
-    [ "$name" = python_feed_array ] && [ "$kind" = lines ] && continue
-    secs="" cpus="" n=0
-    for _ in $(seq "$REPS"); do
+  declare -A SECS=() CPUS=() N=() WANT_N=() WANT_SUM=()
+  for _ in $(seq "$REPS"); do
+    for name in "${NAMES[@]}"; do
+      [ "$name" = python_feed_array ] && [ "$kind" = lines ] && continue
       case $name in
         c_direct) out=$("$FB" direct "$f" "${files[@]}") ;;
         feed_next) out=$(job "$kind" "$FB" feed) ;;
@@ -91,10 +100,25 @@ for kind in lines fixed; do
         c_direct_work) out=$(LOOM_BENCH_WORK=$WORK "$FB" direct "$f" "${files[@]}") ;;
         feed_next_work) out=$(LOOM_BENCH_WORK=$WORK job "$kind" "$FB" feed) ;;
       esac
-      secs="$secs $(echo "$out" | field seconds)"
-      cpus="$cpus $(echo "$out" | field cpu)"
       n=$(echo "$out" | field records)
+      sum=$(echo "$out" | field sum)
+      key=plain
+      case $name in *_work) key=work ;; esac
+      case $name in c_direct*) WANT_N[$key]=${WANT_N[$key]:-$n}; WANT_SUM[$key]=${WANT_SUM[$key]:-$sum} ;; esac
+      if [ -z "$n" ] || [ "$n" != "${WANT_N[$key]}" ] ||
+         { [ -n "$sum" ] && [ "$sum" != "${WANT_SUM[$key]}" ]; }; then
+        echo "run.sh: ${name}_$kind read records=${n:-?} sum=${sum:--}, c_direct read" \
+             "records=${WANT_N[$key]} sum=${WANT_SUM[$key]}: not the same data" >&2
+        exit 1
+      fi
+      SECS[$name]="${SECS[$name]:-} $(echo "$out" | field seconds)"
+      CPUS[$name]="${CPUS[$name]:-} $(echo "$out" | field cpu)"
+      N[$name]=$n
     done
-    report "$name" "$kind" "$secs" "$n" "$cpus"
   done
+  for name in "${NAMES[@]}"; do
+    [ "$name" = python_feed_array ] && [ "$kind" = lines ] && continue
+    report "$name" "$kind" "${SECS[$name]}" "${N[$name]}" "${CPUS[$name]}"
+  done
+  unset SECS CPUS N WANT_N WANT_SUM
 done

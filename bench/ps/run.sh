@@ -11,7 +11,8 @@
 # Output: one line per figure (see bench_ps.c), e.g.
 #   name=ps_dense_pull shards=2 n=1048576 bytes=4194304 iters=.. median_s=.. GBps=.. ratio=..
 #   name=tcp_echo_dense_pull shards=2 n=1048576 bytes=4194304 ... ratio=1
-# ratio: the ps figure's median over plain TCP's (1.0 = the ceiling).
+# ratio: plain TCP's median over the ps figure's (1.0 = the ceiling; > 1 is
+# better for loom, the benchmarks' convention).
 #
 # Environment: LOOM_BUILD_DIR (default build/), BENCH_SHARDS (default "1 2").
 set -u

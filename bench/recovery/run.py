@@ -5,7 +5,11 @@ log (events.jsonl timestamps, one clock). The workload is
 tests/system/elasticprobe (allreduce steps; it emits a "training_again"
 event whenever its collectives work again). One line per figure:
 
-  name=recovery policy=<p> n=<world> bytes=0 median_s=<s> runs=<k>
+  name=recovery policy=<p> n=<world> bytes=0 median_s=<s> ratio=<goal_s/median_s> goal_s=<g> runs=<k>
+
+ratio is against a stated ceiling, BENCH_GOAL_S (default 1.0 s: training
+again within a second of the failure, for every policy); ratio > 1 means
+within it (the benchmarks' convention: > 1 is better for loom).
 
 policies: task (restart: task on a job without collectives: until the
 failed task's new process runs), job (restart: job + retries: the whole
@@ -26,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("LOOM_BUILD_DIR", ROOT / "build"))
 LOOM, PROBE = BUILD / "loom", BUILD / "tests/system/elasticprobe"
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
+GOAL_S = float(os.environ.get("BENCH_GOAL_S", "1.0"))
 N = 4
 
 SPECS = {
@@ -76,8 +81,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for policy in SPECS:
             xs = [one(policy, tmp) for _ in range(RUNS)]
-            print(f"name=recovery policy={policy} n={N} bytes=0 median_s={statistics.median(xs):.3f} "
-                  f"min_s={min(xs):.3f} max_s={max(xs):.3f} runs={RUNS}", flush=True)
+            med = statistics.median(xs)
+            print(f"name=recovery policy={policy} n={N} bytes=0 median_s={med:.3f} "
+                  f"ratio={GOAL_S / med if med > 0 else 0:.2f} min_s={min(xs):.3f} "
+                  f"max_s={max(xs):.3f} goal_s={GOAL_S:g} runs={RUNS}", flush=True)
 
 
 if __name__ == "__main__":

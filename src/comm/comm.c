@@ -137,6 +137,12 @@ int comm_create_gen(comm_store *store, const char *prefix, int rank, int world,
   return 0;
 }
 
+const char *comm_transport_of(const comm_t *c, int peer) {
+  if (!c || peer < 0 || peer >= c->world) return NULL;
+  if (peer == c->rank) return "self";
+  return c->pairs[peer].tp ? c->pairs[peer].tp->name : NULL;
+}
+
 void comm_destroy(comm_t *c) {
   if (!c) return;
   comm__shm_transport.teardown(c);
@@ -221,6 +227,14 @@ void loom__comm_fini(loom_t *l) {
   pthread_mutex_destroy(&s->mu);
   free(s);
   *slot = NULL;
+}
+
+const char *loom__comm_transport_of(loom_t *l, int peer) {
+  struct comm_state *s;
+  if (comm_state_get(l, &s) < 0) return NULL;
+  const char *name = comm_transport_of(s->c, peer);
+  if (!name) loom__fail(l, LOOM_EINVAL, "no pair to rank %d", peer);
+  return name;
 }
 
 /* Joins the newest announced generation newer than the current one. */

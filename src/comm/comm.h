@@ -104,6 +104,9 @@ struct comm {
 int comm_create(comm_store *store, const char *prefix, int rank, int world,
                 const char *host, int abort_fd, comm_t **out, char *errmsg,
                 size_t errlen);
+/* The name of the transport c's pair to peer runs over ("shm", "tcp"),
+ * "self" for c's own rank, NULL when peer is out of range. */
+const char *comm_transport_of(const comm_t *c, int peer);
 /* Frees c and everything it holds. Not collective. */
 /* The same, for an elastic generation: while forming and afterwards, a
  * *latest_gen newer than gen fails every call with LOOM_ECHANGED. */

@@ -45,5 +45,11 @@ void loom__set_membership(loom_t *l, int rank, int world, int64_t generation);
  * down by loom__comm_fini() from loom_finish(). */
 void **loom__comm_slot(loom_t *l);
 void loom__comm_fini(loom_t *l);
+/* The transport this process's communicator really uses to reach peer
+ * ("shm" or "tcp"; "self" for its own rank), joining the communicator
+ * first if it has not yet. NULL (message in loom_errmsg) when there is no
+ * communicator or peer is out of range. For tests, which link libloom
+ * statically: not exported from the shared library. */
+const char *loom__comm_transport_of(loom_t *l, int peer);
 
 #endif

@@ -1,9 +1,13 @@
 /* commprobe.c: collectives through a real job: allreduce (sum, max over
  * f32 and i64), allgather, broadcast, reduce-scatter and barrier, checked
  * in closed form. With "hang" as argv[1], rank 1 dies mid-stream and the
- * others report how long their pending allreduce took to fail. */
+ * others report how long their pending allreduce took to fail. Each rank
+ * also prints the transport its communicator really uses to each peer
+ * (loom__comm_transport_of: an internal function, hence the static
+ * library). */
 #include <loom.h>
 #include <loom/comm.h>
+#include "lib/lib.h"
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,8 +89,13 @@ int main(int argc, char **argv) {
   CHECK(rc == 0, "reduce_scatter: %s", loom_errmsg(l));
   for (size_t i = 0; i < rsn; i++) CHECK(blk[i] == (float)n, "rs[%zu]", i);
   CHECK(loom_barrier(l) == 0, "barrier");
-  printf("COMMOK rank=%d world=%d transport=%s\n", r, n,
-         getenv("LOOM_COMM_TRANSPORT") ? getenv("LOOM_COMM_TRANSPORT") : "auto");
+  char pairs[256] = "";
+  for (int k = 0; k < n && k < 32; k++) {
+    const char *tp = loom__comm_transport_of(l, k);
+    CHECK(tp != NULL, "transport of %d: %s", k, loom_errmsg(l));
+    snprintf(pairs + strlen(pairs), sizeof pairs - strlen(pairs), "%s%s", k ? "," : "", tp);
+  }
+  printf("COMMOK rank=%d world=%d pairs=%s\n", r, n, pairs);
   free(f);
   free(q);
   free(qm);
