@@ -1,0 +1,157 @@
+/* coord_test.c: the coordinator's parts that decide without I/O: the
+ * rank-order rule (setup and elastic membership), device placement, and
+ * the KV store's accounting and cap. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord/coord_int.h"
+
+/* A job of roles (name, instances, procs, vcores, gpus, training). */
+typedef struct {
+  const char *name;
+  int instances, procs, vcores, gpus;
+  bool training;
+} role_def;
+
+typedef struct {
+  spec_role roles[8];
+  task tasks[32];
+  int ntasks;
+} job;
+
+static void make_job(job *j, const role_def *defs, int n) {
+  memset(j, 0, sizeof *j);
+  for (int i = 0; i < n; i++) {
+    spec_role *r = &j->roles[i];
+    r->name = (char *)defs[i].name;
+    r->instances = defs[i].instances;
+    r->procs = defs[i].procs;
+    r->vcores = defs[i].vcores;
+    r->gpus = defs[i].gpus;
+    for (int k = 0; k < r->instances; k++) {
+      task *t = &j->tasks[j->ntasks];
+      t->id = j->ntasks++;
+      t->role = r;
+      t->index = k;
+      t->rank_base = -1;
+      t->training = defs[i].training;
+      snprintf(t->name, sizeof t->name, "%s:%d", r->name, k);
+    }
+  }
+}
+
+/* Spec order evaluator, worker, ps, chief: ranks go chief, worker, then the
+ * other training roles in spec order; ps (not training) gets none. */
+static void test_rank_order(void **state) {
+  const role_def defs[] = {{"evaluator", 1, 1, 0, 0, true},
+                           {"worker", 2, 2, 0, 0, true},
+                           {"ps", 1, 1, 0, 0, false},
+                           {"chief", 1, 1, 0, 0, true},
+                           {"trainer", 2, 3, 0, 0, true}};
+  job j;
+  make_job(&j, defs, 5);
+  int world = coord_rank_tasks(j.tasks, j.ntasks, NULL);
+  /* chief 0; worker:0 1-2, worker:1 3-4; evaluator 5; trainer:0 6-8, trainer:1 9-11 */
+  assert_int_equal(world, 12);
+  const struct {
+    const char *name;
+    int rank;
+  } want[] = {{"evaluator:0", 5}, {"worker:0", 1}, {"worker:1", 3}, {"ps:0", -1},
+              {"chief:0", 0},     {"trainer:0", 6}, {"trainer:1", 9}};
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+    assert_string_equal(j.tasks[i].name, want[i].name);
+    assert_int_equal(j.tasks[i].rank_base, want[i].rank);
+  }
+}
+
+static bool not_worker0(const task *t) { return strcmp(t->name, "worker:0") != 0; }
+
+/* An elastic membership without worker:0: the others close ranks. */
+static void test_membership_ranks_close_up(void **state) {
+  const role_def defs[] = {{"chief", 1, 1, 0, 0, true}, {"worker", 3, 2, 0, 0, true}};
+  job j;
+  make_job(&j, defs, 2);
+  assert_int_equal(coord_rank_tasks(j.tasks, j.ntasks, NULL), 7);
+  assert_int_equal(coord_rank_tasks(j.tasks, j.ntasks, not_worker0), 5);
+  assert_int_equal(j.tasks[0].rank_base, 0); /* chief */
+  assert_int_equal(j.tasks[2].rank_base, 1); /* worker:1 */
+  assert_int_equal(j.tasks[3].rank_base, 3); /* worker:2 */
+}
+
+static void test_devices_round_robin(void **state) {
+  const role_def defs[] = {{"chief", 1, 1, 1, 1, true},
+                           {"worker", 2, 1, 2, 0, true},
+                           {"evaluator", 1, 1, 0, 3, true}};
+  job j;
+  make_job(&j, defs, 3);
+  coord_place_devices(j.tasks, j.ntasks, 2, 2);
+  assert_string_equal(j.tasks[0].cpus, "0");
+  assert_string_equal(j.tasks[0].gpus, "0");
+  assert_string_equal(j.tasks[1].cpus, "1,0");
+  assert_string_equal(j.tasks[1].gpus, "");
+  assert_string_equal(j.tasks[2].cpus, "1,0");
+  assert_string_equal(j.tasks[3].cpus, ""); /* vcores 0: not constrained */
+  assert_string_equal(j.tasks[3].gpus, "1,0,1");
+  /* no GPU on the machine: ids still wrap at one (refused earlier, at submit) */
+  coord_place_devices(j.tasks, j.ntasks, 1, 0);
+  assert_string_equal(j.tasks[1].cpus, "0,0");
+  assert_string_equal(j.tasks[3].gpus, "0,0,0");
+}
+
+static void test_kv_store_accounting_and_cap(void **state) {
+  setenv("LOOM_KV_MAX_TOTAL", "100", 1);
+  coord *co = calloc(1, sizeof *co);
+  assert_non_null(co);
+  assert_int_equal(coord_kv_store(co, "a", "0123456789", 10), 0);
+  assert_int_equal(coord_kv_store(co, "b", "xyz", 3), 0);
+  assert_int_equal(co->kv_bytes, 13);
+  kv_entry *e = coord_kv_find(co, "a");
+  assert_non_null(e);
+  assert_int_equal(e->len, 10);
+  assert_memory_equal(e->val, "0123456789", 10);
+  assert_int_equal(e->val[10], 0); /* values are kept NUL-terminated */
+  /* replacing a value counts its new length only */
+  assert_int_equal(coord_kv_store(co, "a", "ab", 2), 0);
+  assert_int_equal(co->kv_bytes, 5);
+  /* over the cap: refused, nothing changed */
+  char big[96];
+  memset(big, 'q', sizeof big);
+  assert_int_equal(coord_kv_store(co, "c", big, sizeof big), LOOM_ERANGE);
+  assert_null(coord_kv_find(co, "c"));
+  assert_int_equal(co->kv_bytes, 5);
+  assert_int_equal(coord_kv_store(co, "c", big, 95), 0); /* exactly 100 */
+  assert_int_equal(co->kv_bytes, 100);
+  /* many keys: every one found (hash buckets chain) */
+  coord_kv_clear(co);
+  setenv("LOOM_KV_MAX_TOTAL", "10000000", 1);
+  char k[32];
+  for (int i = 0; i < 5000; i++) {
+    snprintf(k, sizeof k, "key/%d", i);
+    assert_int_equal(coord_kv_store(co, k, k, strlen(k)), 0);
+  }
+  for (int i = 0; i < 5000; i++) {
+    snprintf(k, sizeof k, "key/%d", i);
+    e = coord_kv_find(co, k);
+    assert_non_null(e);
+    assert_memory_equal(e->val, k, strlen(k));
+  }
+  assert_null(coord_kv_find(co, "key/5000"));
+  coord_kv_clear(co);
+  assert_int_equal(co->kv_bytes, 0);
+  free(co);
+  unsetenv("LOOM_KV_MAX_TOTAL");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_rank_order),
+      cmocka_unit_test(test_membership_ranks_close_up),
+      cmocka_unit_test(test_devices_round_robin),
+      cmocka_unit_test(test_kv_store_accounting_and_cap),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
