@@ -879,7 +879,7 @@ static int live_members(coord *co, const spec_role *r, const task *except) {
  * machine (local backend) its process groups are ours to kill: every
  * process of a task leads its own group. */
 static void kill_task_groups(coord *co, task *t) {
-  if (strcmp(co->be->ops->name, "local") || !t->pids) return;
+  if (!co->be->ops->same_host || !t->pids) return;
   size_t i;
   json_t *v;
   json_array_foreach(t->pids, i, v) {
@@ -1667,19 +1667,6 @@ static int setup_tasks(coord *co) {
       rank += t->role->procs;
     }
   co->world_size = rank;
-  /* CPUs and GPUs: hand them out round-robin. */
-  int ncpu = backend_local_cpus(), cursor = 0, gcursor = 0, ngpu = backend_local_gpus();
-  for (int i = 0; i < co->ntasks; i++) {
-    task *t = &co->tasks[i];
-    size_t off = 0;
-    for (int v = 0; v < t->role->vcores && off + 8 < sizeof t->cpus; v++)
-      off += (size_t)snprintf(t->cpus + off, sizeof t->cpus - off, "%s%d", v ? "," : "",
-                              cursor++ % (ncpu > 0 ? ncpu : 1));
-    off = 0;
-    for (int g = 0; g < t->role->gpus && off + 8 < sizeof t->gpus; g++)
-      off += (size_t)snprintf(t->gpus + off, sizeof t->gpus - off, "%s%d", g ? "," : "",
-                              gcursor++ % (ngpu > 0 ? ngpu : 1));
-  }
   return 0;
 }
 
@@ -1730,6 +1717,10 @@ int coord_run(const coord_opts *o) {
     fprintf(stderr, "loom: backend '%s' is not available\n", bname);
     goto out_loop;
   }
+  /* CPUs and GPUs: where the backend says they come from */
+  for (int i = 0; i < co->ntasks; i++)
+    co->be->ops->place(co->be, i, co->tasks[i].role, co->tasks[i].cpus, sizeof co->tasks[i].cpus,
+                       co->tasks[i].gpus, sizeof co->tasks[i].gpus);
   uv_tcp_init(&co->loop, &co->server);
   co->server.data = co;
   struct sockaddr_storage sa;

@@ -232,7 +232,10 @@ roles:
 """)
     r = sloom.run("run", spec, timeout=30)
     assert r.returncode == 2, r.stderr
-    assert "Slurm refused the job" in r.stderr
+    # refused before submission, with what it asks against what Slurm has
+    assert "role 'worker' asks for 64 vcores" in r.stderr, r.stderr
+    assert "its largest node has 4 CPUs" in r.stderr, r.stderr
+    assert squeue(cluster).strip() == ""
 
 
 RAN = 'echo "ran $LOOM_TASK attempt=$LOOM_ATTEMPT rank=$RANK node=$SLURMD_NODENAME"'
