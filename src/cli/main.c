@@ -238,6 +238,7 @@ static int cmd_run(int argc, char **argv, bool detach) {
   }
   free(s->backend);
   s->backend = chosen;
+  bname = ops->name;
   if ((rc = ops->check(s, err, sizeof err)) < 0) {
     fprintf(stderr, "loom: %s: cannot run on backend %s: %s\n", path, bname, err);
     spec_free(s);

@@ -2,11 +2,10 @@
 each, steps bound to their CPUs by task/affinity, started by the test):
 specs with more roles than nodes run, roles sharing nodes; a spec that
 cannot fit is refused with figures before anything is submitted; a
-waiting job shows Slurm's reason, refreshed; a task's CPUs and GPUs are
-those Slurm gave its step, not ids handed out by the coordinator."""
-import re
+task's CPUs and GPUs are those Slurm gave its step, not ids handed out by
+the coordinator. (task/affinity binds a step to real CPU ids: on a small
+machine, keep each node's tasks within its real cores.)"""
 import subprocess
-import time
 
 import pytest
 
@@ -155,56 +154,3 @@ roles:
         assert len(cpus) == len(set(cpus)), res
     script = (sloom.job_dir() / "slurm.sh").read_text()
     assert "--gpus-per-task=1" in script
-
-
-def test_pending_reason_is_shown_and_refreshed(sloom, cluster):
-    hog = sloom.spec("""
-name: hog
-backend: slurm
-roles:
-  worker: {instances: 2, vcores: 4, command: 'sleep 120'}
-""", name="hog.yaml")
-    h = sloom.run("submit", hog, timeout=30)
-    assert h.returncode == 0, h.stderr
-    hog_id = h.stdout.strip()
-    sloom.wait_for(lambda: "RUNNING" in squeue(cluster), timeout=30, what="the hog running")
-    spec = sloom.spec("""
-name: waiter
-backend: slurm
-roles:
-  worker: {vcores: 4, command: 'echo "ran $LOOM_TASK"; sleep 3'}
-""")
-    p = sloom.popen("run", spec)
-    try:
-        sloom.wait_for(lambda: squeue(cluster).count("PENDING") == 1, timeout=30,
-                       what="the waiter pending")
-        waiter = next(j.name for j in sloom.jobs() if j.name.startswith("waiter-"))
-        sloom.wait_for(lambda: "Resources" in squeue(cluster), timeout=30, what="Reason=Resources")
-        st = sloom.run("status", waiter)
-        assert st.returncode == 0, st.stderr
-        assert re.search(r"state\s+pending \(Resources\)", st.stdout), st.stdout
-        assert "is PENDING (Resources: waiting for nodes to free up)" in st.stdout, st.stdout
-        listing = sloom.run("status").stdout
-        assert re.search(waiter + r"\s+pending \(Resources\)", listing), listing
-        # a third job waits behind the waiter: Slurm says Priority
-        third = sloom.run("submit", sloom.spec(spec.read_text().replace("waiter", "third"),
-                                               name="third.yaml"), timeout=30)
-        assert third.returncode == 0, third.stderr
-        sloom.wait_for(lambda: "Priority" in squeue(cluster), timeout=30, what="Reason=Priority")
-        st3 = sloom.run("status", third.stdout.strip())
-        assert re.search(r"state\s+pending \(Priority\)", st3.stdout), st3.stdout
-        time.sleep(11)  # loom run says it again while nothing changes
-        assert sloom.run("kill", hog_id, timeout=30).returncode == 0
-        out, err = p.communicate(timeout=90)
-    finally:
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == 0, out + err
-    assert "[worker:0] ran worker:0" in out
-    said = [l for l in err.splitlines() if "is PENDING" in l]
-    assert said and "is PENDING (Resources: waiting for nodes to free up)" in said[0], err
-    assert any(re.search(r"waiting \d+s$", l) for l in said), err
-    # then it ran: a later line says so, and status follows
-    assert err.index("is PENDING") < err.index("is RUNNING"), err
-    st = sloom.run("status", waiter)
-    assert re.search(r"state\s+succeeded", st.stdout), st.stdout
