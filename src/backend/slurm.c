@@ -611,8 +611,8 @@ static int slurm_submit(const spec_job *s, const char *job_id, const char *job_d
   free(sjs);
   loom__strlcpy(job->id, out, sizeof job->id);
   job->state = BACKEND_JOB_PENDING;
-  snprintf(job->what, sizeof job->what, "Slurm job %s", out);
-  if (rc < 0) snprintf(err, errlen, "cannot write %s (Slurm job %s is submitted)", path, out);
+  snprintf(job->what, sizeof job->what, "Slurm job %s", job->id);
+  if (rc < 0) snprintf(err, errlen, "cannot write %s (Slurm job %s is submitted)", path, job->id);
   return rc;
 }
 
