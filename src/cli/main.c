@@ -9,9 +9,7 @@
 #include "ps/server.h"
 #include "wire/wire.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>

@@ -356,11 +356,12 @@ roles:
     assert sloom.state()["state"] == "succeeded"
 
 
-def test_pending_reason_is_shown_and_refreshed(sloom, cluster):
+def test_pending_reason_is_shown_and_refreshed(sloom, cluster, tmp_path):
     # a job that must wait behind another: loom run and loom status say
     # Slurm's reason, asked again each time, until the job runs
-    hog = subprocess.run(["sbatch", "--parsable", "-n3", "--cpus-per-task=4", "--wrap",
-                          "sleep 120"], env=cluster.env, capture_output=True, text=True)
+    hog = subprocess.run(["sbatch", "--parsable", "-n3", "--cpus-per-task=4", "-o",
+                          str(tmp_path / "hog.out"), "--wrap", "sleep 120"], env=cluster.env,
+                         capture_output=True, text=True)
     assert hog.returncode == 0, hog.stderr
     hog_id = hog.stdout.strip()
     sloom.wait_for(lambda: "RUNNING" in squeue(cluster), timeout=30, what="the hog running")
