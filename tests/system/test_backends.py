@@ -28,3 +28,20 @@ def test_backend_names_come_from_the_registry(loom, tmp_path):
     assert "backend 'nosuch' is not known: use one of local, slurm, external" in r.stderr, r.stderr
     r = loom.run("check", "--backend", "nosuch")
     assert "backend 'nosuch' is not available (local, slurm, external)" in r.stdout, r.stdout
+
+
+def test_cluster_that_cannot_be_asked_is_a_backend_error(loom, tmp_path):
+    # sinfo failing (a cluster down, a wrong SLURM_CONF) is exit 3, not a
+    # refusal of the spec, and nothing is submitted
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for cmd in ("sinfo", "sbatch"):
+        (bindir / cmd).write_text("#!/bin/sh\necho 'slurm_load_partitions: Unable to contact "
+                                  "slurm controller (connect failure)' >&2\nexit 1\n")
+        (bindir / cmd).chmod(0o755)
+    spec = loom.spec("name: b\nbackend: slurm\nroles: {w: {command: 'true'}}\n")
+    r = loom.run("run", spec, env={"PATH": f"{bindir}:{loom.env['PATH']}"})
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "cannot ask Slurm for its nodes (sinfo failed): slurm_load_partitions: Unable to " \
+           "contact slurm controller" in r.stderr, r.stderr
+    assert loom.jobs() == []
