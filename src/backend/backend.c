@@ -11,15 +11,38 @@
 extern const backend_ops loom__backend_local;
 extern const backend_ops loom__backend_external;
 extern const backend_ops loom__backend_slurm;
-int backend_slurm_setup(backend *b, const spec_job *s, int ntasks);
 
-static const backend_ops *const backends[] = {&loom__backend_local, &loom__backend_external,
-                                              &loom__backend_slurm};
+/* Every backend, the default first. */
+static const backend_ops *const backends[] = {&loom__backend_local, &loom__backend_slurm,
+                                              &loom__backend_external};
 
 const backend_ops *backend_find(const char *name) {
-  for (size_t i = 0; i < LOOM__ARRAY_LEN(backends); i++)
+  for (size_t i = 0; name && i < LOOM__ARRAY_LEN(backends); i++)
     if (!strcmp(backends[i]->name, name)) return backends[i];
   return NULL;
+}
+
+const backend_ops *backend_default(void) { return backends[0]; }
+
+const char *backend_names(void) {
+  static char names[256];
+  if (!names[0]) {
+    size_t off = 0;
+    for (size_t i = 0; i < LOOM__ARRAY_LEN(backends) && off < sizeof names; i++)
+      off += (size_t)snprintf(names + off, sizeof names - off, "%s%s", i ? ", " : "",
+                              backends[i]->name);
+  }
+  return names;
+}
+
+const backend_ops *backend_of_job(const char *job_dir) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/spec.yaml", job_dir);
+  json_error_t e;
+  json_t *j = json_load_file(p, 0, &e); /* spec.yaml is written as JSON, a subset of YAML */
+  const backend_ops *ops = j ? backend_find(json_string_value(json_object_get(j, "backend"))) : NULL;
+  json_decref(j);
+  return ops;
 }
 
 int backend_create(const char *name, const spec_job *s, uv_loop_t *loop, int ntasks,
@@ -32,15 +55,10 @@ int backend_create(const char *name, const spec_job *s, uv_loop_t *loop, int nta
   b->loop = loop;
   b->on_exit = on_exit;
   b->arg = arg;
-  b->priv = calloc((size_t)ntasks + 1, sizeof(void *));
-  if (!b->priv) {
+  int rc = ops->create(b, s, ntasks);
+  if (rc < 0) {
     free(b);
-    return LOOM_ENOMEM;
-  }
-  if (ops == &loom__backend_slurm && backend_slurm_setup(b, s, ntasks) < 0) {
-    free(b->priv);
-    free(b);
-    return LOOM_ENOMEM;
+    return rc;
   }
   *out = b;
   return 0;
@@ -72,4 +90,18 @@ int backend_local_gpus(void) {
   }
   closedir(d);
   return n;
+}
+
+void loom__backend_round_robin(int *cpu_cursor, int *gpu_cursor, const spec_role *r, char *cpus,
+                               size_t cpuslen, char *gpus, size_t gpuslen) {
+  int ncpu = backend_local_cpus(), ngpu = backend_local_gpus();
+  size_t off = 0;
+  cpus[0] = gpus[0] = 0;
+  for (int v = 0; v < r->vcores && off + 8 < cpuslen; v++)
+    off += (size_t)snprintf(cpus + off, cpuslen - off, "%s%d", v ? "," : "",
+                            (*cpu_cursor)++ % (ncpu > 0 ? ncpu : 1));
+  off = 0;
+  for (int g = 0; g < r->gpus && off + 8 < gpuslen; g++)
+    off += (size_t)snprintf(gpus + off, gpuslen - off, "%s%d", g ? "," : "",
+                            (*gpu_cursor)++ % (ngpu > 0 ? ngpu : 1));
 }

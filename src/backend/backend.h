@@ -1,6 +1,10 @@
-/* backend.h: how the coordinator gets tasks placed on a cluster manager.
- * A backend is a table of operations, one file per cluster manager
- * (local.c, external.c, slurm.c), registered in backend.c. */
+/* backend.h: how loom gets a job's tasks placed on a cluster manager. A
+ * backend is one table of operations, one file per cluster manager
+ * (local.c, external.c, slurm.c), registered in backend.c, covering the
+ * job's whole life: the client half (check, probe, submit, follow,
+ * cancel) runs in `loom run/submit/status/kill/check`; the coordinator
+ * half (create, place, launch, signal, stage, destroy) runs in the job's
+ * coordinator. Nothing outside src/backend/ names a cluster manager. */
 #ifndef LOOM_BACKEND_H
 #define LOOM_BACKEND_H
 
@@ -16,6 +20,22 @@ typedef struct backend backend;
 typedef void (*backend_exit_cb)(void *arg, int task_id, int64_t status, int sig,
                                 const char *detail);
 
+/* A submitted job as its cluster manager sees it (job_state). */
+typedef enum {
+  BACKEND_JOB_UNKNOWN, /* the manager does not know it (any more) */
+  BACKEND_JOB_PENDING, /* queued: nothing of the job runs yet */
+  BACKEND_JOB_RUNNING, /* allocated: its coordinator runs or starts */
+  BACKEND_JOB_ENDED,   /* finished, failed or cancelled in the manager */
+} backend_job_state;
+
+typedef struct {
+  backend_job_state state;
+  char id[64];      /* the manager's job id ("4312") */
+  char native[32];  /* the manager's state word ("PENDING") */
+  char reason[128]; /* the manager's reason ("Resources"), "" if none */
+  char what[256];   /* one line for people: "Slurm job 4312 is PENDING: Resources (...)" */
+} backend_job;
+
 typedef struct {
   const char *name;
   /* What starts an agent, as messages name it ("srun"); NULL: the agent
@@ -30,17 +50,65 @@ typedef struct {
    * launcher exits with a failure before the agent registered: nothing
    * of the task's command can have run by then. */
   bool launch_retryable;
-  /* Refuses, before anything starts, what this cluster cannot give (vcores,
-   * memory, gpus), writing the figures into err. Returns 0 or
-   * LOOM_ERESOURCE. Must not block for long; needs no loop. */
+  /* true when agents run on the coordinator's own host as its children:
+   * a lost agent's process groups are then the coordinator's to kill, and
+   * `loom check` reports this machine's memory-limit mechanism. */
+  bool same_host;
+  /* true when the cluster manager may start the coordinator again for the
+   * same job directory (Slurm's requeue): the coordinator then continues
+   * the attempt numbers of the state.json it finds. */
+  bool requeues;
+
+  /* ---- client half: in `loom run/submit/status/kill/check` ---- */
+
+  /* Refuses, before anything starts, what this cluster cannot give:
+   * returns 0, LOOM_ERESOURCE (err has what the spec needs against what
+   * the cluster has; exit 2) or LOOM_EBACKEND (the cluster cannot be
+   * asked; exit 3). Blocks at most a few seconds (may ask the manager). */
   int (*check)(const spec_job *s, char *err, size_t errlen);
-  /* Describes in a line how ready the cluster is for `loom check`. */
+  /* `loom check --backend B`: one line on how usable the cluster is into
+   * msg; 0 when usable. Blocks briefly. */
   int (*probe)(char *msg, size_t msglen);
+  /* Where the coordinator runs. NULL: on this host, started by the
+   * client. Otherwise hands the job to the cluster manager so that the
+   * coordinator (`exe coordinator job_dir --backend NAME`) starts inside
+   * it; writes the backend's files into job_dir and, in *job, what to
+   * call the job ("Slurm job 12"). Returns 0, LOOM_ERESOURCE (the manager
+   * refused the request: exit 2) or LOOM_EBACKEND, err filled. Blocks
+   * until the manager accepted or refused. */
+  int (*submit)(const spec_job *s, const char *job_id, const char *job_dir, const char *exe,
+                backend_job *job, char *err, size_t errlen);
+  /* Follows a submitted job from any process: fills *job from the
+   * manager (state, reason). NULL when the coordinator runs on this host
+   * (its pid in coord.json tells). Returns 0, or LOOM_ENOENT when job_dir
+   * holds no job of this backend. Blocks briefly (asks the manager). */
+  int (*job_state)(const char *job_dir, backend_job *job);
+  /* Cancels the job in the cluster manager, pending or running; msg says
+   * what was done. NULL when there is nothing beyond the coordinator to
+   * cancel. Blocks briefly. */
+  int (*cancel)(const char *job_dir, char *msg, size_t msglen);
+  /* In the coordinator, before it listens: the address to bind and the
+   * one agents reach it by (both at least 64 bytes), when agents run on
+   * other hosts. NULL: loopback for both. */
+  void (*coord_address)(char *bind, size_t bindlen, char *advertise, size_t advlen);
+
+  /* ---- coordinator half: on the coordinator's loop thread ---- */
+
+  /* Makes b->priv for a job of ntasks tasks (ids in role order, as the
+   * coordinator numbers them). 0 or LOOM_ENOMEM. */
+  int (*create)(backend *b, const spec_job *s, int ntasks);
+  /* Where task_id's CPU and GPU ids come from: fills cpus and gpus with
+   * the lists its agent applies (affinity, CUDA_VISIBLE_DEVICES) on its
+   * host, or leaves them "" to keep what the task's host gave it (a Slurm
+   * step's cpuset and GPUs). Called once per task, in task order, before
+   * any launch. */
+  void (*place)(backend *b, int task_id, const spec_role *r, char *cpus, size_t cpuslen,
+                char *gpus, size_t gpuslen);
   /* Starts the agent of one task: argv[0] is the loom executable, env its
    * whole environment. Does not block. 0, or an error with err filled. */
   int (*launch)(backend *b, int task_id, char *const *argv, char *const *env,
                 char *err, size_t errlen);
-  /* Sends sig to the agent of task_id if it still runs. */
+  /* Sends sig to the agent of task_id if it still runs (stops one task). */
   void (*signal)(backend *b, int task_id, int sig);
   /* The host name agents should advertise for task_id ("127.0.0.1"), or
    * NULL to let the agent find its own. */
@@ -53,7 +121,7 @@ typedef struct {
   int (*stage_files)(backend *b, const spec_job *s, json_t **files, char *err, size_t errlen);
   /* Optional: removes what stage_files left on the nodes. Blocks briefly. */
   void (*unstage_files)(backend *b);
-  /* Releases what the backend holds; agents must already be gone. */
+  /* Releases b->priv and b; agents must already be gone. */
   void (*destroy)(backend *b);
 } backend_ops;
 
@@ -62,23 +130,29 @@ struct backend {
   uv_loop_t *loop;
   backend_exit_cb on_exit;
   void *arg;
-  void *priv;
+  void *priv; /* the backend's own, made by create */
 };
 
+/* ---- the registry (backend.c) ---- */
 /* The table of backend name; NULL if unknown. */
 const backend_ops *backend_find(const char *name);
+/* The backend of a spec that names none. */
+const backend_ops *backend_default(void);
+/* Every registered name, ", "-separated ("local, slurm, external"). */
+const char *backend_names(void);
+/* The backend a job directory's job ran on (its spec.yaml), or NULL. */
+const backend_ops *backend_of_job(const char *job_dir);
 /* Makes a backend on loop. Returns 0 or a negative code. */
 int backend_create(const char *name, const spec_job *s, uv_loop_t *loop, int ntasks,
                    backend_exit_cb on_exit, void *arg, backend **out);
 
-/* Slurm: the batch script for spec s (one het component per role, then
- * `exe coordinator job_dir --backend slurm`); *out is malloc'ed. */
-int backend_slurm_script(const spec_job *s, const char *job_id, const char *job_dir,
-                         const char *exe, char **out);
-
-/* What this machine has, for the local backend's checks and for status. */
+/* What this machine has, for the local backend's checks and placement. */
 int backend_local_cpus(void);
 uint64_t backend_local_memory(void);
 int backend_local_gpus(void);
+/* For backends whose tasks run on this machine: the next r->vcores of its
+ * CPUs and r->gpus of its GPUs after the cursors, which it advances. */
+void loom__backend_round_robin(int *cpu_cursor, int *gpu_cursor, const spec_role *r, char *cpus,
+                               size_t cpuslen, char *gpus, size_t gpuslen);
 
 #endif

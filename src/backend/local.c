@@ -15,6 +15,29 @@ typedef struct {
   bool running;
 } local_agent;
 
+typedef struct {
+  local_agent **agents; /* task id -> its running agent, or NULL */
+  int cpu_cursor, gpu_cursor; /* placement: the next of this machine's CPUs and GPUs */
+} local_priv;
+
+static int local_create(backend *b, const spec_job *s, int ntasks) {
+  local_priv *pr = calloc(1, sizeof *pr);
+  if (!pr || !(pr->agents = calloc((size_t)ntasks + 1, sizeof *pr->agents))) {
+    free(pr);
+    return LOOM_ENOMEM;
+  }
+  b->priv = pr;
+  return 0;
+}
+
+/* Every task is on this machine: its CPUs and GPUs are handed out
+ * round-robin over this machine's. */
+static void local_place(backend *b, int task_id, const spec_role *r, char *cpus, size_t cpuslen,
+                        char *gpus, size_t gpuslen) {
+  local_priv *pr = b->priv;
+  loom__backend_round_robin(&pr->cpu_cursor, &pr->gpu_cursor, r, cpus, cpuslen, gpus, gpuslen);
+}
+
 static int local_check(const spec_job *s, char *err, size_t errlen) {
   int cpus = backend_local_cpus(), gpus = backend_local_gpus();
   uint64_t mem = backend_local_memory();
@@ -55,7 +78,7 @@ static void local_exited(uv_process_t *p, int64_t status, int sig) {
   a->running = false;
   backend *b = a->b;
   int id = a->task_id;
-  ((local_agent **)b->priv)[id] = NULL;
+  ((local_priv *)b->priv)->agents[id] = NULL;
   uv_close((uv_handle_t *)p, local_closed);
   b->on_exit(b->arg, id, status, sig, NULL);
 }
@@ -84,27 +107,32 @@ static int local_launch(backend *b, int task_id, char *const *argv,
     return LOOM_EBACKEND;
   }
   a->running = true;
-  ((local_agent **)b->priv)[task_id] = a;
+  ((local_priv *)b->priv)->agents[task_id] = a;
   return 0;
 }
 
 static void local_signal(backend *b, int task_id, int sig) {
-  local_agent *a = ((local_agent **)b->priv)[task_id];
+  local_agent *a = ((local_priv *)b->priv)->agents[task_id];
   if (a && a->running) uv_process_kill(&a->proc, sig);
 }
 
 static const char *local_host(backend *b, int task_id) { return "127.0.0.1"; }
 
 static void local_destroy(backend *b) {
-  free(b->priv);
+  local_priv *pr = b->priv;
+  free(pr->agents);
+  free(pr);
   free(b);
 }
 
 const backend_ops loom__backend_local = {
     .name = "local",
     .tracks_processes = true,
+    .same_host = true,
     .check = local_check,
     .probe = local_probe,
+    .create = local_create,
+    .place = local_place,
     .launch = local_launch,
     .signal = local_signal,
     .host = local_host,

@@ -1,21 +1,33 @@
-/* slurm.c: the Slurm backend. One spec is one Slurm job: `loom run` writes
- * a batch script with one heterogeneous component per role (instances ->
- * --ntasks, vcores -> --cpus-per-task, memory -> --mem-per-cpu, gpus ->
- * --gres=gpu:N, label -> --constraint, queue -> --partition) whose only
- * command is `loom coordinator JOBDIR`. The coordinator thus runs inside
- * the allocation (a detached job survives its client) and starts each
- * task's agent with `srun --het-group=G -n1 --exact ... loom agent`, one
- * srun (one job step) per task so that a task can be stopped and
- * restarted alone. srun's own output (its errors, and whatever the agent
- * prints before it reaches the coordinator) is read through a pipe,
- * copied to the coordinator's stderr (coordinator.log) prefixed with the
- * task, and its last lines are handed to the coordinator with the exit,
- * which launches the task again when the step launch failed before the
- * agent registered (launch_retryable). */
+/* slurm.c: the Slurm backend. One spec is one Slurm job. `loom run`
+ * first checks the spec against the partition's nodes (sinfo) and picks
+ * how to ask for it. Slurm never puts two components of a heterogeneous
+ * job on one node, so: one component per role when those fit on separate
+ * nodes; else one per distinct task shape (vcores, memory, gpus, label;
+ * roles of one shape share a component and its nodes); else one per
+ * label holding every task at the largest shape of its roles; else it
+ * refuses with what the spec needs against what the partition has. It writes a batch script (instances -> --ntasks,
+ * vcores -> --cpus-per-task, memory -> --mem-per-cpu, gpus ->
+ * --gpus-per-task, label -> --constraint, queue -> --partition) whose only
+ * command is `loom coordinator JOBDIR`, with LOOM_SLURM_GROUPS naming each
+ * role's component. The coordinator thus runs inside the allocation (a
+ * detached job survives its client) and starts each task's agent with
+ * `srun [--het-group=G] -n1 --exact ... loom agent`, one srun (one job
+ * step) per task so that a task can be stopped and restarted alone; the
+ * step asks for the task's own CPUs, memory and GPUs, and the task keeps
+ * the cpuset and GPUs Slurm gave its step. srun's own output (its errors,
+ * and whatever the agent prints before it reaches the coordinator) is
+ * read through a pipe, copied to the coordinator's stderr
+ * (coordinator.log) prefixed with the task, and its last lines are handed
+ * to the coordinator with the exit, which launches the task again when
+ * the step launch failed before the agent registered (launch_retryable).
+ * While the job is pending, job_state tells Slurm's state and reason. */
 #include "backend/backend.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -37,6 +49,12 @@
 /* Staging (cp, tar, sbcast) and unstaging (srun rm) commands: bounds. */
 #define STAGE_TIMEOUT_MS (600 * 1000)
 #define UNSTAGE_TIMEOUT_MS (60 * 1000)
+/* Slurm's client commands (sinfo, sbatch, squeue, scancel): bounds. A
+ * wrong SLURM_CONF makes them retry for 60 s. */
+#define SLURM_CMD_TIMEOUT_MS (30 * 1000)
+/* Nodes of a partition looked at, and named in a refusal. */
+#define MAX_NODES 4096
+#define NODES_NAMED 8
 
 /* One srun: its process, the pipe its stdout and stderr write to, and a
  * timer bounding the wait for that pipe's end after the process exited.
@@ -62,73 +80,640 @@ typedef struct {
 
 typedef struct {
   char stage_dir[256];
-  int ngroups;
+  int ngroups;              /* components of the Slurm job (1: not heterogeneous) */
   int ntasks;
   srun_proc **procs;        /* task id -> its srun, until its exit is reported */
-  int *group;               /* task id -> het group (-1: not a het job) */
+  int *group;               /* task id -> its component (het group) */
   const spec_role **role;   /* task id -> its role */
 } slurm_priv;
 
-static int slurm_check(const spec_job *s, char *err, size_t errlen) {
-  if (access("/usr/bin/sbatch", X_OK) != 0 && system("command -v sbatch >/dev/null 2>&1") != 0) {
-    snprintf(err, errlen, "sbatch is not installed: install slurm-client, or use --backend local");
+/* ---- Slurm's client commands ---------------------------------------------- */
+
+/* Runs argv (no shell) with its stdout and stderr into out (at most
+ * outlen - 1 bytes kept, NUL-terminated), killing it after timeout_ms.
+ * Returns its exit status (0 success), or -1 when it could not run or
+ * was killed. Blocks. */
+static int run_capture(char *const argv[], int timeout_ms, char *out, size_t outlen) {
+  out[0] = 0;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) < 0) return -1;
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  close(fds[1]);
+  size_t have = 0;
+  uint64_t end = loom__now_ms() + (uint64_t)timeout_ms;
+  bool killed = false;
+  for (;;) {
+    uint64_t now = loom__now_ms();
+    if (now >= end) {
+      kill(pid, SIGKILL);
+      killed = true;
+      break;
+    }
+    struct pollfd pf = {.fd = fds[0], .events = POLLIN};
+    int pr = poll(&pf, 1, (int)(end - now));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) continue;
+    char buf[4096];
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    size_t take = (size_t)n < outlen - 1 - have ? (size_t)n : outlen - 1 - have;
+    memcpy(out + have, buf, take);
+    have += take;
+    out[have] = 0;
+  }
+  close(fds[0]);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+  if (killed || !WIFEXITED(st)) return -1;
+  return WEXITSTATUS(st);
+}
+
+/* out's lines joined by " | ", without the last newline, for messages. */
+static void one_line(char *out) {
+  size_t n = strlen(out);
+  while (n && (out[n - 1] == '\n' || out[n - 1] == ' ')) out[--n] = 0;
+  for (char *c = out; *c; c++)
+    if (*c == '\n') *c = ';';
+}
+
+/* ---- the partition's nodes ---------------------------------------------- */
+
+typedef struct {
+  char name[64];
+  int cpus;
+  unsigned long long mem_mb;
+  int gpus;
+  char features[192];
+} slurm_node;
+
+/* The GPUs in sinfo's gres column ("gpu:2", "gpu:a100:4(S:0-1),shard:8"). */
+static int gres_gpus(const char *g) {
+  int n = 0;
+  while (g && *g) {
+    const char *end = strchr(g, ',');
+    size_t len = end ? (size_t)(end - g) : strlen(g);
+    if (len > 4 && !strncmp(g, "gpu:", 4)) {
+      const char *paren = memchr(g, '(', len);
+      const char *stop = paren ? paren : g + len, *colon = stop;
+      while (colon > g && colon[-1] != ':') colon--;
+      n += atoi(colon);
+    }
+    g = end ? end + 1 : NULL;
+  }
+  return n;
+}
+
+/* The nodes of partition part (NULL: the default partition) into nodes
+ * (calloc'ed, *n of them), its name into pname. 0, LOOM_ERESOURCE (no
+ * such partition) or LOOM_EBACKEND (sinfo failed), err filled. Blocks. */
+static int slurm_nodes(const char *part, slurm_node **nodes, int *n, char *pname, size_t plen,
+                       char *err, size_t errlen) {
+  *nodes = NULL;
+  *n = 0;
+  char *argv[10];
+  int k = 0;
+  argv[k++] = "sinfo";
+  argv[k++] = "-h";
+  argv[k++] = "-N";
+  argv[k++] = "-o";
+  argv[k++] = "%N|%P|%c|%m|%f|%G";
+  if (part) {
+    argv[k++] = "-p";
+    argv[k++] = (char *)part;
+  }
+  argv[k] = NULL;
+  size_t cap = 1 << 20;
+  char *out = malloc(cap);
+  if (!out) return LOOM_ENOMEM;
+  int st = run_capture(argv, SLURM_CMD_TIMEOUT_MS, out, cap);
+  if (st != 0) {
+    one_line(out);
+    snprintf(err, errlen, "cannot ask Slurm for its nodes (sinfo %s): %s; is SLURM_CONF right?",
+             st < 0 ? "did not answer" : "failed", out[0] ? out : "no output");
+    free(out);
     return LOOM_EBACKEND;
+  }
+  slurm_node *all = calloc(MAX_NODES, sizeof *all);
+  if (!all) {
+    free(out);
+    return LOOM_ENOMEM;
+  }
+  loom__strlcpy(pname, part ? part : "", plen);
+  int cnt = 0;
+  for (char *save = NULL, *line = strtok_r(out, "\n", &save); line && cnt < MAX_NODES;
+       line = strtok_r(NULL, "\n", &save)) {
+    char *f[6] = {0};
+    int nf = 0;
+    for (char *c = line; nf < 6; nf++) {
+      f[nf] = c;
+      c = strchr(c, '|');
+      if (!c) {
+        nf++;
+        break;
+      }
+      *c++ = 0;
+    }
+    if (nf < 6) continue;
+    size_t pl = strlen(f[1]);
+    bool dflt = pl && f[1][pl - 1] == '*';
+    if (dflt) f[1][pl - 1] = 0;
+    if (!part && !dflt) continue;
+    if (!part) loom__strlcpy(pname, f[1], plen);
+    slurm_node *nd = &all[cnt++];
+    loom__strlcpy(nd->name, f[0], sizeof nd->name);
+    nd->cpus = atoi(f[2]);
+    nd->mem_mb = strtoull(f[3], NULL, 10);
+    loom__strlcpy(nd->features, strcmp(f[4], "(null)") ? f[4] : "", sizeof nd->features);
+    nd->gpus = gres_gpus(f[5]);
+  }
+  free(out);
+  if (cnt == 0) {
+    free(all);
+    if (part) snprintf(err, errlen, "Slurm has no partition '%s' (or it has no nodes): set queue "
+                       "to a partition that `sinfo` lists", part);
+    else snprintf(err, errlen, "Slurm has no default partition: set queue to one that `sinfo` "
+                  "lists");
+    return LOOM_ERESOURCE;
+  }
+  *nodes = all;
+  *n = cnt;
+  return 0;
+}
+
+/* Whether node nd can take a task constrained to label: a plain feature
+ * name must be one of its features; an expression ("a&b", "a|b") is left
+ * to Slurm. */
+static bool node_has(const slurm_node *nd, const char *label) {
+  if (!label || !*label) return true;
+  if (label[strspn(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")])
+    return true;
+  size_t ll = strlen(label);
+  for (const char *f = nd->features; *f;) {
+    size_t fl = strcspn(f, ",");
+    if (fl == ll && !strncmp(f, label, ll)) return true;
+    f += fl + (f[fl] == ',');
+  }
+  return false;
+}
+
+/* ---- the plan: how the spec is asked of Slurm ---------------------------- */
+
+/* One component of the Slurm job: ntasks tasks of one shape. */
+typedef struct {
+  int ntasks, vcores, gpus;
+  unsigned long long mem_per_cpu_mb; /* 0: no memory asked */
+  const char *label;
+} slurm_comp;
+
+typedef struct {
+  int ncomp;
+  slurm_comp *comp;  /* at most nroles */
+  int *role_comp;    /* role index -> its component */
+} slurm_plan;
+
+static int role_vc(const spec_role *r) { return r->vcores > 0 ? r->vcores : 1; }
+
+static unsigned long long mem_per_cpu(uint64_t memory, int vc) {
+  uint64_t unit = (uint64_t)vc * 1048576;
+  return memory ? (unsigned long long)((memory + unit - 1) / unit) : 0;
+}
+
+static bool same_label(const char *a, const char *b) {
+  return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+static void plan_free(slurm_plan *p) {
+  free(p->comp);
+  free(p->role_comp);
+  p->comp = NULL;
+  p->role_comp = NULL;
+}
+
+/* The ways of asking, tried in turn: one component per role (each role
+ * on nodes of its own); one per distinct task shape; one per label, at the
+ * largest shape of its roles (roles share nodes, some tasks get more than
+ * they asked for). */
+enum { PLAN_PER_ROLE, PLAN_PER_SHAPE, PLAN_PACKED, PLAN_KINDS };
+
+static int plan_make(const spec_job *s, int kind, slurm_plan *p) {
+  bool packed = kind == PLAN_PACKED;
+  p->ncomp = 0;
+  p->comp = calloc((size_t)s->nroles + 1, sizeof *p->comp);
+  p->role_comp = calloc((size_t)s->nroles + 1, sizeof *p->role_comp);
+  if (!p->comp || !p->role_comp) {
+    plan_free(p);
+    return LOOM_ENOMEM;
+  }
+  for (int i = 0; i < s->nroles; i++) {
+    const spec_role *r = &s->roles[i];
+    int vc = role_vc(r);
+    unsigned long long mpc = mem_per_cpu(r->memory, vc);
+    int c = kind == PLAN_PER_ROLE ? p->ncomp : 0;
+    for (; c < p->ncomp; c++) {
+      slurm_comp *k = &p->comp[c];
+      if (!same_label(k->label, r->label)) continue;
+      if (packed || (k->vcores == vc && k->mem_per_cpu_mb == mpc && k->gpus == r->gpus)) break;
+    }
+    slurm_comp *k = &p->comp[c];
+    if (c == p->ncomp) {
+      p->ncomp++;
+      *k = (slurm_comp){.vcores = vc, .gpus = r->gpus, .mem_per_cpu_mb = mpc, .label = r->label};
+    } else if (packed) {
+      /* the largest of both, memory per task kept at least */
+      unsigned long long mem_task = k->mem_per_cpu_mb * (unsigned long long)k->vcores;
+      unsigned long long rmem = mpc * (unsigned long long)vc;
+      if (rmem > mem_task) mem_task = rmem;
+      if (vc > k->vcores) k->vcores = vc;
+      if (r->gpus > k->gpus) k->gpus = r->gpus;
+      k->mem_per_cpu_mb = mem_task ? (mem_task + (unsigned long long)k->vcores - 1) /
+                                         (unsigned long long)k->vcores : 0;
+    }
+    k->ntasks += r->instances;
+    p->role_comp[i] = c;
   }
   return 0;
 }
 
-static int slurm_probe(char *msg, size_t len) {
-  FILE *p = popen("sinfo -h -o '%P %a %D %t' 2>&1", "r");
-  if (!p) {
-    snprintf(msg, len, "slurm: cannot run sinfo");
-    return -1;
+/* How many tasks of component c fit on node nd (empty). */
+static int node_takes(const slurm_node *nd, const slurm_comp *c) {
+  if (!node_has(nd, c->label)) return 0;
+  int k = nd->cpus / c->vcores;
+  if (c->mem_per_cpu_mb) {
+    unsigned long long per = c->mem_per_cpu_mb * (unsigned long long)c->vcores;
+    if (nd->mem_mb / per < (unsigned long long)k) k = (int)(nd->mem_mb / per);
   }
-  char line[256] = "";
-  size_t off = 0;
-  while (fgets(line, sizeof line, p) && off + 2 < len) {
-    line[strcspn(line, "\n")] = 0;
-    off += (size_t)snprintf(msg + off, len - off, "%s%s", off ? "; " : "slurm: partitions ", line);
-  }
-  int rc = pclose(p);
-  return rc == 0 && off ? 0 : -1;
+  if (c->gpus && nd->gpus / c->gpus < k) k = nd->gpus / c->gpus;
+  return k;
 }
 
-/* Per-task options: what one task of role r asks for, in the batch script. */
-static void role_opts(const spec_role *r, char *buf, size_t len) {
-  size_t off = 0;
-  int vc = r->vcores > 0 ? r->vcores : 1;
-  off += (size_t)snprintf(buf + off, len - off, " --cpus-per-task=%d", vc);
-  if (r->memory)
-    off += (size_t)snprintf(buf + off, len - off, " --mem-per-cpu=%lluM",
-                            (unsigned long long)((r->memory + (uint64_t)vc * 1048576 - 1) /
-                                                 ((uint64_t)vc * 1048576)));
-  if (r->gpus) off += (size_t)snprintf(buf + off, len - off, " --gres=gpu:%d", r->gpus);
-  if (r->label) off += (size_t)snprintf(buf + off, len - off, " --constraint=%s", r->label);
+/* Whether plan p fits on the nodes, the components of a heterogeneous job
+ * on separate nodes as Slurm places them. */
+static bool plan_fits(const slurm_plan *p, const slurm_node *nodes, int n) {
+  bool *taken = calloc((size_t)n + 1, sizeof *taken);
+  if (!taken) return false;
+  bool ok = true;
+  for (int c = 0; c < p->ncomp && ok; c++) {
+    int left = p->comp[c].ntasks;
+    for (int i = 0; i < n && left > 0; i++) {
+      if (taken[i]) continue;
+      int k = node_takes(&nodes[i], &p->comp[c]);
+      if (k <= 0) continue;
+      taken[i] = p->ncomp > 1;
+      left -= k;
+    }
+    ok = left <= 0;
+  }
+  free(taken);
+  return ok;
 }
 
-int backend_slurm_script(const spec_job *s, const char *job_id, const char *job_dir,
-                         const char *exe, char **out) {
-  loom__buf b;
-  loom__buf_init(&b, 1 << 20);
-  loom__buf_printf(&b, "#!/bin/sh\n# loom job %s: one component per role\n", job_id);
+static void fmt_mib(unsigned long long mb, char *buf, size_t len) {
+  if (mb >= 1024 && mb % 1024 == 0) snprintf(buf, len, "%llu GiB", mb / 1024);
+  else if (mb >= 1024) snprintf(buf, len, "%.1f GiB", (double)mb / 1024.0);
+  else snprintf(buf, len, "%llu MiB", mb);
+}
+
+/* What the spec needs against what the partition has, into err. */
+static void refusal(const spec_job *s, const slurm_node *nodes, int n, const char *pname,
+                    char *err, size_t errlen) {
+  size_t off = 0;
+  int tasks = 0, cpus = 0, gpus = 0;
+  unsigned long long mem = 0;
   for (int i = 0; i < s->nroles; i++) {
     const spec_role *r = &s->roles[i];
+    tasks += r->instances;
+    cpus += r->instances * role_vc(r);
+    gpus += r->instances * r->gpus;
+    mem += (unsigned long long)r->instances * (r->memory >> 20);
+  }
+  int pcpus = 0, pgpus = 0;
+  unsigned long long pmem = 0;
+  for (int i = 0; i < n; i++) {
+    pcpus += nodes[i].cpus;
+    pgpus += nodes[i].gpus;
+    pmem += nodes[i].mem_mb;
+  }
+  char m1[32], m2[32];
+  fmt_mib(mem, m1, sizeof m1);
+  fmt_mib(pmem, m2, sizeof m2);
+  off += (size_t)snprintf(err + off, errlen - off,
+                          "the job cannot be placed on Slurm partition '%s': it needs %d tasks, "
+                          "%d CPUs, %s of memory and %d GPUs (",
+                          pname, tasks, cpus, mem ? m1 : "no set amount", gpus);
+  for (int i = 0; i < s->nroles && off < errlen; i++) {
+    const spec_role *r = &s->roles[i];
+    fmt_mib(r->memory >> 20, m1, sizeof m1);
+    off += (size_t)snprintf(err + off, errlen - off, "%s%s: %d x %d CPUs%s%s, %d GPUs%s%s",
+                            i ? "; " : "", r->name, r->instances, role_vc(r),
+                            r->memory ? " " : "", r->memory ? m1 : "", r->gpus,
+                            r->label ? ", label " : "", r->label ? r->label : "");
+  }
+  if (off < errlen)
+    off += (size_t)snprintf(err + off, errlen - off, "); the partition has %d nodes, %d CPUs, %s "
+                            "and %d GPUs in all:", n, pcpus, m2, pgpus);
+  for (int i = 0; i < n && i < NODES_NAMED && off < errlen; i++) {
+    fmt_mib(nodes[i].mem_mb, m1, sizeof m1);
+    off += (size_t)snprintf(err + off, errlen - off, "%s %s %d CPUs %s %d GPUs%s%s",
+                            i ? "," : "", nodes[i].name, nodes[i].cpus, m1, nodes[i].gpus,
+                            nodes[i].features[0] ? " features " : "", nodes[i].features);
+  }
+  if (n > NODES_NAMED && off < errlen)
+    off += (size_t)snprintf(err + off, errlen - off, ", and %d more", n - NODES_NAMED);
+  if (off < errlen)
+    snprintf(err + off, errlen - off, ". Ask for fewer or smaller tasks, or set queue to a larger "
+             "partition");
+}
+
+/* Checks s against its partition and picks the plan (exact, else packed).
+ * 0 with *p made, or LOOM_ERESOURCE / LOOM_EBACKEND with err filled. */
+static int slurm_plan_for(const spec_job *s, slurm_plan *p, char *err, size_t errlen) {
+  slurm_node *nodes;
+  int n;
+  char pname[128];
+  int rc = slurm_nodes(s->queue, &nodes, &n, pname, sizeof pname, err, errlen);
+  if (rc < 0) return rc;
+  /* first, a task no node can hold: the plainest refusal */
+  for (int i = 0; i < s->nroles && rc == 0; i++) {
+    const spec_role *r = &s->roles[i];
+    slurm_comp one = {.ntasks = 1, .vcores = role_vc(r), .gpus = r->gpus,
+                      .mem_per_cpu_mb = mem_per_cpu(r->memory, role_vc(r)), .label = r->label};
+    int best_cpu = 0, best_gpu = 0;
+    unsigned long long best_mem = 0;
+    bool any = false;
+    for (int k = 0; k < n; k++) {
+      any |= node_takes(&nodes[k], &one) > 0;
+      if (!node_has(&nodes[k], r->label)) continue;
+      if (nodes[k].cpus > best_cpu) best_cpu = nodes[k].cpus;
+      if (nodes[k].gpus > best_gpu) best_gpu = nodes[k].gpus;
+      if (nodes[k].mem_mb > best_mem) best_mem = nodes[k].mem_mb;
+    }
+    if (any) continue;
+    char m1[32], m2[32];
+    fmt_mib(r->memory >> 20, m1, sizeof m1);
+    fmt_mib(best_mem, m2, sizeof m2);
+    snprintf(err, errlen, "role '%s' asks for %d vcores, %s of memory and %d GPUs per task%s%s; "
+             "no node of Slurm partition '%s' has that: its largest%s%s has %d CPUs, %s and %d "
+             "GPUs (%d nodes): lower roles.%s's resources or set queue to another partition",
+             r->name, role_vc(r), r->memory ? m1 : "no set amount", r->gpus,
+             r->label ? " with label " : "", r->label ? r->label : "", pname,
+             r->label ? " node with label " : " node", r->label ? r->label : "", best_cpu, m2,
+             best_gpu, n, r->name);
+    rc = LOOM_ERESOURCE;
+  }
+  bool fits = false;
+  for (int kind = 0; kind < PLAN_KINDS && rc == 0 && !fits; kind++) {
+    if ((rc = plan_make(s, kind, p)) < 0) break;
+    fits = plan_fits(p, nodes, n);
+    if (!fits) plan_free(p);
+  }
+  if (rc == 0 && !fits) {
+    refusal(s, nodes, n, pname, err, errlen);
+    rc = LOOM_ERESOURCE;
+  }
+  free(nodes);
+  return rc;
+}
+
+static bool have_cmd(const char *name) {
+  const char *path = getenv("PATH");
+  char p[4096];
+  for (const char *d = path ? path : "/usr/bin:/bin"; d && *d;) {
+    size_t l = strcspn(d, ":");
+    snprintf(p, sizeof p, "%.*s/%s", (int)l, d, name);
+    if (access(p, X_OK) == 0) return true;
+    d += l + (d[l] == ':');
+  }
+  return false;
+}
+
+static int slurm_check(const spec_job *s, char *err, size_t errlen) {
+  if (!have_cmd("sbatch")) {
+    snprintf(err, errlen, "sbatch is not installed: install slurm-client, or use another "
+             "backend (%s)", backend_names());
+    return LOOM_EBACKEND;
+  }
+  slurm_plan p;
+  int rc = slurm_plan_for(s, &p, err, errlen);
+  if (rc == 0) plan_free(&p);
+  return rc;
+}
+
+static int slurm_probe(char *msg, size_t len) {
+  char *argv[] = {"sinfo", "-h", "-o", "%P %a %D %t", NULL};
+  char out[2048];
+  int st = run_capture(argv, SLURM_CMD_TIMEOUT_MS, out, sizeof out);
+  size_t off = 0;
+  for (char *save = NULL, *line = strtok_r(out, "\n", &save); line && off + 2 < len;
+       line = strtok_r(NULL, "\n", &save))
+    off += (size_t)snprintf(msg + off, len - off, "%s%s", off ? "; " : "slurm: partitions ", line);
+  if (st != 0 || !off) {
+    snprintf(msg, len, "slurm: sinfo %s (is SLURM_CONF right?)",
+             st < 0 ? "did not answer" : "failed");
+    return -1;
+  }
+  return 0;
+}
+
+/* Per-task options of component c, for the batch script. */
+static void comp_opts(const slurm_comp *c, char *buf, size_t len) {
+  size_t off = 0;
+  off += (size_t)snprintf(buf + off, len - off, " --cpus-per-task=%d", c->vcores);
+  if (c->mem_per_cpu_mb)
+    off += (size_t)snprintf(buf + off, len - off, " --mem-per-cpu=%lluM", c->mem_per_cpu_mb);
+  if (c->gpus) off += (size_t)snprintf(buf + off, len - off, " --gpus-per-task=%d", c->gpus);
+  if (c->label) off += (size_t)snprintf(buf + off, len - off, " --constraint=%s", c->label);
+}
+
+/* The batch script for spec s under plan p: one component each, then the
+ * coordinator, told each role's component. *out is malloc'ed. */
+static int slurm_script(const spec_job *s, const slurm_plan *p, const char *job_id,
+                        const char *job_dir, const char *exe, char **out) {
+  loom__buf b;
+  loom__buf_init(&b, 1 << 20);
+  loom__buf_printf(&b, "#!/bin/sh\n# loom job %s: %d component%s (", job_id, p->ncomp,
+                   p->ncomp > 1 ? "s" : "");
+  for (int i = 0; i < s->nroles; i++)
+    loom__buf_printf(&b, "%s%s -> %d", i ? ", " : "", s->roles[i].name, p->role_comp[i]);
+  loom__buf_printf(&b, ")\n");
+  for (int c = 0; c < p->ncomp; c++) {
     char opts[512];
-    role_opts(r, opts, sizeof opts);
-    if (i > 0) loom__buf_printf(&b, "#SBATCH hetjob\n");
-    loom__buf_printf(&b, "#SBATCH --ntasks=%d%s\n", r->instances, opts);
-    if (i == 0) {
+    comp_opts(&p->comp[c], opts, sizeof opts);
+    if (c > 0) loom__buf_printf(&b, "#SBATCH hetjob\n");
+    loom__buf_printf(&b, "#SBATCH --ntasks=%d%s\n", p->comp[c].ntasks, opts);
+    if (c == 0) {
       loom__buf_printf(&b, "#SBATCH --job-name=%s\n#SBATCH --output=%s/coordinator.log\n", job_id,
                        job_dir);
       loom__buf_printf(&b, "#SBATCH --requeue\n");
     }
     if (s->queue) loom__buf_printf(&b, "#SBATCH --partition=%s\n", s->queue);
   }
+  loom__buf_printf(&b, "LOOM_SLURM_GROUPS=");
+  for (int i = 0; i < s->nroles; i++) loom__buf_printf(&b, "%s%d", i ? "," : "", p->role_comp[i]);
+  loom__buf_printf(&b, "\nexport LOOM_SLURM_GROUPS\n");
   loom__buf_printf(&b, "exec '%s' coordinator '%s' --backend slurm\n", exe, job_dir);
   if (!b.p) return LOOM_ENOMEM;
   *out = b.p;
   return 0;
 }
+
+static int slurm_submit(const spec_job *s, const char *job_id, const char *job_dir,
+                        const char *exe, backend_job *job, char *err, size_t errlen) {
+  memset(job, 0, sizeof *job);
+  slurm_plan p;
+  int rc = slurm_plan_for(s, &p, err, errlen);
+  if (rc < 0) return rc;
+  char *script = NULL, path[4096];
+  rc = slurm_script(s, &p, job_id, job_dir, exe, &script);
+  plan_free(&p);
+  if (rc < 0) return rc;
+  snprintf(path, sizeof path, "%s/slurm.sh", job_dir);
+  rc = loom__write_atomic(path, script, strlen(script), 0700, false);
+  free(script);
+  if (rc < 0) {
+    snprintf(err, errlen, "cannot write %s", path);
+    return rc;
+  }
+  /* Slurm's own opinion too: what it could never run would wait forever */
+  char out[4096];
+  for (int pass = 0; pass < 2; pass++) {
+    char *argv[] = {"sbatch", pass == 0 ? "--test-only" : "--parsable", path, NULL};
+    int st = run_capture(argv, SLURM_CMD_TIMEOUT_MS, out, sizeof out);
+    if (st != 0) {
+      one_line(out);
+      snprintf(err, errlen, "Slurm refused the job: %s (the batch script is %s)",
+               out[0] ? out : st < 0 ? "sbatch did not answer" : "sbatch failed", path);
+      return strstr(out, "allocation failure") || strstr(out, "invalid") ? LOOM_ERESOURCE
+                                                                          : LOOM_EBACKEND;
+    }
+  }
+  out[strcspn(out, ";\n")] = 0;
+  if (!out[0] || strspn(out, "0123456789") != strlen(out)) {
+    snprintf(err, errlen, "sbatch --parsable printed no job id ('%s')", out);
+    return LOOM_EBACKEND;
+  }
+  json_t *sj = json_pack("{s:s}", "job_id", out);
+  char *sjs = json_dumps(sj, JSON_COMPACT);
+  json_decref(sj);
+  snprintf(path, sizeof path, "%s/slurm.json", job_dir);
+  rc = sjs ? loom__write_atomic(path, sjs, strlen(sjs), 0600, false) : LOOM_ENOMEM;
+  free(sjs);
+  loom__strlcpy(job->id, out, sizeof job->id);
+  job->state = BACKEND_JOB_PENDING;
+  snprintf(job->what, sizeof job->what, "Slurm job %s", job->id);
+  if (rc < 0) snprintf(err, errlen, "cannot write %s (Slurm job %s is submitted)", path, job->id);
+  return rc;
+}
+
+/* The Slurm job id of a job directory (slurm.json). */
+static int job_id_of(const char *job_dir, char *id, size_t len) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/slurm.json", job_dir);
+  json_error_t e;
+  json_t *j = json_load_file(p, 0, &e);
+  const char *v = j ? json_string_value(json_object_get(j, "job_id")) : NULL;
+  int rc = v && *v && strspn(v, "0123456789") == strlen(v) ? 0 : LOOM_ENOENT;
+  if (rc == 0) loom__strlcpy(id, v, len);
+  json_decref(j);
+  return rc;
+}
+
+/* What Slurm's common pending reasons mean, for people. */
+static const char *reason_words(const char *r) {
+  static const struct { const char *code, *words; } W[] = {
+      {"Resources", "waiting for nodes to free up"},
+      {"Priority", "jobs of higher priority are ahead of it"},
+      {"Dependency", "waiting for a job it depends on"},
+      {"BeginTime", "its start time has not come"},
+      {"JobHeldUser", "held by its user (scontrol release)"},
+      {"JobHeldAdmin", "held by an administrator"},
+      {"PartitionDown", "its partition is down"},
+      {"PartitionInactive", "its partition is inactive"},
+      {"ReqNodeNotAvail", "nodes it needs are not available"},
+      {"QOSMaxJobsPerUserLimit", "the QOS limit on your running jobs is reached"},
+      {"AssocGrpCpuLimit", "your association's CPU limit is reached"},
+  };
+  for (size_t i = 0; i < LOOM__ARRAY_LEN(W); i++)
+    if (!strcmp(r, W[i].code)) return W[i].words;
+  return NULL;
+}
+
+static int slurm_job_state(const char *job_dir, backend_job *job) {
+  memset(job, 0, sizeof *job);
+  if (job_id_of(job_dir, job->id, sizeof job->id) < 0) return LOOM_ENOENT;
+  /* every state: a job just ended is still listed (MinJobAge) */
+  char *argv[] = {"squeue", "-h", "-t", "all", "-j", job->id, "-o", "%T|%r", NULL};
+  char out[4096];
+  int st = run_capture(argv, SLURM_CMD_TIMEOUT_MS, out, sizeof out);
+  out[strcspn(out, "\n")] = 0; /* a heterogeneous job: its first component speaks for it */
+  char *bar = strchr(out, '|');
+  if (st != 0 || !bar) {
+    /* squeue forgets a job MinJobAge after its end; "Invalid job id" */
+    job->state = BACKEND_JOB_UNKNOWN;
+    snprintf(job->what, sizeof job->what, "Slurm job %s is not known to Slurm (any more)",
+             job->id);
+    return 0;
+  }
+  *bar = 0;
+  loom__strlcpy(job->native, out, sizeof job->native);
+  loom__strlcpy(job->reason, strcmp(bar + 1, "None") ? bar + 1 : "", sizeof job->reason);
+  static const char *const pending[] = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                                        "RESV_DEL_HOLD", "SPECIAL_EXIT"};
+  static const char *const running[] = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
+                                        "RESIZING", "STAGE_OUT", "SIGNALING", "STOPPED"};
+  job->state = BACKEND_JOB_ENDED;
+  for (size_t i = 0; i < LOOM__ARRAY_LEN(pending); i++)
+    if (!strcmp(out, pending[i])) job->state = BACKEND_JOB_PENDING;
+  for (size_t i = 0; i < LOOM__ARRAY_LEN(running); i++)
+    if (!strcmp(out, running[i])) job->state = BACKEND_JOB_RUNNING;
+  const char *words = job->reason[0] ? reason_words(job->reason) : NULL;
+  snprintf(job->what, sizeof job->what, "Slurm job %s is %s%s%s%s%s%s", job->id, job->native,
+           job->reason[0] ? " (" : "", job->reason, words ? ": " : "", words ? words : "",
+           job->reason[0] ? ")" : "");
+  return 0;
+}
+
+static int slurm_cancel(const char *job_dir, char *msg, size_t msglen) {
+  char id[64], out[1024];
+  if (job_id_of(job_dir, id, sizeof id) < 0) {
+    snprintf(msg, msglen, "no Slurm job recorded in %s/slurm.json", job_dir);
+    return LOOM_ENOENT;
+  }
+  char *argv[] = {"scancel", id, NULL};
+  int st = run_capture(argv, SLURM_CMD_TIMEOUT_MS, out, sizeof out);
+  one_line(out);
+  if (st != 0) {
+    snprintf(msg, msglen, "scancel %s failed: %s", id, out[0] ? out : "no output");
+    return LOOM_EBACKEND;
+  }
+  snprintf(msg, msglen, "Slurm job %s", id);
+  return 0;
+}
+
+/* Agents on other nodes reach the coordinator by this host's address. */
+static void slurm_coord_address(char *bind, size_t bindlen, char *adv, size_t advlen) {
+  loom__strlcpy(bind, "0.0.0.0", bindlen);
+  loom__strlcpy(adv, "127.0.0.1", advlen);
+  struct addrinfo hints = {.ai_family = AF_INET}, *res = NULL;
+  char hn[256];
+  if (gethostname(hn, sizeof hn) == 0 && getaddrinfo(hn, NULL, &hints, &res) == 0 && res) {
+    inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, adv, (socklen_t)advlen);
+    freeaddrinfo(res);
+  }
+}
+
+/* ---- the coordinator's side ------------------------------------------------ */
 
 static void srun_handle_closed(uv_handle_t *h) {
   srun_proc *s = h->data;
@@ -246,22 +831,25 @@ static int slurm_launch(backend *b, int task_id, char *const *argv, char *const 
   for (int i = 0; env[i]; i++)
     if (!strncmp(env[i], "LOOM_TASK=", 10)) task = env[i] + 10;
   char hg[32] = "";
-  if (pr->group[task_id] >= 0) snprintf(hg, sizeof hg, "--het-group=%d", pr->group[task_id]);
+  if (pr->ngroups > 1) snprintf(hg, sizeof hg, "--het-group=%d", pr->group[task_id]);
   char name[160];
   snprintf(name, sizeof name, "--job-name=%s", task ? task : "loom-agent");
-  char cpus[48] = "", mem[48] = "";
+  char cpus[48] = "", mem[48] = "", gpus[48] = "";
   const spec_role *r = pr->role[task_id];
   int vc = r->vcores > 0 ? r->vcores : 1;
   snprintf(cpus, sizeof cpus, "--cpus-per-task=%d", vc);
   if (r->memory)
     snprintf(mem, sizeof mem, "--mem-per-cpu=%lluM",
              (unsigned long long)((r->memory + (uint64_t)vc * 1048576 - 1) / ((uint64_t)vc * 1048576)));
-  char *args[16];
+  /* the step's own GPUs: Slurm sets its CUDA_VISIBLE_DEVICES */
+  if (r->gpus) snprintf(gpus, sizeof gpus, "--gpus-per-task=%d", r->gpus);
+  char *args[18];
   int k = 0;
   args[k++] = "srun";
   if (hg[0]) args[k++] = hg;
   args[k++] = cpus;
   if (mem[0]) args[k++] = mem;
+  if (gpus[0]) args[k++] = gpus;
   args[k++] = "--ntasks=1";
   args[k++] = "--nodes=1";
   args[k++] = "--exact";
@@ -471,23 +1059,12 @@ static void slurm_destroy(backend *b) {
   free(b);
 }
 
-const backend_ops loom__backend_slurm = {
-    .name = "slurm",
-    .launcher = "srun",
-    .tracks_processes = true,
-    .launch_retryable = true,
-    .check = slurm_check,
-    .probe = slurm_probe,
-    .launch = slurm_launch,
-    .signal = slurm_signal,
-    .host = slurm_host,
-    .stage_files = slurm_stage,
-    .unstage_files = slurm_unstage,
-    .destroy = slurm_destroy,
-};
 
-/* The coordinator tells the backend which het group each task is in. */
-int backend_slurm_setup(backend *b, const spec_job *s, int ntasks) {
+/* Reads which component each role is in (LOOM_SLURM_GROUPS, set by the
+ * batch script: "0,0,1" for three roles) and numbers the tasks as the
+ * coordinator does: role by role. Without it (a job submitted before),
+ * one component per role, as the batch script then had. */
+static int slurm_create(backend *b, const spec_job *s, int ntasks) {
   slurm_priv *pr = calloc(1, sizeof *pr);
   if (!pr) return LOOM_ENOMEM;
   pr->procs = calloc((size_t)ntasks + 1, sizeof *pr->procs);
@@ -500,15 +1077,52 @@ int backend_slurm_setup(backend *b, const spec_job *s, int ntasks) {
     free(pr);
     return LOOM_ENOMEM;
   }
-  pr->ngroups = s->nroles;
+  const char *groups = getenv("LOOM_SLURM_GROUPS");
   pr->ntasks = ntasks;
+  pr->ngroups = 1;
   int k = 0;
-  for (int i = 0; i < s->nroles; i++)
+  for (int i = 0; i < s->nroles; i++) {
+    int g = i;
+    if (groups) {
+      g = atoi(groups);
+      groups = strchr(groups, ',');
+      if (groups) groups++;
+    }
+    if (g + 1 > pr->ngroups) pr->ngroups = g + 1;
     for (int j = 0; j < s->roles[i].instances; j++, k++) {
-      pr->group[k] = s->nroles > 1 ? i : -1;
+      pr->group[k] = g;
       pr->role[k] = &s->roles[i];
     }
-  free(b->priv);
+  }
   b->priv = pr;
   return 0;
 }
+
+/* A task's CPUs and GPUs are those Slurm gave its step on its node (the
+ * step's cpuset, CUDA_VISIBLE_DEVICES): the coordinator hands out none. */
+static void slurm_place(backend *b, int task_id, const spec_role *r, char *cpus, size_t cpuslen,
+                        char *gpus, size_t gpuslen) {
+  cpus[0] = gpus[0] = 0;
+}
+
+const backend_ops loom__backend_slurm = {
+    .name = "slurm",
+    .launcher = "srun",
+    .tracks_processes = true,
+    .launch_retryable = true,
+    .requeues = true,
+    .check = slurm_check,
+    .probe = slurm_probe,
+    .submit = slurm_submit,
+    .job_state = slurm_job_state,
+    .cancel = slurm_cancel,
+    .coord_address = slurm_coord_address,
+    .create = slurm_create,
+    .place = slurm_place,
+    .launch = slurm_launch,
+    .signal = slurm_signal,
+    .host = slurm_host,
+    .stage_files = slurm_stage,
+    .unstage_files = slurm_unstage,
+    .destroy = slurm_destroy,
+};

@@ -1,5 +1,6 @@
 /* jobs.c: job directories; see jobs.h. */
 #include "cli/jobs.h"
+#include "backend/backend.h"
 #include "wire/wire.h"
 
 #include <dirent.h>
@@ -150,32 +151,12 @@ json_t *jobs_state(const char *dir) {
   return json_load_file(p, 0, &e);
 }
 
-int jobs_slurm_id(const char *dir, char *id, size_t len) {
-  char p[PATH_MAX + 32];
-  snprintf(p, sizeof p, "%s/slurm.json", dir);
-  json_error_t e;
-  json_t *j = json_load_file(p, 0, &e);
-  const char *v = j ? json_string_value(json_object_get(j, "job_id")) : NULL;
-  int rc = v && *v && strspn(v, "0123456789") == strlen(v) ? 0 : LOOM_ENOENT;
-  if (rc == 0) loom__strlcpy(id, v, len);
-  json_decref(j);
-  return rc;
-}
-
-bool jobs_slurm_active(const char *dir) {
-  char id[64], cmd[128], state[64] = "";
-  if (jobs_slurm_id(dir, id, sizeof id) < 0) return false;
-  snprintf(cmd, sizeof cmd, "squeue -h -j %s -o %%T 2>/dev/null", id);
-  FILE *p = popen(cmd, "r");
-  if (!p) return false;
-  if (!fgets(state, sizeof state, p)) state[0] = 0;
-  pclose(p);
-  return state[0] != 0;
-}
-
 bool jobs_coord_alive(const char *dir) {
-  char sid[64];
-  if (jobs_slurm_id(dir, sid, sizeof sid) == 0) return jobs_slurm_active(dir);
+  /* a coordinator inside a cluster: alive while the manager runs the job */
+  const backend_ops *ops = backend_of_job(dir);
+  backend_job bj;
+  if (ops && ops->job_state && ops->job_state(dir, &bj) == 0)
+    return bj.state == BACKEND_JOB_PENDING || bj.state == BACKEND_JOB_RUNNING;
   char p[PATH_MAX + 32];
   snprintf(p, sizeof p, "%s/coord.json", dir);
   json_error_t e;

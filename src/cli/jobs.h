@@ -14,12 +14,9 @@ int jobs_create(const spec_job *s, char *id, char *dir, char *secret, char *err,
 int jobs_find(const char *arg, char *dir, size_t dirlen, char *err, size_t errlen);
 /* The job's state.json, or NULL. */
 json_t *jobs_state(const char *dir);
-/* The Slurm job id of a job run on the slurm backend (slurm.json). */
-int jobs_slurm_id(const char *dir, char *id, size_t len);
-/* true while Slurm still knows the job as pending or running. */
-bool jobs_slurm_active(const char *dir);
-/* true while the job's coordinator process is alive (for Slurm: while the
- * Slurm job is pending or running). */
+/* true while the job's coordinator process is alive (for a backend whose
+ * coordinator runs in the cluster: while the manager has the job pending
+ * or running). */
 bool jobs_coord_alive(const char *dir);
 /* The newest job ids first; returns how many (at most max). */
 int jobs_list(char ids[][160], int max);

@@ -9,9 +9,7 @@
 #include "ps/server.h"
 #include "wire/wire.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -35,7 +33,7 @@ static const struct verb {
      "a terminal. Exits 0 when the job succeeded, 1 when a task failed past its\n"
      "retries (a root-cause summary is printed), 2 for a usage or spec error, 3\n"
      "for a backend error, 130 when interrupted (Ctrl-C stops the whole job).\n\n"
-     "  --backend B        local (default), slurm, external; overrides the spec's backend\n"
+     "  --backend B        where the job runs (listed below); overrides the spec's backend\n"
      "  --set key=value    override a spec key, e.g. --set roles.worker.instances=4\n"},
     {"submit", "SPEC [--backend B] [--set key=value]...",
      "run a job detached; prints its id",
@@ -82,6 +80,8 @@ static int verb_help(const char *name) {
   for (size_t i = 0; i < LOOM__ARRAY_LEN(VERBS); i++)
     if (!strcmp(VERBS[i].name, name)) {
       printf("usage: loom %s %s\n\n%s\n%s", name, VERBS[i].args, VERBS[i].what, VERBS[i].help);
+      if (strstr(VERBS[i].args, "--backend"))
+        printf("\nbackends: %s (default %s)\n", backend_names(), backend_default()->name);
       return 0;
     }
   return 2;
@@ -111,9 +111,14 @@ static int self_exe(char *buf, size_t len) {
   return 0;
 }
 
-/* ---- slurm: submit, then follow from the job directory ------------------------ */
+/* ---- a job whose coordinator runs in the cluster: follow it -------------- */
 static volatile sig_atomic_t follow_interrupted;
 static void on_follow_signal(int sig) { follow_interrupted = sig; }
+
+/* While a submitted job waits, how often its state is asked for, and how
+ * often an unchanged pending state is said again. */
+#define FOLLOW_POLL_MS 1000
+#define PENDING_REPEAT_MS 10000
 
 static bool state_final(const char *dir, int *exit_status) {
   json_t *st = jobs_state(dir);
@@ -124,81 +129,24 @@ static bool state_final(const char *dir, int *exit_status) {
   return fin;
 }
 
-/* The Slurm job's state as scontrol tells it ("PENDING", "RUNNING", ...). */
-static void slurm_job_state(const char *jobid, char *state, size_t len, char *reason, size_t rlen) {
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "scontrol show job %s 2>/dev/null", jobid);
-  state[0] = reason[0] = 0;
-  FILE *p = popen(cmd, "r");
-  if (!p) return;
-  char line[4096];
-  while (fgets(line, sizeof line, p)) {
-    char *js = strstr(line, "JobState="), *rs = strstr(line, "Reason=");
-    if (js && !state[0]) sscanf(js + 9, "%63s", state);
-    if (rs && !reason[0]) sscanf(rs + 7, "%127s", reason);
-    (void)len;
-    (void)rlen;
-  }
-  pclose(p);
-}
-
-static int slurm_run(const spec_job *s, const char *id, const char *dir, const char *exe,
-                     bool detach) {
-  char *script = NULL, path[PATH_MAX + 32];
-  if (backend_slurm_script(s, id, dir, exe, &script) < 0) return EXIT_INFRA;
-  snprintf(path, sizeof path, "%s/slurm.sh", dir);
-  int rc = loom__write_atomic(path, script, strlen(script), 0700, false);
-  free(script);
-  if (rc < 0) return EXIT_INFRA;
-  char cmd[PATH_MAX + 64], out[4096] = "";
-  /* Ask Slurm first whether it could ever run this job: a request no node
-   * can satisfy would otherwise wait in the queue forever. */
-  for (int pass = 0; pass < 2; pass++) {
-    snprintf(cmd, sizeof cmd, "sbatch %s '%s' 2>&1", pass == 0 ? "--test-only" : "--parsable",
-             path);
-    FILE *p = popen(cmd, "r");
-    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = 0;
-    int st = p ? pclose(p) : -1;
-    if (st != 0) {
-      for (char *c = out; *c; c++)
-        if (*c == '\n' && c[1]) *c = ' ';
-      out[strcspn(out, "\n")] = 0;
-      fprintf(stderr, "loom: %s: Slurm refused the job: %s\n(the batch script is %s)\n",
-              s->path, out, path);
-      return strstr(out, "allocation failure") || strstr(out, "invalid") ? EXIT_USAGE
-                                                                          : EXIT_INFRA;
-    }
-  }
-  out[strcspn(out, "\n")] = 0;
-  char jobid[64];
-  loom__strlcpy(jobid, out, sizeof jobid);
-  jobid[strcspn(jobid, ";")] = 0;
-  json_t *sj = json_pack("{s:s}", "job_id", jobid);
-  char *sjs = json_dumps(sj, JSON_COMPACT);
-  json_decref(sj);
-  snprintf(path, sizeof path, "%s/slurm.json", dir);
-  if (sjs) loom__write_atomic(path, sjs, strlen(sjs), 0600, false);
-  free(sjs);
-  if (detach) {
-    printf("%s\n", id);
-    return EXIT_OK;
-  }
-  fprintf(stderr, "loom: job %s is Slurm job %s\n", id, jobid);
+/* `loom run` of a submitted job: prints its tasks' output from the job
+ * directory and, while the cluster manager holds it back, its state and
+ * reason whenever they change and again every PENDING_REPEAT_MS; returns
+ * the job's exit status. Ctrl-C cancels the job. */
+static int follow_job(const backend_ops *ops, const char *dir, const backend_job *sub) {
   signal(SIGINT, on_follow_signal);
   signal(SIGTERM, on_follow_signal);
-  char logp[PATH_MAX + 32], sum[PATH_MAX + 32];
+  char logp[PATH_MAX + 32], sum[PATH_MAX + 32], msg[512];
   snprintf(logp, sizeof logp, "%s/logs/all.log", dir);
   snprintf(sum, sizeof sum, "%s/summary.txt", dir);
   FILE *log = NULL;
-  char buf[65536], last[64] = "";
+  char buf[65536], last[sizeof ((backend_job *)0)->what] = "";
   int status = EXIT_INFRA;
-  uint64_t next_poll = 0;
+  uint64_t next_poll = 0, said = 0, since = loom__now_ms();
   for (;;) {
     if (follow_interrupted) {
-      fprintf(stderr, "loom: interrupted: cancelling Slurm job %s\n", jobid);
-      snprintf(cmd, sizeof cmd, "scancel %s", jobid);
-      if (system(cmd) != 0) fprintf(stderr, "loom: scancel %s failed\n", jobid);
+      fprintf(stderr, "loom: interrupted: cancelling %s\n", sub->what);
+      if (ops->cancel(dir, msg, sizeof msg) < 0) fprintf(stderr, "loom: %s\n", msg);
       return EXIT_INTR;
     }
     if (!log) log = fopen(logp, "r");
@@ -219,21 +167,24 @@ static int slurm_run(const spec_job *s, const char *id, const char *dir, const c
       free(txt);
       break;
     }
-    if (loom__now_ms() >= next_poll) {
-      next_poll = loom__now_ms() + 1000;
-      char state[64], reason[128];
-      slurm_job_state(jobid, state, sizeof state, reason, sizeof reason);
-      if (strcmp(state, last) && state[0]) {
-        fprintf(stderr, "loom: Slurm job %s is %s%s%s\n", jobid, state,
-                strcmp(reason, "None") ? " " : "", strcmp(reason, "None") ? reason : "");
-        loom__strlcpy(last, state, sizeof last);
+    uint64_t now = loom__now_ms();
+    if (now >= next_poll) {
+      next_poll = now + FOLLOW_POLL_MS;
+      backend_job j;
+      if (ops->job_state(dir, &j) < 0) j.state = BACKEND_JOB_UNKNOWN;
+      bool pending = j.state == BACKEND_JOB_PENDING;
+      if (j.native[0] && strcmp(j.what, last)) {
+        fprintf(stderr, "loom: %s\n", j.what);
+        loom__strlcpy(last, j.what, sizeof last);
+        said = now;
+      } else if (pending && now - said >= PENDING_REPEAT_MS) {
+        fprintf(stderr, "loom: %s, waiting %.0fs\n", j.what, (double)(now - since) / 1000.0);
+        said = now;
       }
-      bool gone = !state[0] || !strcmp(state, "COMPLETED") || !strcmp(state, "FAILED") ||
-                  !strcmp(state, "CANCELLED") || !strcmp(state, "TIMEOUT") ||
-                  !strcmp(state, "NODE_FAIL") || !strcmp(state, "OUT_OF_MEMORY");
+      bool gone = j.state == BACKEND_JOB_UNKNOWN || j.state == BACKEND_JOB_ENDED;
       if (gone && !state_final(dir, &status)) {
-        fprintf(stderr, "loom: Slurm job %s ended (%s) before its coordinator reported an end; "
-                "see %s/coordinator.log\n", jobid, state[0] ? state : "gone", dir);
+        fprintf(stderr, "loom: %s: it ended before its coordinator reported an end; see "
+                "%s/coordinator.log\n", j.what[0] ? j.what : sub->what, dir);
         status = EXIT_INFRA;
         break;
       }
@@ -274,12 +225,22 @@ static int cmd_run(int argc, char **argv, bool detach) {
   const backend_ops *ops = backend_find(bname);
   if (!ops) {
     spec_free(s);
-    return bad_usage(verb, "backend '%s' is not available here: use local, slurm or external", bname);
+    return bad_usage(verb, "backend '%s' is not available here: use one of %s", bname,
+                     backend_names());
   }
-  if (ops->check(s, err, sizeof err) < 0) {
+  /* the job directory's spec.yaml names the backend the job runs on */
+  char *chosen = strdup(ops->name);
+  if (!chosen) {
+    spec_free(s);
+    return EXIT_INFRA;
+  }
+  free(s->backend);
+  s->backend = chosen;
+  bname = ops->name;
+  if ((rc = ops->check(s, err, sizeof err)) < 0) {
     fprintf(stderr, "loom: %s: cannot run on backend %s: %s\n", path, bname, err);
     spec_free(s);
-    return EXIT_USAGE;
+    return rc == LOOM_ERESOURCE ? EXIT_USAGE : EXIT_INFRA;
   }
   char id[160], dir[PATH_MAX], secret[80], exe[PATH_MAX];
   if (self_exe(exe, sizeof exe) < 0 || jobs_create(s, id, dir, secret, err, sizeof err) < 0) {
@@ -287,10 +248,21 @@ static int cmd_run(int argc, char **argv, bool detach) {
     spec_free(s);
     return EXIT_INFRA;
   }
-  if (!strcmp(bname, "slurm")) {
-    rc = slurm_run(s, id, dir, exe, detach);
+  if (ops->submit) {
+    /* the coordinator runs inside the cluster */
+    backend_job bj;
+    rc = ops->submit(s, id, dir, exe, &bj, err, sizeof err);
     spec_free(s);
-    return rc;
+    if (rc < 0) {
+      fprintf(stderr, "loom: %s: %s\n", path, err);
+      return rc == LOOM_ERESOURCE ? EXIT_USAGE : EXIT_INFRA;
+    }
+    if (detach) {
+      printf("%s\n", id);
+      return EXIT_OK;
+    }
+    fprintf(stderr, "loom: job %s is %s\n", id, bj.what);
+    return follow_job(ops, dir, &bj);
   }
   if (detach) {
     uv_loop_t *loop = uv_default_loop();
@@ -355,22 +327,18 @@ static int cmd_coordinator(int argc, char **argv) {
   const char *slash = strrchr(dir, '/');
   coord_opts o = {.job_dir = dir, .job_id = slash ? slash + 1 : dir, .secret = secret,
                   .spec = s, .backend = bopt, .self_exe = exe};
-  /* A requeued job (Slurm) continues its attempts. */
-  json_t *prev = jobs_state(dir);
-  if (prev) o.first_attempt = (int)json_integer_value(json_object_get(prev, "attempt")) + 1;
-  json_decref(prev);
-  char host[256] = "";
-  const char *bname = bopt ? bopt : s->backend;
-  if (!strcmp(bname, "slurm")) {
-    /* agents on other nodes reach us by this host's address */
-    o.bind = "0.0.0.0";
-    struct addrinfo hints = {.ai_family = AF_INET}, *res = NULL;
-    char hn[256];
-    if (gethostname(hn, sizeof hn) == 0 && getaddrinfo(hn, NULL, &hints, &res) == 0 && res) {
-      inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, host, sizeof host);
-      freeaddrinfo(res);
-    }
-    o.advertise = host[0] ? host : "127.0.0.1";
+  const backend_ops *ops = backend_find(bopt ? bopt : s->backend);
+  if (ops && ops->requeues) {
+    /* a job the cluster manager started again continues its attempts */
+    json_t *prev = jobs_state(dir);
+    if (prev) o.first_attempt = (int)json_integer_value(json_object_get(prev, "attempt")) + 1;
+    json_decref(prev);
+  }
+  char bind[128], adv[256];
+  if (ops && ops->coord_address) {
+    ops->coord_address(bind, sizeof bind, adv, sizeof adv);
+    o.bind = bind;
+    o.advertise = adv;
   }
   setsid();
   int rc = coord_run(&o);
@@ -386,6 +354,22 @@ static const char *job_state_str(const char *dir, json_t *st) {
   bool live = !strcmp(s, "running") || !strcmp(s, "starting") || !strcmp(s, "stopping");
   if (live && !jobs_coord_alive(dir)) return "lost (coordinator gone)";
   return s;
+}
+
+/* The job as its cluster manager sees it, for a backend whose coordinator
+ * runs there; false for others (or when the job has none). */
+static bool backend_state(const char *dir, backend_job *bj) {
+  const backend_ops *ops = backend_of_job(dir);
+  return ops && ops->job_state && ops->job_state(dir, bj) == 0;
+}
+
+static const char *backend_job_word(backend_job_state st) {
+  switch (st) {
+  case BACKEND_JOB_PENDING: return "pending";
+  case BACKEND_JOB_RUNNING: return "starting";
+  case BACKEND_JOB_ENDED: return "ended";
+  default: return "unknown";
+  }
 }
 
 static void fmt_dur(double s, char *buf, size_t len) {
@@ -416,7 +400,12 @@ static int cmd_status(int argc, char **argv) {
       snprintf(dir, sizeof dir, "%s/jobs/%.159s", jobs_home(), ids[i]);
       json_t *st = jobs_state(dir);
       if (!st) {
-        printf("%-44s %-24s\n", ids[i], "unknown (no state.json)");
+        backend_job bj;
+        char what[200] = "unknown (no state.json)";
+        if (backend_state(dir, &bj))
+          snprintf(what, sizeof what, "%s%s%s%s", backend_job_word(bj.state),
+                   bj.reason[0] ? " (" : "", bj.reason, bj.reason[0] ? ")" : "");
+        printf("%-44s %-24s\n", ids[i], what);
         continue;
       }
       int run = 0, done = 0, failed = 0, total = 0;
@@ -447,6 +436,26 @@ static int cmd_status(int argc, char **argv) {
     return EXIT_USAGE;
   }
   json_t *st = jobs_state(dir);
+  backend_job bj;
+  bool in_manager = backend_state(dir, &bj);
+  if (!st && in_manager) {
+    /* not started yet: what the cluster manager says, asked now */
+    const char *slash = strrchr(dir, '/');
+    if (json) {
+      json_t *j = json_pack("{s:s, s:s, s:{s:s, s:s, s:s, s:s}}", "job", slash ? slash + 1 : dir,
+                            "state", backend_job_word(bj.state), "cluster", "id", bj.id, "state",
+                            bj.native, "reason", bj.reason, "what", bj.what);
+      char *js = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+      printf("%s\n", js ? js : "{}");
+      free(js);
+      json_decref(j);
+      return 0;
+    }
+    printf("job      %s\nstate    %s%s%s%s\ncluster  %s\ndir      %s\n", slash ? slash + 1 : dir,
+           backend_job_word(bj.state), bj.reason[0] ? " (" : "", bj.reason,
+           bj.reason[0] ? ")" : "", bj.what, dir);
+    return 0;
+  }
   if (!st) {
     fprintf(stderr, "loom status: %s has no readable state.json yet\n", dir);
     return EXIT_INFRA;
@@ -468,6 +477,7 @@ static int cmd_status(int argc, char **argv) {
          (long long)json_integer_value(json_object_get(st, "retries")), el, dir);
   const char *dash = json_string_value(json_object_get(st, "dashboard"));
   const char *tb = json_string_value(json_object_get(st, "tensorboard"));
+  if (in_manager && !json) printf("cluster  %s\n", bj.what);
   if (dash) printf("web      %s\n", dash);
   if (tb) printf("tboard   %s\n", tb);
   json_t *rc = json_object_get(st, "root_cause");
@@ -502,7 +512,7 @@ static int cmd_status(int argc, char **argv) {
 /* ---- logs -------------------------------------------------------------- */
 static bool job_live(const char *dir) {
   json_t *st = jobs_state(dir);
-  if (!st) return jobs_slurm_active(dir); /* a pending Slurm job */
+  if (!st) return jobs_coord_alive(dir); /* pending in its cluster manager, say */
   const char *s = st ? job_state_str(dir, st) : "unknown";
   bool live = !strcmp(s, "running") || !strcmp(s, "starting") || !strcmp(s, "stopping");
   json_decref(st);
@@ -625,19 +635,18 @@ static int cmd_kill(int argc, char **argv) {
     printf("loom kill: the job is not running (see loom status %s)\n", argv[2]);
     return 0;
   }
-  char sid[64];
+  char msg[512];
+  const backend_ops *ops = backend_of_job(dir);
   json_t *have_state = jobs_state(dir);
-  bool pending = !have_state && jobs_slurm_id(dir, sid, sizeof sid) == 0;
+  bool pending = !have_state && ops && ops->cancel;
   json_decref(have_state);
   if (pending) {
-    /* still pending in Slurm: nothing of ours runs yet */
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "scancel %s", sid);
-    if (system(cmd) != 0) {
-      fprintf(stderr, "loom kill: scancel %s failed\n", sid);
+    /* still pending in its cluster manager: nothing of ours runs yet */
+    if (ops->cancel(dir, msg, sizeof msg) < 0) {
+      fprintf(stderr, "loom kill: %s\n", msg);
       return EXIT_INFRA;
     }
-    printf("killed %s (Slurm job %s, cancelled while pending)\n", strrchr(dir, '/') + 1, sid);
+    printf("killed %s (%s, cancelled while pending)\n", strrchr(dir, '/') + 1, msg);
     return 0;
   }
   snprintf(p, sizeof p, "%s/coord.json", dir);
@@ -658,12 +667,11 @@ static int cmd_kill(int argc, char **argv) {
     wire_frame f;
     if (rc == 0 && (rc = wire_recv(fd, &r, &f, 5000)) == 0) wire_frame_free(&f);
   }
-  if (rc < 0 && jobs_slurm_id(dir, sid, sizeof sid) == 0) {
-    fprintf(stderr, "loom kill: coordinator unreachable (%s); cancelling Slurm job %s\n",
-            loom_strerror(rc), sid);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "scancel %s", sid);
-    rc = system(cmd) == 0 ? 0 : LOOM_EBACKEND;
+  if (rc < 0 && ops && ops->cancel) {
+    fprintf(stderr, "loom kill: coordinator unreachable (%s); cancelling the job in its "
+            "cluster manager\n", loom_strerror(rc));
+    rc = ops->cancel(dir, msg, sizeof msg);
+    fprintf(stderr, "loom kill: %s%s\n", rc == 0 ? "cancelled " : "", msg);
   } else if (rc < 0) {
     int pid = (int)json_integer_value(json_object_get(cj, "pid"));
     if (pid > 0 && jobs_coord_alive(dir)) {
@@ -692,7 +700,7 @@ static int cmd_kill(int argc, char **argv) {
 
 /* ---- check ------------------------------------------------------------- */
 static int cmd_check(int argc, char **argv) {
-  const char *bname = "local";
+  const char *bname = backend_default()->name;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--backend") && i + 1 < argc) bname = argv[++i];
     else return bad_usage("check", "unknown argument %s", argv[i]);
@@ -705,7 +713,7 @@ static int cmd_check(int argc, char **argv) {
   bad += !dirok;
   const backend_ops *ops = backend_find(bname);
   if (!ops) {
-    printf("FAIL backend '%s' is not available (local, slurm, external)\n", bname);
+    printf("FAIL backend '%s' is not available (%s)\n", bname, backend_names());
     bad++;
   } else {
     int rc = ops->probe(msg, sizeof msg);
@@ -723,7 +731,7 @@ static int cmd_check(int argc, char **argv) {
   bad += rc != 0;
   uv_close((uv_handle_t *)&t, NULL);
   uv_run(loop, UV_RUN_DEFAULT);
-  if (!strcmp(bname, "local")) {
+  if (ops && ops->same_host) {
     /* what the agents will do: never a failure, the rlimit is the fallback */
     cg_probe cg;
     cg_probe_memory(&cg);

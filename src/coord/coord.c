@@ -440,6 +440,10 @@ int coord_run(const coord_opts *o) {
     fprintf(stderr, "loom: backend '%s' is not available\n", bname);
     goto out_loop;
   }
+  /* CPUs and GPUs: where the backend says they come from */
+  for (int i = 0; i < co->ntasks; i++)
+    co->be->ops->place(co->be, i, co->tasks[i].role, co->tasks[i].cpus, sizeof co->tasks[i].cpus,
+                       co->tasks[i].gpus, sizeof co->tasks[i].gpus);
   uv_tcp_init(&co->loop, &co->server);
   co->server.data = co;
   struct sockaddr_storage sa;

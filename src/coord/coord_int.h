@@ -196,8 +196,6 @@ int coord_setup_tasks(coord *co);
 /* Gives each training task for which member() is true (every one when it
  * is NULL) its first rank, in the rank order; returns the world size. */
 int coord_rank_tasks(task *tasks, int ntasks, bool (*member)(const task *t));
-/* CPU and GPU ids of this machine, round-robin over ncpu cores and ngpu
- * GPUs, vcores and gpus of each task's role at a time. */
-void coord_place_devices(task *tasks, int ntasks, int ncpu, int ngpu);
+
 
 #endif

@@ -61,7 +61,7 @@ int coord_live_members(coord *co, const spec_role *r, const task *except) {
  * machine (local backend) its process groups are ours to kill: every
  * process of a task leads its own group. */
 void coord_kill_task_groups(coord *co, task *t) {
-  if (strcmp(co->be->ops->name, "local") || !t->pids) return;
+  if (!co->be->ops->same_host || !t->pids) return;
   size_t i;
   json_t *v;
   json_array_foreach(t->pids, i, v) {

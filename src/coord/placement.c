@@ -1,5 +1,5 @@
-/* placement.c: the tasks of the spec, their ranks and the CPU and GPU ids
- * each task gets on this machine.
+/* placement.c: the tasks of the spec and their ranks. (Where a task's CPU
+ * and GPU ids come from is the backend's: its place operation.)
  *
  * The rank-order rule is written once, here: training tasks only, chief
  * first, then worker, then every other training role in spec order; a
@@ -28,22 +28,6 @@ int coord_rank_tasks(task *tasks, int ntasks, bool (*member)(const task *t)) {
   return rank;
 }
 
-void coord_place_devices(task *tasks, int ntasks, int ncpu, int ngpu) {
-  int cursor = 0, gcursor = 0;
-  for (int i = 0; i < ntasks; i++) {
-    task *t = &tasks[i];
-    size_t off = 0;
-    t->cpus[0] = t->gpus[0] = 0;
-    for (int v = 0; v < t->role->vcores && off + 8 < sizeof t->cpus; v++)
-      off += (size_t)snprintf(t->cpus + off, sizeof t->cpus - off, "%s%d", v ? "," : "",
-                              cursor++ % (ncpu > 0 ? ncpu : 1));
-    off = 0;
-    for (int g = 0; g < t->role->gpus && off + 8 < sizeof t->gpus; g++)
-      off += (size_t)snprintf(t->gpus + off, sizeof t->gpus - off, "%s%d", g ? "," : "",
-                              gcursor++ % (ngpu > 0 ? ngpu : 1));
-  }
-}
-
 int coord_setup_tasks(coord *co) {
   co->ntasks = spec_total_tasks(co->s);
   co->tasks = calloc((size_t)co->ntasks, sizeof *co->tasks);
@@ -63,6 +47,5 @@ int coord_setup_tasks(coord *co) {
     }
   }
   co->world_size = coord_rank_tasks(co->tasks, co->ntasks, NULL);
-  coord_place_devices(co->tasks, co->ntasks, backend_local_cpus(), backend_local_gpus());
   return 0;
 }

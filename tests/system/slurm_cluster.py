@@ -1,7 +1,10 @@
 """A real Slurm cluster on this machine for tests: munged, slurmctld and
-two slurmd nodes (n1, n2), everything under one directory of the test's
-own, started as plain processes and stopped at the end (see
-../shared/notes/slurm-one-machine.md)."""
+slurmd nodes (n1, n2, n3 unless told), everything under one directory of
+the test's own, started as plain processes and stopped at the end (see
+../shared/notes/slurm-one-machine.md). gpus > 0 gives every node that many
+fake GPUs (gres on /dev/null symlinks: Slurm hands them out and sets
+CUDA_VISIBLE_DEVICES); task_plugin="task/affinity" binds each step to its
+CPUs."""
 import os
 import shutil
 import signal
@@ -23,10 +26,13 @@ def available():
 
 
 class SlurmCluster:
-    def __init__(self, root: Path, nodes=("n1", "n2", "n3"), cpus=4):
+    def __init__(self, root: Path, nodes=("n1", "n2", "n3"), cpus=4, gpus=0,
+                 task_plugin="task/none"):
         self.root = root
         self.nodes = nodes
         self.cpus = cpus
+        self.gpus = gpus
+        self.task_plugin = task_plugin
         self.procs = []
         self.conf = root / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
@@ -59,7 +65,7 @@ class SlurmCluster:
             f"SlurmctldPidFile={r}/run/slurmctld.pid", f"SlurmdPidFile={r}/run/slurmd-%n.pid",
             f"SlurmctldLogFile={r}/log/slurmctld.log", f"SlurmdLogFile={r}/log/slurmd-%n.log",
             f"TmpFS={r}/tmp/%n",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+            "ProctrackType=proctrack/linuxproc", f"TaskPlugin={self.task_plugin}",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
@@ -68,10 +74,21 @@ class SlurmCluster:
             "KillWait=2", "ReturnToService=2", "MpiDefault=none", "MinJobAge=300",
             "InactiveLimit=0", "SlurmdTimeout=30",
         ]
+        gres = ""
+        if self.gpus:
+            lines.append("GresTypes=gpu")
+            gres = f" Gres=gpu:{self.gpus}"
+            fake = r / "fakedev"
+            fake.mkdir(exist_ok=True)
+            for i in range(self.gpus):
+                if not (fake / f"gpu{i}").is_symlink():
+                    os.symlink("/dev/null", fake / f"gpu{i}")
+            (r / "gres.conf").write_text("AutoDetect=off\n" + "".join(
+                f"NodeName={n} Name=gpu File={fake}/gpu[0-{self.gpus - 1}]\n" for n in self.nodes))
         for n, p in zip(self.nodes, ports):
             (r / "tmp" / n).mkdir(parents=True, exist_ok=True)
             lines.append(f"NodeName={n} NodeAddr=127.0.0.1 NodeHostname=localhost Port={p} "
-                         f"CPUs={self.cpus} RealMemory=4096 Feature=cpu State=UNKNOWN")
+                         f"CPUs={self.cpus} RealMemory=4096 Feature=cpu{gres} State=UNKNOWN")
         lines.append(f"PartitionName=cpu Nodes={','.join(self.nodes)} Default=YES "
                      "MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")

@@ -4,6 +4,7 @@ retries, requeue, submit/kill, many step launches at once, and step
 launches that Slurm refuses."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -252,7 +253,10 @@ roles:
 """)
     r = sloom.run("run", spec, timeout=30)
     assert r.returncode == 2, r.stderr
-    assert "Slurm refused the job" in r.stderr
+    # refused before submission, with what it asks against what Slurm has
+    assert "role 'worker' asks for 64 vcores" in r.stderr, r.stderr
+    assert "its largest node has 4 CPUs" in r.stderr, r.stderr
+    assert squeue(cluster).strip() == ""
 
 
 RAN = 'echo "ran $LOOM_TASK attempt=$LOOM_ATTEMPT rank=$RANK node=$SLURMD_NODENAME"'
@@ -370,3 +374,53 @@ roles:
     assert sorted(e["task"] for e in ev if e["event"] == "launched") == [
         "worker:0", "worker:1", "worker:1"]
     assert sloom.state()["state"] == "succeeded"
+
+
+def test_pending_reason_is_shown_and_refreshed(sloom, cluster, tmp_path):
+    # a job that must wait behind another: loom run and loom status say
+    # Slurm's reason, asked again each time, until the job runs
+    hog = subprocess.run(["sbatch", "--parsable", "-n3", "--cpus-per-task=4", "-o",
+                          str(tmp_path / "hog.out"), "--wrap", "sleep 120"], env=cluster.env,
+                         capture_output=True, text=True)
+    assert hog.returncode == 0, hog.stderr
+    hog_id = hog.stdout.strip()
+    sloom.wait_for(lambda: "RUNNING" in squeue(cluster), timeout=30, what="the hog running")
+    spec = sloom.spec("""
+name: waiter
+backend: slurm
+roles:
+  worker: {vcores: 4, command: 'echo "ran $LOOM_TASK"; sleep 3'}
+""")
+    p = sloom.popen("run", spec)
+    try:
+        sloom.wait_for(lambda: any(j.name.startswith("waiter-") for j in sloom.jobs()) and
+                       "PENDING" in squeue(cluster), timeout=30, what="the waiter pending")
+        waiter = next(j.name for j in sloom.jobs() if j.name.startswith("waiter-"))
+        sloom.wait_for(lambda: re.search(r"state\s+pending \(Resources\)",
+                                         sloom.run("status", waiter).stdout),
+                       timeout=30, what="status: pending (Resources)")
+        st = sloom.run("status", waiter)
+        assert "is PENDING (Resources: waiting for nodes to free up)" in st.stdout, st.stdout
+        listing = sloom.run("status").stdout
+        assert re.search(waiter + r"\s+pending \(Resources\)", listing), listing
+        # a third job waits behind the waiter: Slurm says Priority for it
+        third = sloom.run("submit", sloom.spec(spec.read_text().replace("waiter", "third"),
+                                               name="third.yaml"), timeout=30)
+        assert third.returncode == 0, third.stderr
+        sloom.wait_for(lambda: re.search(r"state\s+pending \(Priority\)",
+                                         sloom.run("status", third.stdout.strip()).stdout),
+                       timeout=30, what="status: pending (Priority)")
+        time.sleep(11)  # loom run says it again while nothing changes
+        subprocess.run(["scancel", hog_id], env=cluster.env, check=True)
+        out, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, out + err
+    assert "[worker:0] ran worker:0" in out
+    said = [l for l in err.splitlines() if "is PENDING" in l]
+    assert any("is PENDING (Resources: waiting for nodes to free up)" in l for l in said), err
+    assert any(re.search(r"waiting \d+s$", l) for l in said), err
+    # then it ran: a later line says so, and status follows
+    assert err.index("is PENDING") < err.index("is RUNNING"), err
+    assert re.search(r"state\s+succeeded", sloom.run("status", waiter).stdout)

@@ -82,24 +82,34 @@ static void test_membership_ranks_close_up(void **state) {
   assert_int_equal(j.tasks[3].rank_base, 3); /* worker:2 */
 }
 
+/* The local backend's placement: this machine's CPU and GPU ids handed
+ * out round-robin, a role's vcores and gpus at a time. */
 static void test_devices_round_robin(void **state) {
   const role_def defs[] = {{"chief", 1, 1, 1, 1, true},
                            {"worker", 2, 1, 2, 0, true},
                            {"evaluator", 1, 1, 0, 3, true}};
   job j;
   make_job(&j, defs, 3);
-  coord_place_devices(j.tasks, j.ntasks, 2, 2);
-  assert_string_equal(j.tasks[0].cpus, "0");
-  assert_string_equal(j.tasks[0].gpus, "0");
-  assert_string_equal(j.tasks[1].cpus, "1,0");
-  assert_string_equal(j.tasks[1].gpus, "");
-  assert_string_equal(j.tasks[2].cpus, "1,0");
+  int ncpu = backend_local_cpus(), ngpu = backend_local_gpus();
+  int nc = ncpu > 0 ? ncpu : 1, ng = ngpu > 0 ? ngpu : 1;
+  int cc = 0, gc = 0;
+  for (int i = 0; i < j.ntasks; i++)
+    loom__backend_round_robin(&cc, &gc, j.tasks[i].role, j.tasks[i].cpus, sizeof j.tasks[i].cpus,
+                              j.tasks[i].gpus, sizeof j.tasks[i].gpus);
+  char want[64];
+  snprintf(want, sizeof want, "%d", 0);
+  assert_string_equal(j.tasks[0].cpus, want);
+  snprintf(want, sizeof want, "%d,%d", 1 % nc, 2 % nc);
+  assert_string_equal(j.tasks[1].cpus, want);
+  snprintf(want, sizeof want, "%d,%d", 3 % nc, 4 % nc);
+  assert_string_equal(j.tasks[2].cpus, want);
   assert_string_equal(j.tasks[3].cpus, ""); /* vcores 0: not constrained */
-  assert_string_equal(j.tasks[3].gpus, "1,0,1");
-  /* no GPU on the machine: ids still wrap at one (refused earlier, at submit) */
-  coord_place_devices(j.tasks, j.ntasks, 1, 0);
-  assert_string_equal(j.tasks[1].cpus, "0,0");
-  assert_string_equal(j.tasks[3].gpus, "0,0,0");
+  assert_string_equal(j.tasks[0].gpus, "0");
+  assert_string_equal(j.tasks[1].gpus, "");
+  snprintf(want, sizeof want, "%d,%d,%d", 1 % ng, 2 % ng, 3 % ng);
+  assert_string_equal(j.tasks[3].gpus, want);
+  assert_int_equal(cc, 5);
+  assert_int_equal(gc, 4);
 }
 
 static void test_kv_store_accounting_and_cap(void **state) {
