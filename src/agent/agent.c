@@ -1002,6 +1002,9 @@ out:
   if (a->reserve_fd >= 0) close(a->reserve_fd);
   json_decref(a->assign);
   wire_reader_free(&a->rd);
+  /* pipes the loop closed at the end (close_walk) kept their line buffers */
+  for (int i = 0; a->procs && i < a->nprocs; i++)
+    for (int k = 0; k < 2; k++) loom__buf_free(&a->procs[i].out[k].line);
   free(a->procs);
   free(a);
   return status;
