@@ -701,14 +701,22 @@ static int slurm_cancel(const char *job_dir, char *msg, size_t msglen) {
   return 0;
 }
 
-/* Agents on other nodes reach the coordinator by this host's address. */
-static void slurm_coord_address(char *bind, size_t bindlen, char *adv, size_t advlen) {
-  loom__strlcpy(bind, "0.0.0.0", bindlen);
+/* Agents on other nodes reach the coordinator by this host's address; the
+ * coordinator listens on that address only (every interface only when the
+ * address is not one of this host's, which a test bind tells). */
+static void slurm_coord_address(char *listen_on, size_t bindlen, char *adv, size_t advlen) {
+  loom__strlcpy(listen_on, "0.0.0.0", bindlen);
   loom__strlcpy(adv, "127.0.0.1", advlen);
   struct addrinfo hints = {.ai_family = AF_INET}, *res = NULL;
   char hn[256];
   if (gethostname(hn, sizeof hn) == 0 && getaddrinfo(hn, NULL, &hints, &res) == 0 && res) {
     inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, adv, (socklen_t)advlen);
+    struct sockaddr_in sa = *(struct sockaddr_in *)res->ai_addr;
+    sa.sin_port = 0;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+      loom__strlcpy(listen_on, adv, bindlen);
+    if (fd >= 0) close(fd);
     freeaddrinfo(res);
   }
 }
