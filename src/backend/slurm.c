@@ -13,6 +13,7 @@
  * which launches the task again when the step launch failed before the
  * agent registered (launch_retryable). */
 #include "backend/backend.h"
+#include "jobdir/jobdir.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -118,8 +119,8 @@ int backend_slurm_script(const spec_job *s, const char *job_id, const char *job_
     if (i > 0) loom__buf_printf(&b, "#SBATCH hetjob\n");
     loom__buf_printf(&b, "#SBATCH --ntasks=%d%s\n", r->instances, opts);
     if (i == 0) {
-      loom__buf_printf(&b, "#SBATCH --job-name=%s\n#SBATCH --output=%s/coordinator.log\n", job_id,
-                       job_dir);
+      loom__buf_printf(&b, "#SBATCH --job-name=%s\n#SBATCH --output=%s/%s\n", job_id, job_dir,
+                       jobdir_name(JOBDIR_COORD_LOG));
       loom__buf_printf(&b, "#SBATCH --requeue\n");
     }
     if (s->queue) loom__buf_printf(&b, "#SBATCH --partition=%s\n", s->queue);
