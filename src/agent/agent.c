@@ -911,8 +911,8 @@ int agent_main(void) {
   else if (gethostname(a->host, sizeof a->host) < 0) loom__strlcpy(a->host, "localhost", sizeof a->host);
   wire_reader_init(&a->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
 
-  const char *stall = getenv("LOOM_FAULT_STALL_TASK");
-  if (stall && !strcmp(stall, task)) pause(); /* fault injection for tests */
+  const char *stall = loom__tun_str(LOOM_TUN_FAULT_STALL_TASK);
+  if (*stall && !strcmp(stall, task)) pause(); /* fault injection for tests */
 
   int status = 3, fd = -1;
   int rc = wire_dial(coord, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS), &fd);

@@ -333,9 +333,9 @@ static const char *slurm_host(backend *b, int task_id) { return NULL; }
  * cluster filesystems are; local ones are not (LOOM_SLURM_FILES=shared or
  * sbcast overrides). */
 static bool job_dir_shared(const char *dir) {
-  const char *mode = getenv("LOOM_SLURM_FILES");
-  if (mode && !strcmp(mode, "shared")) return true;
-  if (mode && !strcmp(mode, "sbcast")) return false;
+  const char *mode = loom__tun_str(LOOM_TUN_SLURM_FILES);
+  if (!strcmp(mode, "shared")) return true;
+  if (!strcmp(mode, "sbcast")) return false;
   struct statfs sf;
   if (statfs(dir, &sf) != 0) return false;
   switch ((unsigned long)sf.f_type) {
