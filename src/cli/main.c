@@ -75,11 +75,42 @@ static void usage(FILE *f) {
   for (size_t i = 0; i < LOOM__ARRAY_LEN(VERBS); i++)
     fprintf(f, "  %-12s %s\n", VERBS[i].name, VERBS[i].what);
   fprintf(f, "\nJobs live in " JOBDIR_WHERE ".\n"
+             "Tunables (environment variables): loom help tunables.\n"
              "Exit status: 0 succeeded, 1 job failed, 2 usage or spec error, 3 backend\n"
              "or infrastructure error, 130 interrupted.\n");
 }
 
+/* `loom help tunables`: the table of src/core/tun.h, as it is. */
+static void help_tunables(void) {
+  printf("Tunables: environment variables read by the part that uses them (the\n"
+         "coordinator, agents, libloom in the tasks). A value that is not a whole\n"
+         "number, out of its range or not one of its choices is reported with a\n"
+         "warning naming the variable, and the default is used.\n\n");
+  printf("%-29s %-10s %-22s %s\n", "VARIABLE", "DEFAULT", "RANGE", "WHAT");
+  for (int t = 0; t < LOOM_TUN__COUNT; t++) {
+    const loom__tun_info *i = loom__tun_info_of((loom__tunable)t);
+    char def[48], range[96], lo[32], hi[32];
+    if (i->kind == LOOM_TUN_KIND_WORD) {
+      snprintf(def, sizeof def, "%s", *i->sdef ? i->sdef : "-");
+      snprintf(range, sizeof range, "%s", i->choices ? i->choices : "any");
+    } else {
+      loom__tun_fmt(i->kind, i->def, def, sizeof def);
+      loom__tun_fmt(i->kind, i->min, lo, sizeof lo);
+      loom__tun_fmt(i->kind, i->max, hi, sizeof hi);
+      snprintf(range, sizeof range, "%s..%s", lo, hi);
+    }
+    printf("%-29s %-10s %-22s %s\n", i->env, def, range, i->doc);
+  }
+  printf("\nNot tunables: the log level, LOOM_LOG (warn; info, debug, or\n"
+         "debug:coord,agent); loom's home, " JOBDIR_HOME_ENV " (~/.loom); and what the\n"
+         "coordinator hands each task (LOOM_COORD, LOOM_SECRET, LOOM_TASK, ...).\n");
+}
+
 static int verb_help(const char *name) {
+  if (!strcmp(name, "tunables")) {
+    help_tunables();
+    return 0;
+  }
   for (size_t i = 0; i < LOOM__ARRAY_LEN(VERBS); i++)
     if (!strcmp(VERBS[i].name, name)) {
       printf("usage: loom %s %s\n\n%s\n%s", name, VERBS[i].args, VERBS[i].what, VERBS[i].help);
