@@ -2,7 +2,9 @@
  * variable, default, range, kind and what it does. The coordinator, the
  * agent, libloom's parts (comm, ps, feed) and the backends read them only
  * through loom__tun() and loom__tun_str(), which validate them the same
- * way; `loom help tunables` prints this table. Included by core.h.
+ * way (loom__tun_env() and loom__tun_check() for the one whose bad value
+ * is an error); `loom help tunables` prints this table. Included by
+ * core.h.
  *
  * A value that is not a number, or out of its range, or not one of its
  * choices, is reported once per process as a warning that names the
