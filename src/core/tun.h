@@ -9,7 +9,7 @@
  * A value that is not a number, or out of its range, or not one of its
  * choices, is reported once per process as a warning that names the
  * variable, the value and the range, and the default is used. The
- * variables that are not tunables (LOOM_HOME, LOOM_LOG, LOOM_SECRET,
+ * variables that are not tunables (loom's home, LOOM_LOG, LOOM_SECRET,
  * LOOM_COORD, and what the coordinator hands each task) are read where
  * they are used. */
 #ifndef LOOM_CORE_TUN_H
