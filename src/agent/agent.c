@@ -5,6 +5,7 @@
  * cluster spec a libuv loop drives the coordinator connection, the user's
  * processes, their output pipes, signals and timers. */
 #include "agent/agent.h"
+#include "jobdir/jobdir.h"
 #include "wire/wire.h"
 #include "wire/wire_uv.h"
 
@@ -447,7 +448,7 @@ static void build_env(agent *a, envv *e, int local, const json_t *cl, const char
   env_set(e, "LOOM_JOB_DIR", json_string_value(json_object_get(as, "job_dir")));
   env_set(e, "LOOM_HOST", a->host);
   env_setf(e, "LOOM_PORT", "%d", a->port);
-  char *tbd = loom__asprintf("%s/tensorboard", json_string_value(json_object_get(as, "job_dir")));
+  char *tbd = jobdir_apath(json_string_value(json_object_get(as, "job_dir")), JOBDIR_TENSORBOARD);
   if (tbd) env_set(e, "LOOM_TENSORBOARD_DIR", tbd);
   free(tbd);
   env_set(e, "LOOM_CLUSTER", cluster_s);
@@ -910,8 +911,8 @@ int agent_main(void) {
   else if (gethostname(a->host, sizeof a->host) < 0) loom__strlcpy(a->host, "localhost", sizeof a->host);
   wire_reader_init(&a->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
 
-  const char *stall = getenv("LOOM_FAULT_STALL_TASK");
-  if (stall && !strcmp(stall, task)) pause(); /* fault injection for tests */
+  const char *stall = loom__tun_str(LOOM_TUN_FAULT_STALL_TASK);
+  if (*stall && !strcmp(stall, task)) pause(); /* fault injection for tests */
 
   int status = 3, fd = -1;
   int rc = wire_dial(coord, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS), &fd);

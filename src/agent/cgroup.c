@@ -195,7 +195,8 @@ static int cg_try_v1(const char *base, cg_probe *p) {
 int cg_probe_memory(cg_probe *p) {
   memset(p, 0, sizeof *p);
   p->kind = CG_RLIMIT;
-  const char *root = getenv("LOOM_CGROUP_ROOT");
+  const char *root = loom__tun_str(LOOM_TUN_CGROUP_ROOT);
+  if (!*root) root = NULL;
   if (root && !strcmp(root, "none")) {
     snprintf(p->why, sizeof p->why, "LOOM_CGROUP_ROOT=none");
     return 0;

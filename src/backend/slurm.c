@@ -22,6 +22,7 @@
  * the step launch failed before the agent registered (launch_retryable).
  * While the job is pending, job_state tells Slurm's state and reason. */
 #include "backend/backend.h"
+#include "jobdir/jobdir.h"
 
 #include <errno.h>
 #include <arpa/inet.h>
@@ -553,8 +554,8 @@ static int slurm_script(const spec_job *s, const slurm_plan *p, const char *job_
     if (c > 0) loom__buf_printf(&b, "#SBATCH hetjob\n");
     loom__buf_printf(&b, "#SBATCH --ntasks=%d%s\n", p->comp[c].ntasks, opts);
     if (c == 0) {
-      loom__buf_printf(&b, "#SBATCH --job-name=%s\n#SBATCH --output=%s/coordinator.log\n", job_id,
-                       job_dir);
+      loom__buf_printf(&b, "#SBATCH --job-name=%s\n#SBATCH --output=%s/%s\n", job_id, job_dir,
+                       jobdir_name(JOBDIR_COORD_LOG));
       loom__buf_printf(&b, "#SBATCH --requeue\n");
     }
     if (s->queue) loom__buf_printf(&b, "#SBATCH --partition=%s\n", s->queue);
@@ -578,7 +579,7 @@ static int slurm_submit(const spec_job *s, const char *job_id, const char *job_d
   rc = slurm_script(s, &p, job_id, job_dir, exe, &script);
   plan_free(&p);
   if (rc < 0) return rc;
-  snprintf(path, sizeof path, "%s/slurm.sh", job_dir);
+  jobdir_path(job_dir, JOBDIR_SLURM_SH, path, sizeof path);
   rc = loom__write_atomic(path, script, strlen(script), 0700, false);
   free(script);
   if (rc < 0) {
@@ -606,8 +607,8 @@ static int slurm_submit(const spec_job *s, const char *job_id, const char *job_d
   json_t *sj = json_pack("{s:s}", "job_id", out);
   char *sjs = json_dumps(sj, JSON_COMPACT);
   json_decref(sj);
-  snprintf(path, sizeof path, "%s/slurm.json", job_dir);
-  rc = sjs ? loom__write_atomic(path, sjs, strlen(sjs), 0600, false) : LOOM_ENOMEM;
+  jobdir_path(job_dir, JOBDIR_SLURM_JSON, path, sizeof path);
+  rc = sjs ? jobdir_write(job_dir, JOBDIR_SLURM_JSON, sjs, strlen(sjs), false) : LOOM_ENOMEM;
   free(sjs);
   loom__strlcpy(job->id, out, sizeof job->id);
   job->state = BACKEND_JOB_PENDING;
@@ -618,10 +619,7 @@ static int slurm_submit(const spec_job *s, const char *job_id, const char *job_d
 
 /* The Slurm job id of a job directory (slurm.json). */
 static int job_id_of(const char *job_dir, char *id, size_t len) {
-  char p[4096];
-  snprintf(p, sizeof p, "%s/slurm.json", job_dir);
-  json_error_t e;
-  json_t *j = json_load_file(p, 0, &e);
+  json_t *j = jobdir_read_json(job_dir, JOBDIR_SLURM_JSON, 1 << 20);
   const char *v = j ? json_string_value(json_object_get(j, "job_id")) : NULL;
   int rc = v && *v && strspn(v, "0123456789") == strlen(v) ? 0 : LOOM_ENOENT;
   if (rc == 0) loom__strlcpy(id, v, len);
@@ -687,7 +685,7 @@ static int slurm_job_state(const char *job_dir, backend_job *job) {
 static int slurm_cancel(const char *job_dir, char *msg, size_t msglen) {
   char id[64], out[1024];
   if (job_id_of(job_dir, id, sizeof id) < 0) {
-    snprintf(msg, msglen, "no Slurm job recorded in %s/slurm.json", job_dir);
+    snprintf(msg, msglen, "no Slurm job recorded in %s/%s", job_dir, jobdir_name(JOBDIR_SLURM_JSON));
     return LOOM_ENOENT;
   }
   char *argv[] = {"scancel", id, NULL};
@@ -928,9 +926,9 @@ static const char *slurm_host(backend *b, int task_id) { return NULL; }
  * cluster filesystems are; local ones are not (LOOM_SLURM_FILES=shared or
  * sbcast overrides). */
 static bool job_dir_shared(const char *dir) {
-  const char *mode = getenv("LOOM_SLURM_FILES");
-  if (mode && !strcmp(mode, "shared")) return true;
-  if (mode && !strcmp(mode, "sbcast")) return false;
+  const char *mode = loom__tun_str(LOOM_TUN_SLURM_FILES);
+  if (!strcmp(mode, "shared")) return true;
+  if (!strcmp(mode, "sbcast")) return false;
   struct statfs sf;
   if (statfs(dir, &sf) != 0) return false;
   switch ((unsigned long)sf.f_type) {

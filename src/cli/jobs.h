@@ -1,24 +1,23 @@
-/* jobs.h: the job directory ($LOOM_HOME/jobs/<id>/): creating one, finding
- * one from what a user typed, reading its state. */
+/* jobs.h: what the CLI does with job directories (src/jobdir owns their
+ * layout): creating a job's, finding one from what a user typed, reading
+ * its state, asking whether its coordinator still runs. */
 #ifndef LOOM_CLI_JOBS_H
 #define LOOM_CLI_JOBS_H
 
 #include "spec/spec.h"
 
-const char *jobs_home(void);
 /* Creates the job directory for spec s: id, logs/, tasks/, tensorboard/,
  * output/, secret (0600), spec.yaml (resolved). id gets the job id (at
  * least 160 bytes), dir its path (PATH_MAX), secret the hex secret (65). */
 int jobs_create(const spec_job *s, char *id, char *dir, char *secret, char *err, size_t errlen);
-/* Finds a job from an id, a unique prefix of one, or "last". */
+/* Finds a job from an id, a unique prefix of one, or "last" (see
+ * jobdir_resolve); its directory goes to dir. */
 int jobs_find(const char *arg, char *dir, size_t dirlen, char *err, size_t errlen);
-/* The job's state.json, or NULL. */
+/* The job's state, or NULL. */
 json_t *jobs_state(const char *dir);
 /* true while the job's coordinator process is alive (for a backend whose
  * coordinator runs in the cluster: while the manager has the job pending
  * or running). */
 bool jobs_coord_alive(const char *dir);
-/* The newest job ids first; returns how many (at most max). */
-int jobs_list(char ids[][160], int max);
 
 #endif

@@ -6,6 +6,7 @@
 #include "cli/jobs.h"
 #include "coord/coord.h"
 #include "http/http.h"
+#include "jobdir/jobdir.h"
 #include "ps/server.h"
 #include "wire/wire.h"
 
@@ -43,12 +44,12 @@ static const struct verb {
     {"status", "[JOB]", "a job's tasks and states, or all recent jobs",
      "Without JOB, one line per recent job. With JOB (an id, a unique prefix, or\n"
      "'last'), every task: state, attempt, exit code or signal, elapsed time.\n"
-     "  --json             print state.json as it is\n"},
+     "  --json             print the job's state file as it is\n"},
     {"logs", "JOB [--task T] [--follow]", "a task's log, or all tasks interleaved",
      "Prints the log of task T (role:index, e.g. worker:1), or every task's lines\n"
      "interleaved and prefixed. --follow keeps printing until the job ends.\n"},
     {"events", "JOB [--json]", "the job's event log",
-     "Prints events.jsonl, one event a line: time, task, attempt, event, details.\n"
+     "Prints the event log, one event a line: time, task, attempt, event, details.\n"
      "  --json             the raw JSON lines\n"},
     {"kill", "JOB", "stop a running job",
      "Asks the job's coordinator to stop every task (SIGTERM, then SIGKILL after\n"
@@ -56,7 +57,7 @@ static const struct verb {
     {"check", "[--backend B]", "is this machine ready to run jobs",
      "Checks the job directory, the backend and the loopback network.\n"},
     {"ui", "[--port P] [--bind A] [JOB...]", "the web dashboard for jobs, from their job directories",
-     "Serves every job under $LOOM_HOME/jobs (finished or running): tasks, states,\n"
+     "Serves every job under $" JOBDIR_HOME_ENV "/jobs (finished or running): tasks, states,\n"
      "attempts, exit codes, logs, events and metric charts. Prints the URL with\n"
      "its access token.\n"},
     {"ps", "[--help]", "the built-in parameter server, as a ps role's command",
@@ -71,12 +72,43 @@ static void usage(FILE *f) {
              "usage: loom VERB [ARGS]   (loom VERB --help for more)\n\n", VERSION);
   for (size_t i = 0; i < LOOM__ARRAY_LEN(VERBS); i++)
     fprintf(f, "  %-12s %s\n", VERBS[i].name, VERBS[i].what);
-  fprintf(f, "\nJobs live in $LOOM_HOME/jobs/<id>/ (LOOM_HOME defaults to ~/.loom).\n"
+  fprintf(f, "\nJobs live in " JOBDIR_WHERE ".\n"
+             "Tunables (environment variables): loom help tunables.\n"
              "Exit status: 0 succeeded, 1 job failed, 2 usage or spec error, 3 backend\n"
              "or infrastructure error, 130 interrupted.\n");
 }
 
+/* `loom help tunables`: the table of src/core/tun.h, as it is. */
+static void help_tunables(void) {
+  printf("Tunables: environment variables read by the part that uses them (the\n"
+         "coordinator, agents, libloom in the tasks). A value that is not a whole\n"
+         "number, out of its range or not one of its choices is reported with a\n"
+         "warning naming the variable, and the default is used.\n\n");
+  printf("%-29s %-10s %-22s %s\n", "VARIABLE", "DEFAULT", "RANGE", "WHAT");
+  for (int t = 0; t < LOOM_TUN__COUNT; t++) {
+    const loom__tun_info *i = loom__tun_info_of((loom__tunable)t);
+    char def[48], range[96], lo[32], hi[32];
+    if (i->kind == LOOM_TUN_KIND_WORD) {
+      snprintf(def, sizeof def, "%s", *i->sdef ? i->sdef : "-");
+      snprintf(range, sizeof range, "%s", i->choices ? i->choices : "any");
+    } else {
+      loom__tun_fmt(i->kind, i->def, def, sizeof def);
+      loom__tun_fmt(i->kind, i->min, lo, sizeof lo);
+      loom__tun_fmt(i->kind, i->max, hi, sizeof hi);
+      snprintf(range, sizeof range, "%s..%s", lo, hi);
+    }
+    printf("%-29s %-10s %-22s %s\n", i->env, def, range, i->doc);
+  }
+  printf("\nNot tunables: the log level, LOOM_LOG (warn; info, debug, or\n"
+         "debug:coord,agent); loom's home, " JOBDIR_HOME_ENV " (~/.loom); and what the\n"
+         "coordinator hands each task (LOOM_COORD, LOOM_SECRET, LOOM_TASK, ...).\n");
+}
+
 static int verb_help(const char *name) {
+  if (!strcmp(name, "tunables")) {
+    help_tunables();
+    return 0;
+  }
   for (size_t i = 0; i < LOOM__ARRAY_LEN(VERBS); i++)
     if (!strcmp(VERBS[i].name, name)) {
       printf("usage: loom %s %s\n\n%s\n%s", name, VERBS[i].args, VERBS[i].what, VERBS[i].help);
@@ -137,8 +169,8 @@ static int follow_job(const backend_ops *ops, const char *dir, const backend_job
   signal(SIGINT, on_follow_signal);
   signal(SIGTERM, on_follow_signal);
   char logp[PATH_MAX + 32], sum[PATH_MAX + 32], msg[512];
-  snprintf(logp, sizeof logp, "%s/logs/all.log", dir);
-  snprintf(sum, sizeof sum, "%s/summary.txt", dir);
+  jobdir_path(dir, JOBDIR_ALL_LOG, logp, sizeof logp);
+  jobdir_path(dir, JOBDIR_SUMMARY, sum, sizeof sum);
   FILE *log = NULL;
   char buf[65536], last[sizeof ((backend_job *)0)->what] = "";
   int status = EXIT_INFRA;
@@ -184,7 +216,7 @@ static int follow_job(const backend_ops *ops, const char *dir, const backend_job
       bool gone = j.state == BACKEND_JOB_UNKNOWN || j.state == BACKEND_JOB_ENDED;
       if (gone && !state_final(dir, &status)) {
         fprintf(stderr, "loom: %s: it ended before its coordinator reported an end; see "
-                "%s/coordinator.log\n", j.what[0] ? j.what : sub->what, dir);
+                "%s/%s\n", j.what[0] ? j.what : sub->what, dir, jobdir_name(JOBDIR_COORD_LOG));
         status = EXIT_INFRA;
         break;
       }
@@ -266,9 +298,7 @@ static int cmd_run(int argc, char **argv, bool detach) {
   }
   if (detach) {
     uv_loop_t *loop = uv_default_loop();
-    char *log = loom__asprintf("%s/coordinator.log", dir);
-    FILE *lf = log ? loom__fopen_private(log, true) : NULL;
-    free(log);
+    FILE *lf = jobdir_fopen(dir, JOBDIR_COORD_LOG, true);
     uv_process_t proc;
     uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
                                      {.flags = UV_INHERIT_FD, .data.fd = lf ? fileno(lf) : 2},
@@ -285,12 +315,12 @@ static int cmd_run(int argc, char **argv, bool detach) {
     }
     uv_unref((uv_handle_t *)&proc);
     char cj[PATH_MAX + 16];
-    snprintf(cj, sizeof cj, "%s/coord.json", dir);
+    jobdir_path(dir, JOBDIR_COORD, cj, sizeof cj);
     for (int i = 0; i < 1000 && access(cj, F_OK) != 0; i++) usleep(10000);
     spec_free(s);
     if (access(cj, F_OK) != 0) {
-      fprintf(stderr, "loom: the coordinator did not come up within 10s; see %s/coordinator.log\n",
-              dir);
+      fprintf(stderr, "loom: the coordinator did not come up within 10s; see %s/%s\n", dir,
+              jobdir_name(JOBDIR_COORD_LOG));
       return EXIT_INFRA;
     }
     printf("%s\n", id);
@@ -311,13 +341,13 @@ static int cmd_coordinator(int argc, char **argv) {
   const char *dir = argv[2], *bopt = NULL;
   if (argc >= 5 && !strcmp(argv[3], "--backend")) bopt = argv[4];
   char p[PATH_MAX + 32], err[2048], exe[PATH_MAX];
-  snprintf(p, sizeof p, "%s/spec.yaml", dir);
+  jobdir_path(dir, JOBDIR_SPEC, p, sizeof p);
   spec_job *s;
   if (spec_load(p, NULL, 0, &s, err, sizeof err) < 0) {
     fprintf(stderr, "loom coordinator: %s\n", err);
     return EXIT_USAGE;
   }
-  snprintf(p, sizeof p, "%s/secret", dir);
+  jobdir_path(dir, JOBDIR_SECRET, p, sizeof p);
   char *secret = NULL;
   if (loom__read_file(p, 256, &secret, NULL) < 0 || self_exe(exe, sizeof exe) < 0) {
     fprintf(stderr, "loom coordinator: cannot read %s\n", p);
@@ -388,16 +418,23 @@ static int cmd_status(int argc, char **argv) {
     else job = argv[i];
   }
   if (!job) {
-    static char ids[50][160];
     static char dir[PATH_MAX + 200];
-    int n = jobs_list(ids, 50);
+    jobdir_entry *all;
+    size_t n;
+    if (jobdir_list(NULL, &all, &n) < 0) {
+      fprintf(stderr, "loom status: cannot list %s: out of memory\n", jobdir_root());
+      return EXIT_INFRA;
+    }
     if (n == 0) {
-      printf("no jobs under %s/jobs\n", jobs_home());
+      printf("no jobs under %s\n", jobdir_root());
+      free(all);
       return 0;
     }
+    if (n > 50) n = 50;
     printf("%-44s %-24s %-8s %-9s %s\n", "JOB", "STATE", "ATTEMPT", "ELAPSED", "TASKS");
-    for (int i = 0; i < n; i++) {
-      snprintf(dir, sizeof dir, "%s/jobs/%.159s", jobs_home(), ids[i]);
+    for (size_t i = 0; i < n; i++) {
+      const char *id = all[i].id;
+      jobdir_of(id, dir, sizeof dir);
       json_t *st = jobs_state(dir);
       if (!st) {
         backend_job bj;
@@ -405,7 +442,7 @@ static int cmd_status(int argc, char **argv) {
         if (backend_state(dir, &bj))
           snprintf(what, sizeof what, "%s%s%s%s", backend_job_word(bj.state),
                    bj.reason[0] ? " (" : "", bj.reason, bj.reason[0] ? ")" : "");
-        printf("%-44s %-24s\n", ids[i], what);
+        printf("%-44s %-24s\n", id, what);
         continue;
       }
       int run = 0, done = 0, failed = 0, total = 0;
@@ -423,11 +460,12 @@ static int cmd_status(int argc, char **argv) {
       json_t *fin = json_object_get(st, "finished");
       char el[32];
       fmt_dur((fin ? json_real_value(fin) : loom__wall()) - start, el, sizeof el);
-      printf("%-44s %-24s %-8lld %-9s %d total, %d running, %d done, %d failed\n", ids[i],
+      printf("%-44s %-24s %-8lld %-9s %d total, %d running, %d done, %d failed\n", id,
              job_state_str(dir, st), (long long)json_integer_value(json_object_get(st, "attempt")),
              el, total, run, done, failed);
       json_decref(st);
     }
+    free(all);
     return 0;
   }
   char dir[PATH_MAX], err[512];
@@ -457,7 +495,7 @@ static int cmd_status(int argc, char **argv) {
     return 0;
   }
   if (!st) {
-    fprintf(stderr, "loom status: %s has no readable state.json yet\n", dir);
+    fprintf(stderr, "loom status: %s has no readable %s yet\n", dir, jobdir_name(JOBDIR_STATE));
     return EXIT_INFRA;
   }
   if (json) {
@@ -540,9 +578,13 @@ static int cmd_logs(int argc, char **argv) {
     long long idx;
     if (!c || c == task || loom__parse_int(c + 1, 0, 1 << 30, &idx) < 0)
       return bad_usage("logs", "--task wants role:index, e.g. worker:1 (got '%s')", task);
-    snprintf(path, sizeof path, "%s/logs/%.*s-%lld.log", dir, (int)(c - task), task, idx);
+    char file[200];
+    snprintf(file, sizeof file, "%.*s-%lld", (int)(c - task), task, idx);
+    char *tp = jobdir_task_apath(dir, JOBDIR_LOGS, file);
+    loom__strlcpy(path, tp ? tp : "", sizeof path);
+    free(tp);
   } else {
-    snprintf(path, sizeof path, "%s/logs/all.log", dir);
+    jobdir_path(dir, JOBDIR_ALL_LOG, path, sizeof path);
   }
   FILE *f = fopen(path, "r");
   if (!f && !follow) {
@@ -585,7 +627,7 @@ static int cmd_events(int argc, char **argv) {
     fprintf(stderr, "loom events: %s\n", err);
     return EXIT_USAGE;
   }
-  snprintf(path, sizeof path, "%s/events.jsonl", dir);
+  jobdir_path(dir, JOBDIR_EVENTS, path, sizeof path);
   FILE *f = fopen(path, "r");
   if (!f) {
     fprintf(stderr, "loom events: no event log at %s\n", path);
@@ -626,7 +668,7 @@ static int cmd_events(int argc, char **argv) {
 /* ---- kill ------------------------------------------------------------------ */
 static int cmd_kill(int argc, char **argv) {
   if (argc < 3 || argv[2][0] == '-') return bad_usage("kill", "missing JOB");
-  char dir[PATH_MAX], err[512], p[PATH_MAX + 32];
+  char dir[PATH_MAX], err[512];
   if (jobs_find(argv[2], dir, sizeof dir, err, sizeof err) < 0) {
     fprintf(stderr, "loom kill: %s\n", err);
     return EXIT_USAGE;
@@ -649,12 +691,9 @@ static int cmd_kill(int argc, char **argv) {
     printf("killed %s (%s, cancelled while pending)\n", strrchr(dir, '/') + 1, msg);
     return 0;
   }
-  snprintf(p, sizeof p, "%s/coord.json", dir);
-  json_error_t e;
-  json_t *cj = json_load_file(p, 0, &e);
-  snprintf(p, sizeof p, "%s/secret", dir);
+  json_t *cj = jobdir_read_json(dir, JOBDIR_COORD, 1 << 20);
   char *secret = NULL;
-  int rc = cj && loom__read_file(p, 256, &secret, NULL) == 0 ? 0 : LOOM_EIO;
+  int rc = cj && jobdir_read(dir, JOBDIR_SECRET, 256, &secret, NULL) == 0 ? 0 : LOOM_EIO;
   int fd = -1;
   wire_reader r;
   wire_reader_init(&r, 1 << 20);
@@ -707,7 +746,7 @@ static int cmd_check(int argc, char **argv) {
   }
   int bad = 0;
   char p[PATH_MAX + 64], msg[512];
-  snprintf(p, sizeof p, "%s/jobs", jobs_home());
+  loom__strlcpy(p, jobdir_root(), sizeof p);
   bool dirok = loom__mkdir_p(p, 0700) == 0 && access(p, W_OK) == 0;
   printf("%s job directory %s%s\n", dirok ? "ok  " : "FAIL", p, dirok ? "" : " is not writable");
   bad += !dirok;

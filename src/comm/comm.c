@@ -91,12 +91,14 @@ int comm_create_gen(comm_store *store, const char *prefix, int rank, int world,
   strcpy(c->prefix, prefix);
   strcpy(c->host, host);
   comm_tunables_load(&c->t);
-  const char *mode = getenv("LOOM_COMM_TRANSPORT");
+  /* a transport that does not exist is an error, not a warning */
+  const char *mode = loom__tun_env(LOOM_TUN_COMM_TRANSPORT);
   int rc = 0;
-  if (mode && strcmp(mode, "tcp") == 0) c->mode = COMM_TP_TCP;
-  else if (mode && *mode && strcmp(mode, "auto") && strcmp(mode, "shm"))
-    rc = comm__fail(c, LOOM_EINVAL,
-                    "LOOM_COMM_TRANSPORT=%s: use auto, shm or tcp", mode);
+  if (mode && loom__tun_check(LOOM_TUN_COMM_TRANSPORT, mode, NULL, NULL, 0) < 0)
+    rc = comm__fail(c, LOOM_EINVAL, "%s=%s: use auto, shm or tcp",
+                    loom__tun_info_of(LOOM_TUN_COMM_TRANSPORT)->env, mode);
+  else if (mode && strcmp(mode, "tcp") == 0)
+    c->mode = COMM_TP_TCP;
   c->pairs = calloc((size_t)world, sizeof *c->pairs);
   c->hosts = calloc((size_t)world, sizeof *c->hosts);
   c->pids = calloc((size_t)world, sizeof *c->pids);

@@ -8,6 +8,7 @@
 #define LOOM_COMM_COMM_H
 
 #include "comm/store.h"
+#include "core/core.h"
 #include "comm/transport.h"
 #include "loom.h"
 
@@ -15,55 +16,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Every tunable, once: field, environment variable, default, why. The
- * defaults come from measurements on a 2-core host with 2 and 4 ranks:
- * recursive doubling beat the ring below 16-64 KiB; spinning helps only
- * while a host's ranks fit its CPUs. */
-#define COMM_TUNABLES(X)                                                     \
-  X(timeout_ms, "LOOM_COMM_TIMEOUT_MS", 300000,                              \
-    "a collective (or setup) gives up after this long")                      \
-  X(check_ms, "LOOM_COMM_CHECK_MS", 100,                                     \
-    "while waiting, check peers' liveness and the abort fd this often")      \
-  X(spin, "LOOM_COMM_SPIN", -1,                                              \
-    "busy polls before yielding the CPU when nothing moves; -1: 2000 "       \
-    "when this host's ranks fit its CPUs, else 50 (spinning then only "     \
-    "delays the rank being waited for)")                                     \
-  X(yield, "LOOM_COMM_YIELD", 100, "sched_yield()s before sleeping")         \
-  X(small_bytes, "LOOM_COMM_SMALL_BYTES", 32768,                             \
-    "allreduce: recursive doubling up to this size, ring above")             \
-  X(bcast_small_bytes, "LOOM_COMM_BCAST_SMALL_BYTES", 65536,                 \
-    "broadcast: binomial tree up to this size, pipelined chain above")       \
-  X(shm_ring, "LOOM_COMM_SHM_RING", 1 << 20,                                 \
-    "bytes of each shared-memory ring (one per ordered pair on a host)")     \
-  X(shm_chunk, "LOOM_COMM_SHM_CHUNK", 128 << 10,                             \
-    "shm: publish/consume at most this much at once (pipelining grain)")     \
-  X(shm_slot, "LOOM_COMM_SHM_SLOT", 1 << 20,                                  \
-    "bytes of each rank's two slots for the collectives that go through "    \
-    "the shared segment when every rank is on one host; 0: none (the "       \
-    "algorithms over the pairs serve such hosts too). The segment's "        \
-    "creator (the host's lowest rank) decides, for all")                     \
-  X(shm_small_bytes, "LOOM_COMM_SHM_SMALL_BYTES", 32768,                     \
-    "one-host allreduce: up to this size every rank reduces the whole "      \
-    "vector (one synchronization); above, each its 1/n slice (two). The "    \
-    "segment's creator decides, for all")                                    \
-  X(tcp_sockbuf, "LOOM_COMM_TCP_SOCKBUF", -1,                                \
-    "SO_SNDBUF/SO_RCVBUF of peer sockets; 0: the kernel's autotuning; -1: " \
-    "256 KiB to a peer on this host (loopback bytes never leave memory: "   \
-    "small buffers keep them in cache; 4 MiB doubled the time of 16 MiB), " \
-    "autotuning to other hosts")                                             \
-  X(tcp_stage, "LOOM_COMM_TCP_STAGE", 256 << 10,                             \
-    "TCP: receive buffer for pieces that are reduced, not copied")
-
 /* The largest shm ring or slot: 1 GiB (bounds the segment layout). */
 #define COMM_SHM_MAX (1L << 30)
 
+/* The collectives' tunables (LOOM_COMM_* in src/core/tun.h, where each is
+ * described), as the engine and the transports use them. */
 struct comm_tunables {
-#define COMM__TUNABLE_FIELD(f, env, def, why) long f;
-  COMM_TUNABLES(COMM__TUNABLE_FIELD)
-#undef COMM__TUNABLE_FIELD
+  long timeout_ms, check_ms, spin, yield, small_bytes, bcast_small_bytes, shm_ring, shm_chunk,
+      shm_slot, shm_small_bytes, tcp_sockbuf, tcp_stage;
 };
 
-/* Fills t from the defaults and the environment. */
+/* Fills t from the tunables table (defaults and the environment), then
+ * rounds what the shared-memory layout needs rounded. */
 void comm_tunables_load(struct comm_tunables *t);
 
 enum { COMM_TP_AUTO, COMM_TP_TCP };

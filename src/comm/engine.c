@@ -18,15 +18,18 @@
 #include <time.h>
 
 void comm_tunables_load(struct comm_tunables *t) {
-#define COMM__TUNABLE_LOAD(f, env, def, why)                                 \
-  do {                                                                       \
-    const char *v = getenv(env);                                             \
-    char *end = NULL;                                                        \
-    long x = v && *v ? strtol(v, &end, 10) : 0;                              \
-    t->f = v && *v && end && *end == 0 && x >= 0 ? x : (long)(def);          \
-  } while (0);
-  COMM_TUNABLES(COMM__TUNABLE_LOAD)
-#undef COMM__TUNABLE_LOAD
+  t->timeout_ms = (long)loom__tun(LOOM_TUN_COMM_TIMEOUT_MS);
+  t->check_ms = (long)loom__tun(LOOM_TUN_COMM_CHECK_MS);
+  t->spin = (long)loom__tun(LOOM_TUN_COMM_SPIN);
+  t->yield = (long)loom__tun(LOOM_TUN_COMM_YIELD);
+  t->small_bytes = (long)loom__tun(LOOM_TUN_COMM_SMALL_BYTES);
+  t->bcast_small_bytes = (long)loom__tun(LOOM_TUN_COMM_BCAST_SMALL_BYTES);
+  t->shm_ring = (long)loom__tun(LOOM_TUN_COMM_SHM_RING);
+  t->shm_chunk = (long)loom__tun(LOOM_TUN_COMM_SHM_CHUNK);
+  t->shm_slot = (long)loom__tun(LOOM_TUN_COMM_SHM_SLOT);
+  t->shm_small_bytes = (long)loom__tun(LOOM_TUN_COMM_SHM_SMALL_BYTES);
+  t->tcp_sockbuf = (long)loom__tun(LOOM_TUN_COMM_TCP_SOCKBUF);
+  t->tcp_stage = (long)loom__tun(LOOM_TUN_COMM_TCP_STAGE);
   if (t->check_ms < 1) t->check_ms = 1;
   /* Bounded, so that the segment's layout cannot overflow. */
   if (t->shm_ring < 4096) t->shm_ring = 4096;

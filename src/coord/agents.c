@@ -35,7 +35,7 @@ static json_t *kv_obj(const spec_kv *kv, int n, json_t *into) {
 static void send_assign(coord *co, task *t) {
   const spec_role *r = t->role;
   json_t *j = json_object();
-  char *wd = loom__asprintf("%s/tasks/%s", co->o->job_dir, t->file);
+  char *wd = jobdir_task_apath(co->o->job_dir, JOBDIR_TASKS, t->file);
   json_object_set_new(j, "workdir", json_string(wd ? wd : ""));
   free(wd);
   json_object_set_new(j, "job_id", json_string(co->o->job_id));

@@ -124,7 +124,7 @@ void coord_on_log(coord *co, task *t, wire_frame *f) {
 
 void coord_open_logs(coord *co, task *t) {
   if (!t->log) {
-    char *p = loom__asprintf("%s/logs/%s.log", co->o->job_dir, t->file);
+    char *p = jobdir_task_apath(co->o->job_dir, JOBDIR_LOGS, t->file);
     t->log = p ? loom__fopen_private(p, true) : NULL;
     if (t->log) setvbuf(t->log, NULL, _IOLBF, 0);
     free(p);
@@ -138,13 +138,11 @@ void coord_open_logs(coord *co, task *t) {
 
 
 void coord_print_summary(coord *co) {
-  char *p = loom__asprintf("%s/summary.txt", co->o->job_dir);
-  FILE *f = p ? loom__fopen_private(p, false) : NULL;
+  FILE *f = jobdir_fopen(co->o->job_dir, JOBDIR_SUMMARY, false);
   if (f) {
     print_summary_to(co, f);
     fclose(f);
   }
-  free(p);
   if (!co->o->console) return;
   status_clear(co);
   print_summary_to(co, stderr);
@@ -178,6 +176,6 @@ static void print_summary_to(coord *co, FILE *out) {
   } else {
     fprintf(out, "loom: root cause: %s\n", co->root_msg);
   }
-  fprintf(out, "loom: logs: %s/logs/   events: loom events %s\n", co->o->job_dir,
-          co->o->job_id);
+  fprintf(out, "loom: logs: %s/%s/   events: loom events %s\n", co->o->job_dir,
+          jobdir_name(JOBDIR_LOGS), co->o->job_id);
 }

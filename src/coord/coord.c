@@ -412,13 +412,9 @@ int coord_run(const coord_opts *o) {
   }
   if (uv_loop_init(&co->loop) < 0) goto out_free;
   if (coord_setup_tasks(co) < 0) goto out_loop;
-  char *p = loom__asprintf("%s/events.jsonl", o->job_dir);
-  co->events = p ? loom__fopen_private(p, true) : NULL;
-  free(p);
-  p = loom__asprintf("%s/logs/all.log", o->job_dir);
-  co->alllog = p ? loom__fopen_private(p, true) : NULL;
+  co->events = jobdir_fopen(o->job_dir, JOBDIR_EVENTS, true);
+  co->alllog = jobdir_fopen(o->job_dir, JOBDIR_ALL_LOG, true);
   if (co->alllog) setvbuf(co->alllog, NULL, _IOLBF, 0);
-  free(p);
   if (!co->events || !co->alllog) {
     fprintf(stderr, "loom: cannot write the job directory %s: %s\n", o->job_dir, strerror(errno));
     goto out_loop;
@@ -472,10 +468,8 @@ int coord_run(const coord_opts *o) {
   json_t *cj = json_pack("{s:s, s:i}", "addr", co->addr, "pid", (int)getpid());
   char *cs = json_dumps(cj, JSON_COMPACT);
   json_decref(cj);
-  p = loom__asprintf("%s/coord.json", o->job_dir);
-  if (cs && p) loom__write_atomic(p, cs, strlen(cs), 0600, false);
+  if (cs) jobdir_write(o->job_dir, JOBDIR_COORD, cs, strlen(cs), false);
   free(cs);
-  free(p);
 
   /* The dashboard: the token is derived from the secret, so sharing the
    * URL does not give away the secret. */

@@ -8,7 +8,7 @@
 #include "spec/spec.h"
 
 typedef struct {
-  const char *job_dir;  /* $LOOM_HOME/jobs/<id> */
+  const char *job_dir;  /* <home>/jobs/<id> */
   const char *job_id;
   const char *secret;   /* the job's secret, hex */
   const spec_job *spec;

@@ -9,6 +9,7 @@
 #include "core/ratelog.h"
 #include "feed/dispatch.h"
 #include "http/http.h"
+#include "jobdir/jobdir.h"
 #include "wire/wire.h"
 #include "wire/wire_uv.h"
 

@@ -104,7 +104,7 @@ void coord_state_write(coord *co) {
   char *s = json_dumps(j, JSON_INDENT(1));
   json_decref(j);
   if (!s) return;
-  char *path = loom__asprintf("%s/state.json", co->o->job_dir);
+  char *path = jobdir_apath(co->o->job_dir, JOBDIR_STATE);
   if (path && loom__write_atomic(path, s, strlen(s), 0600, co->jstate == J_DONE) < 0)
     loom__log(LOOM_LOG_WARN, "coord", "cannot write %s: %s", path, strerror(errno));
   free(path);

@@ -81,30 +81,7 @@ int loom__read_file(const char *path, size_t max, char **out, size_t *len);
  * 'Z', ...), or 0 when it cannot be read (no such process). */
 char loom__proc_state(int pid);
 
-/* ---- tunables: one line each, name, environment variable, default ---- */
-#define LOOM_TUNABLES(X)                                                     \
-  X(RENDEZVOUS_TIMEOUT_MS, "LOOM_RENDEZVOUS_TIMEOUT", 60000)                 \
-  X(STOP_GRACE_MS, "LOOM_STOP_GRACE", 1000)                                  \
-  X(SERVICE_GRACE_MS, "LOOM_SERVICE_GRACE", 3000)                            \
-  X(HEARTBEAT_MS, "LOOM_HEARTBEAT", 1000)                                    \
-  X(HEARTBEAT_TIMEOUT_MS, "LOOM_HEARTBEAT_TIMEOUT", 15000)                   \
-  X(AUTH_TIMEOUT_MS, "LOOM_AUTH_TIMEOUT", 5000)                              \
-  X(PREAUTH_MAX, "LOOM_PREAUTH_MAX", 64)                                     \
-  X(CONNECT_TIMEOUT_MS, "LOOM_CONNECT_TIMEOUT", 10000)                       \
-  X(LAUNCH_RETRIES, "LOOM_LAUNCH_RETRIES", 3)                                \
-  X(LAUNCH_RETRY_MS, "LOOM_LAUNCH_RETRY_MS", 500)                            \
-  X(MAX_FRAME, "LOOM_MAX_FRAME", 4 << 20)                                    \
-  X(MAX_LOG_LINE, "LOOM_MAX_LOG_LINE", 64 << 10)                             \
-  X(KV_MAX_TOTAL, "LOOM_KV_MAX_TOTAL", 256 << 20)
-
-typedef enum {
-#define LOOM__TUN_ENUM(name, env, def) LOOM_TUN_##name,
-  LOOM_TUNABLES(LOOM__TUN_ENUM)
-#undef LOOM__TUN_ENUM
-      LOOM_TUN__COUNT
-} loom__tunable;
-/* The tunable's value: its environment variable if set and valid, else
- * the default. */
-long long loom__tun(loom__tunable t);
+/* ---- tunables: one table, one accessor (tun.h) ---------------------- */
+#include "core/tun.h"
 
 #endif

@@ -355,23 +355,3 @@ int loom__read_file(const char *path, size_t max, char **out, size_t *len) {
   if (len) *len = b.len;
   return 0;
 }
-
-/* ---- tunables --------------------------------------------------------- */
-static const struct {
-  const char *env;
-  long long def;
-} tunables[] = {
-#define LOOM__TUN_ROW(name, env, def) {env, def},
-    LOOM_TUNABLES(LOOM__TUN_ROW)
-#undef LOOM__TUN_ROW
-};
-
-long long loom__tun(loom__tunable t) {
-  const char *v = getenv(tunables[t].env);
-  long long out;
-  if (v && loom__parse_int(v, 0, LLONG_MAX, &out) == 0) return out;
-  if (v)
-    loom__log(LOOM_LOG_WARN, "core", "%s=%s is not a number; using %lld",
-              tunables[t].env, v, tunables[t].def);
-  return tunables[t].def;
-}

@@ -990,11 +990,11 @@ int loom_feed_open(loom_t *l, loom_feed_t **out) {
   f->output = json_is_true(json_object_get(rep, "output"));
   f->lease_ms = (uint64_t)json_integer_value(lm);
   json_decref(rep);
-  f->readahead = (uint64_t)loom__feed_tun(FEED_TUN_READAHEAD_BYTES);
-  f->chunk_bytes = (uint64_t)loom__feed_tun(FEED_TUN_CHUNK_BYTES);
-  f->max_record = (uint64_t)loom__feed_tun(FEED_TUN_MAX_RECORD);
-  f->wait_ms = (uint64_t)loom__feed_tun(FEED_TUN_WAIT_MS);
-  f->ahead = (uint64_t)loom__feed_tun(FEED_TUN_AHEAD_SPLITS);
+  f->readahead = (uint64_t)loom__tun(LOOM_TUN_FEED_READAHEAD);
+  f->chunk_bytes = (uint64_t)loom__tun(LOOM_TUN_FEED_CHUNK);
+  f->max_record = (uint64_t)loom__tun(LOOM_TUN_FEED_MAX_RECORD);
+  f->wait_ms = (uint64_t)loom__tun(LOOM_TUN_FEED_WAIT_MS);
+  f->ahead = (uint64_t)loom__tun(LOOM_TUN_FEED_AHEAD_SPLITS);
   if (f->max_record > UINT32_MAX - 64) f->max_record = UINT32_MAX - 64;
   if (f->chunk_bytes > f->max_record) f->chunk_bytes = f->max_record;
   f->last_renew = f->beat = loom__now_ms();

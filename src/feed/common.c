@@ -1,26 +1,9 @@
-/* common.c: the small pieces every part of the feed shares: its tunables,
- * format names, the record index of a chunk, and the shuffle. */
+/* common.c: the small pieces every part of the feed shares: format names,
+ * the record index of a chunk, and the shuffle. */
 #include "feed/feed.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static const struct {
-  const char *env;
-  long long def;
-} feed_tunables[] = {
-#define FEED__TUN_ROW(name, env, def) {env, def},
-    FEED_TUNABLES(FEED__TUN_ROW)
-#undef FEED__TUN_ROW
-};
-
-long long loom__feed_tun(feed_tunable t) {
-  if ((unsigned)t >= FEED_TUN__COUNT) return 0;
-  const char *v = getenv(feed_tunables[t].env);
-  long long out;
-  if (v && *v && loom__parse_int(v, 1, (long long)1 << 40, &out) == 0) return out;
-  return feed_tunables[t].def;
-}
 
 int loom__feed_format_parse(const char *s, feed_format *fmt) {
   memset(fmt, 0, sizeof *fmt);

@@ -542,7 +542,7 @@ int feed_dispatch_create(const json_t *feed, const char *job_dir, const char *sp
   if (!d) return LOOM_ENOMEM;
   d->reply = reply;
   d->wtail = &d->waiters;
-  d->lease_ms = (uint64_t)loom__feed_tun(FEED_TUN_LEASE_MS);
+  d->lease_ms = (uint64_t)loom__tun(LOOM_TUN_FEED_LEASE_MS);
   int rc = LOOM_ESPEC;
   const char *fmt_s = json_string_value(json_object_get(feed, "format"));
   feed_format fmt;
@@ -588,7 +588,7 @@ int feed_dispatch_create(const json_t *feed, const char *job_dir, const char *sp
   }
   if (rc == 0)
     rc = loom__feed_input_make((const char *const *)globs, ng, &fmt,
-                               (uint64_t)loom__feed_tun(FEED_TUN_SPLIT_BYTES), &d->in, err, errlen);
+                               (uint64_t)loom__tun(LOOM_TUN_FEED_SPLIT_BYTES), &d->in, err, errlen);
   for (size_t i = 0; i < ng; i++) free(globs[i]);
   free(globs);
   if (rc < 0) goto fail;

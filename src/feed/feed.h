@@ -15,32 +15,7 @@
 #include "core/core.h"
 #include <jansson.h>
 
-/* ---- tunables: one line each: name, environment variable, default ------ */
-#define FEED_TUNABLES(X)                                                      \
-  /* a file larger than this is cut into record-aligned byte ranges */       \
-  X(SPLIT_BYTES, "LOOM_FEED_SPLIT_BYTES", 16 << 20)                          \
-  /* a lease not renewed for this long goes back to the dispatcher */        \
-  X(LEASE_MS, "LOOM_FEED_LEASE_MS", 30000)                                   \
-  /* the longest a reader waits for a split while no task holds one */       \
-  X(WAIT_MS, "LOOM_FEED_WAIT_MS", 600000)                                    \
-  /* bytes a reader keeps read ahead of its consumer */                      \
-  X(READAHEAD_BYTES, "LOOM_FEED_READAHEAD", 16 << 20)                        \
-  /* splits a reader leases beyond the one being consumed */               \
-  X(AHEAD_SPLITS, "LOOM_FEED_AHEAD_SPLITS", 2)                               \
-  /* bytes read and parsed at a time */                                      \
-  X(CHUNK_BYTES, "LOOM_FEED_CHUNK", 1 << 20)                                 \
-  /* the largest record (and the largest shuffled split) a reader holds */   \
-  X(MAX_RECORD, "LOOM_FEED_MAX_RECORD", 256 << 20)
-
-typedef enum {
-#define FEED__TUN_ENUM(name, env, def) FEED_TUN_##name,
-  FEED_TUNABLES(FEED__TUN_ENUM)
-#undef FEED__TUN_ENUM
-      FEED_TUN__COUNT
-} feed_tunable;
-/* The tunable's environment variable when set to a positive integer, else
- * its default. */
-long long loom__feed_tun(feed_tunable t);
+/* ---- tunables: LOOM_FEED_* in src/core/tun.h, read with loom__tun() ---- */
 
 /* ---- wire messages (types in WIRE_FEED_FIRST..WIRE_FEED_LAST) ---------- *
  * Each is a request {id, ...} answered by a WIRE_REPLY {id, rc, ...}. */

@@ -12,6 +12,7 @@
  *   metrics       Prometheus text format 0.0.4
  */
 #include "http/http_int.h"
+#include "jobdir/jobdir.h"
 
 #include <dirent.h>
 #include <inttypes.h>
@@ -377,7 +378,7 @@ static void api_logs(http_job *j, const char *query, http_resp *r) {
     return;
   }
   if (!*task || !strcmp(task, "all")) {
-    snprintf(file, sizeof file, "all.log");
+    snprintf(file, sizeof file, "%s", strrchr(jobdir_name(JOBDIR_ALL_LOG), '/') + 1);
   } else {
     /* role:index, where role is a name and index a number: nothing else
      * reaches the file system. The task must be one of the job's. */
@@ -544,46 +545,15 @@ bool http__api(http_job *j, const char *path, const char *query, http_resp *r) {
 }
 
 /* ---- `loom ui`: the list of jobs --------------------------------------- */
-typedef struct {
-  char id[160];
-  double mtime;
-} listed;
-
-/* Newest first: by the "yyyymmdd-hhmmss" in every id, then by when the
- * job's spec.yaml was written. */
-static int listed_cmp(const void *a, const void *b) {
-  const listed *x = a, *y = b;
-  size_t lx = strlen(x->id), ly = strlen(y->id);
-  int c = lx > 20 && ly > 20 ? strncmp(y->id + ly - 20, x->id + lx - 20, 15) : 0;
-  if (c == 0) c = (y->mtime > x->mtime) - (y->mtime < x->mtime);
-  return c ? c : strcmp(x->id, y->id);
-}
-
 void http__api_jobs(const char *jobs_root, http_resp *r) {
   r->status = 200;
   r->type = "application/json";
-  listed *all = NULL;
-  size_t n = 0, cap = 0;
-  DIR *d = opendir(jobs_root);
-  struct dirent *e;
-  while (d && (e = readdir(d))) {
-    if (!http__safe_name(e->d_name)) continue;
-    char p[4096 + 200];
-    struct stat st;
-    snprintf(p, sizeof p, "%s/%s/spec.yaml", jobs_root, e->d_name);
-    if (stat(p, &st) < 0) continue;
-    if (n == cap) {
-      cap = cap ? cap * 2 : 64;
-      listed *na = realloc(all, cap * sizeof *na);
-      if (!na) break;
-      all = na;
-    }
-    loom__strlcpy(all[n].id, e->d_name, sizeof all[n].id);
-    all[n].mtime = (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9;
-    n++;
+  jobdir_entry *all = NULL;
+  size_t n = 0;
+  if (jobdir_list(jobs_root, &all, &n) < 0) {
+    http__error(r, 500, "out of memory listing the jobs");
+    return;
   }
-  if (d) closedir(d);
-  if (n) qsort(all, n, sizeof *all, listed_cmp);
   json_t *arr = json_array();
   for (size_t i = 0; i < n && i < HTTP_MAX_LISTED; i++) {
     char dir[4096 + 200];

@@ -24,7 +24,7 @@ int http_start(uv_loop_t *loop, const char *bind, const char *job_dir, const cha
 void http_stop(http_server *s);
 
 /* `loom ui [--port P] [--bind A] [JOB...]`: serves finished (and running)
- * jobs from $LOOM_HOME/jobs until interrupted. argv[0] is "ui". */
+ * jobs from <home>/jobs until interrupted. argv[0] is "ui". */
 int loom__ui_main(int argc, char **argv);
 
 #endif

@@ -147,7 +147,7 @@ void http__error(http_resp *r, int status, const char *msg);
 /* ---- server.c ------------------------------------------------------------ */
 typedef struct {
   bool ui;                 /* every job under root (`loom ui`), or the one job in root */
-  const char *root;        /* $LOOM_HOME/jobs, or the job directory */
+  const char *root;        /* <home>/jobs, or the job directory */
   const char *token;       /* HTTP_TOKEN_LEN hex characters */
   int port;                /* 0: an ephemeral one */
   const char *const *only; /* ui: serve only these job ids (NULL: all) */

@@ -24,6 +24,7 @@
  * their own cap, HTTP_MAX_CONNS. What is refused, evicted or timed out is
  * logged through a rate limiter (core/ratelog.h). */
 #include "http/http_int.h"
+#include "jobdir/jobdir.h"
 #include "core/ratelog.h"
 
 #include <openssl/crypto.h>
@@ -327,7 +328,7 @@ static http_job *ui_job(http_server *s, const char *id) {
   }
   char dir[sizeof s->root + 200], probe[sizeof dir + 16];
   snprintf(dir, sizeof dir, "%s/%s", s->root, id);
-  snprintf(probe, sizeof probe, "%s/spec.yaml", dir);
+  jobdir_path(dir, JOBDIR_SPEC, probe, sizeof probe);
   struct stat st;
   if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || stat(probe, &st) < 0) return NULL;
   http_job *j = http__job_new(dir, id);

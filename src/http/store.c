@@ -5,6 +5,7 @@
  * last HTTP_MAX_EVENTS other events). state.json, spec.yaml and logs are
  * read when asked for: they are small, or read from their end. */
 #include "http/http_int.h"
+#include "jobdir/jobdir.h"
 #include "wire/wire.h"
 
 #include <errno.h>
@@ -28,9 +29,9 @@ bool http__safe_name(const char *s) {
 
 void http__job_token(const char *dir, char out[HTTP_TOKEN_LEN + 1]) {
   out[0] = 0;
-  char *p = loom__asprintf("%s/secret", dir), *sec = NULL;
+  char *sec = NULL;
   size_t n = 0;
-  if (p && loom__read_file(p, 256, &sec, &n) == 0) {
+  if (jobdir_read(dir, JOBDIR_SECRET, 256, &sec, &n) == 0) {
     while (n && (sec[n - 1] == '\n' || sec[n - 1] == ' '))
       sec[--n] = 0;
     if (n) {
@@ -40,7 +41,6 @@ void http__job_token(const char *dir, char out[HTTP_TOKEN_LEN + 1]) {
     }
   }
   free(sec);
-  free(p);
 }
 
 http_job *http__job_new(const char *dir, const char *id) {
@@ -209,7 +209,7 @@ static void feed(http_job *j, const char *data, size_t n) {
 
 void http__job_refresh(http_job *j) {
   char p[sizeof j->dir + 32];
-  snprintf(p, sizeof p, "%s/events.jsonl", j->dir);
+  if (jobdir_path(j->dir, JOBDIR_EVENTS, p, sizeof p) < 0) return;
   int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return;
   struct stat st;
@@ -236,28 +236,16 @@ out:
   close(fd);
 }
 
-static json_t *load_json(const char *dir, const char *name) {
-  char *p = loom__asprintf("%s/%s", dir, name), *s = NULL;
-  size_t n = 0;
-  json_t *o = NULL;
-  if (p && loom__read_file(p, HTTP_MAX_STATE, &s, &n) == 0) {
-    o = json_loadb(s, n, 0, NULL);
-    if (o && !json_is_object(o)) {
-      json_decref(o);
-      o = NULL;
-    }
-  }
-  free(s);
-  free(p);
-  return o;
+json_t *http__job_state(const http_job *j) {
+  return jobdir_read_json(j->dir, JOBDIR_STATE, HTTP_MAX_STATE);
 }
-
-json_t *http__job_state(const http_job *j) { return load_json(j->dir, "state.json"); }
-json_t *http__job_spec(const http_job *j) { return load_json(j->dir, "spec.yaml"); }
+json_t *http__job_spec(const http_job *j) {
+  return jobdir_read_json(j->dir, JOBDIR_SPEC, HTTP_MAX_STATE);
+}
 
 json_t *http__log_tail(const http_job *j, const char *file, int n, uint64_t *size) {
   char p[sizeof j->dir + 200];
-  snprintf(p, sizeof p, "%s/logs/%s", j->dir, file);
+  snprintf(p, sizeof p, "%s/%s/%s", j->dir, jobdir_name(JOBDIR_LOGS), file);
   int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return NULL;
   struct stat st;

@@ -1,9 +1,10 @@
-/* ui.c: `loom ui`, the dashboard for every job under $LOOM_HOME/jobs,
- * finished or running, read from the job directories. Its token lives in
- * $LOOM_HOME/ui-token (created 0600 on first use), so its URL stays the
+/* ui.c: `loom ui`, the dashboard for every job under loom's home (see
+ * jobdir.h), finished or running, read from the job directories. Its token
+ * lives in <home>/ui-token (created 0600 on first use), so its URL stays the
  * same from one run to the next; each job's own token (the one its `loom
  * run` printed) also opens that job's pages here. */
 #include "http/http_int.h"
+#include "jobdir/jobdir.h"
 #include "wire/wire.h"
 
 #include <errno.h>
@@ -17,17 +18,6 @@
 
 #include <dirent.h>
 
-static const char *ui_home(char *buf, size_t len) {
-  const char *h = getenv("LOOM_HOME");
-  if (h && *h) {
-    loom__strlcpy(buf, h, len);
-  } else {
-    const char *u = getenv("HOME");
-    snprintf(buf, len, "%s/.loom", u && *u ? u : "/tmp");
-  }
-  return buf;
-}
-
 static bool is_token(const char *s) {
   if (strlen(s) != HTTP_TOKEN_LEN) return false;
   for (const char *p = s; *p; p++)
@@ -35,7 +25,7 @@ static bool is_token(const char *s) {
   return true;
 }
 
-/* Reads $LOOM_HOME/ui-token, or creates it (0600). */
+/* Reads <home>/ui-token, or creates it (0600). */
 static int ui_token(const char *home, char tok[HTTP_TOKEN_LEN + 1], char *err, size_t errlen) {
   char path[4200];
   snprintf(path, sizeof path, "%s/ui-token", home);
@@ -82,44 +72,9 @@ static int ui_token(const char *home, char tok[HTTP_TOKEN_LEN + 1], char *err, s
     unlink(path);
     break;
   }
-  snprintf(err, errlen, "cannot read or create %s: %s (set LOOM_HOME to a writable directory)",
-           path, strerror(errno));
+  snprintf(err, errlen, "cannot read or create %s: %s (set %s to a writable directory)", path,
+           strerror(errno), JOBDIR_HOME_ENV);
   return LOOM_EIO;
-}
-
-/* The job ids under jobs, for resolving what the user typed. */
-static int list_ids(const char *jobs, char ***out, size_t *n) {
-  *out = NULL;
-  *n = 0;
-  DIR *d = opendir(jobs);
-  if (!d) return 0;
-  size_t cap = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (!http__safe_name(e->d_name)) continue;
-    if (*n == cap) {
-      cap = cap ? 2 * cap : 64;
-      char **na = realloc(*out, cap * sizeof *na);
-      if (!na) break;
-      *out = na;
-    }
-    if (!((*out)[*n] = strdup(e->d_name))) break;
-    (*n)++;
-  }
-  closedir(d);
-  return 0;
-}
-
-/* The id of the newest job: the one whose id ends in the latest
- * "yyyymmdd-hhmmss-xxxx". */
-static const char *newest(char **ids, size_t n) {
-  const char *best = NULL;
-  for (size_t i = 0; i < n; i++) {
-    size_t l = strlen(ids[i]);
-    if (l <= 20) continue;
-    if (!best || strcmp(ids[i] + l - 20, best + strlen(best) - 20) > 0) best = ids[i];
-  }
-  return best;
 }
 
 typedef struct {
@@ -137,9 +92,9 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: loom ui [--port P] [--bind A] [JOB...]\n"
-             "Serves the dashboard of every job under $LOOM_HOME/jobs (or only of the JOBs\n"
+             "Serves the dashboard of every job under $" JOBDIR_HOME_ENV "/jobs (or only of the JOBs\n"
              "given: ids, unique prefixes, or `last`) until interrupted. Prints its URL,\n"
-             "with the access token from $LOOM_HOME/ui-token.\n"
+             "with the access token from $" JOBDIR_HOME_ENV "/ui-token.\n"
              "  --port P   listen on port P (default: any free port)\n"
              "  --bind A   listen on address A (default 127.0.0.1; 0.0.0.0 for all)\n");
 }
@@ -149,8 +104,8 @@ int loom__ui_main(int argc, char **argv) {
   long long port = 0;
   const char **want = calloc((size_t)argc + 1, sizeof *want);
   size_t nwant = 0;
-  char **ids = NULL, **only = NULL;
-  size_t nids = 0, nonly = 0;
+  char **only = NULL;
+  size_t nonly = 0;
   int status = 2;
   if (!want) return 3;
   for (int i = 1; i < argc; i++) {
@@ -181,11 +136,11 @@ int loom__ui_main(int argc, char **argv) {
   }
 
   char home[4096], jobs[4200], err[8600];
-  ui_home(home, sizeof home);
-  snprintf(jobs, sizeof jobs, "%s/jobs", home);
+  loom__strlcpy(home, jobdir_home(), sizeof home);
+  loom__strlcpy(jobs, jobdir_root(), sizeof jobs);
   if (loom__mkdir_p(home, 0700) < 0) {
-    fprintf(stderr, "loom ui: cannot create %s: %s (set LOOM_HOME to a writable directory)\n", home,
-            strerror(errno));
+    fprintf(stderr, "loom ui: cannot create %s: %s (set %s to a writable directory)\n", home,
+            strerror(errno), JOBDIR_HOME_ENV);
     status = 3;
     goto out;
   }
@@ -197,33 +152,15 @@ int loom__ui_main(int argc, char **argv) {
   }
 
   if (nwant) {
-    list_ids(jobs, &ids, &nids);
     if (!(only = calloc(nwant, sizeof *only))) goto out;
     for (size_t w = 0; w < nwant; w++) {
-      const char *hit = NULL;
-      int matches = 0;
-      if (!strcmp(want[w], "last")) {
-        hit = newest(ids, nids);
-      } else {
-        for (size_t i = 0; i < nids && !hit; i++)
-          if (!strcmp(ids[i], want[w])) hit = ids[i];
-        size_t l = strlen(want[w]);
-        for (size_t i = 0; i < nids && !hit; i++)
-          if (!strncmp(ids[i], want[w], l)) matches++;
-        for (size_t i = 0; i < nids && !hit && matches == 1; i++)
-          if (!strncmp(ids[i], want[w], l)) hit = ids[i];
-      }
-      if (!hit && matches > 1) {
-        fprintf(stderr, "loom ui: '%s' matches %d jobs under %s: give more of the id\n", want[w],
-                matches, jobs);
+      char id[JOBDIR_ID_MAX];
+      if (jobdir_resolve(jobs, want[w], id, sizeof id, err, sizeof err) < 0) {
+        fprintf(stderr, "loom ui: %s\n", err);
         goto out;
       }
-      if (!hit) {
-        fprintf(stderr, "loom ui: no job '%s' under %s: see `loom status` for the jobs there\n",
-                want[w], jobs);
-        goto out;
-      }
-      only[nonly++] = (char *)hit;
+      if (!(only[nonly] = strdup(id))) goto out;
+      nonly++;
     }
   }
 
@@ -262,9 +199,8 @@ int loom__ui_main(int argc, char **argv) {
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
 out:
-  for (size_t i = 0; i < nids; i++)
-    free(ids[i]);
-  free(ids);
+  for (size_t i = 0; i < nonly; i++)
+    free(only[i]);
   free(only);
   free(want);
   return status;

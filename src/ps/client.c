@@ -386,7 +386,7 @@ static int env_num(const char *name, int def) {
 }
 
 static int ckpt_dir_of(loom_ps_t *ps, const char *given) {
-  const char *d = given ? given : getenv("LOOM_PS_CKPT_DIR");
+  const char *d = given ? given : loom__tun_str(LOOM_TUN_PS_CKPT_DIR);
   char buf[PS_MAX_PATH + 1];
   if (!d || !*d) {
     const char *jd = getenv("LOOM_JOB_DIR");

@@ -9,18 +9,12 @@
 #include <string.h>
 
 void ps_tunables_load(struct ps_tunables *t) {
-#define PS__TUN_LOAD(f, env, def, why)                                       \
-  do {                                                                       \
-    const char *v = getenv(env);                                             \
-    long long x;                                                             \
-    t->f = (def);                                                            \
-    if (v && loom__parse_int(v, 0, LLONG_MAX, &x) == 0) t->f = x;            \
-    else if (v)                                                              \
-      loom__log(LOOM_LOG_WARN, "ps", "%s=%s is not a number; using %lld",    \
-                env, v, (long long)(def));                                   \
-  } while (0);
-  PS_TUNABLES(PS__TUN_LOAD)
-#undef PS__TUN_LOAD
+  t->timeout_ms = loom__tun(LOOM_TUN_PS_TIMEOUT_MS);
+  t->max_msg = loom__tun(LOOM_TUN_PS_MAX_MSG);
+  t->max_memory = loom__tun(LOOM_TUN_PS_MAX_MEMORY);
+  t->split_bytes = loom__tun(LOOM_TUN_PS_SPLIT_BYTES);
+  t->max_conns = loom__tun(LOOM_TUN_PS_MAX_CONNS);
+  t->ckpt_keep = loom__tun(LOOM_TUN_PS_CKPT_KEEP);
   if (t->max_msg < PS_MIN_MAX_MSG) t->max_msg = PS_MIN_MAX_MSG;
   if (t->max_msg > (1LL << 30)) t->max_msg = 1LL << 30;
 }

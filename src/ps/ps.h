@@ -37,26 +37,11 @@
 #error "the ps protocol sends floats in host order: little-endian hosts only"
 #endif
 
-/* ---- tunables: field, environment variable, default, why -------------- */
-#define PS_TUNABLES(X)                                                       \
-  X(timeout_ms, "LOOM_PS_TIMEOUT", 300000,                                   \
-    "client: the longest any call waits (a SYNC pull waits for the slowest " \
-    "worker)")                                                               \
-  X(max_msg, "LOOM_PS_MAX_MSG", 16 << 20,                                    \
-    "server: payload cap of one request (clients send at most 4 MiB)")       \
-  X(max_memory, "LOOM_PS_MAX_MEMORY", 16LL << 30,                            \
-    "server: bytes of variables, slots and rows one shard may hold")         \
-  X(split_bytes, "LOOM_PS_SPLIT_BYTES", 1 << 20,                             \
-    "server: a dense variable larger than this is split over every shard")   \
-  X(max_conns, "LOOM_PS_MAX_CONNS", 4096, "server: authenticated connections") \
-  X(ckpt_keep, "LOOM_PS_CKPT_KEEP", 3, "checkpoints kept in the directory")
-
+/* ---- tunables (LOOM_PS_* in src/core/tun.h, where each is described) -- */
 struct ps_tunables {
-#define PS__TUN_FIELD(f, env, def, why) long long f;
-  PS_TUNABLES(PS__TUN_FIELD)
-#undef PS__TUN_FIELD
+  long long timeout_ms, max_msg, max_memory, split_bytes, max_conns, ckpt_keep;
 };
-/* Fills t from the defaults and the environment. */
+/* Fills t from the tunables table (defaults and the environment). */
 void ps_tunables_load(struct ps_tunables *t);
 
 /* ---- protocol ---------------------------------------------------------- */

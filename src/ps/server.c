@@ -1082,8 +1082,8 @@ int loom__ps_main(int argc, char **argv) {
   int nshards = (int)json_array_size(list);
   json_decref(cj);
   /* the task's address, not every interface, unless LOOM_PS_BIND says */
-  const char *bind_to = getenv("LOOM_PS_BIND");
-  if (!bind_to || !*bind_to) bind_to = host;
+  const char *bind_to = loom__tun_str(LOOM_TUN_PS_BIND);
+  if (!*bind_to) bind_to = host;
   int lfd;
   if (listen_on(bind_to, port, &lfd) < 0) {
     fprintf(stderr, "loom ps: cannot listen on %s port %d: %s%s\n", bind_to, port,
