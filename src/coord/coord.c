@@ -397,49 +397,54 @@ static void close_walk(uv_handle_t *h, void *arg) {
 }
 
 
-int coord_run(const coord_opts *o) {
-  coord *co = calloc(1, sizeof *co);
-  if (!co) return EXIT_INFRA;
-  co->o = o;
-  co->s = o->spec;
-  co->root = -1;
-  co->t_start = loom__wall();
-  int status = EXIT_INFRA;
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-  if (uv_loop_init(&co->loop) < 0) goto out_free;
-  if (coord_setup_tasks(co) < 0) goto out_loop;
-  co->events = jobdir_fopen(o->job_dir, JOBDIR_EVENTS, true);
-  co->alllog = jobdir_fopen(o->job_dir, JOBDIR_ALL_LOG, true);
+/* ---- the coordinator's life, step by step ---------------------------------- */
+
+/* events.jsonl and logs/all.log, open for appending. */
+static int open_job_files(coord *co) {
+  co->events = jobdir_fopen(co->o->job_dir, JOBDIR_EVENTS, true);
+  co->alllog = jobdir_fopen(co->o->job_dir, JOBDIR_ALL_LOG, true);
   if (co->alllog) setvbuf(co->alllog, NULL, _IOLBF, 0);
   if (!co->events || !co->alllog) {
-    fprintf(stderr, "loom: cannot write the job directory %s: %s\n", o->job_dir, strerror(errno));
-    goto out_loop;
+    fprintf(stderr, "loom: cannot write the job directory %s: %s\n", co->o->job_dir,
+            strerror(errno));
+    return LOOM_EIO;
   }
-  if (co->s->feed) {
-    char err[1024], sdir[4096];
-    loom__strlcpy(sdir, co->s->path, sizeof sdir);
-    char *slash = strrchr(sdir, '/');
-    if (slash) *slash = 0;
-    if (feed_dispatch_create(co->s->feed, o->job_dir, sdir, coord_feed_reply, &co->feed, err,
-                             sizeof err) < 0) {
-      fprintf(stderr, "loom: %s: %s\n", co->s->path, err);
-      status = EXIT_USAGE;
-      goto out_loop;
-    }
+  return 0;
+}
+
+/* The data feed's coordinator side, when the spec has a feed; a bad feed
+ * is the spec's error (exit 2). */
+static int start_feed(coord *co) {
+  if (!co->s->feed) return 0;
+  char err[1024], sdir[4096];
+  loom__strlcpy(sdir, co->s->path, sizeof sdir);
+  char *slash = strrchr(sdir, '/');
+  if (slash) *slash = 0;
+  if (feed_dispatch_create(co->s->feed, co->o->job_dir, sdir, coord_feed_reply, &co->feed, err,
+                           sizeof err) < 0) {
+    fprintf(stderr, "loom: %s: %s\n", co->s->path, err);
+    return LOOM_EINVAL;
   }
-  const char *bname = o->backend ? o->backend : co->s->backend;
+  return 0;
+}
+
+/* The backend, and where each task's CPUs and GPUs come from. */
+static int start_backend(coord *co) {
+  const char *bname = co->o->backend ? co->o->backend : co->s->backend;
   if (backend_create(bname, co->s, &co->loop, co->ntasks, agent_exited, co, &co->be) < 0) {
     fprintf(stderr, "loom: backend '%s' is not available\n", bname);
-    goto out_loop;
+    return LOOM_EBACKEND;
   }
-  /* CPUs and GPUs: where the backend says they come from */
   for (int i = 0; i < co->ntasks; i++)
     co->be->ops->place(co->be, i, co->tasks[i].role, co->tasks[i].cpus, sizeof co->tasks[i].cpus,
                        co->tasks[i].gpus, sizeof co->tasks[i].gpus);
+  return 0;
+}
+
+/* The listening socket every agent, client and CLI connects to; its
+ * address goes to coord.json. ip gets the bound address. */
+static int start_listening(coord *co, char *ip, size_t iplen) {
+  const coord_opts *o = co->o;
   uv_tcp_init(&co->loop, &co->server);
   co->server.data = co;
   struct sockaddr_storage sa;
@@ -450,17 +455,16 @@ int coord_run(const coord_opts *o) {
   if (rc == 0) rc = uv_listen((uv_stream_t *)&co->server, 4096, coord_on_connection);
   if (rc < 0) {
     fprintf(stderr, "loom: the coordinator cannot listen on %s: %s\n", bind, uv_strerror(rc));
-    goto out_be;
+    return rc;
   }
   int len = sizeof sa;
   uv_tcp_getsockname(&co->server, (struct sockaddr *)&sa, &len);
-  char ip[INET6_ADDRSTRLEN] = "";
   int port;
   if (sa.ss_family == AF_INET6) {
-    uv_ip6_name((struct sockaddr_in6 *)&sa, ip, sizeof ip);
+    uv_ip6_name((struct sockaddr_in6 *)&sa, ip, iplen);
     port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
   } else {
-    uv_ip4_name((struct sockaddr_in *)&sa, ip, sizeof ip);
+    uv_ip4_name((struct sockaddr_in *)&sa, ip, iplen);
     port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
   }
   snprintf(co->addr, sizeof co->addr, "%s:%d", o->advertise ? o->advertise : ip, port);
@@ -470,25 +474,31 @@ int coord_run(const coord_opts *o) {
   json_decref(cj);
   if (cs) jobdir_write(o->job_dir, JOBDIR_COORD, cs, strlen(cs), false);
   free(cs);
+  return 0;
+}
 
-  /* The dashboard: the token is derived from the secret, so sharing the
-   * URL does not give away the secret. */
-  {
-    unsigned char mac[WIRE_MAC], nonce[WIRE_NONCE] = {0};
-    char token[2 * WIRE_MAC + 1], err[256];
-    wire_mac(o->secret, "loom-ui", nonce, mac);
-    loom__hex(mac, 16, token);
-    int hport = 0;
-    /* the address peers are told, not every interface */
-    const char *hb = o->advertise ? o->advertise : bind;
-    if (http_start(&co->loop, hb, o->job_dir, token, &co->http, &hport, err, sizeof err) == 0) {
-      snprintf(co->dashboard, sizeof co->dashboard, "http://%s:%d/?token=%s",
-               o->advertise ? o->advertise : ip, hport, token);
-      if (o->console) fprintf(stderr, "loom: dashboard %s\n", co->dashboard);
-    } else {
-      loom__log(LOOM_LOG_INFO, "coord", "no dashboard: %s", err);
-    }
+/* The dashboard: the token is derived from the secret, so sharing the URL
+ * does not give away the secret. No dashboard is no error. */
+static void start_dashboard(coord *co, const char *bind, const char *ip) {
+  const coord_opts *o = co->o;
+  unsigned char mac[WIRE_MAC], nonce[WIRE_NONCE] = {0};
+  char token[2 * WIRE_MAC + 1], err[256];
+  wire_mac(o->secret, "loom-ui", nonce, mac);
+  loom__hex(mac, 16, token);
+  int hport = 0;
+  /* the address peers are told, not every interface */
+  const char *hb = o->advertise ? o->advertise : bind;
+  if (http_start(&co->loop, hb, o->job_dir, token, &co->http, &hport, err, sizeof err) == 0) {
+    snprintf(co->dashboard, sizeof co->dashboard, "http://%s:%d/?token=%s",
+             o->advertise ? o->advertise : ip, hport, token);
+    if (o->console) fprintf(stderr, "loom: dashboard %s\n", co->dashboard);
+  } else {
+    loom__log(LOOM_LOG_INFO, "coord", "no dashboard: %s", err);
   }
+}
+
+/* Timers (heartbeats, state flushes, relaunches) and signals. */
+static void start_timers(coord *co) {
   uv_timer_init(&co->loop, &co->rdv_timer);
   uv_timer_init(&co->loop, &co->stop_timer);
   uv_timer_init(&co->loop, &co->hb_timer);
@@ -510,9 +520,12 @@ int coord_run(const coord_opts *o) {
   uv_signal_start(&co->sighup, on_signal, SIGHUP);
   signal(SIGPIPE, SIG_IGN);
 
-  coord_event(co, NULL, "job_started", json_pack("{s:s, s:s, s:i}", "name", co->s->name, "coordinator",
-                                           co->addr, "tasks", co->ntasks));
-  if (co->dashboard[0]) coord_event(co, NULL, "dashboard", json_pack("{s:s}", "url", co->dashboard));
+}
+
+/* Files the backend copies to the job's nodes; false when it could not
+ * (the job is then finished, as a backend failure). */
+static bool stage_files(coord *co) {
+  const coord_opts *o = co->o;
   if (co->be->ops->stage_files) {
     char err[512] = "";
     setenv("LOOM_JOB_DIR_STAGE", o->job_dir, 1);
@@ -522,32 +535,15 @@ int coord_run(const coord_opts *o) {
       co->outcome = O_INFRA;
       loom__strlcpy(co->root_msg, err, sizeof co->root_msg);
       finish(co);
-      goto out_run;
+      return false;
     }
     if (co->staged_files) coord_event(co, NULL, "files_staged", json_pack("{s:O}", "files", co->staged_files));
   }
-  attempt_start(co);
-  uv_run(&co->loop, UV_RUN_DEFAULT);
-out_run:
-  status = co->exit_status;
-  if (co->http) http_stop(co->http);
-  if (co->be->ops->unstage_files) co->be->ops->unstage_files(co->be);
-  if (co->jstate != J_DONE) status = EXIT_INFRA;
+  return true;
+}
 
-  for (conn *c = co->conns, *n; c; c = n) {
-    n = c->next;
-    coord_conn_close(c, NULL);
-  }
-  loom__ratelog_flush(&co->rl_refused, "coord", "refused connections");
-  coord_kv_drop_waiters(co, NULL);
-out_be:
-  uv_walk(&co->loop, close_walk, NULL);
-  uv_run(&co->loop, UV_RUN_DEFAULT);
-  if (co->be) co->be->ops->destroy(co->be);
-out_loop:
-  uv_walk(&co->loop, close_walk, NULL);
-  uv_run(&co->loop, UV_RUN_DEFAULT);
-  uv_loop_close(&co->loop);
+/* Closes what the run opened, once the loop has stopped. */
+static void free_coord(coord *co) {
   coord_kv_clear(co);
   for (int i = 0; co->tasks && i < co->ntasks; i++) {
     coord_ring_clear(&co->tasks[i]);
@@ -559,7 +555,64 @@ out_loop:
   if (co->feed) feed_dispatch_destroy(co->feed);
   if (co->events) fclose(co->events);
   if (co->alllog) fclose(co->alllog);
-out_free:
   free(co);
+}
+
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+int coord_run(const coord_opts *o) {
+  coord *co = calloc(1, sizeof *co);
+  if (!co) return EXIT_INFRA;
+  co->o = o;
+  co->s = o->spec;
+  co->root = -1;
+  co->t_start = loom__wall();
+  int status = EXIT_INFRA;
+  char ip[INET6_ADDRSTRLEN] = "";
+  raise_fd_limit();
+  if (uv_loop_init(&co->loop) < 0) {
+    free(co);
+    return EXIT_INFRA;
+  }
+  if (coord_setup_tasks(co) < 0 || open_job_files(co) < 0) goto out_loop;
+  if (start_feed(co) < 0) {
+    status = EXIT_USAGE;
+    goto out_loop;
+  }
+  if (start_backend(co) < 0) goto out_loop;
+  if (start_listening(co, ip, sizeof ip) < 0) goto out_be;
+  start_dashboard(co, o->bind ? o->bind : "127.0.0.1", ip);
+  start_timers(co);
+  coord_event(co, NULL, "job_started", json_pack("{s:s, s:s, s:i}", "name", co->s->name,
+                                                 "coordinator", co->addr, "tasks", co->ntasks));
+  if (co->dashboard[0]) coord_event(co, NULL, "dashboard", json_pack("{s:s}", "url", co->dashboard));
+  if (stage_files(co)) {
+    attempt_start(co);
+    uv_run(&co->loop, UV_RUN_DEFAULT);
+  }
+  status = co->jstate == J_DONE ? co->exit_status : EXIT_INFRA;
+  if (co->http) http_stop(co->http);
+  if (co->be->ops->unstage_files) co->be->ops->unstage_files(co->be);
+  for (conn *c = co->conns, *n; c; c = n) {
+    n = c->next;
+    coord_conn_close(c, NULL);
+  }
+  loom__ratelog_flush(&co->rl_refused, "coord", "refused connections");
+  coord_kv_drop_waiters(co, NULL);
+out_be:
+  uv_walk(&co->loop, close_walk, NULL);
+  uv_run(&co->loop, UV_RUN_DEFAULT);
+  co->be->ops->destroy(co->be);
+out_loop:
+  uv_walk(&co->loop, close_walk, NULL);
+  uv_run(&co->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&co->loop);
+  free_coord(co);
   return status;
 }
