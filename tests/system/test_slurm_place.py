@@ -42,17 +42,20 @@ def lines(out, what):
 def test_more_roles_than_nodes_runs(sloom, cluster):
     # the spec that runs locally: four roles, five tasks, on two nodes; it
     # used to be four heterogeneous components, one node each, pending forever
-    spec = sloom.spec("""
+    # the chief waits for the ps to have printed (a service is stopped when
+    # the others finish, perhaps before its shell ran at all)
+    mark = sloom.tmp / "ps-ran"
+    spec = sloom.spec(f"""
 name: roles4
 backend: slurm
 roles:
-  chief: {command: 'echo "ran $LOOM_TASK node=$SLURMD_NODENAME rank=$RANK"'}
+  chief: {{command: 'i=0; while [ ! -e {mark} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo "ran $LOOM_TASK node=$SLURMD_NODENAME rank=$RANK"'}}
   worker:
     instances: 2
     procs: 2
     command: 'echo "ran $LOOM_TASK node=$SLURMD_NODENAME rank=$RANK local=$LOCAL_RANK"'
-  ps: {command: 'echo "ran $LOOM_TASK node=$SLURMD_NODENAME"; sleep 300'}
-  evaluator: {command: 'echo "ran $LOOM_TASK node=$SLURMD_NODENAME"'}
+  ps: {{command: 'echo "ran $LOOM_TASK node=$SLURMD_NODENAME"; touch {mark}; sleep 300'}}
+  evaluator: {{command: 'echo "ran $LOOM_TASK node=$SLURMD_NODENAME"'}}
 """)
     r = sloom.run("run", spec, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
