@@ -47,6 +47,13 @@ cleanup() {
 trap cleanup EXIT
 export LOOM_HOME=$TMP/home
 unset LOOM_JOB_ID LOOM_JOB_DIR LOOM_COORD LOOM_SECRET LOOM_TASK LOOM_RANK LOOM_WORLD_SIZE
+# The coordinator holds two descriptors a task (its connection, its log
+# file) and the agents' process one: raise the limit (root may raise the
+# hard limit too), or take the hard limit as it is.
+want=$(( ${BENCH_N:-1000} * 2 + 1024 ))
+if [ "$(ulimit -Hn)" != unlimited ] && [ "$(ulimit -Hn)" -lt "$want" ]; then
+  ulimit -Hn "$want" 2>/dev/null || true
+fi
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 spec=$TMP/coord-scale.yaml

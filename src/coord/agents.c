@@ -20,9 +20,12 @@ static void send_cluster(coord *co, task *only);
 
 /* ---- agents ------------------------------------------------------------- */
 task *coord_task_by_name(coord *co, const char *name) {
-  for (int i = 0; i < co->ntasks; i++)
-    if (!strcmp(co->tasks[i].name, name)) return &co->tasks[i];
-  return NULL;
+  if (!co->task_hash) return NULL;
+  for (unsigned h = coord_name_hash(name) & co->task_hash_mask;; h = (h + 1) & co->task_hash_mask) {
+    int id = co->task_hash[h];
+    if (id < 0) return NULL;
+    if (!strcmp(co->tasks[id].name, name)) return &co->tasks[id];
+  }
 }
 
 
@@ -73,6 +76,7 @@ static void send_assign(coord *co, task *t) {
 static void send_cluster(coord *co, task *only) {
   json_t *cl = json_object(), *tf = json_object();
   const task *master = NULL;
+  bool tf_differs = false; /* a role TF_CONFIG leaves out of its cluster */
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
     char hp[300];
@@ -84,10 +88,17 @@ static void send_cluster(coord *co, task *only) {
       json_t *tarr = json_object_get(tf, t->role->name);
       if (!tarr) json_object_set_new(tf, t->role->name, tarr = json_array());
       json_array_append_new(tarr, json_string(hp));
+    } else {
+      tf_differs = true;
     }
     if (t->training && t->rank_base == 0) master = t;
   }
-  json_t *blob = json_pack("{s:o, s:o}", "cluster", cl, "tf_cluster", tf);
+  /* Every agent gets the whole spec, so the fan-out is N copies of O(N)
+   * bytes: "tf_cluster" goes only where it differs from "cluster" (agents
+   * take "cluster" for TF_CONFIG without it), which halves that. */
+  json_t *blob = tf_differs ? json_pack("{s:o, s:o}", "cluster", cl, "tf_cluster", tf)
+                            : json_pack("{s:o}", "cluster", cl);
+  if (!tf_differs) json_decref(tf);
   char *bs = json_dumps(blob, JSON_COMPACT);
   char *cs = json_dumps(cl, JSON_COMPACT);
   json_decref(blob);

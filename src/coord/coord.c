@@ -199,7 +199,7 @@ int coord_launch_task(coord *co, task *t) {
 
 
 void coord_task_reset(coord *co, task *t) {
-  t->state = T_PENDING;
+  coord_task_set(co, t, T_PENDING);
   t->launch_tries = 0;
   t->relaunch_pending = false;
   uv_timer_stop(&t->relaunch_timer);
@@ -282,8 +282,8 @@ void coord_check_over(coord *co) {
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
     if (!coord_terminal(t)) {
-      coord_task_set(co, t, T_STOPPED);
       t->t_end = loom__wall();
+      coord_task_set(co, t, T_STOPPED);
     }
   }
   uv_timer_stop(&co->stop_timer);
@@ -414,6 +414,7 @@ int coord_run(const coord_opts *o) {
   if (coord_setup_tasks(co) < 0) goto out_loop;
   char *p = loom__asprintf("%s/events.jsonl", o->job_dir);
   co->events = p ? loom__fopen_private(p, true) : NULL;
+  if (co->events) setvbuf(co->events, NULL, _IOFBF, 1 << 16); /* flushed by events_prep */
   free(p);
   p = loom__asprintf("%s/logs/all.log", o->job_dir);
   co->alllog = p ? loom__fopen_private(p, true) : NULL;
@@ -495,6 +496,9 @@ int coord_run(const coord_opts *o) {
   uv_timer_init(&co->loop, &co->stop_timer);
   uv_timer_init(&co->loop, &co->hb_timer);
   uv_timer_init(&co->loop, &co->flush_timer);
+  uv_prepare_init(&co->loop, &co->events_prep);
+  co->events_prep.data = co;
+  uv_prepare_start(&co->events_prep, coord_events_flush);
   for (int i = 0; i < co->ntasks; i++) {
     uv_timer_init(&co->loop, &co->tasks[i].relaunch_timer);
     co->tasks[i].relaunch_timer.data = co;
@@ -553,10 +557,12 @@ out_loop:
   coord_kv_clear(co);
   for (int i = 0; co->tasks && i < co->ntasks; i++) {
     coord_ring_clear(&co->tasks[i]);
-    if (co->tasks[i].log) fclose(co->tasks[i].log);
+    coord_close_log(co, &co->tasks[i]);
     if (co->tasks[i].pids) json_decref(co->tasks[i].pids);
   }
+  coord_state_free(co);
   free(co->tasks);
+  free(co->task_hash);
   if (co->staged_files) json_decref(co->staged_files);
   if (co->feed) feed_dispatch_destroy(co->feed);
   if (co->events) fclose(co->events);
