@@ -35,6 +35,9 @@ static void hb_tick(uv_timer_t *tm);
 static void close_walk(uv_handle_t *h, void *arg);
 
 bool coord_all_finishing_done(coord *co) {
+  /* O(1) but for elastic jobs, where a task that left is not waited for:
+   * called at every exit, a scan would make a job's end O(N^2) */
+  if (!co->any_elastic) return co->nunfinished == 0;
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
     if (t->left && !t->restart_pending && t->state != T_RUNNING) continue;
@@ -79,6 +82,7 @@ void coord_abort_clients(coord *co, const char *why) {
 
 void coord_begin_stop(coord *co, int outcome, uint64_t grace_ms) {
   co->jstate = J_STOPPING;
+  co->over_scan = 0;
   co->outcome = outcome;
   uv_timer_stop(&co->rdv_timer);
   stop_tasks(co, outcome == O_SUCCESS, grace_ms);
@@ -275,9 +279,19 @@ static void finish(coord *co) {
  * agent is gone, retry or finish. */
 void coord_check_over(coord *co) {
   if (co->jstate != J_STOPPING) return;
+  /* Called at every agent gone: resume where the last call found one
+   * still there (while stopping no agent starts again), and decide only on
+   * a scan from the start, so that stopping N tasks is O(N), not O(N^2). */
+  for (; co->over_scan < co->ntasks; co->over_scan++) {
+    task *t = &co->tasks[co->over_scan];
+    if (t->agent_running || t->agent) return;
+  }
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
-    if (t->agent_running || t->agent) return;
+    if (t->agent_running || t->agent) {
+      co->over_scan = i;
+      return;
+    }
   }
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];

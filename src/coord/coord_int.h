@@ -119,6 +119,9 @@ struct coord {
   conn *pa_oldest, *pa_newest; /* not yet authenticated, oldest first */
   int npreauth;
   int nawaited; /* tasks launched whose agent has not registered yet (T_LAUNCHED) */
+  int nunfinished; /* tasks of finishing (not service) roles not T_SUCCEEDED */
+  bool any_elastic; /* a role is elastic: its tasks may leave */
+  int over_scan;   /* coord_check_over: tasks before it have no agent */
   loom__ratelog rl_refused; /* connections refused or closed before authenticating */
   kv_entry *kv[KV_BUCKETS];
   kv_wait *waiters;

@@ -60,7 +60,9 @@ int coord_setup_tasks(coord *co) {
       snprintf(t->name, sizeof t->name, "%s:%d", r->name, j);
       snprintf(t->file, sizeof t->file, "%s-%d", r->name, j);
       t->training = spec_role_is_training(co->s, r);
+      co->nunfinished += !r->service; /* T_PENDING */
     }
+    if (r->elastic_min > 0) co->any_elastic = true;
   }
   /* names to tasks: a registration looks its task up in O(1), not O(N) */
   unsigned size = 16;

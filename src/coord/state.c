@@ -217,6 +217,8 @@ void coord_flush_tick(uv_timer_t *tm) {
 
 void coord_task_set(coord *co, task *t, int st) {
   co->nawaited += (st == T_LAUNCHED) - (t->state == T_LAUNCHED);
+  if (!t->role->service)
+    co->nunfinished += (st != T_SUCCEEDED) - (t->state != T_SUCCEEDED);
   t->state = st;
   t->sj_stale = true;
   co->state_dirty = true;
