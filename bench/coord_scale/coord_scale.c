@@ -138,7 +138,7 @@ static int send_frame(bench *b, agent *a, uint16_t type, json_t *json, const voi
 
 static int agent_open(bench *b, agent *a) {
   a->t0 = loom__now_ns();
-  a->t_conn = a->t_auth = a->t_assign = a->t_cluster = 0;
+  a->t_conn = a->t_auth = a->t_assign = a->t_cluster = a->t_register = 0;
   wire_reader_init(&a->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
   loom__buf_init(&a->out, 1 << 20);
   a->want_out = true;
@@ -420,11 +420,13 @@ typedef struct {
   double auth_p50_ms, auth_p99_ms; /* established to AUTH_OK */
   double last_auth_s, last_assign_s; /* from the first connect */
   double cluster_spread_ms; /* first CLUSTER to last */
+  double from_register_s;   /* the first REGISTER sent to the last CLUSTER received */
 } figures;
 
 static void measure(bench *b, uint64_t t_first, figures *fg) {
   uint64_t *v = calloc((size_t)b->n, sizeof *v);
   uint64_t last_auth = 0, last_assign = 0, last_done = 0, first_cl = UINT64_MAX;
+  uint64_t first_reg = UINT64_MAX;
   for (int i = 0; i < b->n; i++) {
     agent *a = &b->a[i];
     if (a->t_auth > last_auth) last_auth = a->t_auth;
@@ -432,7 +434,9 @@ static void measure(bench *b, uint64_t t_first, figures *fg) {
     uint64_t d = b->phase == P_AUTH ? a->t_auth : a->t_cluster;
     if (d > last_done) last_done = d;
     if (a->t_cluster && a->t_cluster < first_cl) first_cl = a->t_cluster;
+    if (a->t_register && a->t_register < first_reg) first_reg = a->t_register;
   }
+  fg->from_register_s = first_reg != UINT64_MAX ? (double)(last_done - first_reg) / 1e9 : 0;
   fg->total_s = (double)(last_done - t_first) / 1e9;
   fg->last_auth_s = (double)(last_auth - t_first) / 1e9;
   fg->last_assign_s = last_assign ? (double)(last_assign - t_first) / 1e9 : 0;
@@ -662,10 +666,11 @@ int main(int argc, char **argv) {
            "auth_connect_p50_ms=%.3f auth_connect_p99_ms=%.3f auth_p50_ms=%.3f "
            "auth_p99_ms=%.3f rdv_connect_p50_ms=%.3f rdv_auth_p50_ms=%.3f "
            "rdv_last_auth_s=%.6f rdv_last_assign_s=%.6f cluster_spread_ms=%.3f "
-           "coord_ready_wait_s=%.3f coord_exit_s=%.3f coord_peak_rss_mib=%.1f\n",
+           "from_register_s=%.6f coord_ready_wait_s=%.3f coord_exit_s=%.3f "
+           "coord_peak_rss_mib=%.1f\n",
            b.n, fr.total_s, fa.total_s, fa.conn_p50_ms, fa.conn_p99_ms, fa.auth_p50_ms,
            fa.auth_p99_ms, fr.conn_p50_ms, fr.auth_p50_ms, fr.last_auth_s, fr.last_assign_s,
-           fr.cluster_spread_ms, ready_s, exit_s, rss);
+           fr.cluster_spread_ms, fr.from_register_s, ready_s, exit_s, rss);
   else
     fprintf(stderr, "coord_scale: FAILED: %s\n", b.err[0] ? b.err : loom_strerror(rc));
   close(b.ep);
