@@ -37,6 +37,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define PORT_BASE 20000
 #define PHASE_TIMEOUT_MS 30000
@@ -169,7 +170,19 @@ static int agent_open(bench *b, agent *a) {
  * master at worker:0's address. */
 static int check_cluster(bench *b, agent *a, wire_frame *f) {
   json_error_t je;
-  json_t *blob = json_loadb((const char *)f->blob, f->blob_len, 0, &je);
+  /* deflated, as we asked (REGISTER "inflate"), like loom's agents */
+  const char *enc = json_string_value(json_object_get(f->json, "blob_encoding"));
+  json_int_t size = json_integer_value(json_object_get(f->json, "blob_size"));
+  unsigned char *raw = NULL;
+  uLongf rawlen = size > 0 && size < (1 << 30) ? (uLongf)size : 0;
+  if (!enc || strcmp(enc, "deflate") || !rawlen || !(raw = malloc(rawlen)) ||
+      uncompress(raw, &rawlen, f->blob, f->blob_len) != Z_OK || rawlen != (uLongf)size) {
+    fail_at(b, "worker:%d: CLUSTER blob not deflated as asked, or does not inflate", a->k);
+    free(raw);
+    return LOOM_EPROTO;
+  }
+  json_t *blob = json_loadb((const char *)raw, rawlen, 0, &je);
+  free(raw);
   json_t *w = json_object_get(json_object_get(blob, "cluster"), "worker");
   int rc = 0;
   if (!json_is_array(w) || (int)json_array_size(w) != b->n) {
@@ -231,8 +244,9 @@ static int on_frame(bench *b, agent *a, wire_frame *f) {
     a->st = S_ASSIGN;
     a->t_register = loom__now_ns();
     return send_frame(b, a, WIRE_REGISTER,
-                      json_pack("{s:s, s:i, s:s, s:i, s:i}", "task", task, "attempt", 0, "host",
-                                "127.0.0.1", "port", PORT_BASE + a->k, "pid", (int)getpid()),
+                      json_pack("{s:s, s:i, s:s, s:i, s:i, s:b}", "task", task, "attempt", 0,
+                                "host", "127.0.0.1", "port", PORT_BASE + a->k, "pid",
+                                (int)getpid(), "inflate", 1),
                       NULL, 0);
   }
   case S_ASSIGN: {

@@ -77,6 +77,7 @@ struct conn {
   conn *next, *prev;
   conn *pa_next, *pa_prev; /* the queue of connections not yet authenticated */
   char from[64];           /* the peer's address, for the log */
+  bool inflate;            /* an agent that takes its CLUSTER blob deflated */
 };
 
 typedef struct kv_entry {
