@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
+#include <zlib.h>
 
 #define MAX_PROCS 1024
 
@@ -588,12 +589,30 @@ static int start_procs(agent *a, const json_t *cl, const char *cluster_s,
 }
 
 /* ---- the coordinator connection ------------------------------------------ */
+/* The CLUSTER frame's blob as a malloc'ed string: inflated when the
+ * coordinator deflated it (we said "inflate" in REGISTER), to exactly the
+ * size it declared, which is capped. NULL when malformed. */
+static char *cluster_blob(const wire_frame *f) {
+  const char *enc = json_string_value(json_object_get(f->json, "blob_encoding"));
+  if (!enc) return strndup((const char *)f->blob, f->blob_len);
+  json_int_t size = json_integer_value(json_object_get(f->json, "blob_size"));
+  if (strcmp(enc, "deflate") || size <= 0 || size > (json_int_t)1 << 30) return NULL;
+  char *out = malloc((size_t)size + 1);
+  uLongf n = (uLongf)size;
+  if (!out || uncompress((Bytef *)out, &n, f->blob, f->blob_len) != Z_OK || n != (uLongf)size) {
+    free(out);
+    return NULL;
+  }
+  out[n] = 0;
+  return out;
+}
+
 static void on_msg(agent *a, wire_frame *f) {
   switch (f->type) {
   case WIRE_CLUSTER: {
     if (a->started) return;
     a->started = true;
-    char *cs = strndup((const char *)f->blob, f->blob_len);
+    char *cs = cluster_blob(f);
     json_error_t err;
     json_t *c = cs ? json_loads(cs, 0, &err) : NULL;
     if (!c || !json_is_object(json_object_get(c, "cluster"))) {
@@ -932,8 +951,8 @@ int agent_main(void) {
     agent_log("%s: cannot reserve a port: %s", task, strerror(errno));
     goto out;
   }
-  json_t *reg = json_pack("{s:s, s:i, s:s, s:i, s:i}", "task", task, "attempt", a->attempt,
-                          "host", a->host, "port", a->port, "pid", (int)getpid());
+  json_t *reg = json_pack("{s:s, s:i, s:s, s:i, s:i, s:b}", "task", task, "attempt", a->attempt,
+                          "host", a->host, "port", a->port, "pid", (int)getpid(), "inflate", 1);
   rc = wire_send(fd, WIRE_REGISTER, reg, NULL, 0);
   json_decref(reg);
   wire_frame f;

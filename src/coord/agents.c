@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
+#include <zlib.h>
 
 static json_t *kv_obj(const spec_kv *kv, int n, json_t *into);
 static void send_assign(coord *co, task *t);
@@ -20,9 +21,12 @@ static void send_cluster(coord *co, task *only);
 
 /* ---- agents ------------------------------------------------------------- */
 task *coord_task_by_name(coord *co, const char *name) {
-  for (int i = 0; i < co->ntasks; i++)
-    if (!strcmp(co->tasks[i].name, name)) return &co->tasks[i];
-  return NULL;
+  if (!co->task_hash) return NULL;
+  for (unsigned h = coord_name_hash(name) & co->task_hash_mask;; h = (h + 1) & co->task_hash_mask) {
+    int id = co->task_hash[h];
+    if (id < 0) return NULL;
+    if (!strcmp(co->tasks[id].name, name)) return &co->tasks[id];
+  }
 }
 
 
@@ -73,6 +77,7 @@ static void send_assign(coord *co, task *t) {
 static void send_cluster(coord *co, task *only) {
   json_t *cl = json_object(), *tf = json_object();
   const task *master = NULL;
+  bool tf_differs = false; /* a role TF_CONFIG leaves out of its cluster */
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
     char hp[300];
@@ -84,10 +89,17 @@ static void send_cluster(coord *co, task *only) {
       json_t *tarr = json_object_get(tf, t->role->name);
       if (!tarr) json_object_set_new(tf, t->role->name, tarr = json_array());
       json_array_append_new(tarr, json_string(hp));
+    } else {
+      tf_differs = true;
     }
     if (t->training && t->rank_base == 0) master = t;
   }
-  json_t *blob = json_pack("{s:o, s:o}", "cluster", cl, "tf_cluster", tf);
+  /* Every agent gets the whole spec, so the fan-out is N copies of O(N)
+   * bytes: "tf_cluster" goes only where it differs from "cluster" (agents
+   * take "cluster" for TF_CONFIG without it), which halves that. */
+  json_t *blob = tf_differs ? json_pack("{s:o, s:o}", "cluster", cl, "tf_cluster", tf)
+                            : json_pack("{s:o}", "cluster", cl);
+  if (!tf_differs) json_decref(tf);
   char *bs = json_dumps(blob, JSON_COMPACT);
   char *cs = json_dumps(cl, JSON_COMPACT);
   json_decref(blob);
@@ -105,20 +117,59 @@ static void send_cluster(coord *co, task *only) {
     json_object_set_new(j, "world_size", json_integer(co->world_size));
     json_object_set_new(j, "generation", json_integer((json_int_t)co->generation));
   }
-  shared_frame *sf = calloc(1, sizeof *sf);
-  int rc = sf && bs ? wire_encode(WIRE_CLUSTER, j, bs, strlen(bs), &sf->buf, &sf->len) : LOOM_ENOMEM;
+  /* The blob deflated, for the agents that said they inflate (all of
+   * loom's): a host:port list compresses 7 to 14 times, and the fan-out
+   * is N copies of it. The plain frame is made only for an agent that did
+   * not say so. */
+  shared_frame *sf[2] = {NULL, NULL}; /* plain, deflated */
+  bool want[2] = {false, false};
+  for (int i = 0; i < co->ntasks; i++) {
+    task *t = only ? only : &co->tasks[i];
+    if (t->agent) want[t->agent->inflate] = true;
+    if (only) break;
+  }
+  int rc = bs ? 0 : LOOM_ENOMEM;
+  size_t blen = bs ? strlen(bs) : 0;
+  for (int k = 0; k < 2 && rc == 0; k++) {
+    if (!want[k]) continue;
+    if (!(sf[k] = calloc(1, sizeof *sf[k]))) {
+      rc = LOOM_ENOMEM;
+      break;
+    }
+    sf[k]->refs = 1;
+    if (k == 0) {
+      rc = wire_encode(WIRE_CLUSTER, j, bs, blen, &sf[k]->buf, &sf[k]->len);
+      continue;
+    }
+    uLongf zlen = compressBound(blen);
+    unsigned char *z = malloc(zlen);
+    if (!z || compress2(z, &zlen, (const Bytef *)bs, blen, Z_BEST_SPEED) != Z_OK) {
+      free(z);
+      rc = LOOM_ENOMEM;
+      break;
+    }
+    json_t *jz = json_deep_copy(j);
+    json_object_set_new(jz, "blob_encoding", json_string("deflate"));
+    json_object_set_new(jz, "blob_size", json_integer((json_int_t)blen));
+    rc = wire_encode(WIRE_CLUSTER, jz, z, zlen, &sf[k]->buf, &sf[k]->len);
+    json_decref(jz);
+    free(z);
+  }
   json_decref(j);
   free(bs);
   if (rc < 0) {
-    free(sf);
+    for (int k = 0; k < 2; k++)
+      if (sf[k]) coord_shared_put(sf[k]);
     coord_attempt_fail(co, NULL, "out of memory while sending the cluster spec");
     return;
   }
-  sf->refs = 1;
-  if (only) coord_conn_send_shared(only->agent, sf);
-  else
-    for (int i = 0; i < co->ntasks; i++) coord_conn_send_shared(co->tasks[i].agent, sf);
-  coord_shared_put(sf);
+  for (int i = 0; i < co->ntasks; i++) {
+    task *t = only ? only : &co->tasks[i];
+    if (t->agent) coord_conn_send_shared(t->agent, sf[t->agent->inflate]);
+    if (only) break;
+  }
+  for (int k = 0; k < 2; k++)
+    if (sf[k]) coord_shared_put(sf[k]);
 }
 
 
@@ -230,6 +281,7 @@ int coord_on_register(coord *co, conn *c, wire_frame *f) {
   loom__strlcpy(t->host, host, sizeof t->host);
   t->port = (int)json_integer_value(port);
   t->agent_pid = (int)json_integer_value(json_object_get(f->json, "pid"));
+  c->inflate = json_is_true(json_object_get(f->json, "inflate"));
   coord_task_set(co, t, T_REGISTERED);
   coord_event(co, t, "registered", json_pack("{s:s, s:i}", "host", t->host, "port", t->port));
   send_assign(co, t);

@@ -269,7 +269,9 @@ void coord_on_connection(uv_stream_t *server, int status) {
     else if (ss.ss_family == AF_INET6)
       uv_ip6_name((struct sockaddr_in6 *)&ss, c->from, sizeof c->from);
   }
-  if (co->npreauth >= (int)loom__tun(LOOM_TUN_PREAUTH_MAX) && co->pa_oldest)
+  /* room for every agent still awaited (all of them dial at once when a
+   * large job starts) on top of the budget */
+  if (co->npreauth >= (int)loom__tun(LOOM_TUN_PREAUTH_MAX) + co->nawaited && co->pa_oldest)
     coord_conn_close(co->pa_oldest, "evicted: too many connections waiting to authenticate");
   preauth_add(c);
   uv_tcp_nodelay(&c->tcp, 1);

@@ -18,6 +18,7 @@
 static void status_clear(coord *co);
 static void ring_push(task *t, const char *line, size_t n);
 static void print_summary_to(coord *co, FILE *out);
+static FILE *task_log(coord *co, task *t);
 
 /* ---- console ------------------------------------------------------------ */
 static void status_clear(coord *co) {
@@ -97,13 +98,14 @@ void coord_on_log(coord *co, task *t, wire_frame *f) {
   if (t->role->procs > 1) snprintf(prefix, sizeof prefix, "[%s.%d]", t->name, proc);
   else snprintf(prefix, sizeof prefix, "[%s]", t->name);
   const char *p = (const char *)f->blob, *end = p + f->blob_len;
+  FILE *log = task_log(co, t);
   if (co->o->console) status_clear(co);
   while (p < end) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
     size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-    if (t->log) {
-      fwrite(p, 1, n, t->log);
-      fputc('\n', t->log);
+    if (log) {
+      fwrite(p, 1, n, log);
+      fputc('\n', log);
     }
     if (co->alllog) fprintf(co->alllog, "%s %.*s\n", prefix, (int)n, p);
     if (stream == 2) ring_push(t, p, n);
@@ -122,14 +124,65 @@ void coord_on_log(coord *co, task *t, wire_frame *f) {
 }
 
 
-void coord_open_logs(coord *co, task *t) {
-  if (!t->log) {
-    char *p = jobdir_task_apath(co->o->job_dir, JOBDIR_LOGS, t->file);
-    t->log = p ? loom__fopen_private(p, true) : NULL;
-    if (t->log) setvbuf(t->log, NULL, _IOLBF, 0);
-    free(p);
-  }
+/* ---- task logs -------------------------------------------------------------
+ * A job of 10,000 tasks cannot hold a log file open for each beside a
+ * connection each (the descriptor limit is often 20,000 or less): at most
+ * LOG_OPEN_MAX task logs are open, the least recently written closed first
+ * (they are line-buffered, so closing loses nothing) and opened again in
+ * append mode when their task writes. */
+#define LOG_OPEN_MAX 256
+
+static void log_unlink(coord *co, task *t) {
+  if (t->log_newer) t->log_newer->log_older = t->log_older;
+  else co->log_newest = t->log_older;
+  if (t->log_older) t->log_older->log_newer = t->log_newer;
+  else co->log_oldest = t->log_newer;
+  t->log_newer = t->log_older = NULL;
+}
+
+
+static void log_push(coord *co, task *t) {
+  t->log_newer = NULL;
+  t->log_older = co->log_newest;
+  if (co->log_newest) co->log_newest->log_newer = t;
+  else co->log_oldest = t;
+  co->log_newest = t;
+}
+
+
+void coord_close_log(coord *co, task *t) {
+  if (!t->log) return;
+  log_unlink(co, t);
+  fclose(t->log);
+  t->log = NULL;
+  co->nlogs_open--;
+}
+
+
+/* t's log file, open, and now the most recently used; NULL when it cannot
+ * be opened. */
+static FILE *task_log(coord *co, task *t) {
   if (t->log) {
+    if (co->log_newest != t) {
+      log_unlink(co, t);
+      log_push(co, t);
+    }
+    return t->log;
+  }
+  if (co->nlogs_open >= LOG_OPEN_MAX && co->log_oldest) coord_close_log(co, co->log_oldest);
+  char *p = jobdir_task_apath(co->o->job_dir, JOBDIR_LOGS, t->file);
+  t->log = p ? loom__fopen_private(p, true) : NULL;
+  free(p);
+  if (!t->log) return NULL;
+  setvbuf(t->log, NULL, _IOLBF, 0);
+  log_push(co, t);
+  co->nlogs_open++;
+  return t->log;
+}
+
+
+void coord_open_logs(coord *co, task *t) {
+  if (task_log(co, t)) {
     char iso[40];
     loom__wall_iso(loom__wall(), iso, sizeof iso);
     fprintf(t->log, "=== loom: %s attempt %d, %s ===\n", t->name, t->attempt, iso);

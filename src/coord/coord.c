@@ -35,6 +35,9 @@ static void hb_tick(uv_timer_t *tm);
 static void close_walk(uv_handle_t *h, void *arg);
 
 bool coord_all_finishing_done(coord *co) {
+  /* O(1) but for elastic jobs, where a task that left is not waited for:
+   * called at every exit, a scan would make a job's end O(N^2) */
+  if (!co->any_elastic) return co->nunfinished == 0;
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
     if (t->left && !t->restart_pending && t->state != T_RUNNING) continue;
@@ -79,6 +82,7 @@ void coord_abort_clients(coord *co, const char *why) {
 
 void coord_begin_stop(coord *co, int outcome, uint64_t grace_ms) {
   co->jstate = J_STOPPING;
+  co->over_scan = 0;
   co->outcome = outcome;
   uv_timer_stop(&co->rdv_timer);
   stop_tasks(co, outcome == O_SUCCESS, grace_ms);
@@ -199,7 +203,7 @@ int coord_launch_task(coord *co, task *t) {
 
 
 void coord_task_reset(coord *co, task *t) {
-  t->state = T_PENDING;
+  coord_task_set(co, t, T_PENDING);
   t->launch_tries = 0;
   t->relaunch_pending = false;
   uv_timer_stop(&t->relaunch_timer);
@@ -275,15 +279,25 @@ static void finish(coord *co) {
  * agent is gone, retry or finish. */
 void coord_check_over(coord *co) {
   if (co->jstate != J_STOPPING) return;
-  for (int i = 0; i < co->ntasks; i++) {
-    task *t = &co->tasks[i];
+  /* Called at every agent gone: resume where the last call found one
+   * still there (while stopping no agent starts again), and decide only on
+   * a scan from the start, so that stopping N tasks is O(N), not O(N^2). */
+  for (; co->over_scan < co->ntasks; co->over_scan++) {
+    task *t = &co->tasks[co->over_scan];
     if (t->agent_running || t->agent) return;
   }
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
+    if (t->agent_running || t->agent) {
+      co->over_scan = i;
+      return;
+    }
+  }
+  for (int i = 0; i < co->ntasks; i++) {
+    task *t = &co->tasks[i];
     if (!coord_terminal(t)) {
-      coord_task_set(co, t, T_STOPPED);
       t->t_end = loom__wall();
+      coord_task_set(co, t, T_STOPPED);
     }
   }
   uv_timer_stop(&co->stop_timer);
@@ -402,6 +416,7 @@ static void close_walk(uv_handle_t *h, void *arg) {
 /* events.jsonl and logs/all.log, open for appending. */
 static int open_job_files(coord *co) {
   co->events = jobdir_fopen(co->o->job_dir, JOBDIR_EVENTS, true);
+  if (co->events) setvbuf(co->events, NULL, _IOFBF, 1 << 16); /* flushed by events_prep */
   co->alllog = jobdir_fopen(co->o->job_dir, JOBDIR_ALL_LOG, true);
   if (co->alllog) setvbuf(co->alllog, NULL, _IOLBF, 0);
   if (!co->events || !co->alllog) {
@@ -503,6 +518,9 @@ static void start_timers(coord *co) {
   uv_timer_init(&co->loop, &co->stop_timer);
   uv_timer_init(&co->loop, &co->hb_timer);
   uv_timer_init(&co->loop, &co->flush_timer);
+  uv_prepare_init(&co->loop, &co->events_prep);
+  co->events_prep.data = co;
+  uv_prepare_start(&co->events_prep, coord_events_flush);
   for (int i = 0; i < co->ntasks; i++) {
     uv_timer_init(&co->loop, &co->tasks[i].relaunch_timer);
     co->tasks[i].relaunch_timer.data = co;
@@ -547,10 +565,12 @@ static void free_coord(coord *co) {
   coord_kv_clear(co);
   for (int i = 0; co->tasks && i < co->ntasks; i++) {
     coord_ring_clear(&co->tasks[i]);
-    if (co->tasks[i].log) fclose(co->tasks[i].log);
+    coord_close_log(co, &co->tasks[i]);
     if (co->tasks[i].pids) json_decref(co->tasks[i].pids);
   }
+  coord_state_free(co);
   free(co->tasks);
+  free(co->task_hash);
   if (co->staged_files) json_decref(co->staged_files);
   if (co->feed) feed_dispatch_destroy(co->feed);
   if (co->events) fclose(co->events);

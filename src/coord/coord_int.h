@@ -31,7 +31,7 @@ enum { C_AUTH, C_AGENT, C_CLIENT, C_CTL };
 typedef struct conn conn;
 typedef struct coord coord;
 
-typedef struct {
+typedef struct task {
   int id;
   const spec_role *role;
   int index;
@@ -50,7 +50,8 @@ typedef struct {
   bool agent_running;
   char *ring[RING];
   int ring_n, ring_head;
-  FILE *log;
+  FILE *log;            /* open only while among the LOG_OPEN_MAX most recently written */
+  struct task *log_newer, *log_older;
   char cpus[256], gpus[128];
   int restarts;         /* restarts of this task in this job attempt */
   bool left;            /* an elastic member that left the membership */
@@ -58,6 +59,9 @@ typedef struct {
   int launch_tries;     /* launches of this task attempt that failed before its agent registered */
   bool relaunch_pending; /* relaunch_timer runs: the launch is tried again when it fires */
   uv_timer_t relaunch_timer;
+  char *sj;             /* this task's entry in state.json, as last written */
+  size_t sj_len;
+  bool sj_stale;        /* changed since: rendered again at the next rewrite */
 } task;
 
 struct conn {
@@ -74,6 +78,7 @@ struct conn {
   conn *next, *prev;
   conn *pa_next, *pa_prev; /* the queue of connections not yet authenticated */
   char from[64];           /* the peer's address, for the log */
+  bool inflate;            /* an agent that takes its CLUSTER blob deflated */
 };
 
 typedef struct kv_entry {
@@ -110,9 +115,15 @@ struct coord {
   int64_t generation; /* elastic membership generation */
   char root_msg[2048];
   FILE *events, *alllog;
+  struct task *log_newest, *log_oldest; /* tasks whose log file is open, newest first */
+  int nlogs_open;
   conn *conns;
   conn *pa_oldest, *pa_newest; /* not yet authenticated, oldest first */
   int npreauth;
+  int nawaited; /* tasks launched whose agent has not registered yet (T_LAUNCHED) */
+  int nunfinished; /* tasks of finishing (not service) roles not T_SUCCEEDED */
+  bool any_elastic; /* a role is elastic: its tasks may leave */
+  int over_scan;   /* coord_check_over: tasks before it have no agent */
   loom__ratelog rl_refused; /* connections refused or closed before authenticating */
   kv_entry *kv[KV_BUCKETS];
   kv_wait *waiters;
@@ -120,6 +131,11 @@ struct coord {
   int exit_status;
   double t_start, t_attempt;
   bool state_dirty, status_shown;
+  uint64_t state_next_ms; /* no periodic state.json rewrite before then */
+  uv_prepare_t events_prep; /* flushes events.jsonl before the loop waits */
+  bool events_pending;
+  int *task_hash;         /* task ids by name: open addressing, -1 empty */
+  unsigned task_hash_mask;
   char **env_base;
   feed_dispatch *feed;
   json_t *staged_files; /* target -> node-local copy, when the backend staged them */
@@ -149,6 +165,7 @@ void coord_status_draw(coord *co);
 void coord_say(coord *co, const char *fmt, ...) LOOM__PRINTF(2, 3);
 void coord_ring_clear(task *t);
 void coord_open_logs(coord *co, task *t);
+void coord_close_log(coord *co, task *t);
 void coord_print_summary(coord *co);
 void coord_on_log(coord *co, task *t, wire_frame *f);
 
@@ -158,6 +175,12 @@ void coord_state_write(coord *co);
 void coord_task_set(coord *co, task *t, int st);
 bool coord_terminal(const task *t);
 void coord_flush_tick(uv_timer_t *tm);
+/* Marks t's state.json entry for rendering again: for changes to a task
+ * made other than through coord_task_set or coord_event. */
+void coord_task_touch(coord *co, task *t);
+void coord_events_flush(uv_prepare_t *h);
+/* Frees what state.c keeps (the rendered task entries). */
+void coord_state_free(coord *co);
 
 /* conn.c */
 void coord_conn_close(conn *c, const char *why);
@@ -177,7 +200,14 @@ kv_entry *coord_kv_find(coord *co, const char *key);
 int coord_kv_store(coord *co, const char *key, const void *val, size_t len);
 
 /* agents.c */
+/* The task named name ("worker:3"), or NULL: a hash lookup. */
 task *coord_task_by_name(coord *co, const char *name);
+/* FNV-1a of a task's name, for co->task_hash. */
+static inline unsigned coord_name_hash(const char *s) {
+  unsigned h = 2166136261u;
+  while (*s) h = (h ^ (unsigned char)*s++) * 16777619u;
+  return h;
+}
 int coord_on_agent(coord *co, conn *c, wire_frame *f);
 int coord_on_register(coord *co, conn *c, wire_frame *f);
 

@@ -23,6 +23,7 @@ static bool live_member(const task *t) { return !t->left && !coord_terminal(t); 
 
 int coord_publish_membership(coord *co) {
   int rank = coord_rank_tasks(co->tasks, co->ntasks, live_member);
+  for (int i = 0; i < co->ntasks; i++) coord_task_touch(co, &co->tasks[i]); /* their ranks */
   json_t *ranks = json_object();
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];

@@ -44,7 +44,21 @@ int coord_setup_tasks(coord *co) {
       snprintf(t->name, sizeof t->name, "%s:%d", r->name, j);
       snprintf(t->file, sizeof t->file, "%s-%d", r->name, j);
       t->training = spec_role_is_training(co->s, r);
+      co->nunfinished += !r->service; /* T_PENDING */
     }
+    if (r->elastic_min > 0) co->any_elastic = true;
+  }
+  /* names to tasks: a registration looks its task up in O(1), not O(N) */
+  unsigned size = 16;
+  while (size < 2u * (unsigned)co->ntasks) size *= 2;
+  co->task_hash = malloc(size * sizeof *co->task_hash);
+  if (!co->task_hash) return LOOM_ENOMEM;
+  co->task_hash_mask = size - 1;
+  for (unsigned h = 0; h < size; h++) co->task_hash[h] = -1;
+  for (int i = 0; i < co->ntasks; i++) {
+    unsigned h = coord_name_hash(co->tasks[i].name) & co->task_hash_mask;
+    while (co->task_hash[h] >= 0) h = (h + 1) & co->task_hash_mask;
+    co->task_hash[h] = i;
   }
   co->world_size = coord_rank_tasks(co->tasks, co->ntasks, NULL);
   return 0;

@@ -24,10 +24,12 @@ typedef enum {
   WIRE_AUTH,
   WIRE_AUTH_OK,
   /* agent <-> coordinator */
-  WIRE_REGISTER = 10, /* agent: {task, attempt, host, port, pid} */
+  WIRE_REGISTER = 10, /* agent: {task, attempt, host, port, pid, inflate?} */
   WIRE_ASSIGN,        /* coord: the task's spec {argv|shell, procs, env, ...} */
   WIRE_READY,         /* agent: working dir and command checked */
-  WIRE_CLUSTER,       /* coord: {rank_base, world_size, ...} blob: cluster */
+  WIRE_CLUSTER,       /* coord: {rank_base, world_size, ..., blob_encoding?, blob_size?}
+                         blob: cluster, zlib-deflated to blob_size bytes when
+                         blob_encoding is "deflate" (to agents that said inflate) */
   WIRE_STARTED,       /* agent: {pids} */
   WIRE_LOG,           /* agent: {s: 1|2, p: proc} blob: lines, '\n' ended */
   WIRE_EXIT,          /* agent: {code, signal, reason} */
