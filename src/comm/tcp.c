@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #endif
 #include "comm/comm.h"
+#include "core/bytes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -103,15 +104,6 @@ static int tcp_full(comm_t *c, int fd, void *buf, size_t len, int wr) {
   return 0;
 }
 
-static void put32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16);
-  p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
-}
-static uint32_t get32(const unsigned char *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-         p[3];
-}
-
 static void tcp_mac(const char *label, const unsigned char *hello,
                     const unsigned char *nonce_a, unsigned char *out) {
   const char *secret = getenv("LOOM_SECRET");
@@ -132,9 +124,9 @@ static void tcp_tag(comm_t *c, unsigned char *tag) {
 static int tcp_hs_connect(comm_t *c, int fd, int peer) {
   unsigned char hello[HELLO_LEN] = {0}, reply[REPLY_LEN], mac[MAC_LEN];
   memcpy(hello, TCP_MAGIC, 8);
-  put32(hello + 8, (uint32_t)c->rank);
-  put32(hello + 12, (uint32_t)peer);
-  put32(hello + 16, (uint32_t)c->world);
+  loom__put_be32(hello + 8, (uint32_t)c->rank);
+  loom__put_be32(hello + 12, (uint32_t)peer);
+  loom__put_be32(hello + 16, (uint32_t)c->world);
   if (RAND_bytes(hello + 24, 16) != 1) return LOOM_EIO;
   tcp_tag(c, hello + 40);
   int rc = tcp_full(c, fd, hello, sizeof hello, 1);
@@ -154,8 +146,8 @@ static int tcp_hs_accept(comm_t *c, struct tcp_dev *d, int fd) {
                 tag[32];
   int rc = tcp_full(c, fd, hello, sizeof hello, 0);
   if (rc < 0) return rc;
-  uint32_t from = get32(hello + 8), to = get32(hello + 12),
-           world = get32(hello + 16);
+  uint32_t from = loom__get_be32(hello + 8), to = loom__get_be32(hello + 12),
+           world = loom__get_be32(hello + 16);
   tcp_tag(c, tag);
   if (memcmp(hello, TCP_MAGIC, 8) != 0 || to != (uint32_t)c->rank ||
       world != (uint32_t)c->world || from >= world ||
