@@ -1,4 +1,5 @@
-/* conn.c: connections: the listening socket, authentication (with a budget and a
+/* conn.c: connections: the listening socket, authentication (wire_auth.h's
+ * handshake fed from the read callback, with a budget and a
  * deadline for connections that have not authenticated), frame reading
  * and dispatch, sending, and closing with a reason. */
 #include "coord/coord_int.h"
@@ -21,6 +22,7 @@ static void preauth_add(conn *c);
 static void on_frame(coord *co, conn *c, wire_frame *f);
 static void alloc_cb(uv_handle_t *h, size_t size, uv_buf_t *buf);
 static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+static bool authenticate(conn *c, const char *data, size_t len, size_t *used);
 static void auth_expired(uv_timer_t *tm);
 
 /* Drops one reference to a shared_frame (a wire_uv_release). */
@@ -135,22 +137,6 @@ void coord_conn_close(conn *c, const char *why) {
 
 static void on_frame(coord *co, conn *c, wire_frame *f) {
   int rc = 0;
-  if (c->kind == C_AUTH) {
-    unsigned char want[WIRE_MAC], proof[WIRE_MAC];
-    wire_mac(co->o->secret, "loom-c", c->nonce, want);
-    if (f->type != WIRE_AUTH || f->blob_len != WIRE_MAC + WIRE_NONCE ||
-        !wire_mac_equal(f->blob, want)) {
-      coord_conn_close(c, "it failed authentication");
-      return;
-    }
-    wire_mac(co->o->secret, "loom-s", f->blob + WIRE_MAC, proof);
-    preauth_remove(c);
-    c->kind = C_CTL; /* until it says who it is */
-    wire_reader_limit(&c->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
-    uv_timer_stop(&c->timer);
-    coord_conn_send(c, WIRE_AUTH_OK, NULL, proof, WIRE_MAC);
-    return;
-  }
   if (c->kind == C_CTL && !c->task) {
     if (f->type == WIRE_REGISTER) {
       rc = coord_on_register(co, c, f);
@@ -196,6 +182,34 @@ static void alloc_cb(uv_handle_t *h, size_t size, uv_buf_t *buf) {
 }
 
 
+/* Feeds the handshake what arrived from a connection that has not
+ * authenticated. Returns true when it authenticated with these bytes, with
+ * *used the bytes that were its answer (the rest are frames); false when
+ * it needs more or was closed. */
+static bool authenticate(conn *c, const char *data, size_t len, size_t *used) {
+  unsigned char proof[WIRE_AUTH_MSG_MAX];
+  size_t plen;
+  int rc = wire_auth_server_feed(&c->auth, data, len, used, proof, &plen);
+  if (rc == 0) return false;
+  if (rc < 0) {
+    coord_conn_close(c, c->auth.why);
+    return false;
+  }
+  preauth_remove(c);
+  c->kind = C_CTL; /* until it says who it is */
+  wire_reader_limit(&c->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
+  uv_timer_stop(&c->timer);
+  unsigned char *out = malloc(plen);
+  if (!out) {
+    coord_conn_close(c, "out of memory");
+    return false;
+  }
+  memcpy(out, proof, plen);
+  wire_uv_write((uv_stream_t *)&c->tcp, out, plen, free, out);
+  return true;
+}
+
+
 static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   conn *c = s->data;
   coord *co = c->co;
@@ -211,7 +225,15 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
   if (n == 0) return;
   c->last_rx = loom__now_ms();
-  if (wire_reader_push(&c->rd, buf->base, (size_t)n) < 0) {
+  const char *data = buf->base;
+  size_t len = (size_t)n;
+  if (c->kind == C_AUTH) {
+    size_t used = 0;
+    if (!authenticate(c, data, len, &used)) return;
+    data += used;
+    len -= used;
+  }
+  if (wire_reader_push(&c->rd, data, len) < 0) {
     char why[160];
     snprintf(why, sizeof why, "it sent more than its %zu-byte frame limit allows",
              c->rd.max_frame);
@@ -256,7 +278,11 @@ void coord_on_connection(uv_stream_t *server, int status) {
   c->next = co->conns;
   if (co->conns) co->conns->prev = c;
   co->conns = c;
-  if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 || wire_random(c->nonce, WIRE_NONCE) < 0) {
+  unsigned char challenge[WIRE_AUTH_MSG_MAX];
+  size_t chlen = 0;
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 ||
+      wire_auth_server_start(&c->auth, &wire_auth_coord, co->o->secret, NULL, 0, challenge,
+                             &chlen) < 0) {
     coord_conn_close(c, "it could not be accepted");
     return;
   }
@@ -275,6 +301,12 @@ void coord_on_connection(uv_stream_t *server, int status) {
   uv_tcp_nodelay(&c->tcp, 1);
   c->last_rx = loom__now_ms();
   uv_timer_start(&c->timer, auth_expired, (uint64_t)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS), 0);
-  coord_conn_send(c, WIRE_CHALLENGE, NULL, c->nonce, WIRE_NONCE);
+  unsigned char *out = malloc(chlen);
+  if (!out) {
+    coord_conn_close(c, "out of memory");
+    return;
+  }
+  memcpy(out, challenge, chlen);
+  wire_uv_write((uv_stream_t *)&c->tcp, out, chlen, free, out);
   uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
 }

@@ -10,6 +10,7 @@
 #include "feed/dispatch.h"
 #include "http/http.h"
 #include "wire/wire.h"
+#include "wire/wire_auth.h"
 #include "wire/wire_uv.h"
 
 #include <stdio.h>
@@ -66,7 +67,7 @@ struct conn {
   wire_reader rd;
   int kind, handles;
   uint64_t last_rx;
-  unsigned char nonce[WIRE_NONCE];
+  wire_auth_server auth; /* the handshake, while kind is C_AUTH */
   task *task;
   char who[96];
   bool closing;

@@ -3,6 +3,7 @@
 #include "wire/wire.h"
 
 #include "core/bytes.h"
+#include "wire/wire_auth.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -225,39 +226,11 @@ int wire_recv(int fd, wire_reader *r, wire_frame *f, int timeout_ms) {
   }
 }
 
-static int client_auth(int fd, wire_reader *r, const char *secret, int timeout_ms);
-
 int wire_client_auth(int fd, wire_reader *r, const char *secret,
                      int timeout_ms) {
-  size_t open_max = r->max_frame;
-  wire_reader_limit(r, WIRE_HANDSHAKE_MAX);
-  int rc = client_auth(fd, r, secret, timeout_ms);
-  if (rc == 0) wire_reader_limit(r, open_max);
-  return rc;
-}
-
-static int client_auth(int fd, wire_reader *r, const char *secret, int timeout_ms) {
-  wire_frame f;
-  int rc = wire_recv(fd, r, &f, timeout_ms);
-  if (rc < 0) return rc;
-  if (f.type != WIRE_CHALLENGE || f.blob_len != WIRE_NONCE) {
-    wire_frame_free(&f);
-    return LOOM_EPROTO;
-  }
-  unsigned char msg[WIRE_MAC + WIRE_NONCE], cnonce[WIRE_NONCE];
-  wire_mac(secret, "loom-c", f.blob, msg);
-  wire_frame_free(&f);
-  if (wire_random(cnonce, sizeof cnonce) < 0) return LOOM_EIO;
-  memcpy(msg + WIRE_MAC, cnonce, WIRE_NONCE);
-  if ((rc = wire_send(fd, WIRE_AUTH, NULL, msg, sizeof msg)) < 0) return rc;
-  if ((rc = wire_recv(fd, r, &f, timeout_ms)) < 0)
-    return rc == LOOM_ECONN ? LOOM_EAUTH : rc;
-  unsigned char want[WIRE_MAC];
-  wire_mac(secret, "loom-s", cnonce, want);
-  rc = (f.type == WIRE_AUTH_OK && f.blob_len == WIRE_MAC &&
-        wire_mac_equal(f.blob, want))
-           ? 0
-           : LOOM_EAUTH;
-  wire_frame_free(&f);
-  return rc;
+  /* The handshake reads exactly its own bytes from fd, so r holds nothing
+   * of it; r is the connection's reader from here on. */
+  if (r->in.len != 0) return LOOM_EPROTO;
+  uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : loom__now_ms() + (uint64_t)timeout_ms;
+  return wire_auth_client_fd(fd, &wire_auth_coord, secret, NULL, 0, deadline);
 }
