@@ -192,7 +192,9 @@ static bool authenticate(conn *c, const char *data, size_t len, size_t *used) {
   int rc = wire_auth_server_feed(&c->auth, data, len, used, proof, &plen);
   if (rc == 0) return false;
   if (rc < 0) {
-    coord_conn_close(c, c->auth.why);
+    char why[160];
+    snprintf(why, sizeof why, "it failed authentication: %s", c->auth.why);
+    coord_conn_close(c, why);
     return false;
   }
   preauth_remove(c);

@@ -677,7 +677,9 @@ static bool authenticate(ps_server *s, conn *c) {
   c->in_off += used;
   if (rc == 0) return false;
   if (rc < 0) {
-    conn_close(s, c, c->auth.why);
+    char why[160];
+    snprintf(why, sizeof why, "authentication failed: %s", c->auth.why);
+    conn_close(s, c, why);
     return false;
   }
   if (s->nauthed >= (size_t)s->tun.max_conns) {

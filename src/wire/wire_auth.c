@@ -128,7 +128,7 @@ int wire_auth_server_feed(wire_auth_server *s, const void *data, size_t n, size_
   wire_auth_mac(s->secret, p->label, "-c", s->nonce, s->ctx, s->ctx_len, expect);
   if (!wire_mac_equal(mac, expect)) {
     s->state = WIRE_AUTH_FAILED;
-    s->why = "it failed authentication (not this job's secret?)";
+    s->why = "its MAC is wrong (not this job's secret?)";
     return LOOM_EAUTH;
   }
   memcpy(out, p->proof_pre, p->proof_pre_len);

@@ -77,7 +77,8 @@ typedef struct {
   unsigned char nonce[WIRE_NONCE];
   unsigned char in[WIRE_AUTH_MSG_MAX]; /* the answer so far */
   size_t have;
-  const char *why; /* after a failure: why, in a clause for a log line */
+  const char *why; /* after a failure: why, a clause for a log line ("its
+                    * MAC is wrong (not this job's secret?)") */
 } wire_auth_server;
 
 /* Starts a handshake: draws the nonce and writes the challenge (at most

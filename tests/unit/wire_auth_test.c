@@ -104,7 +104,7 @@ static void test_replay_across_services(void **state) {
       assert_int_equal(
           wire_auth_server_feed(&s, ans, wire_auth_answer_len(p), &used, proof, &plen),
           LOOM_EAUTH);
-      assert_string_equal(s.why, "it failed authentication (not this job's secret?)");
+      assert_string_equal(s.why, "its MAC is wrong (not this job's secret?)");
     }
   int crc;
   assert_int_equal(exchange(&wire_auth_comm, "k", "rank 1 to 0", &wire_auth_comm, "k",
