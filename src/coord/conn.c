@@ -51,6 +51,16 @@ int coord_conn_send(conn *c, uint16_t type, json_t *json, const void *blob, size
 }
 
 
+int coord_conn_send_msg(conn *c, const wire_msg *m) {
+  if (!c || c->closing) return LOOM_ECONN;
+  unsigned char *buf;
+  size_t len;
+  int rc = wire_msg_encode(m, &buf, &len);
+  if (rc < 0) return rc;
+  return wire_uv_write((uv_stream_t *)&c->tcp, buf, len, free, buf);
+}
+
+
 static void conn_handle_closed(uv_handle_t *h) {
   conn *c = h->data;
   if (--c->handles == 0) {
@@ -137,16 +147,26 @@ void coord_conn_close(conn *c, const char *why) {
 
 static void on_frame(coord *co, conn *c, wire_frame *f) {
   int rc = 0;
+  wire_msg msg, *m = NULL;
+  if (wire_msg_name(f->type)) {
+    char err[200], why[240];
+    if (wire_msg_decode(f, &msg, err, sizeof err) < 0) {
+      snprintf(why, sizeof why, "it sent a malformed message: %s", err);
+      coord_conn_close(c, why);
+      return;
+    }
+    m = &msg;
+  }
   if (c->kind == C_CTL && !c->task) {
     if (f->type == WIRE_REGISTER) {
-      rc = coord_on_register(co, c, f);
+      rc = coord_on_register(co, c, m);
     } else if (f->type == WIRE_HELLO) {
-      const char *name = json_string_value(json_object_get(f->json, "task"));
+      const char *name = m->u.hello.task;
       c->kind = C_CLIENT;
       c->task = name ? coord_task_by_name(co, name) : NULL;
       loom__strlcpy(c->who, name ? name : "?", sizeof c->who);
       if (co->jstate == J_STOPPING || co->jstate == J_DONE)
-        coord_conn_send(c, WIRE_ABORT, json_pack("{s:s}", "reason", co->root_msg), NULL, 0);
+        coord_conn_send_msg(c, &(wire_msg){.type = WIRE_ABORT, .u.abort.reason = co->root_msg});
     } else if (f->type == WIRE_CTL_KILL) {
       json_int_t id = json_integer_value(json_object_get(f->json, "id"));
       coord_reply(c, id, 0, NULL, NULL, 0);
@@ -161,9 +181,9 @@ static void on_frame(coord *co, conn *c, wire_frame *f) {
       rc = LOOM_EPROTO;
     }
   } else if (c->kind == C_AGENT) {
-    rc = coord_on_agent(co, c, f);
+    rc = m ? coord_on_agent(co, c, m) : LOOM_EPROTO;
   } else if (c->kind == C_CLIENT) {
-    rc = coord_on_client(co, c, f);
+    rc = coord_on_client(co, c, f, m);
   } else {
     rc = LOOM_EPROTO;
   }
@@ -173,6 +193,7 @@ static void on_frame(coord *co, conn *c, wire_frame *f) {
              loom_strerror(rc));
     coord_conn_close(c, why);
   }
+  if (m) wire_msg_free(m);
 }
 
 

@@ -191,6 +191,8 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
   return 0;
 }
 
+int wire_send_raw(int fd, const void *buf, size_t len) { return write_all(fd, buf, len); }
+
 int wire_send(int fd, uint16_t type, const json_t *json, const void *blob,
               size_t blob_len) {
   unsigned char *buf;

@@ -107,6 +107,8 @@ bool wire_mac_equal(const unsigned char *a, const unsigned char *b);
 int wire_dial(const char *hostport, int timeout_ms, int *fd);
 int wire_send(int fd, uint16_t type, const json_t *json, const void *blob,
               size_t blob_len);
+/* Writes bytes already encoded (wire_encode, wire_msg_encode) in full. */
+int wire_send_raw(int fd, const void *buf, size_t len);
 /* Reads one frame, waiting at most timeout_ms (-1: forever). */
 int wire_recv(int fd, wire_reader *r, wire_frame *f, int timeout_ms);
 /* Client side of the handshake (wire_auth_coord) on a fresh connection:
