@@ -35,6 +35,7 @@ const wire_auth_proto wire_auth_ps = {
     .challenge_pre_len = 8,
     .answer_pre = (const unsigned char *)"LOOMPS01",
     .answer_pre_len = 8,
+    .proof_pre = (const unsigned char *)"",
 };
 
 const wire_auth_proto wire_auth_comm = {
@@ -44,6 +45,7 @@ const wire_auth_proto wire_auth_comm = {
     .challenge_pre_len = 8,
     .answer_pre = (const unsigned char *)"LOOMCOM2",
     .answer_pre_len = 8,
+    .proof_pre = (const unsigned char *)"",
 };
 
 size_t wire_auth_challenge_len(const wire_auth_proto *p) {

@@ -39,7 +39,7 @@
 typedef struct {
   const char *name;  /* for messages: "coordinator", "ps", ... */
   const char *label; /* the MAC domain, at most 12 characters */
-  const unsigned char *challenge_pre, *answer_pre, *proof_pre;
+  const unsigned char *challenge_pre, *answer_pre, *proof_pre; /* never NULL ("" for none) */
   size_t challenge_pre_len, answer_pre_len, proof_pre_len;
 } wire_auth_proto;
 
