@@ -1,4 +1,6 @@
-/* wire.h: how loom's processes talk to the coordinator. A frame is
+/* wire.h: how loom's processes talk to the coordinator. The messages'
+ * fields are typed in wire_msg.h (one struct and codec each); the
+ * handshake is wire_auth.h's. A frame is
  *
  *   u32 len | u16 type | u16 flags | u32 jlen | json[jlen] | blob[len-8-jlen]
  *
