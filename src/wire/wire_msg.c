@@ -389,7 +389,9 @@ int wire_msg_encode(const wire_msg *m, unsigned char **out, size_t *out_len) {
   } else if (d->blob == B_NONE) {
     blob_len = 0;
   }
-  if (rc == 0) rc = wire_encode(m->type, j, blob, blob_len, out, out_len);
+  /* no fields: no JSON at all (jlen 0), as the frames always had */
+  if (rc == 0)
+    rc = wire_encode(m->type, json_object_size(j) ? j : NULL, blob, blob_len, out, out_len);
   json_decref(j);
   free(bs);
   return rc;
