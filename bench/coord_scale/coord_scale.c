@@ -24,6 +24,7 @@
  * status 0 when everything checked out, 1 otherwise. */
 #include "core/core.h"
 #include "wire/wire.h"
+#include "wire/wire_auth.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -218,18 +219,22 @@ static int on_frame(bench *b, agent *a, wire_frame *f) {
   if (f->type == WIRE_HEARTBEAT) return 0;
   switch (a->st) {
   case S_CHALLENGE: {
-    if (f->type != WIRE_CHALLENGE || f->blob_len != WIRE_NONCE) break;
-    unsigned char msg[WIRE_MAC + WIRE_NONCE];
-    wire_mac(b->secret, "loom-c", f->blob, msg);
-    if (wire_random(a->cnonce, WIRE_NONCE) < 0) return LOOM_EIO;
-    memcpy(msg + WIRE_MAC, a->cnonce, WIRE_NONCE);
+    /* the handshake's messages are whole frames: answer the raw one */
+    unsigned char ans[WIRE_AUTH_MSG_MAX];
+    size_t alen;
+    if (f->type != WIRE_CHALLENGE) break;
+    int rc = wire_auth_client_answer(&wire_auth_coord, b->secret, NULL, 0, f->raw,
+                                     (size_t)(f->blob + f->blob_len - f->raw), a->cnonce, ans,
+                                     &alen);
+    if (rc < 0) return rc;
     a->st = S_AUTH_OK;
-    return send_frame(b, a, WIRE_AUTH, NULL, msg, sizeof msg);
+    if ((rc = loom__buf_add(&a->out, ans, alen)) < 0) return rc;
+    return flush_out(b, a);
   }
   case S_AUTH_OK: {
-    unsigned char want[WIRE_MAC];
-    wire_mac(b->secret, "loom-s", a->cnonce, want);
-    if (f->type != WIRE_AUTH_OK || f->blob_len != WIRE_MAC || !wire_mac_equal(f->blob, want)) {
+    if (f->type != WIRE_AUTH_OK ||
+        wire_auth_client_check(&wire_auth_coord, b->secret, NULL, 0, a->cnonce, f->raw,
+                               (size_t)(f->blob + f->blob_len - f->raw)) < 0) {
       fail_at(b, "agent %d: the coordinator did not prove the secret (type %d)", a->k, f->type);
       return LOOM_EAUTH;
     }

@@ -7,6 +7,7 @@
 #include "agent/agent.h"
 #include "jobdir/jobdir.h"
 #include "wire/wire.h"
+#include "wire/wire_msg.h"
 #include "wire/wire_uv.h"
 
 #include <arpa/inet.h>
@@ -57,7 +58,8 @@ struct agent {
   uv_timer_t hb, grace, drain, linger;
   uv_signal_t sigs[3];
   wire_reader rd;
-  json_t *assign;
+  json_t *assign;  /* the ASSIGN frame's JSON, which as borrows from */
+  wire_assign as; /* what to run */
   char task[96], host[256], secret[160], cgroup[1024];
   cg_kind cgkind; /* how cgroup (if set) limits memory */
   int attempt, port, reserve_fd, nprocs, running, open_pipes;
@@ -83,12 +85,12 @@ static void agent_log(const char *fmt, ...) {
 }
 
 /* ---- sending ---------------------------------------------------------- */
-static void send_msg(agent *a, uint16_t type, json_t *j, const void *blob, size_t len) {
-  if (!a->conn_open) {
-    json_decref(j);
-    return;
-  }
-  wire_uv_send((uv_stream_t *)&a->conn, type, j, blob, len);
+static void send_msg(agent *a, const wire_msg *m) {
+  if (!a->conn_open) return;
+  unsigned char *buf;
+  size_t len;
+  if (wire_msg_encode(m, &buf, &len) == 0)
+    wire_uv_write((uv_stream_t *)&a->conn, buf, len, free, buf);
 }
 
 /* ---- ending -------------------------------------------------------------- */
@@ -169,22 +171,23 @@ static void maybe_finish(agent *a) {
   uv_timer_stop(&a->drain);
   if (!a->exited_sent) {
     a->exited_sent = true;
-    json_t *j = json_pack("{s:i, s:i}", "code", a->fail_code, "signal", a->fail_sig);
+    wire_msg m = {.type = WIRE_EXIT, .u.exit = {.code = a->fail_code, .signal = a->fail_sig}};
+    char oom[300];
     if (a->lost_reason[0]) {
-      json_object_set_new(j, "lost", json_true());
-      json_object_set_new(j, "reason", json_string(a->lost_reason));
+      m.u.exit.lost = true;
+      m.u.exit.reason = a->lost_reason;
     }
     if (a->fail_sig == SIGKILL && !a->stopping && a->cgroup[0]) {
       /* the kernel's OOM killer leaves its mark in the cgroup */
-      json_int_t mem = json_integer_value(json_object_get(a->assign, "memory"));
-      if (cg_oom_killed(a->cgkind, a->cgroup))
-        json_object_set_new(j, "reason", json_sprintf("out of memory: the task reached its "
-                                                      "memory limit of %lld MiB (%s %s)",
-                                                      (long long)(mem >> 20),
-                                                      cg_kind_name(a->cgkind),
-                                                      cg_limit_file(a->cgkind)));
+      if (cg_oom_killed(a->cgkind, a->cgroup)) {
+        snprintf(oom, sizeof oom,
+                 "out of memory: the task reached its memory limit of %lld MiB (%s %s)",
+                 (long long)(a->as.memory >> 20), cg_kind_name(a->cgkind),
+                 cg_limit_file(a->cgkind));
+        m.u.exit.reason = oom;
+      }
     }
-    send_msg(a, WIRE_EXIT, j, NULL, 0);
+    send_msg(a, &m);
   }
   agent_done(a);
 }
@@ -246,14 +249,17 @@ static void log_written(void *owner) {
 static void send_log(outpipe *o, const void *p, size_t n, const char *mark) {
   agent *a = o->a;
   if (!a->conn_open) return;
-  json_t *j = json_pack("{s:i, s:i}", "s", o->stream, "p", o->proc);
   loom__buf b;
   loom__buf_init(&b, n + 256);
   loom__buf_add(&b, p, n);
   if (mark) loom__buf_printf(&b, "%s\n", mark);
   logw *w = malloc(sizeof *w);
   size_t len;
-  if (!w || wire_encode(WIRE_LOG, j, b.p, b.len, &w->buf, &len) < 0) {
+  wire_msg m = {.type = WIRE_LOG,
+                .u.log = {.stream = o->stream, .proc = o->proc},
+                .blob = (const unsigned char *)b.p,
+                .blob_len = b.len};
+  if (!w || wire_msg_encode(&m, &w->buf, &len) < 0) {
     agent_log("%s: out of memory sending %zu bytes of output", a->task, n);
     free(w);
   } else {
@@ -261,7 +267,6 @@ static void send_log(outpipe *o, const void *p, size_t n, const char *mark) {
     wire_uv_write((uv_stream_t *)&a->conn, w->buf, len, log_written, w);
     if (uv_stream_get_write_queue_size((uv_stream_t *)&a->conn) > OUT_HIGH) out_pause(a, true);
   }
-  json_decref(j);
   loom__buf_free(&b);
 }
 
@@ -404,8 +409,8 @@ static const char *const STRIP[] = {
     "TF_CONFIG", "LOOM_RANK", "LOOM_WORLD_SIZE", "LOOM_LOCAL_RANK", "LOOM_CLUSTER",
     "LOOM_ROLE", "LOOM_INDEX", "LOOM__PPID", "LOOM__CPUS", "LOOM__MEM", "LOOM__CGROUP", NULL};
 
-static void build_env(agent *a, envv *e, int local, const json_t *cl, const char *cluster_s,
-                      const json_t *tf_cluster) {
+static void build_env(agent *a, envv *e, int local, const wire_cluster *cl,
+                      const char *cluster_s, const json_t *tf_cluster) {
   extern char **environ;
   memset(e, 0, sizeof *e);
   for (char **p = environ; *p; p++) {
@@ -436,20 +441,20 @@ static void build_env(agent *a, envv *e, int local, const json_t *cl, const char
   }
   const char *key;
   json_t *v;
-  json_object_foreach(json_object_get(a->assign, "env"), key, v) env_set(e, key, json_string_value(v));
-  const json_t *as = a->assign;
-  const char *role = json_string_value(json_object_get(as, "role"));
-  int index = (int)json_integer_value(json_object_get(as, "index"));
+  json_object_foreach(a->as.env, key, v) env_set(e, key, json_string_value(v));
+  const wire_assign *as = &a->as;
+  const char *role = as->role;
+  int index = (int)as->index;
   int procs = a->nprocs;
   env_set(e, "LOOM_ROLE", role);
   env_setf(e, "LOOM_INDEX", "%d", index);
   env_set(e, "LOOM_TASK", a->task);
   env_setf(e, "LOOM_ATTEMPT", "%d", a->attempt);
-  env_set(e, "LOOM_JOB_ID", json_string_value(json_object_get(as, "job_id")));
-  env_set(e, "LOOM_JOB_DIR", json_string_value(json_object_get(as, "job_dir")));
+  env_set(e, "LOOM_JOB_ID", as->job_id);
+  env_set(e, "LOOM_JOB_DIR", as->job_dir);
   env_set(e, "LOOM_HOST", a->host);
   env_setf(e, "LOOM_PORT", "%d", a->port);
-  char *tbd = jobdir_apath(json_string_value(json_object_get(as, "job_dir")), JOBDIR_TENSORBOARD);
+  char *tbd = jobdir_apath(as->job_dir, JOBDIR_TENSORBOARD);
   if (tbd) env_set(e, "LOOM_TENSORBOARD_DIR", tbd);
   free(tbd);
   env_set(e, "LOOM_CLUSTER", cluster_s);
@@ -457,20 +462,19 @@ static void build_env(agent *a, envv *e, int local, const json_t *cl, const char
   env_setf(e, "LOCAL_RANK", "%d", local);
   env_setf(e, "LOCAL_WORLD_SIZE", "%d", procs);
   /* a task joining a running elastic job gets its rank in the CLUSTER */
-  const json_t *rs = json_object_get(cl, "rank_base") ? cl : as;
-  int world = (int)json_integer_value(json_object_get(rs, "world_size"));
+  bool rejoin = cl->has_rank_base;
+  int rank_base = (int)(rejoin ? cl->rank_base : as->rank_base);
+  int world = (int)(rejoin ? cl->world_size : as->world_size);
   env_setf(e, "LOOM_WORLD_SIZE", "%d", world); /* every role: ps shards count workers */
-  env_setf(e, "LOOM_GENERATION", "%lld", (long long)json_integer_value(json_object_get(cl, "generation")));
-  if (json_is_true(json_object_get(as, "training"))) {
-    int rank = (int)json_integer_value(json_object_get(rs, "rank_base")) + local;
+  env_setf(e, "LOOM_GENERATION", "%lld", (long long)cl->generation);
+  if (as->training) {
+    int rank = rank_base + local;
     env_setf(e, "LOOM_RANK", "%d", rank);
     env_setf(e, "RANK", "%d", rank);
     env_setf(e, "WORLD_SIZE", "%d", world);
-    env_setf(e, "GROUP_RANK", "%d", (int)json_integer_value(json_object_get(rs, "rank_base")) / (procs ? procs : 1));
-    const char *ma = json_string_value(json_object_get(cl, "master_addr"));
-    json_t *mp = json_object_get(cl, "master_port");
-    if (ma) env_set(e, "MASTER_ADDR", ma);
-    if (mp) env_setf(e, "MASTER_PORT", "%d", (int)json_integer_value(mp));
+    env_setf(e, "GROUP_RANK", "%d", rank_base / (procs ? procs : 1));
+    if (cl->master_addr) env_set(e, "MASTER_ADDR", cl->master_addr);
+    if (cl->has_master_port) env_setf(e, "MASTER_PORT", "%d", (int)cl->master_port);
   }
   /* TF_CONFIG: the cluster without evaluator/tensorboard, and this task. */
   json_t *tf = json_pack("{s:O, s:{s:s, s:i}}", "cluster", tf_cluster, "task", "type", role,
@@ -479,12 +483,12 @@ static void build_env(agent *a, envv *e, int local, const json_t *cl, const char
   if (tfs) env_set(e, "TF_CONFIG", tfs);
   free(tfs);
   json_decref(tf);
-  const char *gpus = json_string_value(json_object_get(as, "gpus"));
-  if (gpus && *gpus) env_set(e, "CUDA_VISIBLE_DEVICES", gpus);
+  const char *gpus = as->gpus;
+  if (*gpus) env_set(e, "CUDA_VISIBLE_DEVICES", gpus);
   env_setf(e, "LOOM__PPID", "%d", (int)getpid());
-  const char *cpus = json_string_value(json_object_get(as, "cpus"));
-  if (cpus && *cpus) env_set(e, "LOOM__CPUS", cpus);
-  json_int_t mem = json_integer_value(json_object_get(as, "memory"));
+  const char *cpus = as->cpus;
+  if (*cpus) env_set(e, "LOOM__CPUS", cpus);
+  int64_t mem = as->memory;
   if (a->cgroup[0]) env_set(e, "LOOM__CGROUP", a->cgroup);
   else if (mem > 0) env_setf(e, "LOOM__MEM", "%lld", (long long)mem);
 }
@@ -492,27 +496,24 @@ static void build_env(agent *a, envv *e, int local, const json_t *cl, const char
 /* Memory: a cgroup per task where this machine lets us make one (see
  * cgroup.c), else an rlimit on each process's data segment. */
 static void make_cgroup(agent *a) {
-  json_int_t mem = json_integer_value(json_object_get(a->assign, "memory"));
+  int64_t mem = a->as.memory;
   if (mem <= 0) return;
   cg_probe p;
   if (cg_probe_memory(&p) < 0 || p.kind == CG_RLIMIT) return;
-  const char *job = json_string_value(json_object_get(a->assign, "job_id"));
-  const char *role = json_string_value(json_object_get(a->assign, "role"));
+  const char *job = a->as.job_id, *role = a->as.role;
   char name[160];
-  snprintf(name, sizeof name, "%s-%d", role ? role : "task",
-           (int)json_integer_value(json_object_get(a->assign, "index")));
-  const char *cpus = json_string_value(json_object_get(a->assign, "cpus"));
-  if (cg_create(&p, job ? job : "job", name, (long long)mem, cpus, a->cgroup,
+  snprintf(name, sizeof name, "%s-%d", role, (int)a->as.index);
+  const char *cpus = a->as.cpus;
+  if (cg_create(&p, job, name, (long long)mem, cpus, a->cgroup,
                 sizeof a->cgroup) == 0)
     a->cgkind = p.kind;
 }
 
-static int start_procs(agent *a, const json_t *cl, const char *cluster_s,
+static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
                        const json_t *tf_cluster) {
-  const json_t *as = a->assign;
-  const char *wd = json_string_value(json_object_get(as, "workdir"));
-  const char *shell = json_string_value(json_object_get(as, "shell"));
-  json_t *argvj = json_object_get(as, "argv");
+  const char *wd = a->as.workdir;
+  const char *shell = a->as.shell;
+  json_t *argvj = a->as.argv;
   size_t nargs = shell ? 3 : json_array_size(argvj);
   char **args = calloc(nargs + 4, sizeof *args);
   char self[PATH_MAX];
@@ -584,7 +585,8 @@ static int start_procs(agent *a, const json_t *cl, const char *cluster_s,
       uv_read_start((uv_stream_t *)&u->out[s].pipe, out_alloc, out_read);
   }
   free(args);
-  send_msg(a, WIRE_STARTED, json_pack("{s:o}", "pids", pids), NULL, 0);
+  send_msg(a, &(wire_msg){.type = WIRE_STARTED, .u.started.pids = pids});
+  json_decref(pids);
   return rc;
 }
 
@@ -608,51 +610,71 @@ static char *cluster_blob(const wire_frame *f) {
 }
 
 static void on_msg(agent *a, wire_frame *f) {
-  switch (f->type) {
-  case WIRE_CLUSTER: {
-    if (a->started) return;
-    a->started = true;
-    char *cs = cluster_blob(f);
-    json_error_t err;
-    json_t *c = cs ? json_loads(cs, 0, &err) : NULL;
-    if (!c || !json_is_object(json_object_get(c, "cluster"))) {
-      agent_log("%s: malformed cluster spec", a->task);
-      json_decref(c);
-      free(cs);
-      coordinator_lost(a, "the coordinator sent a malformed cluster spec");
-      return;
+  wire_msg m;
+  char err[200];
+  if (f->type != WIRE_CLUSTER && f->type != WIRE_STOP && f->type != WIRE_HEARTBEAT) {
+    agent_log("%s: ignoring unexpected message %d from the coordinator", a->task, f->type);
+    return;
+  }
+  /* a cluster spec may come deflated: the decoder reads the plain blob */
+  char *plain = NULL;
+  int drc = 0;
+  if (f->type == WIRE_CLUSTER) {
+    plain = cluster_blob(f);
+    if (plain) {
+      f->blob = (unsigned char *)plain;
+      f->blob_len = strlen(plain);
+    } else {
+      snprintf(err, sizeof err, "CLUSTER: the blob cannot be inflated");
+      drc = LOOM_EPROTO;
     }
-    json_t *cl = json_object_get(c, "cluster"), *tf = json_object_get(c, "tf_cluster");
-    char *cls = json_dumps(cl, JSON_COMPACT);
-    int rc = start_procs(a, f->json, cls ? cls : "{}", json_is_object(tf) ? tf : cl);
+  }
+  if (drc == 0) drc = wire_msg_decode(f, &m, err, sizeof err);
+  if (plain) { /* the frame's own storage is still f->raw's */
+    free(plain);
+    f->blob = NULL;
+    f->blob_len = 0;
+  }
+  if (drc < 0) {
+    agent_log("%s: %s", a->task, err);
+    if (f->type == WIRE_CLUSTER && !a->started) {
+      a->started = true;
+      coordinator_lost(a, "the coordinator sent a malformed cluster spec");
+    }
+    return;
+  }
+  switch (m.type) {
+  case WIRE_CLUSTER: {
+    if (a->started) break;
+    a->started = true;
+    const wire_cluster *c = &m.u.cluster;
+    char *cls = json_dumps(c->cluster, JSON_COMPACT);
+    int rc = start_procs(a, c, cls ? cls : "{}", c->tf_cluster ? c->tf_cluster : c->cluster);
     free(cls);
-    json_decref(c);
-    free(cs);
     if (rc < 0 && !a->have_fail) {
       a->have_fail = true;
       a->fail_code = 126;
       stop_procs(a, 0);
     }
     maybe_finish(a);
-    return;
+    break;
   }
   case WIRE_STOP: {
-    json_int_t g = json_integer_value(json_object_get(f->json, "grace_ms"));
+    int64_t g = m.u.stop.grace_ms;
     if (!a->started) {
       a->exited_sent = true;
-      send_msg(a, WIRE_EXIT, json_pack("{s:i, s:i}", "code", 0, "signal", SIGTERM), NULL, 0);
+      send_msg(a, &(wire_msg){.type = WIRE_EXIT, .u.exit = {.code = 0, .signal = SIGTERM}});
       agent_done(a);
-      return;
+      break;
     }
     stop_procs(a, g > 0 ? (uint64_t)g : 1000);
     maybe_finish(a);
-    return;
+    break;
   }
-  case WIRE_HEARTBEAT:
-    return;
-  default:
-    agent_log("%s: ignoring unexpected message %d from the coordinator", a->task, f->type);
+  default: /* HEARTBEAT */
+    break;
   }
+  wire_msg_free(&m);
 }
 
 static void conn_alloc(uv_handle_t *h, size_t size, uv_buf_t *buf) {
@@ -698,7 +720,7 @@ static bool proc_stopped(int pid) {
 /* A process stopped for longer than the heartbeat timeout makes no
  * progress: the task is lost, and the policy decides what happens next. */
 static void check_stopped(agent *a) {
-  json_int_t limit = json_integer_value(json_object_get(a->assign, "heartbeat_timeout_ms"));
+  int64_t limit = a->as.heartbeat_timeout_ms;
   if (limit <= 0 || a->stopping) return;
   uint64_t now = loom__now_ms();
   for (int i = 0; i < a->nprocs; i++) {
@@ -772,10 +794,12 @@ static void report_usage(agent *a) {
     double cpu = 100.0 * (double)(ticks - a->cpu_ticks) / (double)sysconf(_SC_CLK_TCK) /
                  (t - a->usage_t0);
     json_int_t step = (json_int_t)((now - a->started_ms) / 1000); /* seconds since start */
-    send_msg(a, WIRE_METRIC, json_pack("{s:s, s:I, s:f}", "tag", "cpu_percent", "step", step,
-                                       "value", cpu > 0 ? cpu : 0.0), NULL, 0);
-    send_msg(a, WIRE_METRIC, json_pack("{s:s, s:I, s:f}", "tag", "memory_bytes", "step", step,
-                                       "value", (double)rss), NULL, 0);
+    send_msg(a, &(wire_msg){.type = WIRE_METRIC,
+                            .u.metric = {.tag = "cpu_percent", .step = step,
+                                         .value = cpu > 0 ? cpu : 0.0}});
+    send_msg(a, &(wire_msg){.type = WIRE_METRIC,
+                            .u.metric = {.tag = "memory_bytes", .step = step,
+                                         .value = (double)rss}});
   }
   a->cpu_ticks = ticks;
   a->usage_t0 = t;
@@ -791,7 +815,7 @@ static void hb_tick(uv_timer_t *t) {
     coordinator_lost(a, "no heartbeat from the coordinator");
     return;
   }
-  send_msg(a, WIRE_HEARTBEAT, NULL, NULL, 0);
+  send_msg(a, &(wire_msg){.type = WIRE_HEARTBEAT});
 }
 
 static void on_signal(uv_signal_t *h, int sig) {
@@ -824,7 +848,7 @@ static int reserve_port(agent *a) {
 static int place_files(agent *a, const char *wd, char *err, size_t errlen) {
   const char *target;
   json_t *src;
-  json_object_foreach(json_object_get(a->assign, "files"), target, src) {
+  json_object_foreach(a->as.files, target, src) {
     char *dst = loom__asprintf("%s/%s", wd, target);
     if (!dst) return LOOM_ENOMEM;
     char dir[PATH_MAX];
@@ -869,7 +893,7 @@ static int place_files(agent *a, const char *wd, char *err, size_t errlen) {
 /* A command given as a path that does not exist is known before anything
  * starts: report it now rather than after the rendezvous. */
 static int check_command(agent *a, const char *wd, char *err, size_t errlen) {
-  const char *shell = json_string_value(json_object_get(a->assign, "shell"));
+  const char *shell = a->as.shell;
   char first[PATH_MAX] = "";
   if (shell) {
     const char *p = shell;
@@ -880,7 +904,7 @@ static int check_command(agent *a, const char *wd, char *err, size_t errlen) {
     first[n] = 0;
     if (!strchr(first, '/')) return 0; /* builtins and PATH: the shell decides */
   } else {
-    const char *a0 = json_string_value(json_array_get(json_object_get(a->assign, "argv"), 0));
+    const char *a0 = json_string_value(json_array_get(a->as.argv, 0));
     if (!a0) return LOOM_EPROTO;
     loom__strlcpy(first, a0, sizeof first);
   }
@@ -951,10 +975,10 @@ int agent_main(void) {
     agent_log("%s: cannot reserve a port: %s", task, strerror(errno));
     goto out;
   }
-  json_t *reg = json_pack("{s:s, s:i, s:s, s:i, s:i, s:b}", "task", task, "attempt", a->attempt,
-                          "host", a->host, "port", a->port, "pid", (int)getpid(), "inflate", 1);
-  rc = wire_send(fd, WIRE_REGISTER, reg, NULL, 0);
-  json_decref(reg);
+  wire_msg reg = {.type = WIRE_REGISTER,
+                  .u.reg = {.task = task, .attempt = a->attempt, .host = a->host,
+                            .port = a->port, .has_pid = true, .pid = getpid(), .inflate = true}};
+  rc = wire_msg_send(fd, &reg);
   wire_frame f;
   if (rc == 0) rc = wire_recv(fd, &a->rd, &f, 30000);
   if (rc < 0 || f.type != WIRE_ASSIGN) {
@@ -962,29 +986,37 @@ int agent_main(void) {
     agent_log("%s: the coordinator refused the registration (attempt %d)", task, a->attempt);
     goto out;
   }
-  a->assign = json_incref(f.json);
-  wire_frame_free(&f);
-  json_int_t procs = json_integer_value(json_object_get(a->assign, "procs"));
-  a->nprocs = procs < 1 || procs > MAX_PROCS ? 1 : (int)procs;
-  a->procs = calloc((size_t)a->nprocs, sizeof *a->procs);
-  const char *wd = json_string_value(json_object_get(a->assign, "workdir"));
   char err[1024] = "";
   int code = 0;
-  if (!wd || !a->procs || loom__mkdir_p(wd, 0755) < 0) {
-    snprintf(err, sizeof err, "cannot create the working directory %s: %s", wd ? wd : "?",
-             strerror(errno));
+  wire_msg am;
+  if (wire_msg_decode(&f, &am, err, sizeof err) < 0) {
+    wire_frame_free(&f);
+    agent_log("%s: %s", task, err);
+    wire_msg_send(fd, &(wire_msg){.type = WIRE_FAIL, .u.fail = {.reason = err, .code = 1}});
+    status = 0;
+    goto out;
+  }
+  /* as borrows from the frame's JSON: keep that */
+  a->assign = json_incref(f.json);
+  a->as = am.u.assign;
+  wire_msg_free(&am);
+  wire_frame_free(&f);
+  int64_t procs = a->as.procs;
+  a->nprocs = procs < 1 || procs > MAX_PROCS ? 1 : (int)procs;
+  a->procs = calloc((size_t)a->nprocs, sizeof *a->procs);
+  const char *wd = a->as.workdir;
+  if (!a->procs || loom__mkdir_p(wd, 0755) < 0) {
+    snprintf(err, sizeof err, "cannot create the working directory %s: %s", wd, strerror(errno));
     code = 1;
   }
   if (!code && place_files(a, wd, err, sizeof err) < 0) code = 1;
   if (!code) code = check_command(a, wd, err, sizeof err);
   if (code) {
-    json_t *j = json_pack("{s:s, s:i}", "reason", err, "code", code);
-    wire_send(fd, WIRE_FAIL, j, NULL, 0);
-    json_decref(j);
+    wire_msg_send(fd, &(wire_msg){.type = WIRE_FAIL, .u.fail = {.reason = err, .code = code}});
     status = 0;
     goto out;
   }
-  if (wire_send(fd, WIRE_READY, NULL, NULL, 0) < 0) {
+  if (wire_msg_send(fd, &(wire_msg){.type = WIRE_READY}) < 0) {
     agent_log("%s: lost the coordinator while starting", task);
     goto out;
   }

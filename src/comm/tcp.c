@@ -5,10 +5,12 @@
  * next to its host; there is no configured port. Links are a full mesh:
  * rank i connects to every lower TCP peer, then accepts the higher ones, so
  * setup cannot deadlock (rank 0 only accepts; by induction every rank
- * reaches its accept loop). Every connection is authenticated both ways
- * with HMAC-SHA256 over both sides' nonces, keyed with the job's secret
+ * reaches its accept loop). Every connection opens with the connector's
+ * hello (magic, its rank, the acceptor's, the world size, the
+ * communicator's tag), then authenticates both ways with the shared
+ * handshake (wire/wire_auth.h, wire_auth_comm) keyed with the job's secret
  * (LOOM_SECRET; without one the handshake still checks the communicator,
- * ranks and world size). Handshake bytes come from anyone who can connect,
+ * ranks and world size) and the hello bound into its MACs. Handshake bytes come from anyone who can connect,
  * so every field is checked before use; after it, the stream carries only
  * raw message bytes whose lengths both sides already know.
  *
@@ -19,6 +21,8 @@
 #define _GNU_SOURCE
 #endif
 #include "comm/comm.h"
+#include "core/bytes.h"
+#include "wire/wire_auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,10 +30,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,10 +37,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define TCP_MAGIC "LOOMCOM1"
-#define HELLO_LEN 72 /* magic, rank_c, rank_a, world, 0, nonce_c, tag */
-#define REPLY_LEN 56 /* magic, nonce_a, mac_a */
-#define MAC_LEN 32
+#define TCP_MAGIC "LOOMCOM2"
+#define HELLO_LEN 56 /* magic, rank_c, rank_a, world, 0, tag */
 
 struct tcp_link {
   comm_t *c;
@@ -103,74 +101,56 @@ static int tcp_full(comm_t *c, int fd, void *buf, size_t len, int wr) {
   return 0;
 }
 
-static void put32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16);
-  p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
-}
-static uint32_t get32(const unsigned char *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-         p[3];
-}
-
-static void tcp_mac(const char *label, const unsigned char *hello,
-                    const unsigned char *nonce_a, unsigned char *out) {
+static const char *tcp_secret(void) {
   const char *secret = getenv("LOOM_SECRET");
-  if (!secret) secret = "";
-  unsigned char msg[4 + HELLO_LEN + 16];
-  memcpy(msg, label, 4);
-  memcpy(msg + 4, hello, HELLO_LEN);
-  memcpy(msg + 4 + HELLO_LEN, nonce_a, 16);
-  unsigned int n = MAC_LEN;
-  HMAC(EVP_sha256(), secret, (int)strlen(secret), msg, sizeof msg, out, &n);
+  return secret ? secret : "";
 }
 
 static void tcp_tag(comm_t *c, unsigned char *tag) {
   SHA256((const unsigned char *)c->prefix, strlen(c->prefix), tag);
 }
 
-/* Connector's side: hello, check the acceptor's MAC, send ours. */
+/* Connector's side: the hello (which link this is), then the client side
+ * of the shared handshake (wire_auth_comm) with the hello bound into both
+ * MACs. */
 static int tcp_hs_connect(comm_t *c, int fd, int peer) {
-  unsigned char hello[HELLO_LEN] = {0}, reply[REPLY_LEN], mac[MAC_LEN];
+  unsigned char hello[HELLO_LEN] = {0};
   memcpy(hello, TCP_MAGIC, 8);
-  put32(hello + 8, (uint32_t)c->rank);
-  put32(hello + 12, (uint32_t)peer);
-  put32(hello + 16, (uint32_t)c->world);
-  if (RAND_bytes(hello + 24, 16) != 1) return LOOM_EIO;
-  tcp_tag(c, hello + 40);
+  loom__put_be32(hello + 8, (uint32_t)c->rank);
+  loom__put_be32(hello + 12, (uint32_t)peer);
+  loom__put_be32(hello + 16, (uint32_t)c->world);
+  tcp_tag(c, hello + 24);
   int rc = tcp_full(c, fd, hello, sizeof hello, 1);
-  if (rc == 0) rc = tcp_full(c, fd, reply, sizeof reply, 0);
   if (rc < 0) return rc;
-  if (memcmp(reply, TCP_MAGIC, 8) != 0) return LOOM_EPROTO;
-  tcp_mac("acc:", hello, reply + 8, mac);
-  if (CRYPTO_memcmp(mac, reply + 24, MAC_LEN) != 0) return LOOM_EAUTH;
-  tcp_mac("con:", hello, reply + 8, mac);
-  return tcp_full(c, fd, mac, sizeof mac, 1);
+  return wire_auth_client_fd(fd, &wire_auth_comm, tcp_secret(), hello, sizeof hello,
+                             loom__now_ms() + (uint64_t)ms_left(c));
 }
 
-/* Acceptor's side: check the hello, answer, check the connector's MAC.
- * Returns the connector's rank or an error. */
+/* Acceptor's side: check the hello, then the server side of the shared
+ * handshake. Returns the connector's rank or an error. */
 static int tcp_hs_accept(comm_t *c, struct tcp_dev *d, int fd) {
-  unsigned char hello[HELLO_LEN], reply[REPLY_LEN] = {0}, mac[MAC_LEN],
-                tag[32];
+  unsigned char hello[HELLO_LEN], tag[32], msg[WIRE_AUTH_MSG_MAX];
+  size_t len, used;
   int rc = tcp_full(c, fd, hello, sizeof hello, 0);
   if (rc < 0) return rc;
-  uint32_t from = get32(hello + 8), to = get32(hello + 12),
-           world = get32(hello + 16);
+  uint32_t from = loom__get_be32(hello + 8), to = loom__get_be32(hello + 12),
+           world = loom__get_be32(hello + 16);
   tcp_tag(c, tag);
   if (memcmp(hello, TCP_MAGIC, 8) != 0 || to != (uint32_t)c->rank ||
       world != (uint32_t)c->world || from >= world ||
-      from <= (uint32_t)c->rank || memcmp(hello + 40, tag, 32) != 0 ||
+      from <= (uint32_t)c->rank || memcmp(hello + 24, tag, 32) != 0 ||
       d->links[from].c == NULL || d->links[from].fd >= 0)
     return LOOM_EPROTO;
-  memcpy(reply, TCP_MAGIC, 8);
-  if (RAND_bytes(reply + 8, 16) != 1) return LOOM_EIO;
-  tcp_mac("acc:", hello, reply + 8, reply + 24);
-  rc = tcp_full(c, fd, reply, sizeof reply, 1);
-  if (rc == 0) rc = tcp_full(c, fd, mac, sizeof mac, 0);
+  wire_auth_server hs;
+  if ((rc = wire_auth_server_start(&hs, &wire_auth_comm, tcp_secret(), hello, sizeof hello, msg,
+                                   &len)) < 0 ||
+      (rc = tcp_full(c, fd, msg, len, 1)) < 0 ||
+      (rc = tcp_full(c, fd, msg, wire_auth_answer_len(&wire_auth_comm), 0)) < 0)
+    return rc;
+  rc = wire_auth_server_feed(&hs, msg, wire_auth_answer_len(&wire_auth_comm), &used, msg, &len);
   if (rc < 0) return rc;
-  unsigned char want[MAC_LEN];
-  tcp_mac("con:", hello, reply + 8, want);
-  if (CRYPTO_memcmp(mac, want, MAC_LEN) != 0) return LOOM_EAUTH;
+  if (rc == 0) return LOOM_EPROTO; /* cannot happen: the whole answer was fed */
+  if ((rc = tcp_full(c, fd, msg, len, 1)) < 0) return rc;
   return (int)from;
 }
 

@@ -38,35 +38,41 @@ static json_t *kv_obj(const spec_kv *kv, int n, json_t *into) {
 
 static void send_assign(coord *co, task *t) {
   const spec_role *r = t->role;
-  json_t *j = json_object();
   char *wd = jobdir_task_apath(co->o->job_dir, JOBDIR_TASKS, t->file);
-  json_object_set_new(j, "workdir", json_string(wd ? wd : ""));
-  free(wd);
-  json_object_set_new(j, "job_id", json_string(co->o->job_id));
-  json_object_set_new(j, "job_dir", json_string(co->o->job_dir));
-  json_object_set_new(j, "role", json_string(r->name));
-  json_object_set_new(j, "index", json_integer(t->index));
-  if (r->shell) {
-    json_object_set_new(j, "shell", json_string(r->shell));
-  } else {
-    json_t *a = json_array();
-    for (int i = 0; r->argv[i]; i++) json_array_append_new(a, json_string(r->argv[i]));
-    json_object_set_new(j, "argv", a);
+  json_t *argv = NULL;
+  if (!r->shell) {
+    argv = json_array();
+    for (int i = 0; r->argv[i]; i++) json_array_append_new(argv, json_string(r->argv[i]));
   }
-  json_object_set_new(j, "procs", json_integer(r->procs));
   json_t *env = kv_obj(co->s->env, co->s->nenv, json_object());
   kv_obj(r->env, r->nenv, env);
-  json_object_set_new(j, "env", env);
-  json_object_set_new(j, "files", co->staged_files ? json_incref(co->staged_files)
-                                                   : kv_obj(co->s->files, co->s->nfiles, json_object()));
-  json_object_set_new(j, "cpus", json_string(t->cpus));
-  json_object_set_new(j, "gpus", json_string(t->gpus));
-  json_object_set_new(j, "memory", json_integer((json_int_t)r->memory));
-  json_object_set_new(j, "training", json_boolean(t->training));
-  json_object_set_new(j, "rank_base", json_integer(t->rank_base));
-  json_object_set_new(j, "world_size", json_integer(co->world_size));
-  json_object_set_new(j, "heartbeat_timeout_ms", json_integer((json_int_t)coord_hb_timeout_ms(co)));
-  coord_conn_send(t->agent, WIRE_ASSIGN, j, NULL, 0);
+  json_t *files = co->staged_files ? json_incref(co->staged_files)
+                                   : kv_obj(co->s->files, co->s->nfiles, json_object());
+  wire_msg m = {.type = WIRE_ASSIGN,
+                .u.assign = {
+                    .workdir = wd ? wd : "",
+                    .job_id = co->o->job_id,
+                    .job_dir = co->o->job_dir,
+                    .role = r->name,
+                    .index = t->index,
+                    .shell = r->shell,
+                    .argv = argv,
+                    .procs = r->procs,
+                    .env = env,
+                    .files = files,
+                    .cpus = t->cpus,
+                    .gpus = t->gpus,
+                    .memory = (int64_t)r->memory,
+                    .training = t->training,
+                    .rank_base = t->rank_base,
+                    .world_size = co->world_size,
+                    .heartbeat_timeout_ms = (int64_t)coord_hb_timeout_ms(co),
+                }};
+  coord_conn_send_msg(t->agent, &m);
+  free(wd);
+  json_decref(argv);
+  json_decref(env);
+  json_decref(files);
 }
 
 
@@ -107,6 +113,9 @@ static void send_cluster(coord *co, task *only) {
     coord_kv_store(co, "loom/cluster", cs, strlen(cs));
     free(cs);
   }
+  /* The header is CLUSTER's fields (wire_msg.h's wire_cluster), written
+   * here rather than through wire_msg_encode because the blob goes out in
+   * two encodings; agents decode it with wire_msg_decode. */
   json_t *j = json_object();
   if (master) {
     json_object_set_new(j, "master_addr", json_string(master->host));
@@ -173,9 +182,9 @@ static void send_cluster(coord *co, task *only) {
 }
 
 
-int coord_on_agent(coord *co, conn *c, wire_frame *f) {
+int coord_on_agent(coord *co, conn *c, const wire_msg *m) {
   task *t = c->task;
-  switch (f->type) {
+  switch (m->type) {
   case WIRE_READY:
     if (t->state != T_REGISTERED) return LOOM_EPROTO;
     coord_task_set(co, t, T_READY);
@@ -220,7 +229,7 @@ int coord_on_agent(coord *co, conn *c, wire_frame *f) {
   case WIRE_STARTED:
     t->t_start = loom__wall();
     if (t->pids) json_decref(t->pids);
-    t->pids = json_incref(json_object_get(f->json, "pids"));
+    t->pids = json_incref(m->u.started.pids);
     coord_event(co, t, "started", json_pack("{s:O?}", "pids", t->pids));
     if (!strcmp(t->role->name, "tensorboard")) {
       char url[400];
@@ -231,22 +240,19 @@ int coord_on_agent(coord *co, conn *c, wire_frame *f) {
     }
     return 0;
   case WIRE_LOG:
-    coord_on_log(co, t, f);
+    coord_on_log(co, t, m);
     return 0;
   case WIRE_METRIC:
-    return coord_on_metric(co, t, f, "agent");
+    return coord_on_metric(co, t, &m->u.metric, "agent");
   case WIRE_FAIL: {
-    const char *why = json_string_value(json_object_get(f->json, "reason"));
-    int code = (int)json_integer_value(json_object_get(f->json, "code"));
-    coord_task_exited(co, t, code ? code : 1, 0, why ? why : "the agent could not start the task",
-                false);
+    const wire_fail *x = &m->u.fail;
+    coord_task_exited(co, t, x->code ? (int)x->code : 1, 0,
+                      *x->reason ? x->reason : "the agent could not start the task", false);
     return 0;
   }
   case WIRE_EXIT: {
-    int code = (int)json_integer_value(json_object_get(f->json, "code"));
-    int sig = (int)json_integer_value(json_object_get(f->json, "signal"));
-    const char *why = json_string_value(json_object_get(f->json, "reason"));
-    coord_task_exited(co, t, code, sig, why, json_is_true(json_object_get(f->json, "lost")));
+    const wire_exit *x = &m->u.exit;
+    coord_task_exited(co, t, (int)x->code, (int)x->signal, x->reason, x->lost);
     return 0;
   }
   case WIRE_HEARTBEAT:
@@ -256,22 +262,20 @@ int coord_on_agent(coord *co, conn *c, wire_frame *f) {
 }
 
 
-int coord_on_register(coord *co, conn *c, wire_frame *f) {
-  const char *name = json_string_value(json_object_get(f->json, "task"));
-  json_t *att = json_object_get(f->json, "attempt");
-  const char *host = json_string_value(json_object_get(f->json, "host"));
-  json_t *port = json_object_get(f->json, "port");
-  task *t = name ? coord_task_by_name(co, name) : NULL;
-  if (!t || !json_is_integer(att) || !host || strlen(host) >= sizeof t->host ||
-      !json_is_integer(port) || json_integer_value(port) < 1 || json_integer_value(port) > 65535) {
-    loom__log(LOOM_LOG_WARN, "coord", "refused a malformed registration (%s)", name ? name : "?");
+int coord_on_register(coord *co, conn *c, const wire_msg *m) {
+  const wire_register *r = &m->u.reg;
+  const char *name = r->task, *host = r->host;
+  task *t = coord_task_by_name(co, name);
+  if (!t) {
+    loom__log(LOOM_LOG_WARN, "coord", "refused the registration of %s: the job has no such task",
+              name);
     return LOOM_EPROTO;
   }
-  if (json_integer_value(att) != t->attempt || t->agent || t->state != T_LAUNCHED ||
+  if (r->attempt != t->attempt || t->agent || t->state != T_LAUNCHED ||
       (co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING)) {
     loom__log(LOOM_LOG_WARN, "coord", "refused registration of %s attempt %lld: expected "
               "attempt %d and a task waiting for its agent", name,
-              (long long)json_integer_value(att), t->attempt);
+              (long long)r->attempt, t->attempt);
     return LOOM_ESTATE;
   }
   c->kind = C_AGENT;
@@ -279,9 +283,9 @@ int coord_on_register(coord *co, conn *c, wire_frame *f) {
   t->agent = c;
   if (!co->be->ops->tracks_processes) t->agent_running = true;
   loom__strlcpy(t->host, host, sizeof t->host);
-  t->port = (int)json_integer_value(port);
-  t->agent_pid = (int)json_integer_value(json_object_get(f->json, "pid"));
-  c->inflate = json_is_true(json_object_get(f->json, "inflate"));
+  t->port = (int)r->port;
+  t->agent_pid = r->has_pid ? (int)r->pid : 0;
+  c->inflate = r->inflate;
   coord_task_set(co, t, T_REGISTERED);
   coord_event(co, t, "registered", json_pack("{s:s, s:i}", "host", t->host, "port", t->port));
   send_assign(co, t);

@@ -1,4 +1,5 @@
-/* conn.c: connections: the listening socket, authentication (with a budget and a
+/* conn.c: connections: the listening socket, authentication (wire_auth.h's
+ * handshake fed from the read callback, with a budget and a
  * deadline for connections that have not authenticated), frame reading
  * and dispatch, sending, and closing with a reason. */
 #include "coord/coord_int.h"
@@ -21,6 +22,7 @@ static void preauth_add(conn *c);
 static void on_frame(coord *co, conn *c, wire_frame *f);
 static void alloc_cb(uv_handle_t *h, size_t size, uv_buf_t *buf);
 static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+static bool authenticate(conn *c, const char *data, size_t len, size_t *used);
 static void auth_expired(uv_timer_t *tm);
 
 /* Drops one reference to a shared_frame (a wire_uv_release). */
@@ -46,6 +48,16 @@ int coord_conn_send(conn *c, uint16_t type, json_t *json, const void *blob, size
     return LOOM_ECONN;
   }
   return wire_uv_send((uv_stream_t *)&c->tcp, type, json, blob, len);
+}
+
+
+int coord_conn_send_msg(conn *c, const wire_msg *m) {
+  if (!c || c->closing) return LOOM_ECONN;
+  unsigned char *buf;
+  size_t len;
+  int rc = wire_msg_encode(m, &buf, &len);
+  if (rc < 0) return rc;
+  return wire_uv_write((uv_stream_t *)&c->tcp, buf, len, free, buf);
 }
 
 
@@ -135,32 +147,26 @@ void coord_conn_close(conn *c, const char *why) {
 
 static void on_frame(coord *co, conn *c, wire_frame *f) {
   int rc = 0;
-  if (c->kind == C_AUTH) {
-    unsigned char want[WIRE_MAC], proof[WIRE_MAC];
-    wire_mac(co->o->secret, "loom-c", c->nonce, want);
-    if (f->type != WIRE_AUTH || f->blob_len != WIRE_MAC + WIRE_NONCE ||
-        !wire_mac_equal(f->blob, want)) {
-      coord_conn_close(c, "it failed authentication");
+  wire_msg msg, *m = NULL;
+  if (wire_msg_name(f->type)) {
+    char err[200], why[240];
+    if (wire_msg_decode(f, &msg, err, sizeof err) < 0) {
+      snprintf(why, sizeof why, "it sent a malformed message: %s", err);
+      coord_conn_close(c, why);
       return;
     }
-    wire_mac(co->o->secret, "loom-s", f->blob + WIRE_MAC, proof);
-    preauth_remove(c);
-    c->kind = C_CTL; /* until it says who it is */
-    wire_reader_limit(&c->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
-    uv_timer_stop(&c->timer);
-    coord_conn_send(c, WIRE_AUTH_OK, NULL, proof, WIRE_MAC);
-    return;
+    m = &msg;
   }
   if (c->kind == C_CTL && !c->task) {
     if (f->type == WIRE_REGISTER) {
-      rc = coord_on_register(co, c, f);
+      rc = coord_on_register(co, c, m);
     } else if (f->type == WIRE_HELLO) {
-      const char *name = json_string_value(json_object_get(f->json, "task"));
+      const char *name = m->u.hello.task;
       c->kind = C_CLIENT;
       c->task = name ? coord_task_by_name(co, name) : NULL;
       loom__strlcpy(c->who, name ? name : "?", sizeof c->who);
       if (co->jstate == J_STOPPING || co->jstate == J_DONE)
-        coord_conn_send(c, WIRE_ABORT, json_pack("{s:s}", "reason", co->root_msg), NULL, 0);
+        coord_conn_send_msg(c, &(wire_msg){.type = WIRE_ABORT, .u.abort.reason = co->root_msg});
     } else if (f->type == WIRE_CTL_KILL) {
       json_int_t id = json_integer_value(json_object_get(f->json, "id"));
       coord_reply(c, id, 0, NULL, NULL, 0);
@@ -175,9 +181,9 @@ static void on_frame(coord *co, conn *c, wire_frame *f) {
       rc = LOOM_EPROTO;
     }
   } else if (c->kind == C_AGENT) {
-    rc = coord_on_agent(co, c, f);
+    rc = m ? coord_on_agent(co, c, m) : LOOM_EPROTO;
   } else if (c->kind == C_CLIENT) {
-    rc = coord_on_client(co, c, f);
+    rc = coord_on_client(co, c, f, m);
   } else {
     rc = LOOM_EPROTO;
   }
@@ -187,12 +193,43 @@ static void on_frame(coord *co, conn *c, wire_frame *f) {
              loom_strerror(rc));
     coord_conn_close(c, why);
   }
+  if (m) wire_msg_free(m);
 }
 
 
 static void alloc_cb(uv_handle_t *h, size_t size, uv_buf_t *buf) {
   static char slab[WIRE_READ_CHUNK];
   *buf = uv_buf_init(slab, sizeof slab);
+}
+
+
+/* Feeds the handshake what arrived from a connection that has not
+ * authenticated. Returns true when it authenticated with these bytes, with
+ * *used the bytes that were its answer (the rest are frames); false when
+ * it needs more or was closed. */
+static bool authenticate(conn *c, const char *data, size_t len, size_t *used) {
+  unsigned char proof[WIRE_AUTH_MSG_MAX];
+  size_t plen;
+  int rc = wire_auth_server_feed(&c->auth, data, len, used, proof, &plen);
+  if (rc == 0) return false;
+  if (rc < 0) {
+    char why[160];
+    snprintf(why, sizeof why, "it failed authentication: %s", c->auth.why);
+    coord_conn_close(c, why);
+    return false;
+  }
+  preauth_remove(c);
+  c->kind = C_CTL; /* until it says who it is */
+  wire_reader_limit(&c->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
+  uv_timer_stop(&c->timer);
+  unsigned char *out = malloc(plen);
+  if (!out) {
+    coord_conn_close(c, "out of memory");
+    return false;
+  }
+  memcpy(out, proof, plen);
+  wire_uv_write((uv_stream_t *)&c->tcp, out, plen, free, out);
+  return true;
 }
 
 
@@ -211,7 +248,15 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
   if (n == 0) return;
   c->last_rx = loom__now_ms();
-  if (wire_reader_push(&c->rd, buf->base, (size_t)n) < 0) {
+  const char *data = buf->base;
+  size_t len = (size_t)n;
+  if (c->kind == C_AUTH) {
+    size_t used = 0;
+    if (!authenticate(c, data, len, &used)) return;
+    data += used;
+    len -= used;
+  }
+  if (wire_reader_push(&c->rd, data, len) < 0) {
     char why[160];
     snprintf(why, sizeof why, "it sent more than its %zu-byte frame limit allows",
              c->rd.max_frame);
@@ -256,7 +301,11 @@ void coord_on_connection(uv_stream_t *server, int status) {
   c->next = co->conns;
   if (co->conns) co->conns->prev = c;
   co->conns = c;
-  if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 || wire_random(c->nonce, WIRE_NONCE) < 0) {
+  unsigned char challenge[WIRE_AUTH_MSG_MAX];
+  size_t chlen = 0;
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 ||
+      wire_auth_server_start(&c->auth, &wire_auth_coord, co->o->secret, NULL, 0, challenge,
+                             &chlen) < 0) {
     coord_conn_close(c, "it could not be accepted");
     return;
   }
@@ -277,6 +326,12 @@ void coord_on_connection(uv_stream_t *server, int status) {
   uv_tcp_nodelay(&c->tcp, 1);
   c->last_rx = loom__now_ms();
   uv_timer_start(&c->timer, auth_expired, (uint64_t)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS), 0);
-  coord_conn_send(c, WIRE_CHALLENGE, NULL, c->nonce, WIRE_NONCE);
+  unsigned char *out = malloc(chlen);
+  if (!out) {
+    coord_conn_close(c, "out of memory");
+    return;
+  }
+  memcpy(out, challenge, chlen);
+  wire_uv_write((uv_stream_t *)&c->tcp, out, chlen, free, out);
   uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
 }

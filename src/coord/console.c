@@ -91,13 +91,13 @@ void coord_ring_clear(task *t) {
 static const char *const COLORS[] = {"\033[36m", "\033[33m", "\033[32m", "\033[35m",
                                      "\033[34m", "\033[91m", "\033[96m", "\033[93m"};
 
-void coord_on_log(coord *co, task *t, wire_frame *f) {
-  int stream = (int)json_integer_value(json_object_get(f->json, "s"));
-  int proc = (int)json_integer_value(json_object_get(f->json, "p"));
+void coord_on_log(coord *co, task *t, const wire_msg *m) {
+  int stream = (int)m->u.log.stream;
+  int proc = (int)m->u.log.proc;
   char prefix[112];
   if (t->role->procs > 1) snprintf(prefix, sizeof prefix, "[%s.%d]", t->name, proc);
   else snprintf(prefix, sizeof prefix, "[%s]", t->name);
-  const char *p = (const char *)f->blob, *end = p + f->blob_len;
+  const char *p = (const char *)m->blob, *end = p + m->blob_len;
   FILE *log = task_log(co, t);
   if (co->o->console) status_clear(co);
   while (p < end) {

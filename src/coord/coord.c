@@ -52,8 +52,8 @@ static void stop_tasks(coord *co, bool services_only, uint64_t grace_ms) {
     task *t = &co->tasks[i];
     if (coord_terminal(t) || (services_only && !t->role->service)) continue;
     if (t->agent) {
-      coord_conn_send(t->agent, WIRE_STOP, json_pack("{s:I}", "grace_ms", (json_int_t)grace_ms),
-                NULL, 0);
+      coord_conn_send_msg(t->agent, &(wire_msg){.type = WIRE_STOP,
+                                                .u.stop.grace_ms = (int64_t)grace_ms});
     } else if (t->agent_running) {
       co->be->ops->signal(co->be, t->id, SIGTERM);
     }
@@ -76,7 +76,8 @@ static void stop_expired(uv_timer_t *tm) {
 
 void coord_abort_clients(coord *co, const char *why) {
   for (conn *c = co->conns; c; c = c->next)
-    if (c->kind == C_CLIENT) coord_conn_send(c, WIRE_ABORT, json_pack("{s:s}", "reason", why), NULL, 0);
+    if (c->kind == C_CLIENT)
+      coord_conn_send_msg(c, &(wire_msg){.type = WIRE_ABORT, .u.abort.reason = why});
 }
 
 
@@ -401,7 +402,7 @@ static void hb_tick(uv_timer_t *tm) {
       coord_conn_close(c, "no heartbeat in time");
       continue;
     }
-    coord_conn_send(c, WIRE_HEARTBEAT, NULL, NULL, 0);
+    coord_conn_send_msg(c, &(wire_msg){.type = WIRE_HEARTBEAT});
   }
 }
 

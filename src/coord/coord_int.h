@@ -11,6 +11,8 @@
 #include "http/http.h"
 #include "jobdir/jobdir.h"
 #include "wire/wire.h"
+#include "wire/wire_auth.h"
+#include "wire/wire_msg.h"
 #include "wire/wire_uv.h"
 
 #include <stdio.h>
@@ -71,7 +73,7 @@ struct conn {
   wire_reader rd;
   int kind, handles;
   uint64_t last_rx;
-  unsigned char nonce[WIRE_NONCE];
+  wire_auth_server auth; /* the handshake, while kind is C_AUTH */
   task *task;
   char who[96];
   bool closing;
@@ -167,7 +169,7 @@ void coord_ring_clear(task *t);
 void coord_open_logs(coord *co, task *t);
 void coord_close_log(coord *co, task *t);
 void coord_print_summary(coord *co);
-void coord_on_log(coord *co, task *t, wire_frame *f);
+void coord_on_log(coord *co, task *t, const wire_msg *m);
 
 /* state.c */
 void coord_event(coord *co, task *t, const char *name, json_t *extra);
@@ -186,13 +188,16 @@ void coord_state_free(coord *co);
 void coord_conn_close(conn *c, const char *why);
 int coord_conn_send_shared(conn *c, shared_frame *sf);
 int coord_conn_send(conn *c, uint16_t type, json_t *json, const void *blob, size_t len);
+/* Encodes m and queues it on c. */
+int coord_conn_send_msg(conn *c, const wire_msg *m);
 void coord_on_connection(uv_stream_t *server, int status);
 void coord_shared_put(void *p);
 
 /* kv.c */
 void coord_reply(conn *c, json_int_t id, int rc, json_t *extra, const void *blob, size_t len);
-int coord_on_client(coord *co, conn *c, wire_frame *f);
-int coord_on_metric(coord *co, task *t, wire_frame *f, const char *source);
+/* m is f decoded, or NULL for the feed's requests (decoded by the feed). */
+int coord_on_client(coord *co, conn *c, wire_frame *f, const wire_msg *m);
+int coord_on_metric(coord *co, task *t, const wire_metric *m, const char *source);
 void coord_kv_drop_waiters(coord *co, conn *c);
 void coord_kv_clear(coord *co);
 void coord_feed_reply(void *c, json_int_t id, int rc, json_t *extra, const void *blob, size_t len);
@@ -208,8 +213,8 @@ static inline unsigned coord_name_hash(const char *s) {
   while (*s) h = (h ^ (unsigned char)*s++) * 16777619u;
   return h;
 }
-int coord_on_agent(coord *co, conn *c, wire_frame *f);
-int coord_on_register(coord *co, conn *c, wire_frame *f);
+int coord_on_agent(coord *co, conn *c, const wire_msg *m);
+int coord_on_register(coord *co, conn *c, const wire_msg *m);
 
 /* membership.c */
 int coord_publish_membership(coord *co);

@@ -18,7 +18,6 @@ static uint32_t kv_hash(const char *s);
 static void waiter_closed(uv_handle_t *h);
 static void waiter_remove(coord *co, kv_wait *w);
 static void waiter_expired(uv_timer_t *tm);
-static const char *kv_key(wire_frame *f);
 
 /* ---- the KV store ---------------------------------------------------------- */
 static uint32_t kv_hash(const char *s) {
@@ -50,12 +49,12 @@ void coord_kv_clear(coord *co) {
 
 
 void coord_reply(conn *c, json_int_t id, int rc, json_t *extra, const void *blob, size_t len) {
-  json_t *j = json_pack("{s:I, s:i}", "id", id, "rc", rc);
-  if (extra) {
-    json_object_update(j, extra);
-    json_decref(extra);
-  }
-  coord_conn_send(c, WIRE_REPLY, j, blob, len);
+  wire_msg m = {.type = WIRE_REPLY,
+                .u.reply = {.id = id, .rc = rc, .json = extra},
+                .blob = blob,
+                .blob_len = len};
+  coord_conn_send_msg(c, &m);
+  json_decref(extra);
 }
 
 
@@ -129,30 +128,18 @@ int coord_kv_store(coord *co, const char *key, const void *val, size_t len) {
 }
 
 
-static const char *kv_key(wire_frame *f) {
-  const char *k = json_string_value(json_object_get(f->json, "key"));
-  if (!k || !*k || strlen(k) > LOOM_KV_MAX_KEY) return NULL;
-  return k;
-}
-
-
 /* A metric from a task (libloom) or about it (its agent's CPU and memory
  * reports): one "metric" event in events.jsonl, which the dashboard reads. */
-int coord_on_metric(coord *co, task *t, wire_frame *f, const char *source) {
-  const char *tag = json_string_value(json_object_get(f->json, "tag"));
-  json_t *step = json_object_get(f->json, "step"), *val = json_object_get(f->json, "value");
-  if (!tag || !*tag || strlen(tag) > 128 || !json_is_integer(step) || !json_is_number(val))
-    return LOOM_EPROTO;
-  coord_event(co, t, "metric", json_pack("{s:s, s:O, s:O, s:s}", "tag", tag, "step", step, "value",
-                                   val, "source", source));
+int coord_on_metric(coord *co, task *t, const wire_metric *m, const char *source) {
+  coord_event(co, t, "metric", json_pack("{s:s, s:I, s:f, s:s}", "tag", m->tag, "step",
+                                         (json_int_t)m->step, "value", m->value, "source", source));
   return 0;
 }
 
 
-int coord_on_client(coord *co, conn *c, wire_frame *f) {
-  json_int_t id = json_integer_value(json_object_get(f->json, "id"));
-  if (f->type == WIRE_METRIC) return coord_on_metric(co, c->task, f, "user");
+int coord_on_client(coord *co, conn *c, wire_frame *f, const wire_msg *m) {
   if (f->type >= WIRE_FEED_FIRST && f->type <= WIRE_FEED_LAST) {
+    json_int_t id = json_integer_value(json_object_get(f->json, "id"));
     if (!co->feed) {
       coord_reply(c, id, LOOM_ENOTSUP, json_pack("{s:s}", "msg", "the job's spec has no feed: section"),
             NULL, 0);
@@ -162,22 +149,24 @@ int coord_on_client(coord *co, conn *c, wire_frame *f) {
     co->state_dirty = true; /* state.json carries the feed's progress */
     return feed_dispatch_frame(co->feed, c, c->task->name, f);
   }
-  switch (f->type) {
+  if (!m) return LOOM_EPROTO;
+  switch (m->type) {
+  case WIRE_METRIC:
+    return coord_on_metric(co, c->task, &m->u.metric, "user");
   case WIRE_KV_SET: {
-    const char *k = kv_key(f);
-    if (!k || f->blob_len > LOOM_KV_MAX_VALUE) return LOOM_EPROTO;
-    coord_reply(c, id, coord_kv_store(co, k, f->blob, f->blob_len), NULL, NULL, 0);
+    const wire_kv_set *x = &m->u.kv_set;
+    coord_reply(c, x->id, coord_kv_store(co, x->key, m->blob, m->blob_len), NULL, NULL, 0);
     return 0;
   }
   case WIRE_KV_GET: {
-    const char *k = kv_key(f);
-    if (!k) return LOOM_EPROTO;
+    const char *k = m->u.kv_get.key;
+    json_int_t id = m->u.kv_get.id;
     kv_entry *e = coord_kv_find(co, k);
     if (e) {
       coord_reply(c, id, 0, NULL, e->val, e->len);
       return 0;
     }
-    json_int_t tmo = json_integer_value(json_object_get(f->json, "timeout_ms"));
+    json_int_t tmo = m->u.kv_get.timeout_ms;
     if (tmo == 0) {
       coord_reply(c, id, LOOM_ETIMEDOUT, NULL, NULL, 0);
       return 0;
@@ -200,16 +189,15 @@ int coord_on_client(coord *co, conn *c, wire_frame *f) {
     return 0;
   }
   case WIRE_KV_ADD: {
-    const char *k = kv_key(f);
-    json_t *d = json_object_get(f->json, "delta");
-    if (!k || !json_is_integer(d)) return LOOM_EPROTO;
+    const char *k = m->u.kv_add.key;
+    json_int_t id = m->u.kv_add.id;
     kv_entry *e = coord_kv_find(co, k);
     long long cur = 0;
     if (e && loom__parse_int((const char *)e->val, LLONG_MIN, LLONG_MAX, &cur) < 0) {
       coord_reply(c, id, LOOM_EINVAL, NULL, NULL, 0);
       return 0;
     }
-    long long v = cur + (long long)json_integer_value(d);
+    long long v = cur + (long long)m->u.kv_add.delta;
     char buf[32];
     int n = snprintf(buf, sizeof buf, "%lld", v);
     int rc = coord_kv_store(co, k, buf, (size_t)n);
@@ -217,15 +205,13 @@ int coord_on_client(coord *co, conn *c, wire_frame *f) {
     return 0;
   }
   case WIRE_EVENT: {
-    const char *name = json_string_value(json_object_get(f->json, "name"));
-    if (!name || strlen(name) > 128) return LOOM_EPROTO;
+    const wire_event *x = &m->u.event;
     json_t *extra = json_object();
-    json_t *d = json_object_get(f->json, "detail");
-    if (json_is_object(d)) json_object_update(extra, d);
+    if (x->detail) json_object_update(extra, x->detail);
     json_object_set_new(extra, "source", json_string("user"));
     task *t = c->task;
-    coord_event(co, t, name, extra);
-    coord_reply(c, id, 0, NULL, NULL, 0);
+    coord_event(co, t, x->name, extra);
+    coord_reply(c, x->id, 0, NULL, NULL, 0);
     return 0;
   }
   case WIRE_HEARTBEAT:

@@ -42,8 +42,8 @@ int coord_publish_membership(coord *co) {
   co->world_size = rank;
   for (conn *c = co->conns; c; c = c->next)
     if (c->kind == C_CLIENT)
-      coord_conn_send(c, WIRE_MEMBERSHIP, json_pack("{s:I}", "generation", (json_int_t)co->generation),
-                NULL, 0);
+      coord_conn_send_msg(c, &(wire_msg){.type = WIRE_MEMBERSHIP,
+                                         .u.membership.generation = co->generation});
   return rank;
 }
 

@@ -8,6 +8,7 @@
  * header is checked against the file's size, so a truncated or compressed
  * file is refused when the job starts. */
 #include "feed/feed.h"
+#include "core/bytes.h"
 
 #include <stdio.h>
 #include <unistd.h>
@@ -64,7 +65,7 @@ static int idx_probe(int fd, const feed_format *fmt, feed_file *ff, char *err, s
   uint64_t dims[IDX_MAX_DIMS], rec = (uint64_t)elem;
   for (unsigned i = 0; i < nd; i++) {
     const unsigned char *d = h + 4 + 4 * i;
-    dims[i] = (uint64_t)d[0] << 24 | (uint64_t)d[1] << 16 | (uint64_t)d[2] << 8 | d[3];
+    dims[i] = loom__get_be32(d);
     if (i > 0) {
       if (dims[i] == 0 || rec > (UINT64_C(1) << 40) / dims[i]) {
         snprintf(err, errlen, "%s: idx dimension %u is %llu: records must be 1 byte to 1 TiB",

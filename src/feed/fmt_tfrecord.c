@@ -8,6 +8,7 @@
  * walking its record headers from the start (reading headers only, a
  * window at a time, checking each length's CRC on the way). */
 #include "feed/feed.h"
+#include "core/bytes.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -19,18 +20,8 @@
 #define TF_FOOT 4
 #define TF_WINDOW (1 << 20)
 
-static uint64_t le64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-
-static uint32_t le32(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 static bool header_ok(const unsigned char *h) {
-  return loom__crc32c_mask(loom__crc32c(0, h, 8)) == le32(h + 8);
+  return loom__crc32c_mask(loom__crc32c(0, h, 8)) == loom__get_le32(h + 8);
 }
 
 static int tf_probe(int fd, const feed_format *fmt, feed_file *ff, char *err, size_t errlen) {
@@ -88,7 +79,7 @@ static int tf_cut(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts, s
       rc = LOOM_ESPEC;
       break;
     }
-    uint64_t len = le64(h);
+    uint64_t len = loom__get_le64(h);
     if (len > ff->data_end - pos - TF_HDR - TF_FOOT) {
       snprintf(err, errlen, "%s: offset %llu: a record of %llu bytes runs past the end of the "
                "file (%llu bytes): the file is truncated", ff->path, (unsigned long long)pos,
@@ -118,7 +109,7 @@ static int tf_parse(const unsigned char *buf, size_t len, bool eof, const feed_p
       rc = LOOM_EIO;
       goto out;
     }
-    uint64_t n = le64(h);
+    uint64_t n = loom__get_le64(h);
     if (len - p < TF_HDR + TF_FOOT || n > len - p - TF_HDR - TF_FOOT) {
       if (!eof) goto out; /* read more */
       snprintf(ctx->err, ctx->errlen, "%s: offset %llu: a record of %llu bytes runs past the "
@@ -128,7 +119,7 @@ static int tf_parse(const unsigned char *buf, size_t len, bool eof, const feed_p
       goto out;
     }
     size_t d = p + TF_HDR;
-    uint32_t want = le32(buf + d + n), got = loom__crc32c_mask(loom__crc32c(0, buf + d, n));
+    uint32_t want = loom__get_le32(buf + d + n), got = loom__crc32c_mask(loom__crc32c(0, buf + d, n));
     if (want != got) {
       snprintf(ctx->err, ctx->errlen, "%s: offset %llu: TFRecord data CRC mismatch (record "
                "of %llu bytes; stored 0x%08x, computed 0x%08x): the file is corrupt",

@@ -9,8 +9,10 @@
 #include "lib/lib.h"
 #include "loom/comm.h"
 #include "wire/wire.h"
+#include "wire/wire_msg.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +27,9 @@ struct pending {
   uint64_t id;
   bool done;
   int rc;
-  json_t *json;
+  json_t *json; /* the whole reply (the feed's carry fields of their own) */
+  bool has_value;
+  int64_t value; /* KV_ADD's result */
   unsigned char *blob;
   size_t blob_len;
 };
@@ -123,23 +127,34 @@ static void *lib_reader(void *arg) {
       pthread_mutex_unlock(&l->mu);
       return NULL;
     }
-    if (f.type == WIRE_MEMBERSHIP) {
-      json_int_t g = json_integer_value(json_object_get(f.json, "generation"));
-      if (g > __atomic_load_n(&l->latest_generation, __ATOMIC_ACQUIRE))
-        __atomic_store_n(&l->latest_generation, (int64_t)g, __ATOMIC_RELEASE);
-    } else if (f.type == WIRE_ABORT) {
-      const char *why = json_string_value(json_object_get(f.json, "reason"));
+    wire_msg m = {0};
+    char err[200];
+    if (f.type != WIRE_MEMBERSHIP && f.type != WIRE_ABORT && f.type != WIRE_REPLY) {
+      /* not for libloom (a heartbeat): nothing to do */
+    } else if (wire_msg_decode(&f, &m, err, sizeof err) < 0) {
+      char why[260];
+      snprintf(why, sizeof why, "the coordinator sent a malformed message: %s", err);
       pthread_mutex_lock(&l->mu);
-      lib_abort_locked(l, LOOM_EABORTED, why ? why : "attempt aborted");
+      lib_abort_locked(l, LOOM_EPROTO, why);
       pthread_mutex_unlock(&l->mu);
-    } else if (f.type == WIRE_REPLY) {
-      json_int_t id = json_integer_value(json_object_get(f.json, "id"));
+    } else if (m.type == WIRE_MEMBERSHIP) {
+      int64_t g = m.u.membership.generation;
+      if (g > __atomic_load_n(&l->latest_generation, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&l->latest_generation, g, __ATOMIC_RELEASE);
+    } else if (m.type == WIRE_ABORT) {
+      pthread_mutex_lock(&l->mu);
+      lib_abort_locked(l, LOOM_EABORTED, *m.u.abort.reason ? m.u.abort.reason : "attempt aborted");
+      pthread_mutex_unlock(&l->mu);
+    } else {
+      const wire_reply *r = &m.u.reply;
       pthread_mutex_lock(&l->mu);
       for (int i = 0; i < LIB_MAX_PENDING; i++) {
         struct pending *p = l->pending[i];
-        if (!p || p->id != (uint64_t)id) continue;
+        if (!p || p->id != (uint64_t)r->id) continue;
         p->done = true;
-        p->rc = (int)json_integer_value(json_object_get(f.json, "rc"));
+        p->rc = (int)r->rc;
+        p->has_value = r->has_value;
+        p->value = r->value;
         p->json = json_incref(f.json);
         if (f.blob_len) {
           p->blob = malloc(f.blob_len + 1);
@@ -156,6 +171,7 @@ static void *lib_reader(void *arg) {
       }
       pthread_mutex_unlock(&l->mu);
     }
+    wire_msg_free(&m);
     wire_frame_free(&f);
   }
 }
@@ -196,10 +212,9 @@ int loom_init(loom_t **out) {
     rc = wire_client_auth(l->fd, &l->reader, l->secret,
                           (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS));
   if (rc == 0) {
-    json_t *j = json_pack("{s:s, s:i, s:i}", "task", l->task, "rank", l->rank,
-                          "pid", (int)getpid());
-    rc = j ? wire_send(l->fd, WIRE_HELLO, j, NULL, 0) : LOOM_ENOMEM;
-    json_decref(j);
+    wire_msg m = {.type = WIRE_HELLO,
+                  .u.hello = {.task = l->task, .rank = l->rank, .pid = getpid()}};
+    rc = wire_msg_send(l->fd, &m);
   }
   if (rc == 0) {
     if (pthread_create(&l->thread, NULL, lib_reader, l) != 0) rc = LOOM_EIO;
@@ -238,10 +253,12 @@ static void pending_free(struct pending *p) {
   free(p);
 }
 
-static int lib_call(loom_t *l, uint16_t type, json_t *req, const void *blob,
+/* Sends a request and waits for its reply: m, a typed message whose id
+ * this sets, or (m NULL) the feed's request: type, req (owned) and blob. */
+static int lib_call(loom_t *l, wire_msg *m, uint16_t type, json_t *req, const void *blob,
                     size_t blob_len, int wait_ms, struct pending **rep) {
   *rep = NULL;
-  if (!req) return LOOM_ENOMEM;
+  if (!m && !req) return LOOM_ENOMEM;
   struct pending *p = calloc(1, sizeof *p);
   if (!p) {
     json_decref(req);
@@ -258,8 +275,18 @@ static int lib_call(loom_t *l, uint16_t type, json_t *req, const void *blob,
   } else {
     p->id = ++l->next_id;
     l->pending[slot] = p;
-    json_object_set_new(req, "id", json_integer((json_int_t)p->id));
-    rc = wire_send(l->fd, type, req, blob, blob_len);
+    if (m) {
+      switch (m->type) {
+      case WIRE_KV_SET: m->u.kv_set.id = (int64_t)p->id; break;
+      case WIRE_KV_GET: m->u.kv_get.id = (int64_t)p->id; break;
+      case WIRE_KV_ADD: m->u.kv_add.id = (int64_t)p->id; break;
+      default: m->u.event.id = (int64_t)p->id; break;
+      }
+      rc = wire_msg_send(l->fd, m);
+    } else {
+      json_object_set_new(req, "id", json_integer((json_int_t)p->id));
+      rc = wire_send(l->fd, type, req, blob, blob_len);
+    }
   }
   json_decref(req);
   uint64_t deadline = wait_ms < 0 ? UINT64_MAX : loom__now_ms() + (uint64_t)wait_ms;
@@ -299,7 +326,7 @@ int loom__call(loom_t *l, uint16_t type, json_t *req, const void *blob, size_t l
     return LOOM_EINVAL;
   }
   struct pending *p;
-  int rc = lib_call(l, type, req, blob, len, wait_ms, &p);
+  int rc = lib_call(l, NULL, type, req, blob, len, wait_ms, &p);
   if (rc < 0) return rc;
   rc = p->rc;
   if (reply_json) *reply_json = json_incref(p->json);
@@ -329,8 +356,8 @@ int loom_kv_set(loom_t *l, const char *key, const void *val, size_t len) {
     return loom__fail(l, LOOM_ERANGE, "KV value for '%s' is %zu bytes; at most %u",
                       key, len, LOOM_KV_MAX_VALUE);
   struct pending *p;
-  rc = lib_call(l, WIRE_KV_SET, json_pack("{s:s}", "key", key), val, len,
-                (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
+  wire_msg m = {.type = WIRE_KV_SET, .u.kv_set.key = key, .blob = val, .blob_len = len};
+  rc = lib_call(l, &m, 0, NULL, NULL, 0, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
   if (rc < 0) return rc;
   rc = p->rc;
   pending_free(p);
@@ -346,9 +373,8 @@ int loom_kv_get(loom_t *l, const char *key, int timeout_ms, void **val,
   if (len) *len = 0;
   struct pending *p;
   int wait = timeout_ms < 0 ? -1 : timeout_ms + 10000;
-  rc = lib_call(l, WIRE_KV_GET,
-                json_pack("{s:s, s:i}", "key", key, "timeout_ms", timeout_ms),
-                NULL, 0, wait, &p);
+  wire_msg m = {.type = WIRE_KV_GET, .u.kv_get = {.key = key, .timeout_ms = timeout_ms}};
+  rc = lib_call(l, &m, 0, NULL, NULL, 0, wait, &p);
   if (rc < 0) return rc;
   rc = p->rc;
   if (rc == 0) {
@@ -371,13 +397,11 @@ int loom_kv_add(loom_t *l, const char *key, int64_t delta, int64_t *result) {
   int rc = check_key(l, key);
   if (rc < 0) return rc;
   struct pending *p;
-  rc = lib_call(l, WIRE_KV_ADD,
-                json_pack("{s:s, s:I}", "key", key, "delta", (json_int_t)delta),
-                NULL, 0, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
+  wire_msg m = {.type = WIRE_KV_ADD, .u.kv_add = {.key = key, .delta = delta}};
+  rc = lib_call(l, &m, 0, NULL, NULL, 0, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
   if (rc < 0) return rc;
   rc = p->rc;
-  if (rc == 0 && result)
-    *result = (int64_t)json_integer_value(json_object_get(p->json, "value"));
+  if (rc == 0 && result) *result = p->has_value ? p->value : 0;
   pending_free(p);
   return rc < 0 ? loom__fail(l, rc, "KV add '%s': the value is not an integer",
                              key)
@@ -386,33 +410,31 @@ int loom_kv_add(loom_t *l, const char *key, int64_t delta, int64_t *result) {
 
 int loom_metric(loom_t *l, const char *tag, int64_t step, double value) {
   if (!l || !tag || !*tag || strlen(tag) > 128) return LOOM_EINVAL;
-  json_t *j = json_pack("{s:s, s:I, s:f}", "tag", tag, "step", (json_int_t)step, "value", value);
-  if (!j) return LOOM_EINVAL; /* NaN or infinity */
+  if (!isfinite(value)) return LOOM_EINVAL; /* JSON has no NaN or infinity */
+  wire_msg m = {.type = WIRE_METRIC, .u.metric = {.tag = tag, .step = step, .value = value}};
   pthread_mutex_lock(&l->mu);
-  int rc = l->aborted ? l->aborted : wire_send(l->fd, WIRE_METRIC, j, NULL, 0);
+  int rc = l->aborted ? l->aborted : wire_msg_send(l->fd, &m);
   pthread_mutex_unlock(&l->mu);
-  json_decref(j);
   return rc;
 }
 
 int loom_event(loom_t *l, const char *name, const char *detail_json) {
   if (!l || !name || !*name || strlen(name) > 128) return LOOM_EINVAL;
-  json_t *req = json_pack("{s:s}", "name", name);
+  json_t *d = NULL;
   if (detail_json) {
     json_error_t err;
-    json_t *d = json_loads(detail_json, 0, &err);
+    d = json_loads(detail_json, 0, &err);
     if (!d || !json_is_object(d)) {
       json_decref(d);
-      json_decref(req);
       return loom__fail(l, LOOM_EINVAL,
                         "event detail must be a JSON object: %s (column %d)",
                         err.text, err.column);
     }
-    json_object_set_new(req, "detail", d);
   }
   struct pending *p;
-  int rc = lib_call(l, WIRE_EVENT, req, NULL, 0,
-                    (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
+  wire_msg m = {.type = WIRE_EVENT, .u.event = {.name = name, .detail = d}};
+  int rc = lib_call(l, &m, 0, NULL, NULL, 0, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
+  json_decref(d);
   if (rc < 0) return rc;
   rc = p->rc;
   pending_free(p);

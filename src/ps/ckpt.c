@@ -19,6 +19,7 @@
  * file before allocating, and the digest before anything reaches the live
  * state. */
 #include "ps/ps.h"
+#include "core/bytes.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -74,12 +75,12 @@ static void ck_put(ck_writer *w, const void *p, size_t n) {
 }
 static void ck_u32(ck_writer *w, uint32_t v) {
   unsigned char b[4];
-  for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
+  loom__put_le32(b, v);
   ck_put(w, b, 4);
 }
 static void ck_u64(ck_writer *w, uint64_t v) {
   unsigned char b[8];
-  for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+  loom__put_le64(b, v);
   ck_put(w, b, 8);
 }
 
@@ -280,15 +281,12 @@ static bool ck_get(ck_reader *r, void *p, size_t n) {
 static uint32_t ck_g32(ck_reader *r) {
   unsigned char b[4] = {0};
   ck_get(r, b, 4);
-  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-         (uint32_t)b[3] << 24;
+  return loom__get_le32(b);
 }
 static uint64_t ck_g64(ck_reader *r) {
   unsigned char b[8] = {0};
   ck_get(r, b, 8);
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | b[i];
-  return v;
+  return loom__get_le64(b);
 }
 
 /* One shard file's variables, as they were on that shard. */

@@ -11,6 +11,7 @@
 #include "lib/lib.h"
 #include "ps/ps.h"
 #include "wire/wire.h"
+#include "wire/wire_auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -290,45 +291,17 @@ static int run(loom_ps_t *ps, ps_call *calls, size_t n) {
 }
 
 /* ---- connecting --------------------------------------------------------- */
-static int io_full(int fd, void *buf, size_t n, bool wr, uint64_t deadline) {
-  size_t done = 0;
-  while (done < n) {
-    uint64_t now = loom__now_ms();
-    if (now >= deadline) return LOOM_ETIMEDOUT;
-    struct pollfd p = {.fd = fd, .events = wr ? POLLOUT : POLLIN};
-    int pr = poll(&p, 1, (int)(deadline - now));
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) return pr == 0 ? LOOM_ETIMEDOUT : LOOM_EIO;
-    ssize_t r = wr ? send(fd, (char *)buf + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT)
-                   : recv(fd, (char *)buf + done, n - done, MSG_DONTWAIT);
-    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (r <= 0) return LOOM_ECONN;
-    done += (size_t)r;
-  }
-  return 0;
-}
-
 static int handshake(loom_ps_t *ps, int s, const char *secret) {
-  int fd = ps->links[s].fd;
   uint64_t deadline = loom__now_ms() + (uint64_t)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS);
-  unsigned char ch[PS_CHALLENGE_LEN], au[PS_AUTH_LEN], ok[PS_AUTH_OK_LEN], want[WIRE_MAC];
-  int rc = io_full(fd, ch, sizeof ch, false, deadline);
-  if (rc == 0 && memcmp(ch, PS_MAGIC, PS_MAGIC_LEN)) rc = LOOM_EPROTO;
+  int rc = wire_auth_client_fd(ps->links[s].fd, &wire_auth_ps, secret, NULL, 0, deadline);
+  if (rc == LOOM_EAUTH)
+    return ps_fail(ps, LOOM_EAUTH, "ps shard %d at %s refused this process's "
+                   "credentials or could not prove its own: is LOOM_SECRET this "
+                   "job's?", s, ps->links[s].addr);
   if (rc < 0)
     return ps_fail(ps, rc, "ps shard %d at %s does not speak the ps protocol (%s): "
                    "is LOOM_CLUSTER's ps list right?", s, ps->links[s].addr,
                    loom_strerror(rc));
-  memcpy(au, PS_MAGIC, PS_MAGIC_LEN);
-  wire_mac(secret, "loom-ps-c", ch + PS_MAGIC_LEN, au + PS_MAGIC_LEN);
-  unsigned char *cn = au + PS_MAGIC_LEN + WIRE_MAC;
-  if (wire_random(cn, WIRE_NONCE) < 0) return ps_fail(ps, LOOM_EIO, "no randomness");
-  rc = io_full(fd, au, sizeof au, true, deadline);
-  if (rc == 0) rc = io_full(fd, ok, sizeof ok, false, deadline);
-  wire_mac(secret, "loom-ps-s", cn, want);
-  if (rc < 0 || !wire_mac_equal(ok, want))
-    return ps_fail(ps, LOOM_EAUTH, "ps shard %d at %s refused this process's "
-                   "credentials or could not prove its own: is LOOM_SECRET this "
-                   "job's?", s, ps->links[s].addr);
   return 0;
 }
 

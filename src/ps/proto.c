@@ -1,6 +1,7 @@
 /* proto.c: the parameter server's shared vocabulary: tunables, the request
  * header, field codecs, declarations, and where a key or a range lives. */
 #include "ps/ps.h"
+#include "core/bytes.h"
 
 #include <math.h>
 #include <limits.h>
@@ -20,54 +21,30 @@ void ps_tunables_load(struct ps_tunables *t) {
 }
 
 /* ---- header ------------------------------------------------------------ */
-static void put16(unsigned char *p, uint16_t v) {
-  p[0] = (unsigned char)v;
-  p[1] = (unsigned char)(v >> 8);
-}
-static void put32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint16_t get16(const unsigned char *p) {
-  return (uint16_t)(p[0] | p[1] << 8);
-}
-static uint32_t get32(const unsigned char *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-static uint64_t get64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-
 void ps_hdr_put(unsigned char p[PS_HDR], const ps_hdr *h) {
-  put32(p, h->len);
-  put16(p + 4, h->op);
-  put16(p + 6, h->flags);
-  put32(p + 8, h->var);
-  put32(p + 12, (uint32_t)h->rc);
-  put32(p + 16, h->count);
-  put32(p + 20, (uint32_t)h->rank);
-  put64(p + 24, h->id);
-  put64(p + 32, h->step);
-  put64(p + 40, h->off);
+  loom__put_le32(p, h->len);
+  loom__put_le16(p + 4, h->op);
+  loom__put_le16(p + 6, h->flags);
+  loom__put_le32(p + 8, h->var);
+  loom__put_le32(p + 12, (uint32_t)h->rc);
+  loom__put_le32(p + 16, h->count);
+  loom__put_le32(p + 20, (uint32_t)h->rank);
+  loom__put_le64(p + 24, h->id);
+  loom__put_le64(p + 32, h->step);
+  loom__put_le64(p + 40, h->off);
 }
 
 void ps_hdr_get(const unsigned char p[PS_HDR], ps_hdr *h) {
-  h->len = get32(p);
-  h->op = get16(p + 4);
-  h->flags = get16(p + 6);
-  h->var = get32(p + 8);
-  h->rc = (int32_t)get32(p + 12);
-  h->count = get32(p + 16);
-  h->rank = (int32_t)get32(p + 20);
-  h->id = get64(p + 24);
-  h->step = get64(p + 32);
-  h->off = get64(p + 40);
+  h->len = loom__get_le32(p);
+  h->op = loom__get_le16(p + 4);
+  h->flags = loom__get_le16(p + 6);
+  h->var = loom__get_le32(p + 8);
+  h->rc = (int32_t)loom__get_le32(p + 12);
+  h->count = loom__get_le32(p + 16);
+  h->rank = (int32_t)loom__get_le32(p + 20);
+  h->id = loom__get_le64(p + 24);
+  h->step = loom__get_le64(p + 32);
+  h->off = loom__get_le64(p + 40);
 }
 
 const char *ps_op_name(int op) {
@@ -93,10 +70,10 @@ static bool wbuf_room(ps_wbuf *w, size_t n) {
   return true;
 }
 void ps_put_u32(ps_wbuf *w, uint32_t v) {
-  if (wbuf_room(w, 4)) put32(w->p + w->len, v), w->len += 4;
+  if (wbuf_room(w, 4)) loom__put_le32(w->p + w->len, v), w->len += 4;
 }
 void ps_put_u64(ps_wbuf *w, uint64_t v) {
-  if (wbuf_room(w, 8)) put64(w->p + w->len, v), w->len += 8;
+  if (wbuf_room(w, 8)) loom__put_le64(w->p + w->len, v), w->len += 8;
 }
 void ps_put_f32(ps_wbuf *w, float v) {
   uint32_t u;
@@ -118,11 +95,11 @@ const unsigned char *ps_get_bytes(ps_rbuf *r, size_t n) {
 }
 uint32_t ps_get_u32(ps_rbuf *r) {
   const unsigned char *p = ps_get_bytes(r, 4);
-  return p ? get32(p) : 0;
+  return p ? loom__get_le32(p) : 0;
 }
 uint64_t ps_get_u64(ps_rbuf *r) {
   const unsigned char *p = ps_get_bytes(r, 8);
-  return p ? get64(p) : 0;
+  return p ? loom__get_le64(p) : 0;
 }
 float ps_get_f32(ps_rbuf *r) {
   uint32_t u = ps_get_u32(r);

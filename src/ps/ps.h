@@ -3,15 +3,15 @@
  * protocol, hashing and placement, initializers and optimizer kernels, the
  * sparse row store, the shard's state and its checkpoint files.
  *
- * Protocol. A TCP connection to a shard first authenticates (the server
- * speaks first):
+ * Protocol. A TCP connection to a shard first authenticates with the
+ * handshake of wire/wire_auth.h (wire_auth_ps; the server speaks first):
  *
  *   server: "LOOMPS01" | nonce_s[32]
  *   client: "LOOMPS01" | HMAC(secret, "loom-ps-c" nonce_s) | nonce_c[32]
  *   server: HMAC(secret, "loom-ps-s" nonce_c)
  *
- * (wire_mac(): HMAC-SHA256 keyed with the job's secret.) The server reads
- * exactly 72 bytes before that and closes on any mismatch or after
+ * (HMAC-SHA256 keyed with the job's secret.) The server reads at most
+ * 72 bytes before that and closes on any mismatch or after
  * LOOM_AUTH_TIMEOUT. Then requests and replies, each a 48-byte header
  * (little-endian) and a payload of `len` bytes, at most LOOM_PS_MAX_MSG:
  *

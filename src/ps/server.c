@@ -26,6 +26,7 @@
 #include "ps/ps.h"
 #include "core/ratelog.h"
 #include "wire/wire.h"
+#include "wire/wire_auth.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -56,7 +57,7 @@ typedef struct conn {
   bool authed, configured, closing;
   bool parked, admitted; /* the head request waits / had its side effects */
   int rank;
-  unsigned char nonce[WIRE_NONCE];
+  wire_auth_server auth; /* the handshake, until authed */
   uint64_t deadline_ms; /* authenticate by then */
   char peer[64];
   unsigned char *in; /* unread bytes: [in_off, in_len) */
@@ -666,7 +667,21 @@ static void pa_make_room(ps_server *s) {
   }
 }
 
+/* Feeds the handshake what has arrived; false when the connection must
+ * wait for more or was closed (c->closing says which). */
 static bool authenticate(ps_server *s, conn *c) {
+  unsigned char proof[WIRE_AUTH_MSG_MAX];
+  size_t used, plen;
+  int rc = wire_auth_server_feed(&c->auth, c->in + c->in_off, c->in_len - c->in_off, &used,
+                                 proof, &plen);
+  c->in_off += used;
+  if (rc == 0) return false;
+  if (rc < 0) {
+    char why[160];
+    snprintf(why, sizeof why, "authentication failed: %s", c->auth.why);
+    conn_close(s, c, why);
+    return false;
+  }
   if (s->nauthed >= (size_t)s->tun.max_conns) {
     char why[96];
     snprintf(why, sizeof why, "LOOM_PS_MAX_CONNS (%lld) authenticated connections open",
@@ -674,18 +689,13 @@ static bool authenticate(ps_server *s, conn *c) {
     conn_close(s, c, why);
     return false;
   }
-  const unsigned char *p = c->in + c->in_off;
-  unsigned char want[WIRE_MAC];
-  wire_mac(s->secret, "loom-ps-c", c->nonce, want);
-  if (memcmp(p, PS_MAGIC, PS_MAGIC_LEN) || !wire_mac_equal(p + PS_MAGIC_LEN, want))
+  if (out_room(c, plen) < 0) {
+    conn_close(s, c, "out of memory");
     return false;
-  unsigned char mac[WIRE_MAC];
-  wire_mac(s->secret, "loom-ps-s", p + PS_MAGIC_LEN + WIRE_MAC, mac);
-  if (out_room(c, sizeof mac) < 0) return false;
-  memcpy(c->out + c->out_len, mac, sizeof mac);
-  c->out_len += sizeof mac;
+  }
+  memcpy(c->out + c->out_len, proof, plen);
+  c->out_len += plen;
   conn_flush(c);
-  c->in_off += PS_AUTH_LEN;
   pa_unlink(s, c);
   c->authed = true;
   s->nauthed++;
@@ -697,12 +707,7 @@ static void conn_work(ps_server *s, conn *c) {
   while (!c->closing && !c->parked) {
     size_t avail = c->in_len - c->in_off;
     if (!c->authed) {
-      if (avail < PS_AUTH_LEN) return;
-      if (!authenticate(s, c)) {
-        /* (a no-op when authenticate() closed it with a better reason) */
-        conn_close(s, c, "authentication failed (not this job's secret?)");
-        return;
-      }
+      if (avail == 0 || !authenticate(s, c)) return;
       continue;
     }
     if (out_pending(c) > OUT_HIGH || avail < PS_HDR) return;
@@ -834,13 +839,15 @@ static void conn_accept(ps_server *s) {
     s->conns = c;
     s->nconns++;
     pa_push(s, c);
-    if (wire_random(c->nonce, sizeof c->nonce) < 0 || out_room(c, PS_CHALLENGE_LEN) < 0) {
+    unsigned char ch[WIRE_AUTH_MSG_MAX];
+    size_t chlen;
+    if (wire_auth_server_start(&c->auth, &wire_auth_ps, s->secret, NULL, 0, ch, &chlen) < 0 ||
+        out_room(c, chlen) < 0) {
       conn_close(s, c, "out of memory or randomness");
       continue;
     }
-    memcpy(c->out, PS_MAGIC, PS_MAGIC_LEN);
-    memcpy(c->out + PS_MAGIC_LEN, c->nonce, WIRE_NONCE);
-    c->out_len = PS_CHALLENGE_LEN;
+    memcpy(c->out, ch, chlen);
+    c->out_len = chlen;
     conn_flush(c);
   }
 }

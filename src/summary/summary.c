@@ -20,6 +20,7 @@
  * would pass SUMMARY_FLUSH_BYTES, and a background thread every
  * SUMMARY_FLUSH_MS. */
 #include "core/core.h"
+#include "core/bytes.h"
 #include "lib/lib.h"
 #include "core/crc32c.h"
 #include "summary/pb.h"
@@ -120,11 +121,11 @@ static int sum_append_locked(loom_summary_t *s, const loom__pb *ev) {
   if (rc < 0) return rc;
   uint8_t head[12], tail[4];
   uint64_t len = ev->buf.len;
-  for (int i = 0; i < 8; i++) head[i] = (uint8_t)(len >> (8 * i));
+  loom__put_le64(head, len);
   uint32_t c = loom__crc32c_mask(loom__crc32c(0, head, 8));
-  for (int i = 0; i < 4; i++) head[8 + i] = (uint8_t)(c >> (8 * i));
+  loom__put_le32(head + 8, c);
   c = loom__crc32c_mask(loom__crc32c(0, ev->buf.p, ev->buf.len));
-  for (int i = 0; i < 4; i++) tail[i] = (uint8_t)(c >> (8 * i));
+  loom__put_le32(tail, c);
   size_t need = sizeof head + ev->buf.len + sizeof tail;
   if (s->pending.len > 0 && s->pending.len + need > SUMMARY_FLUSH_BYTES &&
       (rc = sum_flush_locked(s)) < 0)

@@ -2,6 +2,9 @@
  * handshake's pieces and blocking socket helpers. */
 #include "wire/wire.h"
 
+#include "core/bytes.h"
+#include "wire/wire_auth.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -16,17 +19,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-static void put32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)(v >> 24);
-  p[1] = (unsigned char)(v >> 16);
-  p[2] = (unsigned char)(v >> 8);
-  p[3] = (unsigned char)v;
-}
-static uint32_t get32(const unsigned char *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-         p[3];
-}
 
 void wire_frame_free(wire_frame *f) {
   if (f->json) json_decref(f->json);
@@ -53,11 +45,10 @@ int wire_encode(uint16_t type, const json_t *json, const void *blob,
     free(js);
     return LOOM_ENOMEM;
   }
-  put32(p, (uint32_t)(total - 4));
-  p[4] = (unsigned char)(type >> 8);
-  p[5] = (unsigned char)type;
-  p[6] = p[7] = 0;
-  put32(p + 8, (uint32_t)jlen);
+  loom__put_be32(p, (uint32_t)(total - 4));
+  loom__put_be16(p + 4, type);
+  loom__put_be16(p + 6, 0);
+  loom__put_be32(p + 8, (uint32_t)jlen);
   if (jlen) memcpy(p + WIRE_HDR, js, jlen);
   if (blob_len) memcpy(p + WIRE_HDR + jlen, blob, blob_len);
   free(js);
@@ -86,19 +77,19 @@ int wire_reader_pop(wire_reader *r, wire_frame *f) {
   memset(f, 0, sizeof *f);
   if (r->in.len < 4) return 0;
   const unsigned char *p = (const unsigned char *)r->in.p;
-  uint32_t len = get32(p);
+  uint32_t len = loom__get_be32(p);
   if (len < WIRE_HDR - 4 || len > r->max_frame) return LOOM_EPROTO;
   if (r->in.len < 4 + (size_t)len) {
     if (r->in.len >= WIRE_HDR) {
-      uint16_t type = (uint16_t)(p[4] << 8 | p[5]);
-      uint32_t jlen = get32(p + 8);
+      uint16_t type = loom__get_be16(p + 4);
+      uint32_t jlen = loom__get_be32(p + 8);
       if (type == 0 || type >= WIRE_TYPE_MAX || jlen > len - 8)
         return LOOM_EPROTO;
     }
     return 0;
   }
-  uint16_t type = (uint16_t)(p[4] << 8 | p[5]);
-  uint32_t jlen = get32(p + 8);
+  uint16_t type = loom__get_be16(p + 4);
+  uint32_t jlen = loom__get_be32(p + 8);
   if (type == 0 || type >= WIRE_TYPE_MAX || jlen > len - 8) return LOOM_EPROTO;
   size_t total = 4 + (size_t)len;
   unsigned char *raw = malloc(total + 1);
@@ -107,7 +98,7 @@ int wire_reader_pop(wire_reader *r, wire_frame *f) {
   raw[total] = 0;
   loom__buf_consume(&r->in, total);
   f->type = type;
-  f->flags = (uint16_t)(raw[6] << 8 | raw[7]);
+  f->flags = loom__get_be16(raw + 6);
   f->raw = raw;
   if (jlen) {
     json_error_t err;
@@ -200,6 +191,8 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
   return 0;
 }
 
+int wire_send_raw(int fd, const void *buf, size_t len) { return write_all(fd, buf, len); }
+
 int wire_send(int fd, uint16_t type, const json_t *json, const void *blob,
               size_t blob_len) {
   unsigned char *buf;
@@ -235,39 +228,11 @@ int wire_recv(int fd, wire_reader *r, wire_frame *f, int timeout_ms) {
   }
 }
 
-static int client_auth(int fd, wire_reader *r, const char *secret, int timeout_ms);
-
 int wire_client_auth(int fd, wire_reader *r, const char *secret,
                      int timeout_ms) {
-  size_t open_max = r->max_frame;
-  wire_reader_limit(r, WIRE_HANDSHAKE_MAX);
-  int rc = client_auth(fd, r, secret, timeout_ms);
-  if (rc == 0) wire_reader_limit(r, open_max);
-  return rc;
-}
-
-static int client_auth(int fd, wire_reader *r, const char *secret, int timeout_ms) {
-  wire_frame f;
-  int rc = wire_recv(fd, r, &f, timeout_ms);
-  if (rc < 0) return rc;
-  if (f.type != WIRE_CHALLENGE || f.blob_len != WIRE_NONCE) {
-    wire_frame_free(&f);
-    return LOOM_EPROTO;
-  }
-  unsigned char msg[WIRE_MAC + WIRE_NONCE], cnonce[WIRE_NONCE];
-  wire_mac(secret, "loom-c", f.blob, msg);
-  wire_frame_free(&f);
-  if (wire_random(cnonce, sizeof cnonce) < 0) return LOOM_EIO;
-  memcpy(msg + WIRE_MAC, cnonce, WIRE_NONCE);
-  if ((rc = wire_send(fd, WIRE_AUTH, NULL, msg, sizeof msg)) < 0) return rc;
-  if ((rc = wire_recv(fd, r, &f, timeout_ms)) < 0)
-    return rc == LOOM_ECONN ? LOOM_EAUTH : rc;
-  unsigned char want[WIRE_MAC];
-  wire_mac(secret, "loom-s", cnonce, want);
-  rc = (f.type == WIRE_AUTH_OK && f.blob_len == WIRE_MAC &&
-        wire_mac_equal(f.blob, want))
-           ? 0
-           : LOOM_EAUTH;
-  wire_frame_free(&f);
-  return rc;
+  /* The handshake reads exactly its own bytes from fd, so r holds nothing
+   * of it; r is the connection's reader from here on. */
+  if (r->in.len != 0) return LOOM_EPROTO;
+  uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : loom__now_ms() + (uint64_t)timeout_ms;
+  return wire_auth_client_fd(fd, &wire_auth_coord, secret, NULL, 0, deadline);
 }

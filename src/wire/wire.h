@@ -1,14 +1,18 @@
-/* wire.h: how loom's processes talk to the coordinator. A frame is
+/* wire.h: how loom's processes talk to the coordinator. The messages'
+ * fields are typed in wire_msg.h (one struct and codec each); the
+ * handshake is wire_auth.h's. A frame is
  *
  *   u32 len | u16 type | u16 flags | u32 jlen | json[jlen] | blob[len-8-jlen]
  *
  * (big-endian; len counts what follows it). json is a JSON object (may be
  * empty, jlen 0), blob raw bytes. Every frame is bounds-checked against a
  * cap before anything is allocated. Before anything else, a connection
- * authenticates: the server sends CHALLENGE (blob: 32-byte nonce), the
- * client answers AUTH (blob: HMAC-SHA256(secret, "loom-c" nonce) | its own
- * 32-byte nonce), the server answers AUTH_OK (blob: HMAC-SHA256(secret,
- * "loom-s" client nonce)), so each side proves it holds the job secret. */
+ * authenticates with the handshake of wire_auth.h (wire_auth_coord): the
+ * server sends CHALLENGE (blob: 32-byte nonce), the client answers AUTH
+ * (blob: HMAC-SHA256(secret, "loom-c" nonce) | its own 32-byte nonce), the
+ * server answers AUTH_OK (blob: HMAC-SHA256(secret, "loom-s" client
+ * nonce)), so each side proves it holds the job secret. Each of them is a
+ * frame with no JSON, of exactly that length. */
 #ifndef LOOM_WIRE_H
 #define LOOM_WIRE_H
 
@@ -97,7 +101,7 @@ int wire_reader_push(wire_reader *r, const void *data, size_t n);
 int wire_reader_pop(wire_reader *r, wire_frame *f);
 void wire_reader_free(wire_reader *r);
 
-/* Authentication pieces. */
+/* Authentication pieces (the handshake itself is wire_auth.h's). */
 int wire_random(void *buf, size_t n);
 void wire_mac(const char *secret, const char *label, const unsigned char *nonce,
               unsigned char out[WIRE_MAC]);
@@ -107,11 +111,15 @@ bool wire_mac_equal(const unsigned char *a, const unsigned char *b);
 int wire_dial(const char *hostport, int timeout_ms, int *fd);
 int wire_send(int fd, uint16_t type, const json_t *json, const void *blob,
               size_t blob_len);
+/* Writes bytes already encoded (wire_encode, wire_msg_encode) in full. */
+int wire_send_raw(int fd, const void *buf, size_t len);
 /* Reads one frame, waiting at most timeout_ms (-1: forever). */
 int wire_recv(int fd, wire_reader *r, wire_frame *f, int timeout_ms);
-/* Client side of the handshake on a fresh connection. The reader accepts
- * only handshake-sized frames until the server has proved it holds the
- * secret; on success its limit is back to what the caller gave it. */
+/* Client side of the handshake (wire_auth_coord) on a fresh connection:
+ * reads exactly the handshake's bytes from fd, so r (which must be empty)
+ * receives nothing of it and is the connection's reader afterwards.
+ * timeout_ms -1 waits forever. LOOM_EAUTH when the server refused this
+ * secret or could not prove it holds it. */
 int wire_client_auth(int fd, wire_reader *r, const char *secret,
                      int timeout_ms);
 /* Splits "host:port". */

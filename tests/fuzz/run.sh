@@ -5,13 +5,13 @@
 # (tests/fuzz/corpus/<name>/, left untouched: new inputs go to
 # build-fuzz/corpus/<name>/). Prints each harness's executed-input count;
 # a crash stops the run with the input saved in build-fuzz/ and exit 1.
-#   tests/fuzz/run.sh [http_parse|wire_frame ...]
+#   tests/fuzz/run.sh [http_parse|wire_frame|wire_msg ...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECONDS_EACH=${SECONDS:-60}
 RUNS=${RUNS:--1}
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(http_parse wire_frame)
+[ ${#names[@]} -gt 0 ] || names=(http_parse wire_frame wire_msg)
 command -v clang >/dev/null || { echo "run.sh: needs clang (apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_FUZZ=ON >/dev/null
 cmake --build build-fuzz -j2 --target $(printf '%s_fuzz ' "${names[@]}") >/dev/null

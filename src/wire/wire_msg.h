@@ -1,0 +1,149 @@
+/* wire_msg.h: the typed messages between the coordinator and its agents
+ * and between libloom and the coordinator: one struct each, one table of
+ * fields each (wire_msg.c), and one encoder and one decoder for all.
+ *
+ * A decoded message borrows from its frame: its strings and JSON values
+ * point into f->json (or into what the decoder parsed from the blob, which
+ * the message owns and wire_msg_free releases), so it is valid until both
+ * wire_frame_free(f) and wire_msg_free(m). The decoder checks every field
+ * it knows, its JSON type and its bounds, and fails with a located message
+ * ("ASSIGN: field 'procs' must be an integer 1..1024"); fields it does not
+ * know are ignored, so that a newer peer may add one. Optional fields have
+ * a has_ flag (numbers) or are NULL (strings, JSON). */
+#ifndef LOOM_WIRE_MSG_H
+#define LOOM_WIRE_MSG_H
+
+#include "wire/wire.h"
+
+/* ---- agent <-> coordinator -------------------------------------------- */
+typedef struct { /* agent: who it is and where its task will listen */
+  const char *task;
+  int64_t attempt, port;
+  const char *host;
+  bool has_pid;
+  int64_t pid;
+  bool inflate; /* it takes a deflated cluster spec (blob_encoding "deflate") */
+} wire_register;
+
+typedef struct { /* coord: what the agent is to run */
+  const char *workdir, *job_id, *job_dir, *role;
+  int64_t index;
+  const char *shell; /* either shell */
+  json_t *argv;      /* or argv: an array of strings, at least one */
+  int64_t procs;
+  json_t *env;   /* object: name -> string */
+  json_t *files; /* object: target -> path, or {"tar": path} for a directory */
+  const char *cpus, *gpus;
+  int64_t memory;
+  bool training;
+  int64_t rank_base, world_size, heartbeat_timeout_ms;
+} wire_assign;
+
+typedef struct { /* coord: the cluster spec, at the rendezvous or a rejoin */
+  const char *master_addr;
+  bool has_master_port, has_rank_base, has_world_size, has_generation;
+  int64_t master_port, rank_base, world_size, generation;
+  /* the blob: {"cluster": {role: [host:port...]}, "tf_cluster": {...}} */
+  json_t *cluster, *tf_cluster; /* tf_cluster may be NULL */
+} wire_cluster;
+
+typedef struct { json_t *pids; } wire_started; /* array of integers */
+typedef struct { int64_t stream, proc; } wire_log; /* blob: lines */
+typedef struct {
+  int64_t code, signal;
+  const char *reason;
+  bool lost;
+} wire_exit;
+typedef struct { int64_t grace_ms; } wire_stop;
+typedef struct {
+  const char *reason;
+  int64_t code;
+} wire_fail;
+
+/* ---- libloom <-> coordinator ------------------------------------------ */
+typedef struct {
+  const char *task;
+  int64_t rank, pid;
+} wire_hello;
+typedef struct { /* blob: the value */
+  int64_t id;
+  const char *key;
+} wire_kv_set;
+typedef struct {
+  int64_t id;
+  const char *key;
+  int64_t timeout_ms; /* < 0: forever */
+} wire_kv_get;
+typedef struct {
+  int64_t id;
+  const char *key;
+  int64_t delta;
+} wire_kv_add;
+typedef struct {
+  int64_t id;
+  const char *name;
+  json_t *detail; /* an object, or NULL */
+} wire_event;
+typedef struct { /* blob: KV_GET's value */
+  int64_t id, rc;
+  bool has_value;
+  int64_t value;
+  const char *msg;
+  json_t *json; /* decoded: the whole object (the feed's replies carry more
+                 * fields); encoded: fields sent besides these, or NULL */
+} wire_reply;
+typedef struct { const char *reason; } wire_abort;
+typedef struct {
+  bool has_id;
+  int64_t id;
+  const char *tag;
+  int64_t step;
+  double value;
+} wire_metric;
+typedef struct { int64_t generation; } wire_membership;
+
+typedef struct {
+  uint16_t type; /* a wire_type */
+  union {
+    wire_register reg;
+    wire_assign assign;
+    wire_cluster cluster;
+    wire_started started;
+    wire_log log;
+    wire_exit exit;
+    wire_stop stop;
+    wire_fail fail;
+    wire_hello hello;
+    wire_kv_set kv_set;
+    wire_kv_get kv_get;
+    wire_kv_add kv_add;
+    wire_event event;
+    wire_reply reply;
+    wire_abort abort;
+    wire_metric metric;
+    wire_membership membership;
+  } u; /* READY, HEARTBEAT: no fields */
+  const unsigned char *blob; /* LOG, KV_SET, REPLY; borrowed */
+  size_t blob_len;
+  json_t *owned; /* what the decoder parsed (CLUSTER's blob) */
+} wire_msg;
+
+/* The message's name ("ASSIGN"), or NULL for a type without a codec. */
+const char *wire_msg_name(uint16_t type);
+
+/* Decodes f into m (see the top of this file for what m borrows). Returns
+ * 0, or LOOM_EPROTO with a message naming the message and the field in
+ * err; a type without a codec is LOOM_EPROTO too. */
+int wire_msg_decode(const wire_frame *f, wire_msg *m, char *err, size_t errlen);
+
+/* Releases what the decoder allocated; m's fields are invalid after it. */
+void wire_msg_free(wire_msg *m);
+
+/* Encodes m into one frame (a malloc'ed buffer the caller owns). A
+ * required string or JSON value left NULL is LOOM_EINVAL. */
+int wire_msg_encode(const wire_msg *m, unsigned char **out, size_t *out_len);
+
+/* Encodes m and writes it on a blocking socket (see wire_send). */
+int wire_msg_send(int fd, const wire_msg *m);
+
+#endif

@@ -1,0 +1,333 @@
+/* wire_msg_test.c: every message round-trips through its encoder, a frame
+ * and its decoder with its fields intact, and each bad field is refused
+ * with a message naming the message and the field. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wire/wire_msg.h"
+
+/* Encodes m, reads the frame back and decodes it into out (and f). */
+static void roundtrip(const wire_msg *m, wire_frame *f, wire_msg *out) {
+  unsigned char *buf;
+  size_t len;
+  assert_int_equal(wire_msg_encode(m, &buf, &len), 0);
+  wire_reader r;
+  wire_reader_init(&r, 1 << 21);
+  assert_int_equal(wire_reader_push(&r, buf, len), 0);
+  assert_int_equal(wire_reader_pop(&r, f), 1);
+  wire_reader_free(&r);
+  free(buf);
+  char err[256] = "";
+  int rc = wire_msg_decode(f, out, err, sizeof err);
+  if (rc != 0) fail_msg("%s: %s", wire_msg_name(m->type), err);
+  assert_int_equal(out->type, m->type);
+}
+
+static void test_agent_messages_roundtrip(void **state) {
+  wire_frame f;
+  wire_msg d;
+  roundtrip(&(wire_msg){.type = WIRE_REGISTER,
+                        .u.reg = {.task = "worker:0", .attempt = 2, .host = "h", .port = 4000,
+                                  .has_pid = true, .pid = 9}},
+            &f, &d);
+  assert_string_equal(d.u.reg.task, "worker:0");
+  assert_int_equal(d.u.reg.attempt, 2);
+  assert_string_equal(d.u.reg.host, "h");
+  assert_int_equal(d.u.reg.port, 4000);
+  assert_true(d.u.reg.has_pid);
+  assert_int_equal(d.u.reg.pid, 9);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  json_t *argv = json_pack("[s, s]", "python", "train.py");
+  json_t *env = json_pack("{s:s}", "A", "1"), *files = json_pack("{s:s, s:{s:s}}", "d", "/d", "t",
+                                                                  "tar", "/t.tar");
+  wire_msg as = {.type = WIRE_ASSIGN,
+                 .u.assign = {.workdir = "/w", .job_id = "j", .job_dir = "/j", .role = "worker",
+                              .index = 3, .argv = argv, .procs = 4, .env = env, .files = files,
+                              .cpus = "0-3", .gpus = "1", .memory = 1LL << 32, .training = true,
+                              .rank_base = 12, .world_size = 16,
+                              .heartbeat_timeout_ms = 30000}};
+  roundtrip(&as, &f, &d);
+  const wire_assign *a = &d.u.assign;
+  assert_string_equal(a->workdir, "/w");
+  assert_string_equal(a->role, "worker");
+  assert_null(a->shell);
+  assert_true(json_equal(a->argv, argv));
+  assert_true(json_equal(a->env, env));
+  assert_true(json_equal(a->files, files));
+  assert_int_equal(a->procs, 4);
+  assert_int_equal(a->memory, 1LL << 32);
+  assert_true(a->training);
+  assert_int_equal(a->rank_base, 12);
+  assert_int_equal(a->world_size, 16);
+  assert_int_equal(a->heartbeat_timeout_ms, 30000);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  json_t *cl = json_pack("{s:[s]}", "worker", "h:1");
+  wire_msg c = {.type = WIRE_CLUSTER,
+                .u.cluster = {.cluster = cl, .master_addr = "h", .has_master_port = true,
+                              .master_port = 5, .has_generation = true, .generation = 7}};
+  roundtrip(&c, &f, &d);
+  assert_true(json_equal(d.u.cluster.cluster, cl));
+  assert_null(d.u.cluster.tf_cluster);
+  assert_string_equal(d.u.cluster.master_addr, "h");
+  assert_true(d.u.cluster.has_master_port && d.u.cluster.has_generation);
+  assert_false(d.u.cluster.has_rank_base);
+  assert_int_equal(d.u.cluster.generation, 7);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  json_t *pids = json_pack("[i, i]", 10, 11);
+  roundtrip(&(wire_msg){.type = WIRE_STARTED, .u.started.pids = pids}, &f, &d);
+  assert_true(json_equal(d.u.started.pids, pids));
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(&(wire_msg){.type = WIRE_LOG, .u.log = {.stream = 2, .proc = 1},
+                        .blob = (const unsigned char *)"a\nb\n", .blob_len = 4},
+            &f, &d);
+  assert_int_equal(d.u.log.stream, 2);
+  assert_int_equal(d.u.log.proc, 1);
+  assert_int_equal(d.blob_len, 4);
+  assert_memory_equal(d.blob, "a\nb\n", 4);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(&(wire_msg){.type = WIRE_EXIT,
+                        .u.exit = {.code = -1, .signal = 9, .reason = "lost", .lost = true}},
+            &f, &d);
+  assert_int_equal(d.u.exit.code, -1);
+  assert_int_equal(d.u.exit.signal, 9);
+  assert_string_equal(d.u.exit.reason, "lost");
+  assert_true(d.u.exit.lost);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(&(wire_msg){.type = WIRE_STOP, .u.stop.grace_ms = 1500}, &f, &d);
+  assert_int_equal(d.u.stop.grace_ms, 1500);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(&(wire_msg){.type = WIRE_FAIL, .u.fail = {.reason = "no such file", .code = 127}},
+            &f, &d);
+  assert_string_equal(d.u.fail.reason, "no such file");
+  assert_int_equal(d.u.fail.code, 127);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(&(wire_msg){.type = WIRE_READY}, &f, &d);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+  roundtrip(&(wire_msg){.type = WIRE_HEARTBEAT}, &f, &d);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+  json_decref(argv);
+  json_decref(env);
+  json_decref(files);
+  json_decref(cl);
+  json_decref(pids);
+}
+
+static void test_lib_messages_roundtrip(void **state) {
+  wire_frame f;
+  wire_msg d;
+  roundtrip(&(wire_msg){.type = WIRE_HELLO, .u.hello = {.task = "w:1", .rank = 1, .pid = 5}}, &f,
+            &d);
+  assert_string_equal(d.u.hello.task, "w:1");
+  assert_int_equal(d.u.hello.rank, 1);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(&(wire_msg){.type = WIRE_KV_SET, .u.kv_set = {.id = 1, .key = "k"},
+                        .blob = (const unsigned char *)"v", .blob_len = 1},
+            &f, &d);
+  assert_string_equal(d.u.kv_set.key, "k");
+  assert_int_equal(d.blob_len, 1);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(&(wire_msg){.type = WIRE_KV_GET, .u.kv_get = {.id = 2, .key = "k", .timeout_ms = -1}},
+            &f, &d);
+  assert_int_equal(d.u.kv_get.timeout_ms, -1);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(&(wire_msg){.type = WIRE_KV_ADD, .u.kv_add = {.id = 3, .key = "n", .delta = -7}}, &f,
+            &d);
+  assert_int_equal(d.u.kv_add.delta, -7);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  json_t *detail = json_pack("{s:i}", "epoch", 3);
+  roundtrip(&(wire_msg){.type = WIRE_EVENT, .u.event = {.id = 4, .name = "e", .detail = detail}},
+            &f, &d);
+  assert_true(json_equal(d.u.event.detail, detail));
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+  roundtrip(&(wire_msg){.type = WIRE_EVENT, .u.event = {.id = 4, .name = "e"}}, &f, &d);
+  assert_null(d.u.event.detail);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+  json_decref(detail);
+
+  /* a reply carries the feed's own fields besides its typed ones */
+  json_t *extra = json_pack("{s:i}", "leased", 2);
+  roundtrip(&(wire_msg){.type = WIRE_REPLY,
+                        .u.reply = {.id = 5, .rc = LOOM_ETIMEDOUT, .has_value = true,
+                                    .value = 42, .msg = "m", .json = extra}},
+            &f, &d);
+  assert_int_equal(d.u.reply.id, 5);
+  assert_int_equal(d.u.reply.rc, LOOM_ETIMEDOUT);
+  assert_true(d.u.reply.has_value);
+  assert_int_equal(d.u.reply.value, 42);
+  assert_string_equal(d.u.reply.msg, "m");
+  assert_int_equal(json_integer_value(json_object_get(d.u.reply.json, "leased")), 2);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+  json_decref(extra);
+
+  roundtrip(&(wire_msg){.type = WIRE_ABORT, .u.abort.reason = "over"}, &f, &d);
+  assert_string_equal(d.u.abort.reason, "over");
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(&(wire_msg){.type = WIRE_METRIC, .u.metric = {.tag = "loss", .step = 9, .value = 0.5}},
+            &f, &d);
+  assert_string_equal(d.u.metric.tag, "loss");
+  assert_int_equal(d.u.metric.step, 9);
+  assert_true(d.u.metric.value == 0.5);
+  assert_false(d.u.metric.has_id);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(&(wire_msg){.type = WIRE_MEMBERSHIP, .u.membership.generation = 4}, &f, &d);
+  assert_int_equal(d.u.membership.generation, 4);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+}
+
+/* Encoding refuses what it cannot represent. */
+static void test_encode_refuses(void **state) {
+  unsigned char *buf;
+  size_t len;
+  assert_int_equal(wire_msg_encode(&(wire_msg){.type = WIRE_ABORT}, &buf, &len), LOOM_EINVAL);
+  assert_int_equal(wire_msg_encode(&(wire_msg){.type = WIRE_METRIC,
+                                               .u.metric = {.tag = "t", .value = 0.0 / 0.0}},
+                                   &buf, &len),
+                   LOOM_EINVAL);
+  assert_int_equal(wire_msg_encode(&(wire_msg){.type = WIRE_CLUSTER}, &buf, &len), LOOM_EINVAL);
+  assert_int_equal(wire_msg_encode(&(wire_msg){.type = WIRE_CTL_KILL}, &buf, &len), LOOM_EINVAL);
+}
+
+#define GOOD_ASSIGN_BUT(field, value)                                                             \
+  "{\"workdir\":\"/w\",\"job_id\":\"j\",\"job_dir\":\"/j\",\"role\":\"r\",\"index\":0,"         \
+  "\"shell\":\"x\",\"procs\":1,\"env\":{},\"files\":{},\"cpus\":\"\",\"gpus\":\"\","            \
+  "\"memory\":0,\"training\":false,\"rank_base\":0,\"world_size\":1,"                         \
+  "\"heartbeat_timeout_ms\":0,\"" field "\":" value "}"
+
+static const struct {
+  uint16_t type;
+  const char *json, *blob;
+  const char *err; /* what the message must say */
+} BAD[] = {
+    {WIRE_REGISTER, "{\"attempt\":0,\"host\":\"h\",\"port\":1}", NULL,
+     "REGISTER: field 'task' is missing (it must be a string of 1..79 bytes)"},
+    {WIRE_REGISTER, "{\"task\":\"t\",\"attempt\":\"0\",\"host\":\"h\",\"port\":1}", NULL,
+     "REGISTER: field 'attempt' must be an integer 0..2147483647"},
+    {WIRE_REGISTER, "{\"task\":\"t\",\"attempt\":0,\"host\":\"\",\"port\":1}", NULL,
+     "REGISTER: field 'host' must be a string of 1..255 bytes"},
+    {WIRE_REGISTER, "{\"task\":\"t\",\"attempt\":0,\"host\":\"h\",\"port\":65536}", NULL,
+     "REGISTER: field 'port' must be an integer 1..65535"},
+    {WIRE_REGISTER, "{\"task\":\"t\",\"attempt\":0,\"host\":\"h\",\"port\":1,\"pid\":-3}", NULL,
+     "REGISTER: field 'pid' must be an integer 0..2147483647"},
+    {WIRE_REGISTER, "{\"task\":\"t\",\"attempt\":0,\"host\":\"h\",\"port\":1}", "x",
+     "REGISTER: carries 1 bytes it should not"},
+    {WIRE_ASSIGN, GOOD_ASSIGN_BUT("procs", "1025"), NULL,
+     "ASSIGN: field 'procs' must be an integer 1..1024"},
+    {WIRE_ASSIGN, GOOD_ASSIGN_BUT("procs", "0"), NULL,
+     "ASSIGN: field 'procs' must be an integer 1..1024"},
+    {WIRE_ASSIGN, GOOD_ASSIGN_BUT("env", "{\"A\":1}"), NULL,
+     "ASSIGN: field 'env' must be an object of strings"},
+    {WIRE_ASSIGN, GOOD_ASSIGN_BUT("files", "{\"d\":{\"zip\":\"x\"}}"), NULL,
+     "ASSIGN: field 'files' must be an object of paths or {\"tar\": path}"},
+    {WIRE_ASSIGN, GOOD_ASSIGN_BUT("training", "1"), NULL,
+     "ASSIGN: field 'training' must be true or false"},
+    {WIRE_ASSIGN, GOOD_ASSIGN_BUT("argv", "[\"a\"]"), NULL,
+     "ASSIGN: exactly one of fields 'shell' and 'argv' must be given"},
+    {WIRE_ASSIGN, GOOD_ASSIGN_BUT("shell", "\"\""), NULL,
+     "ASSIGN: field 'shell' must be a string of 1..1048576 bytes"},
+    {WIRE_ASSIGN, GOOD_ASSIGN_BUT("rank_base", "-2"), NULL,
+     "ASSIGN: field 'rank_base' must be an integer -1..2147483647"},
+    {WIRE_ASSIGN, GOOD_ASSIGN_BUT("gpus", "[]"), NULL,
+     "ASSIGN: field 'gpus' must be a string of 0..127 bytes"},
+    {WIRE_CLUSTER, "{}", "[]", "CLUSTER: the blob must be a JSON object with a 'cluster' object"},
+    {WIRE_CLUSTER, "{}", "{\"cluster\":{},\"tf_cluster\":1}",
+     "CLUSTER: the blob's 'tf_cluster' must be an object"},
+    {WIRE_CLUSTER, "{\"master_port\":-1}", "{\"cluster\":{}}",
+     "CLUSTER: field 'master_port' must be an integer 0..65535"},
+    {WIRE_STARTED, "{\"pids\":[1,\"2\"]}", NULL,
+     "STARTED: field 'pids' must be an array of 0..1024 process ids"},
+    {WIRE_LOG, "{\"s\":3,\"p\":0}", NULL, "LOG: field 's' must be an integer 1..2"},
+    {WIRE_LOG, "{\"s\":1,\"p\":1024}", NULL, "LOG: field 'p' must be an integer 0..1023"},
+    {WIRE_EXIT, "{\"code\":0,\"signal\":200}", NULL, "EXIT: field 'signal' must be an integer 0..127"},
+    {WIRE_EXIT, "{\"code\":0,\"signal\":0,\"lost\":\"yes\"}", NULL,
+     "EXIT: field 'lost' must be true or false"},
+    {WIRE_STOP, "{\"grace_ms\":-1}", NULL, "STOP: field 'grace_ms' must be an integer"},
+    {WIRE_FAIL, "{\"reason\":7,\"code\":1}", NULL, "FAIL: field 'reason' must be a string"},
+    {WIRE_HELLO, "{\"task\":\"t\",\"rank\":1.5,\"pid\":1}", NULL,
+     "HELLO: field 'rank' must be an integer"},
+    {WIRE_KV_SET, "{\"id\":1,\"key\":\"\"}", NULL, "KV_SET: field 'key' must be a string of 1..255 bytes"},
+    {WIRE_KV_GET, "{\"id\":-1,\"key\":\"k\",\"timeout_ms\":0}", NULL, "KV_GET: field 'id' must be an integer"},
+    {WIRE_KV_GET, "{\"id\":1,\"key\":\"k\"}", NULL, "KV_GET: field 'timeout_ms' is missing"},
+    {WIRE_KV_ADD, "{\"id\":1,\"key\":\"k\",\"delta\":1.0}", NULL, "KV_ADD: field 'delta' must be an integer"},
+    {WIRE_EVENT, "{\"id\":1,\"name\":\"e\",\"detail\":[1]}", NULL, "EVENT: field 'detail' must be an object"},
+    {WIRE_REPLY, "{\"id\":1,\"rc\":1}", NULL, "REPLY: field 'rc' must be an integer -2147483648..0"},
+    {WIRE_REPLY, "{\"id\":1,\"rc\":0,\"msg\":false}", NULL, "REPLY: field 'msg' must be a string"},
+    {WIRE_ABORT, "{}", NULL, "ABORT: field 'reason' is missing"},
+    {WIRE_METRIC, "{\"tag\":\"t\",\"step\":1,\"value\":\"1\"}", NULL, "METRIC: field 'value' must be a number"},
+    {WIRE_METRIC, "{\"tag\":\"\",\"step\":1,\"value\":1}", NULL, "METRIC: field 'tag' must be a string of 1..128 bytes"},
+    {WIRE_MEMBERSHIP, "{\"generation\":null}", NULL, "MEMBERSHIP: field 'generation' must be an integer"},
+    {WIRE_CTL_KILL, "{}", NULL, "message type 50 is not one this peer decodes"},
+};
+
+static void test_bad_fields(void **state) {
+  for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+    json_error_t je;
+    json_t *j = json_loads(BAD[i].json, JSON_ALLOW_NUL, &je);
+    if (!j) fail_msg("case %zu: bad test JSON: %s", i, je.text);
+    unsigned char *buf;
+    size_t len;
+    const char *blob = BAD[i].blob;
+    assert_int_equal(wire_encode(BAD[i].type, j, blob, blob ? strlen(blob) : 0, &buf, &len), 0);
+    json_decref(j);
+    wire_reader r;
+    wire_reader_init(&r, 1 << 16);
+    assert_int_equal(wire_reader_push(&r, buf, len), 0);
+    wire_frame f;
+    if (wire_reader_pop(&r, &f) != 1) fail_msg("case %zu: the frame did not read back", i);
+    wire_msg m;
+    char err[256] = "";
+    int rc = wire_msg_decode(&f, &m, err, sizeof err);
+    if (rc != LOOM_EPROTO || strncmp(err, BAD[i].err, strlen(BAD[i].err)) != 0)
+      fail_msg("case %zu: rc %d, message \"%s\", want \"%s\"", i, rc, err, BAD[i].err);
+    wire_frame_free(&f);
+    wire_reader_free(&r);
+    free(buf);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_agent_messages_roundtrip),
+      cmocka_unit_test(test_lib_messages_roundtrip),
+      cmocka_unit_test(test_encode_refuses),
+      cmocka_unit_test(test_bad_fields),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
