@@ -22,24 +22,24 @@ extern "C" {
 #endif
 
 /* The error table: name, value, message. One place for all of them. */
-#define LOOM_ERRNO_MAP(X)                                                     \
-  X(EINVAL, -1, "invalid argument")                                           \
-  X(ENOMEM, -2, "out of memory")                                              \
-  X(EIO, -3, "input/output error")                                            \
-  X(ETIMEDOUT, -4, "timed out")                                               \
-  X(EABORTED, -5, "aborted: the job's attempt was stopped")                   \
-  X(ECONN, -6, "connection failed or lost")                                   \
-  X(EAUTH, -7, "authentication failed")                                       \
-  X(EPROTO, -8, "protocol error: malformed or unexpected message")            \
-  X(ENOENT, -9, "not found")                                                  \
-  X(ENOTSUP, -10, "not supported")                                            \
-  X(ERANGE, -11, "value too large")                                           \
-  X(EPEER, -12, "a peer failed")                                              \
-  X(ESTATE, -13, "not allowed in this state")                                 \
-  X(ENOENV, -14, "not running inside a loom job (LOOM_* variables missing)")  \
-  X(ESPEC, -15, "invalid job spec")                                           \
-  X(EBACKEND, -16, "cluster manager error")                                   \
-  X(ERESOURCE, -17, "resources cannot be satisfied")                         \
+#define LOOM_ERRNO_MAP(X)                                                                          \
+  X(EINVAL, -1, "invalid argument")                                                                \
+  X(ENOMEM, -2, "out of memory")                                                                   \
+  X(EIO, -3, "input/output error")                                                                 \
+  X(ETIMEDOUT, -4, "timed out")                                                                    \
+  X(EABORTED, -5, "aborted: the job's attempt was stopped")                                        \
+  X(ECONN, -6, "connection failed or lost")                                                        \
+  X(EAUTH, -7, "authentication failed")                                                            \
+  X(EPROTO, -8, "protocol error: malformed or unexpected message")                                 \
+  X(ENOENT, -9, "not found")                                                                       \
+  X(ENOTSUP, -10, "not supported")                                                                 \
+  X(ERANGE, -11, "value too large")                                                                \
+  X(EPEER, -12, "a peer failed")                                                                   \
+  X(ESTATE, -13, "not allowed in this state")                                                      \
+  X(ENOENV, -14, "not running inside a loom job (LOOM_* variables missing)")                       \
+  X(ESPEC, -15, "invalid job spec")                                                                \
+  X(EBACKEND, -16, "cluster manager error")                                                        \
+  X(ERESOURCE, -17, "resources cannot be satisfied")                                               \
   X(ECHANGED, -18, "the job's membership changed: re-form with loom_comm_reform()")
 
 typedef enum {
@@ -83,22 +83,18 @@ LOOM_EXPORT const char *loom_job_id(const loom_t *l);
  * at most 1 MiB. */
 #define LOOM_KV_MAX_KEY 255
 #define LOOM_KV_MAX_VALUE (1u << 20)
-LOOM_EXPORT int loom_kv_set(loom_t *l, const char *key, const void *val,
-                            size_t len);
+LOOM_EXPORT int loom_kv_set(loom_t *l, const char *key, const void *val, size_t len);
 /* Waits up to timeout_ms (-1: forever, 0: no wait) for key to exist. On
  * success *val is a malloc'ed copy (NUL-terminated past *len) that the
  * caller frees with free(). LOOM_ETIMEDOUT if the key did not appear. */
-LOOM_EXPORT int loom_kv_get(loom_t *l, const char *key, int timeout_ms,
-                            void **val, size_t *len);
+LOOM_EXPORT int loom_kv_get(loom_t *l, const char *key, int timeout_ms, void **val, size_t *len);
 /* Atomically adds delta to the integer stored at key (0 if absent); the new
  * value goes to *result when result is not NULL. */
-LOOM_EXPORT int loom_kv_add(loom_t *l, const char *key, int64_t delta,
-                            int64_t *result);
+LOOM_EXPORT int loom_kv_add(loom_t *l, const char *key, int64_t delta, int64_t *result);
 
 /* Records an event in the job's event log (events.jsonl). detail_json, if
  * not NULL, is a JSON object whose members are added to the event. */
-LOOM_EXPORT int loom_event(loom_t *l, const char *name,
-                           const char *detail_json);
+LOOM_EXPORT int loom_event(loom_t *l, const char *name, const char *detail_json);
 
 /* Records a metric value for this task at a step (a training step, an
  * epoch...): the coordinator keeps it in the event log and serves it to the

@@ -12,7 +12,7 @@ PKGS=(build-essential cmake pkg-config git
       python3-torch python3-numpy python3-pytest protobuf-compiler
       openmpi-bin libopenmpi-dev procps iproute2 chromium
       slurmctld slurmd slurm-client munge
-      clang libclang-rt-14-dev)
+      clang libclang-rt-14-dev clang-format)
 
 missing=()
 for p in "${PKGS[@]}"; do

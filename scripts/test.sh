@@ -16,6 +16,8 @@ export LOOM_NO_SKIP=1
 fail=0
 step() { echo; echo "=== $* ==="; }
 
+step "formatting (clang-format, .clang-format)"
+bash scripts/format.sh --check || fail=1
 step "unit tests (build/)"
 ctest --test-dir build --output-on-failure -j2 || fail=1
 step "unit tests under ASan/UBSan (build-asan/)"

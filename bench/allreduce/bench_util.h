@@ -61,8 +61,10 @@ static inline int bench_parse_sizes(const char *spec, bench_size *s) {
       }
     }
     n++;
-    if (*p == ',') p++;
-    else if (*p) goto bad;
+    if (*p == ',')
+      p++;
+    else if (*p)
+      goto bad;
   }
   if (n == 0) goto bad;
   return n;
@@ -85,8 +87,8 @@ static inline float bench_expected(int n, size_t i) {
  * per-iteration times t[0..s->iters) (each the max over ranks), reordering
  * t. The line ends with every sample, so that run.sh can pool the samples
  * of several rounds; report.py drops them from its output. */
-static inline void bench_print(const char *peer, const char *transport, int n,
-                               const bench_size *s, double *t) {
+static inline void bench_print(const char *peer, const char *transport, int n, const bench_size *s,
+                               double *t) {
   double median_s = bench_median(t, s->iters);
   double algbw = (double)s->bytes / median_s / 1e9;
   double busbw = algbw * 2.0 * (n - 1) / n;

@@ -19,14 +19,14 @@
 #include "bench_util.h"
 
 /* On a failed loom call: say which, where and why on stderr, and fail. */
-#define CHECK(l, call)                                                      \
-  do {                                                                      \
-    int rc_ = (call);                                                       \
-    if (rc_ < 0) {                                                          \
-      fprintf(stderr, "loom_allreduce: %s:%d: %s: %s (%s)\n", __FILE__,     \
-              __LINE__, #call, loom_strerror(rc_), loom_errmsg(l));         \
-      goto fail;                                                            \
-    }                                                                       \
+#define CHECK(l, call)                                                                             \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_ < 0) {                                                                                 \
+      fprintf(stderr, "loom_allreduce: %s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,           \
+              loom_strerror(rc_), loom_errmsg(l));                                                 \
+      goto fail;                                                                                   \
+    }                                                                                              \
   } while (0)
 
 /* Returns 0, or -1 after a failed call or a wrong result (said on stderr). */
@@ -48,8 +48,10 @@ static int run_size(loom_t *l, const char *transport, const bench_size *s) {
   CHECK(l, loom_allreduce(l, buf, buf, count, LOOM_F32, LOOM_SUM));
   for (size_t i = 0; i < count && !bad; i++)
     if (buf[i] != bench_expected(n, i)) {
-      fprintf(stderr, "loom_allreduce: rank %d bytes %zu: element %zu is %g, "
-              "want %g\n", rank, s->bytes, i, buf[i], bench_expected(n, i));
+      fprintf(stderr,
+              "loom_allreduce: rank %d bytes %zu: element %zu is %g, "
+              "want %g\n",
+              rank, s->bytes, i, buf[i], bench_expected(n, i));
       bad = 1;
     }
   CHECK(l, loom_allreduce(l, &bad, &bad, 1, LOOM_I32, LOOM_MAX));
@@ -83,7 +85,8 @@ int main(int argc, char **argv) {
   int ns, rc;
 
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--sizes") && i + 1 < argc) sizes = argv[++i];
+    if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
+      sizes = argv[++i];
     else {
       fprintf(stderr, "usage: loom_allreduce [--sizes bytes:iters:warmup,...]\n");
       return 2;
@@ -91,8 +94,10 @@ int main(int argc, char **argv) {
   }
   if ((ns = bench_parse_sizes(sizes, s)) < 0) return 2;
   if ((rc = loom_init(&l)) < 0) {
-    fprintf(stderr, "loom_allreduce: loom_init: %s (run it inside a loom "
-            "job: bench/allreduce/run.sh does)\n", loom_strerror(rc));
+    fprintf(stderr,
+            "loom_allreduce: loom_init: %s (run it inside a loom "
+            "job: bench/allreduce/run.sh does)\n",
+            loom_strerror(rc));
     return 1;
   }
   rc = 0;

@@ -27,8 +27,7 @@ int main(int argc, char **argv) {
   }
   char *a = NULL, *b = NULL;
   double *t = calloc((size_t)iters, sizeof *t);
-  if (!t || posix_memalign((void **)&a, 4096, bytes) ||
-      posix_memalign((void **)&b, 4096, bytes)) {
+  if (!t || posix_memalign((void **)&a, 4096, bytes) || posix_memalign((void **)&b, 4096, bytes)) {
     fprintf(stderr, "memcpy_bw: out of memory for 2 x %zu bytes\n", bytes);
     return 1;
   }
@@ -44,8 +43,8 @@ int main(int argc, char **argv) {
   volatile char sink = a[bytes / 2] ^ b[bytes / 3];
   (void)sink;
   double med = bench_median(t, iters);
-  printf("name=memcpy bytes=%zu iters=%d median_s=%.9f GBps=%.4f\n", bytes,
-         iters, med, (double)bytes / med / 1e9);
+  printf("name=memcpy bytes=%zu iters=%d median_s=%.9f GBps=%.4f\n", bytes, iters, med,
+         (double)bytes / med / 1e9);
   free(a);
   free(b);
   free(t);

@@ -11,8 +11,7 @@
 
 #include "bench_util.h"
 
-static int run_size(const char *transport, const bench_size *s, int rank,
-                    int n) {
+static int run_size(const char *transport, const bench_size *s, int rank, int n) {
   size_t count = s->bytes / sizeof(float);
   float *buf = NULL;
   double *t = calloc((size_t)s->iters, sizeof *t);
@@ -24,12 +23,13 @@ static int run_size(const char *transport, const bench_size *s, int rank,
 
   /* Check once against the closed form. */
   for (size_t i = 0; i < count; i++) buf[i] = bench_value(rank, i);
-  MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM,
-                MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   for (size_t i = 0; i < count && !bad; i++)
     if (buf[i] != bench_expected(n, i)) {
-      fprintf(stderr, "mpi_allreduce: rank %d bytes %zu: element %zu is %g, "
-              "want %g\n", rank, s->bytes, i, buf[i], bench_expected(n, i));
+      fprintf(stderr,
+              "mpi_allreduce: rank %d bytes %zu: element %zu is %g, "
+              "want %g\n",
+              rank, s->bytes, i, buf[i], bench_expected(n, i));
       bad = 1;
     }
   MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -42,17 +42,14 @@ static int run_size(const char *transport, const bench_size *s, int rank,
   /* Zeros from here on: repeated in-place sums stay finite and normal. */
   memset(buf, 0, s->bytes);
   for (int i = 0; i < s->warmup; i++)
-    MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM,
-                  MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   for (int i = 0; i < s->iters; i++) {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = bench_now();
-    MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM,
-                  MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     t[i] = bench_now() - t0;
   }
-  MPI_Allreduce(MPI_IN_PLACE, t, s->iters, MPI_DOUBLE, MPI_MAX,
-                MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, t, s->iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0) bench_print("mpi", transport, n, s, t);
   free(buf);
   free(t);
@@ -66,11 +63,13 @@ int main(int argc, char **argv) {
 
   MPI_Init(&argc, &argv);
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--transport") && i + 1 < argc) transport = argv[++i];
-    else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) sizes = argv[++i];
+    if (!strcmp(argv[i], "--transport") && i + 1 < argc)
+      transport = argv[++i];
+    else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
+      sizes = argv[++i];
     else {
       fprintf(stderr, "usage: mpi_allreduce [--transport shm|tcp] "
-              "[--sizes bytes:iters:warmup,...]\n");
+                      "[--sizes bytes:iters:warmup,...]\n");
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
   }
@@ -78,8 +77,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   for (int k = 0; k < ns && rc == 0; k++) rc = run_size(transport, &s[k], rank, n);
-  if (rc && rank == 0)
-    fprintf(stderr, "mpi_allreduce: wrong result, see above\n");
+  if (rc && rank == 0) fprintf(stderr, "mpi_allreduce: wrong result, see above\n");
   MPI_Finalize();
   return rc ? 1 : 0;
 }

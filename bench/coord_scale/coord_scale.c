@@ -54,7 +54,7 @@ typedef struct {
   bool want_out; /* EPOLLOUT is armed */
   unsigned char cnonce[WIRE_NONCE];
   uint64_t t0, t_conn, t_auth, t_assign, t_cluster; /* ns, monotonic */
-  uint64_t t_register; /* ns: REGISTER sent */
+  uint64_t t_register;                              /* ns: REGISTER sent */
   size_t cmp_off; /* > 0: bytes of a CLUSTER frame matched against the first, streaming */
 } agent;
 
@@ -68,7 +68,7 @@ typedef struct {
   size_t ref_len;
   unsigned char *ref_frame; /* the first CLUSTER frame, whole: every other must be the same bytes */
   size_t ref_frame_len;
-  int ref_k; /* whose it was */
+  int ref_k;     /* whose it was */
   char err[512]; /* the first failure, for the report */
 } bench;
 
@@ -197,8 +197,7 @@ static int check_cluster(bench *b, agent *a, wire_frame *f) {
     snprintf(want, sizeof want, "127.0.0.1:%d", PORT_BASE + i);
     const char *got = json_string_value(json_array_get(w, (size_t)i));
     if (!got || strcmp(got, want)) {
-      fail_at(b, "worker:%d: CLUSTER entry %d is %s, want %s", a->k, i, got ? got : "(none)",
-              want);
+      fail_at(b, "worker:%d: CLUSTER entry %d is %s, want %s", a->k, i, got ? got : "(none)", want);
       rc = LOOM_EPROTO;
       goto out;
     }
@@ -223,9 +222,9 @@ static int on_frame(bench *b, agent *a, wire_frame *f) {
     unsigned char ans[WIRE_AUTH_MSG_MAX];
     size_t alen;
     if (f->type != WIRE_CHALLENGE) break;
-    int rc = wire_auth_client_answer(&wire_auth_coord, b->secret, NULL, 0, f->raw,
-                                     (size_t)(f->blob + f->blob_len - f->raw), a->cnonce, ans,
-                                     &alen);
+    int rc =
+        wire_auth_client_answer(&wire_auth_coord, b->secret, NULL, 0, f->raw,
+                                (size_t)(f->blob + f->blob_len - f->raw), a->cnonce, ans, &alen);
     if (rc < 0) return rc;
     a->st = S_AUTH_OK;
     if ((rc = loom__buf_add(&a->out, ans, alen)) < 0) return rc;
@@ -250,8 +249,8 @@ static int on_frame(bench *b, agent *a, wire_frame *f) {
     a->t_register = loom__now_ns();
     return send_frame(b, a, WIRE_REGISTER,
                       json_pack("{s:s, s:i, s:s, s:i, s:i, s:b}", "task", task, "attempt", 0,
-                                "host", "127.0.0.1", "port", PORT_BASE + a->k, "pid",
-                                (int)getpid(), "inflate", 1),
+                                "host", "127.0.0.1", "port", PORT_BASE + a->k, "pid", (int)getpid(),
+                                "inflate", 1),
                       NULL, 0);
   }
   case S_ASSIGN: {
@@ -295,8 +294,8 @@ static int on_frame(bench *b, agent *a, wire_frame *f) {
       const char *ma = json_string_value(json_object_get(f->json, "master_addr"));
       json_int_t mp = json_integer_value(json_object_get(f->json, "master_port"));
       if (!ma || strcmp(ma, "127.0.0.1") || mp != PORT_BASE) {
-        fail_at(b, "worker:%d: CLUSTER master is %s:%lld, want 127.0.0.1:%d", a->k,
-                ma ? ma : "?", (long long)mp, PORT_BASE);
+        fail_at(b, "worker:%d: CLUSTER master is %s:%lld, want 127.0.0.1:%d", a->k, ma ? ma : "?",
+                (long long)mp, PORT_BASE);
         rc = LOOM_EPROTO;
       }
     }
@@ -361,8 +360,8 @@ static int on_event(bench *b, agent *a, uint32_t ev) {
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     if (r <= 0) {
       if (a->st == S_DONE) return 1; /* the peer closed after we were done */
-      fail_at(b, "agent %d: the coordinator closed the connection in state %d (%s)", a->k,
-              a->st, r < 0 ? strerror(errno) : "EOF");
+      fail_at(b, "agent %d: the coordinator closed the connection in state %d (%s)", a->k, a->st,
+              r < 0 ? strerror(errno) : "EOF");
       return LOOM_ECONN;
     }
     const char *p = buf;
@@ -434,12 +433,12 @@ static int run_loop(bench *b) {
 
 /* ---- phases ------------------------------------------------------------- */
 typedef struct {
-  double total_s;           /* first connect to the last agent done */
-  double conn_p50_ms, conn_p99_ms; /* connect() to established */
-  double auth_p50_ms, auth_p99_ms; /* established to AUTH_OK */
+  double total_s;                    /* first connect to the last agent done */
+  double conn_p50_ms, conn_p99_ms;   /* connect() to established */
+  double auth_p50_ms, auth_p99_ms;   /* established to AUTH_OK */
   double last_auth_s, last_assign_s; /* from the first connect */
-  double cluster_spread_ms; /* first CLUSTER to last */
-  double from_register_s;   /* the first REGISTER sent to the last CLUSTER received */
+  double cluster_spread_ms;          /* first CLUSTER to last */
+  double from_register_s;            /* the first REGISTER sent to the last CLUSTER received */
 } figures;
 
 static void measure(bench *b, uint64_t t_first, figures *fg) {
@@ -497,8 +496,7 @@ static int finish_all(bench *b) {
   for (int i = 0; i < b->n; i++) {
     agent *a = &b->a[i];
     if (send_frame(b, a, WIRE_STARTED, json_pack("{s:[]}", "pids"), NULL, 0) < 0 ||
-        send_frame(b, a, WIRE_EXIT, json_pack("{s:i, s:i}", "code", 0, "signal", 0), NULL,
-                   0) < 0) {
+        send_frame(b, a, WIRE_EXIT, json_pack("{s:i, s:i}", "code", 0, "signal", 0), NULL, 0) < 0) {
       fail_at(b, "worker:%d: cannot send STARTED/EXIT", i);
       return LOOM_ECONN;
     }
@@ -604,9 +602,8 @@ static int read_job(bench *b) {
   json_t *j = json_load_file(path, 0, &je);
   const char *addr = json_string_value(json_object_get(j, "addr"));
   b->coord_pid = (int)json_integer_value(json_object_get(j, "pid"));
-  int rc = addr && b->coord_pid > 0
-               ? wire_split_hostport(addr, b->host, sizeof b->host, &b->port)
-               : LOOM_EINVAL;
+  int rc = addr && b->coord_pid > 0 ? wire_split_hostport(addr, b->host, sizeof b->host, &b->port)
+                                    : LOOM_EINVAL;
   json_decref(j);
   if (rc < 0) {
     fprintf(stderr, "coord_scale: %s: no addr and pid (%s)\n", path, je.text);
@@ -674,8 +671,8 @@ int main(int argc, char **argv) {
   bool gone = wait_gone(b.coord_pid, EXIT_WAIT_MS);
   double exit_s = (double)(loom__now_ms() - t_wait) / 1e3;
   if (rc == 0 && !gone) {
-    fail_at(&b, "the coordinator (pid %d) still runs %ds after every task exited",
-            b.coord_pid, EXIT_WAIT_MS / 1000);
+    fail_at(&b, "the coordinator (pid %d) still runs %ds after every task exited", b.coord_pid,
+            EXIT_WAIT_MS / 1000);
     rc = LOOM_ETIMEDOUT;
   }
   if (rc == 0) rc = check_state(&b);

@@ -51,8 +51,10 @@ static inline unsigned long touch(const unsigned char *p, size_t n) {
 
 static int direct(const char *format, int nfiles, char **files) {
   size_t rec = 0;
-  if (!strncmp(format, "fixed:", 6)) rec = (size_t)atol(format + 6);
-  else if (strcmp(format, "lines")) return 2;
+  if (!strncmp(format, "fixed:", 6))
+    rec = (size_t)atol(format + 6);
+  else if (strcmp(format, "lines"))
+    return 2;
   size_t cap = 1 << 20;
   if (rec > cap) cap = rec;
   unsigned char *buf = malloc(cap + rec);
@@ -91,8 +93,8 @@ static int direct(const char *format, int nfiles, char **files) {
     close(fd);
   }
   double t = now() - t0;
-  printf("records=%llu bytes=%llu seconds=%.6f cpu=%.6f sum=%lu\n", records, bytes, t,
-         cpu() - c0, sum);
+  printf("records=%llu bytes=%llu seconds=%.6f cpu=%.6f sum=%lu\n", records, bytes, t, cpu() - c0,
+         sum);
   free(buf);
   return 0;
 }

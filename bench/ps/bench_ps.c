@@ -104,7 +104,8 @@ static void *echo_conn(void *arg) {
 static int echo_server(int port) {
   int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
   setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)port),
                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 16) < 0) {
     perror("bench_ps echo");
@@ -183,13 +184,16 @@ int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "echo")) return echo_server(atoi(argv[2]));
   const char *servers = NULL, *echo = NULL, *label = "?";
   for (int i = 2; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--servers")) servers = argv[i + 1];
-    else if (!strcmp(argv[i], "--echo")) echo = argv[i + 1];
-    else if (!strcmp(argv[i], "--label")) label = argv[i + 1];
+    if (!strcmp(argv[i], "--servers"))
+      servers = argv[i + 1];
+    else if (!strcmp(argv[i], "--echo"))
+      echo = argv[i + 1];
+    else if (!strcmp(argv[i], "--label"))
+      label = argv[i + 1];
   }
   if (argc < 2 || strcmp(argv[1], "run") || !servers || !echo) {
     fprintf(stderr, "usage: bench_ps ports N | echo PORT | run --servers H:P,... --echo H:P "
-            "--label L\n");
+                    "--label L\n");
     return 2;
   }
   loom_ps_opts o = {.mode = LOOM_PS_ASYNC, .workers = 1, .rank_given = 1, .servers = servers};
@@ -201,11 +205,10 @@ int main(int argc, char **argv) {
   }
   int efd = echo_dial(echo);
   const figure figs[] = {
-      {"dense_pull", 0, 0, 1024},      {"dense_push", 0, 1, 1024},
-      {"dense_pull", 0, 0, 65536},     {"dense_push", 0, 1, 65536},
-      {"dense_pull", 0, 0, 1 << 20},   {"dense_push", 0, 1, 1 << 20},
-      {"dense_pull", 0, 0, 16 << 20},  {"dense_push", 0, 1, 16 << 20},
-      {"sparse_push", 1, 1, 4096},     {"sparse_pull", 1, 0, 4096},
+      {"dense_pull", 0, 0, 1024},     {"dense_push", 0, 1, 1024},     {"dense_pull", 0, 0, 65536},
+      {"dense_push", 0, 1, 65536},    {"dense_pull", 0, 0, 1 << 20},  {"dense_push", 0, 1, 1 << 20},
+      {"dense_pull", 0, 0, 16 << 20}, {"dense_push", 0, 1, 16 << 20}, {"sparse_push", 1, 1, 4096},
+      {"sparse_pull", 1, 0, 4096},
   };
   size_t maxb = (size_t)(16 << 20) * 4 + 4096 * (8 + 4 * DIM);
   float *buf = calloc(maxb / 4, 4);
@@ -235,14 +238,17 @@ int main(int argc, char **argv) {
     for (int w = 0; w < 3; w++) {
       for (size_t i = 0; i < g->n && g->sparse; i++)
         keys[i] = (uint64_t)rand() % 1000000; /* rows of a 1M-row table */
-      if (g->sparse) rc = g->push ? loom_ps_sparse_push(ps, v, keys, g->n, buf)
-                                  : loom_ps_sparse_pull(ps, v, keys, g->n, buf);
-      else rc = g->push ? loom_ps_push(ps, v, buf) : loom_ps_pull(ps, v, buf);
+      if (g->sparse)
+        rc = g->push ? loom_ps_sparse_push(ps, v, keys, g->n, buf)
+                     : loom_ps_sparse_pull(ps, v, keys, g->n, buf);
+      else
+        rc = g->push ? loom_ps_push(ps, v, buf) : loom_ps_pull(ps, v, buf);
     }
     int iters = (int)(0.3 / ((now() - t0) / 3 + 1e-9));
     if (iters < 5) iters = 5;
     if (iters > 400) iters = 400;
-    double *tp = malloc((size_t)iters * ROUNDS * sizeof *tp), *te = malloc((size_t)iters * ROUNDS * sizeof *te);
+    double *tp = malloc((size_t)iters * ROUNDS * sizeof *tp),
+           *te = malloc((size_t)iters * ROUNDS * sizeof *te);
     int np = 0, ne = 0;
     for (int r = 0; rc == 0 && r < ROUNDS; r++) {
       for (int i = 0; i < iters; i++) {
@@ -253,9 +259,11 @@ int main(int argc, char **argv) {
       for (int i = 0; rc == 0 && i < iters; i++) {
         for (size_t k = 0; k < g->n && g->sparse; k++) keys[k] = (uint64_t)rand() % 1000000;
         double a = now();
-        if (g->sparse) rc = g->push ? loom_ps_sparse_push(ps, v, keys, g->n, buf)
-                                    : loom_ps_sparse_pull(ps, v, keys, g->n, buf);
-        else rc = g->push ? loom_ps_push(ps, v, buf) : loom_ps_pull(ps, v, buf);
+        if (g->sparse)
+          rc = g->push ? loom_ps_sparse_push(ps, v, keys, g->n, buf)
+                       : loom_ps_sparse_pull(ps, v, keys, g->n, buf);
+        else
+          rc = g->push ? loom_ps_push(ps, v, buf) : loom_ps_pull(ps, v, buf);
         tp[np++] = now() - a;
       }
     }
@@ -264,8 +272,9 @@ int main(int argc, char **argv) {
       size_t moved = g->sparse ? out + in : bytes;
       printf("name=ps_%s shards=%s n=%zu bytes=%zu iters=%d median_s=%.6g GBps=%.3f ratio=%.2f\n",
              g->name, label, g->n, moved, np, mp, moved / mp / 1e9, me / mp);
-      printf("name=tcp_echo_%s shards=%s n=%zu bytes=%zu iters=%d median_s=%.6g GBps=%.3f ratio=1\n",
-             g->name, label, g->n, moved, ne, me, moved / me / 1e9);
+      printf(
+          "name=tcp_echo_%s shards=%s n=%zu bytes=%zu iters=%d median_s=%.6g GBps=%.3f ratio=1\n",
+          g->name, label, g->n, moved, ne, me, moved / me / 1e9);
       fflush(stdout);
     }
     free(tp);

@@ -54,8 +54,7 @@ static int state_make(state *st, int64_t step, long kib, int fill) {
   if (fill) {
     for (int64_t i = 0; i < st->rows * COLS; i++)
       st->weights[i] = (float)((step * 131 + i) % 100003) * 0.5f;
-    for (int64_t i = 0; i < st->rows; i++)
-      st->bias[i] = (double)step + (double)i / 8.0;
+    for (int64_t i = 0; i < st->rows; i++) st->bias[i] = (double)step + (double)i / 8.0;
     for (int64_t i = 0; i < st->tail_n; i++) st->tail[i] = (int32_t)(step ^ i);
   } else {
     memset(st->weights, 0xee, (size_t)(st->rows * COLS) * sizeof(float));
@@ -84,12 +83,13 @@ static int check_step(loom_ckpt_t *c, int64_t step, long kib) {
   }
   int lrc = loom_ckpt_restore(c, step, got.t, 4);
   if (lrc != 0) {
-    fprintf(stderr, "ckpt-demo: restore of step %lld failed: %s: %s\n",
-            (long long)step, loom_err_name(lrc), loom_ckpt_errmsg(c));
+    fprintf(stderr, "ckpt-demo: restore of step %lld failed: %s: %s\n", (long long)step,
+            loom_err_name(lrc), loom_ckpt_errmsg(c));
     goto out;
   }
   const char *bad = NULL;
-  if (got.step != step) bad = "step";
+  if (got.step != step)
+    bad = "step";
   else if (memcmp(got.weights, want.weights, (size_t)(got.rows * COLS) * sizeof(float)))
     bad = "weights";
   else if (memcmp(got.bias, want.bias, (size_t)got.rows * sizeof(double)))
@@ -97,8 +97,10 @@ static int check_step(loom_ckpt_t *c, int64_t step, long kib) {
   else if (memcmp(got.tail, want.tail, (size_t)got.tail_n * sizeof(int32_t)))
     bad = "tail";
   if (bad) {
-    fprintf(stderr, "ckpt-demo: step %lld restored, but '%s' differs from its "
-            "closed form\n", (long long)step, bad);
+    fprintf(stderr,
+            "ckpt-demo: step %lld restored, but '%s' differs from its "
+            "closed form\n",
+            (long long)step, bad);
     goto out;
   }
   rc = 0;
@@ -109,10 +111,9 @@ out:
 }
 
 static int usage(void) {
-  fprintf(stderr,
-          "usage: ckpt-demo save DIR [--count N] [--keep K] [--kib KIB]\n"
-          "       ckpt-demo check DIR [--kib KIB]\n"
-          "       ckpt-demo restore DIR STEP [--kib KIB]\n");
+  fprintf(stderr, "usage: ckpt-demo save DIR [--count N] [--keep K] [--kib KIB]\n"
+                  "       ckpt-demo check DIR [--kib KIB]\n"
+                  "       ckpt-demo restore DIR STEP [--kib KIB]\n");
   return 2;
 }
 
@@ -128,10 +129,14 @@ int main(int argc, char **argv) {
     i = 4;
   }
   for (; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "--count") == 0) count = atol(argv[i + 1]);
-    else if (strcmp(argv[i], "--keep") == 0) keep = atol(argv[i + 1]);
-    else if (strcmp(argv[i], "--kib") == 0) kib = atol(argv[i + 1]);
-    else return usage();
+    if (strcmp(argv[i], "--count") == 0)
+      count = atol(argv[i + 1]);
+    else if (strcmp(argv[i], "--keep") == 0)
+      keep = atol(argv[i + 1]);
+    else if (strcmp(argv[i], "--kib") == 0)
+      kib = atol(argv[i + 1]);
+    else
+      return usage();
   }
   if (i != argc || kib < 1) return usage();
 
@@ -145,8 +150,10 @@ int main(int argc, char **argv) {
   int64_t step;
   if (strcmp(cmd, "save") == 0) {
     rc = loom_ckpt_latest(c, &step);
-    if (rc == LOOM_ENOENT) step = -1;
-    else if (rc != 0) goto fail;
+    if (rc == LOOM_ENOENT)
+      step = -1;
+    else if (rc != 0)
+      goto fail;
     for (long n = 0; count < 0 || n < count; n++) {
       state st;
       step++;

@@ -28,11 +28,16 @@
 
 static float hist_value(long s, int i) {
   switch (i % 50) {
-  case 0: return 0.0f;
-  case 1: return 1e-13f;   /* below the smallest bucket limit */
-  case 2: return -3e25f;   /* beyond the largest finite limit */
-  case 3: return i == 3 ? INFINITY : NAN; /* left out */
-  default: return (float)((i - HIST_N / 2) * (s + 1)) / 64.0f;
+  case 0:
+    return 0.0f;
+  case 1:
+    return 1e-13f; /* below the smallest bucket limit */
+  case 2:
+    return -3e25f; /* beyond the largest finite limit */
+  case 3:
+    return i == 3 ? INFINITY : NAN; /* left out */
+  default:
+    return (float)((i - HIST_N / 2) * (s + 1)) / 64.0f;
   }
 }
 
@@ -45,8 +50,10 @@ int main(int argc, char **argv) {
   long steps = 20;
   double hold = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "--steps") == 0) steps = atol(argv[i + 1]);
-    else if (strcmp(argv[i], "--hold") == 0) hold = atof(argv[i + 1]);
+    if (strcmp(argv[i], "--steps") == 0)
+      steps = atol(argv[i + 1]);
+    else if (strcmp(argv[i], "--hold") == 0)
+      hold = atof(argv[i + 1]);
     else {
       fprintf(stderr, "summary-demo: unknown option %s\n", argv[i]);
       return 2;
@@ -62,8 +69,7 @@ int main(int argc, char **argv) {
   static float values[HIST_N];
   for (long step = 0; step < steps && rc == 0; step++) {
     rc = loom_summary_scalar(s, "loss", step, 1.0 / (1.0 + (double)step));
-    if (rc == 0)
-      rc = loom_summary_scalar(s, "train/accuracy", step, (double)step / 100.0);
+    if (rc == 0) rc = loom_summary_scalar(s, "train/accuracy", step, (double)step / 100.0);
     if (rc == 0 && step % 10 == 0) {
       for (int i = 0; i < HIST_N; i++) values[i] = hist_value(step, i);
       rc = loom_summary_histogram(s, "weights", step, values, HIST_N);

@@ -193,32 +193,42 @@ static int parse(int argc, char **argv, args *a) {
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) return -1;
-    if (!strcmp(k, "--mode")) a->mode = v;
-    else if (!strcmp(k, "--staleness")) a->staleness = atoi(v);
-    else if (!strcmp(k, "--steps")) a->steps = atoi(v);
-    else if (!strcmp(k, "--batch")) a->batch = atoi(v);
-    else if (!strcmp(k, "--dim")) a->dim = atoi(v);
-    else if (!strcmp(k, "--lr")) a->lr = (float)atof(v);
-    else if (!strcmp(k, "--log-every")) a->log_every = atoi(v);
-    else if (!strcmp(k, "--save-every")) a->save_every = atoi(v);
-    else if (!strcmp(k, "--eval")) a->eval_n = atoi(v);
-    else if (!strcmp(k, "--seed")) a->seed = strtoull(v, NULL, 10);
-    else return -1;
+    if (!strcmp(k, "--mode"))
+      a->mode = v;
+    else if (!strcmp(k, "--staleness"))
+      a->staleness = atoi(v);
+    else if (!strcmp(k, "--steps"))
+      a->steps = atoi(v);
+    else if (!strcmp(k, "--batch"))
+      a->batch = atoi(v);
+    else if (!strcmp(k, "--dim"))
+      a->dim = atoi(v);
+    else if (!strcmp(k, "--lr"))
+      a->lr = (float)atof(v);
+    else if (!strcmp(k, "--log-every"))
+      a->log_every = atoi(v);
+    else if (!strcmp(k, "--save-every"))
+      a->save_every = atoi(v);
+    else if (!strcmp(k, "--eval"))
+      a->eval_n = atoi(v);
+    else if (!strcmp(k, "--seed"))
+      a->seed = strtoull(v, NULL, 10);
+    else
+      return -1;
     i++;
   }
-  if (a->steps < 1 || a->batch < 1 || a->dim < 1 || a->log_every < 1 || a->eval_n < 0)
-    return -1;
+  if (a->steps < 1 || a->batch < 1 || a->dim < 1 || a->log_every < 1 || a->eval_n < 0) return -1;
   return 0;
 }
 
-#define TRY(call)                                                              \
-  do {                                                                         \
-    int rc_ = (call);                                                          \
-    if (rc_ != 0) {                                                            \
-      fprintf(stderr, "ctr: %s: %s (%s)\n", #call, loom_strerror(rc_),         \
-              m.ps ? loom_ps_errmsg(m.ps) : loom_errmsg(l));                   \
-      goto out;                                                                \
-    }                                                                          \
+#define TRY(call)                                                                                  \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_ != 0) {                                                                                \
+      fprintf(stderr, "ctr: %s: %s (%s)\n", #call, loom_strerror(rc_),                             \
+              m.ps ? loom_ps_errmsg(m.ps) : loom_errmsg(l));                                       \
+      goto out;                                                                                    \
+    }                                                                                              \
   } while (0)
 
 int main(int argc, char **argv) {
@@ -232,8 +242,10 @@ int main(int argc, char **argv) {
   int status = 1;
   int rc = loom_init(&l);
   if (rc != 0) {
-    fprintf(stderr, "ctr: %s: run it inside a loom job with a ps role (build/loom "
-            "run examples/ctr/job-async.yaml)\n", loom_strerror(rc));
+    fprintf(stderr,
+            "ctr: %s: run it inside a loom job with a ps role (build/loom "
+            "run examples/ctr/job-async.yaml)\n",
+            loom_strerror(rc));
     return 2;
   }
   int rank = loom_rank(l), world = loom_world_size(l);
@@ -244,8 +256,10 @@ int main(int argc, char **argv) {
   TRY(loom_ps_connect(l, &o, &m.ps));
   int64_t from = -1;
   rc = loom_ps_restore(m.ps, &from);
-  if (rc == 0) printf("rank %d: resumed from the checkpoint of step %lld\n", rank, (long long)from);
-  else if (rc != LOOM_ENOENT) TRY(rc);
+  if (rc == 0)
+    printf("rank %d: resumed from the checkpoint of step %lld\n", rank, (long long)from);
+  else if (rc != LOOM_ENOENT)
+    TRY(rc);
   m.dim = a.dim;
   /* tables: every new row starts small and random (symmetry breaking);
    * the linear weights at 0 */

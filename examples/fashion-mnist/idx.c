@@ -16,12 +16,10 @@
 #define IDX_MAX_BYTES ((size_t)1 << 31)
 
 /* Reads exactly len bytes. Returns 0, or -1 after printing why. */
-static int read_exact(gzFile f, const char *path, void *buf, size_t len,
-                      const char *what) {
+static int read_exact(gzFile f, const char *path, void *buf, size_t len, const char *what) {
   size_t done = 0;
   while (done < len) {
-    unsigned chunk =
-        (len - done) > (1u << 30) ? (1u << 30) : (unsigned)(len - done);
+    unsigned chunk = (len - done) > (1u << 30) ? (1u << 30) : (unsigned)(len - done);
     int got = gzread(f, (char *)buf + done, chunk);
     if (got < 0) {
       int zerr;
@@ -43,29 +41,24 @@ static int read_exact(gzFile f, const char *path, void *buf, size_t len,
 }
 
 static uint32_t be32(const uint8_t b[4]) {
-  return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 |
-         b[3];
+  return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
 }
 
 /* Opens path, checks its magic and reads ndims big-endian dimensions into
  * dims. On success *out is the open file, positioned at the data. */
-static int open_idx(const char *path, uint32_t magic, int ndims, uint32_t *dims,
-                    gzFile *out) {
+static int open_idx(const char *path, uint32_t magic, int ndims, uint32_t *dims, gzFile *out) {
   uint8_t hdr[4 * 4];
   errno = 0;
   gzFile f = gzopen(path, "rb");
   if (f == NULL) {
-    fprintf(stderr,
-            "%s: cannot open: %s (is the dataset installed? see --data)\n",
-            path, errno ? strerror(errno) : "out of memory");
+    fprintf(stderr, "%s: cannot open: %s (is the dataset installed? see --data)\n", path,
+            errno ? strerror(errno) : "out of memory");
     return -1;
   }
-  if (read_exact(f, path, hdr, 4 + 4 * (size_t)ndims, "the IDX header") != 0)
-    goto fail;
+  if (read_exact(f, path, hdr, 4 + 4 * (size_t)ndims, "the IDX header") != 0) goto fail;
   if (be32(hdr) != magic) {
-    fprintf(stderr,
-            "%s: not an IDX %s file: magic number is 0x%08x, expected 0x%08x\n",
-            path, ndims == 1 ? "label" : "image", be32(hdr), magic);
+    fprintf(stderr, "%s: not an IDX %s file: magic number is 0x%08x, expected 0x%08x\n", path,
+            ndims == 1 ? "label" : "image", be32(hdr), magic);
     goto fail;
   }
   for (int i = 0; i < ndims; i++) dims[i] = be32(hdr + 4 + 4 * i);
@@ -88,8 +81,8 @@ static int expect_eof(gzFile f, const char *path) {
   return 0;
 }
 
-int idx_load(IdxDataset *ds, const char *images_path, const char *labels_path,
-             int rows, int cols, int num_classes) {
+int idx_load(IdxDataset *ds, const char *images_path, const char *labels_path, int rows, int cols,
+             int num_classes) {
   gzFile fi = NULL, fl = NULL;
   uint32_t idims[3], ldims[1];
   memset(ds, 0, sizeof(*ds));
@@ -97,18 +90,17 @@ int idx_load(IdxDataset *ds, const char *images_path, const char *labels_path,
   if (open_idx(images_path, IDX_MAGIC_IMAGES, 3, idims, &fi) != 0) goto fail;
   if (open_idx(labels_path, IDX_MAGIC_LABELS, 1, ldims, &fl) != 0) goto fail;
   if (idims[1] != (uint32_t)rows || idims[2] != (uint32_t)cols) {
-    fprintf(stderr, "%s: images are %ux%u, expected %dx%d\n", images_path,
-            idims[1], idims[2], rows, cols);
+    fprintf(stderr, "%s: images are %ux%u, expected %dx%d\n", images_path, idims[1], idims[2], rows,
+            cols);
     goto fail;
   }
   if (idims[0] == 0 || (size_t)idims[0] * rows * cols > IDX_MAX_BYTES) {
-    fprintf(stderr, "%s: implausible image count %u in the header\n",
-            images_path, idims[0]);
+    fprintf(stderr, "%s: implausible image count %u in the header\n", images_path, idims[0]);
     goto fail;
   }
   if (ldims[0] != idims[0]) {
-    fprintf(stderr, "%s: holds %u labels but %s holds %u images\n", labels_path,
-            ldims[0], images_path, idims[0]);
+    fprintf(stderr, "%s: holds %u labels but %s holds %u images\n", labels_path, ldims[0],
+            images_path, idims[0]);
     goto fail;
   }
   ds->n = (int)idims[0];
@@ -120,18 +112,16 @@ int idx_load(IdxDataset *ds, const char *images_path, const char *labels_path,
     fprintf(stderr, "%s: out of memory for %d images\n", images_path, ds->n);
     goto fail;
   }
-  if (read_exact(fi, images_path, ds->images, (size_t)ds->n * rows * cols,
-                 "the pixels") != 0 ||
+  if (read_exact(fi, images_path, ds->images, (size_t)ds->n * rows * cols, "the pixels") != 0 ||
       expect_eof(fi, images_path) != 0)
     goto fail;
-  if (read_exact(fl, labels_path, ds->labels, (size_t)ds->n, "the labels") !=
-          0 ||
+  if (read_exact(fl, labels_path, ds->labels, (size_t)ds->n, "the labels") != 0 ||
       expect_eof(fl, labels_path) != 0)
     goto fail;
   for (int i = 0; i < ds->n; i++) {
     if (ds->labels[i] >= num_classes) {
-      fprintf(stderr, "%s: label %d of example %d is not below %d\n",
-              labels_path, ds->labels[i], i, num_classes);
+      fprintf(stderr, "%s: label %d of example %d is not below %d\n", labels_path, ds->labels[i], i,
+              num_classes);
       goto fail;
     }
   }

@@ -24,8 +24,8 @@ typedef struct {
  * and that every label is below num_classes. On failure prints what is
  * wrong and in which file to stderr and returns -1, leaving *ds zeroed.
  * On success the caller owns ds's buffers (idx_free). */
-int idx_load(IdxDataset *ds, const char *images_path, const char *labels_path,
-             int rows, int cols, int num_classes);
+int idx_load(IdxDataset *ds, const char *images_path, const char *labels_path, int rows, int cols,
+             int num_classes);
 void idx_free(IdxDataset *ds);
 
 #endif

@@ -59,29 +59,27 @@
 // layers. B is the number of rows (examples), C input and OC output features.
 
 /* out = inp @ weight^T + bias. */
-static void linear_forward(float *out, const float *inp, const float *weight,
-                           const float *bias, int B, int C, int OC) {
+static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
+                           int B, int C, int OC) {
   // out is (B,OC), inp is (B,C), weight is (OC,C), bias is (OC)
   if (B == 0) return;
-  for (int b = 0; b < B; b++)
-    memcpy(out + (size_t)b * OC, bias, OC * sizeof(float));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, OC, C, 1.0f, inp, C,
-              weight, C, 1.0f, out, OC);
+  for (int b = 0; b < B; b++) memcpy(out + (size_t)b * OC, bias, OC * sizeof(float));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, OC, C, 1.0f, inp, C, weight, C, 1.0f, out,
+              OC);
 }
 
 /* Accumulates into dweight and dbias; overwrites dinp (skipped when NULL,
  * for the first layer whose input needs no gradient). */
-static void linear_backward(float *dinp, float *dweight, float *dbias,
-                            const float *dout, const float *inp,
-                            const float *weight, int B, int C, int OC) {
+static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int B, int C, int OC) {
   // dinp is (B,C), dweight is (OC,C), dbias is (OC), dout is (B,OC)
   if (B == 0) return;
   if (dinp != NULL) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, C, OC, 1.0f, dout,
-                OC, weight, C, 0.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, C, OC, 1.0f, dout, OC, weight, C,
+                0.0f, dinp, C);
   }
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, B, 1.0f, dout, OC,
-              inp, C, 1.0f, dweight, C);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, B, 1.0f, dout, OC, inp, C, 1.0f,
+              dweight, C);
   for (int b = 0; b < B; b++) {
     const float *dout_b = dout + (size_t)b * OC;
     for (int o = 0; o < OC; o++) dbias[o] += dout_b[o];
@@ -94,14 +92,12 @@ static void relu_forward(float *out, const float *inp, size_t N) {
 
 /* Overwrites dinp; out is the forward output (positive exactly where the
  * input was). */
-static void relu_backward(float *dinp, const float *dout, const float *out,
-                          size_t N) {
+static void relu_backward(float *dinp, const float *dout, const float *out, size_t N) {
   for (size_t i = 0; i < N; i++) dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
 }
 
 /* probs = softmax(logits) row by row; losses[b] = -log probs[b][target[b]]. */
-static void softmax_crossentropy_forward(float *probs, float *losses,
-                                         const float *logits,
+static void softmax_crossentropy_forward(float *probs, float *losses, const float *logits,
                                          const uint8_t *targets, int B, int V) {
   // probs and logits are (B,V), losses and targets are (B)
   for (int b = 0; b < B; b++) {
@@ -123,8 +119,7 @@ static void softmax_crossentropy_forward(float *probs, float *losses,
  * weight * sum_b losses[b]. weight is 1 / (global batch size), so that the
  * sum of every process's gradient is the mean over the global batch. */
 static void softmax_crossentropy_backward(float *dlogits, const float *probs,
-                                          const uint8_t *targets, float weight,
-                                          int B, int V) {
+                                          const uint8_t *targets, float weight, int B, int V) {
   // dlogits and probs are (B,V), targets is (B)
   for (int b = 0; b < B; b++) {
     const float *probs_b = probs + (size_t)b * V;
@@ -186,8 +181,7 @@ typedef struct {
 #define STAT_CORRECT 1 // examples of the global batch classified right
 
 /* Points each tensor of t into memory, consecutively, by sizes. */
-static void point_tensors(float **t[], const size_t *sizes, int n,
-                          float *memory) {
+static void point_tensors(float **t[], const size_t *sizes, int n, float *memory) {
   for (int i = 0; i < n; i++) {
     *t[i] = memory;
     memory += sizes[i];
@@ -248,8 +242,7 @@ static int model_build(Model *m, int h1, int h2, int max_batch, uint64_t seed) {
 
   size_t B = (size_t)max_batch;
   size_t act_sizes[NUM_ACTIVATION_TENSORS] = {
-      B * NUM_INPUTS, B * h1,          B * h1,         B * h2,
-      B * h2,         B * NUM_CLASSES, B * NUM_CLASSES};
+      B * NUM_INPUTS, B * h1, B * h1, B * h2, B * h2, B * NUM_CLASSES, B * NUM_CLASSES};
   size_t num_acts = 0;
   for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) num_acts += act_sizes[i];
   size_t widest = (size_t)(h1 > h2 ? h1 : h2);
@@ -263,9 +256,8 @@ static int model_build(Model *m, int h1, int h2, int max_batch, uint64_t seed) {
   m->dscratch2 = calloc(B * widest, sizeof(float));
   m->losses = calloc(B, sizeof(float));
   m->targets = calloc(B, 1);
-  if (!m->params_memory || !m->grads_memory || !m->momentum ||
-      !m->acts_memory || !m->dscratch || !m->dscratch2 || !m->losses ||
-      !m->targets)
+  if (!m->params_memory || !m->grads_memory || !m->momentum || !m->acts_memory || !m->dscratch ||
+      !m->dscratch2 || !m->losses || !m->targets)
     return -1;
 
   float **slots[NUM_PARAMETER_TENSORS];
@@ -274,8 +266,8 @@ static int model_build(Model *m, int h1, int h2, int max_batch, uint64_t seed) {
   param_slots(&m->grads, slots);
   point_tensors(slots, ps, NUM_PARAMETER_TENSORS, m->grads_memory);
   ActivationTensors *a = &m->acts;
-  float **aslots[NUM_ACTIVATION_TENSORS] = {
-      &a->x, &a->l1, &a->h1, &a->l2, &a->h2, &a->logits, &a->probs};
+  float **aslots[NUM_ACTIVATION_TENSORS] = {&a->x,  &a->l1,     &a->h1,   &a->l2,
+                                            &a->h2, &a->logits, &a->probs};
   point_tensors(aslots, act_sizes, NUM_ACTIVATION_TENSORS, m->acts_memory);
 
   uint64_t rng = rng_seed(seed, 0);
@@ -283,8 +275,7 @@ static int model_build(Model *m, int h1, int h2, int max_batch, uint64_t seed) {
   float *w[3] = {m->params.w1, m->params.w2, m->params.w3};
   for (int l = 0; l < 3; l++) {
     float bound = sqrtf((l < 2 ? 6.0f : 1.0f) / (float)fan_in[l]);
-    for (size_t i = 0; i < ps[2 * l]; i++)
-      w[l][i] = (2.0f * rng_uniform(&rng) - 1.0f) * bound;
+    for (size_t i = 0; i < ps[2 * l]; i++) w[l][i] = (2.0f * rng_uniform(&rng) - 1.0f) * bound;
   }
   return 0;
 }
@@ -313,8 +304,7 @@ static int model_forward(Model *m, int B) {
   linear_forward(a.l2, a.h1, p.w2, p.b2, B, H1, H2);
   relu_forward(a.h2, a.l2, (size_t)B * H2);
   linear_forward(a.logits, a.h2, p.w3, p.b3, B, H2, NUM_CLASSES);
-  softmax_crossentropy_forward(a.probs, m->losses, a.logits, m->targets, B,
-                               NUM_CLASSES);
+  softmax_crossentropy_forward(a.probs, m->losses, a.logits, m->targets, B, NUM_CLASSES);
   int correct = 0;
   for (int b = 0; b < B; b++) {
     const float *probs_b = a.probs + (size_t)b * NUM_CLASSES;
@@ -335,8 +325,7 @@ static void model_backward(Model *m, int B, float loss_weight) {
   float *dlogits = m->dscratch; // (B, NUM_CLASSES)
   float *dh2 = m->dscratch2;    // (B, H2), then dl2 in place
   float *dh1 = m->dscratch;     // (B, H1), then dl1 in place
-  softmax_crossentropy_backward(dlogits, a.probs, m->targets, loss_weight, B,
-                                NUM_CLASSES);
+  softmax_crossentropy_backward(dlogits, a.probs, m->targets, loss_weight, B, NUM_CLASSES);
   linear_backward(dh2, g.w3, g.b3, dlogits, a.h2, p.w3, B, H2, NUM_CLASSES);
   relu_backward(dh2, dh2, a.h2, (size_t)B * H2);
   linear_backward(dh1, g.w2, g.b2, dh2, a.h1, p.w2, B, H1, H2);
@@ -376,13 +365,10 @@ static int model_save(const Model *m, const char *path) {
   }
   uint8_t hdr[32];
   memcpy(hdr, SAVE_MAGIC, 8);
-  uint32_t sizes[4] = {NUM_INPUTS, (uint32_t)m->h1, (uint32_t)m->h2,
-                       NUM_CLASSES};
+  uint32_t sizes[4] = {NUM_INPUTS, (uint32_t)m->h1, (uint32_t)m->h2, NUM_CLASSES};
   for (int i = 0; i < 4; i++)
-    for (int k = 0; k < 4; k++)
-      hdr[8 + 4 * i + k] = (uint8_t)(sizes[i] >> (8 * k));
-  for (int k = 0; k < 8; k++)
-    hdr[24 + k] = (uint8_t)((uint64_t)m->num_parameters >> (8 * k));
+    for (int k = 0; k < 4; k++) hdr[8 + 4 * i + k] = (uint8_t)(sizes[i] >> (8 * k));
+  for (int k = 0; k < 8; k++) hdr[24 + k] = (uint8_t)((uint64_t)m->num_parameters >> (8 * k));
   int ok = fwrite(hdr, 1, sizeof(hdr), f) == sizeof(hdr);
   for (size_t i = 0; ok && i < m->num_parameters; i++) {
     uint32_t bits;
@@ -476,8 +462,8 @@ static int comm_sum_f32(Comm *c, float *buf, size_t count) {
   if (loom_membership_changed(c->loom)) return LOOM_ECHANGED;
   int rc = loom_allreduce(c->loom, buf, buf, count, LOOM_F32, LOOM_SUM);
   if (rc != 0 && rc != LOOM_ECHANGED && rc != LOOM_EPEER)
-    fprintf(stderr, "mlp: rank %d: allreduce failed: %s: %s\n", c->rank,
-            loom_strerror(rc), loom_errmsg(c->loom));
+    fprintf(stderr, "mlp: rank %d: allreduce failed: %s: %s\n", c->rank, loom_strerror(rc),
+            loom_errmsg(c->loom));
   return rc;
 }
 
@@ -490,8 +476,7 @@ typedef struct {
  * for a process that joins a running job, and after a re-form. */
 static int sync_from_rank0(Comm *c, Model *m, Position *pos) {
   int rc = loom_broadcast(c->loom, pos, sizeof *pos, 0);
-  if (rc == 0)
-    rc = loom_broadcast(c->loom, m->params_memory, m->num_parameters * sizeof(float), 0);
+  if (rc == 0) rc = loom_broadcast(c->loom, m->params_memory, m->num_parameters * sizeof(float), 0);
   if (rc == 0) rc = loom_broadcast(c->loom, m->momentum, m->num_parameters * sizeof(float), 0);
   return rc;
 }
@@ -516,8 +501,8 @@ static int recover(Comm *c, Model *m, Position *pos) {
       return 0;
     }
     if (rc != LOOM_ECHANGED && rc != LOOM_EPEER) {
-      fprintf(stderr, "mlp: rank %d: cannot re-form after a membership change: %s: %s\n",
-              c->rank, loom_strerror(rc), loom_errmsg(c->loom));
+      fprintf(stderr, "mlp: rank %d: cannot re-form after a membership change: %s: %s\n", c->rank,
+              loom_strerror(rc), loom_errmsg(c->loom));
       return rc;
     }
   }
@@ -529,15 +514,14 @@ static int comm_allreduce_f64(Comm *c, double *buf, size_t count, loom_op op) {
   if (c->loom == NULL) return 0;
   int rc = loom_allreduce(c->loom, buf, buf, count, LOOM_F64, op);
   if (rc != 0)
-    fprintf(stderr, "mlp: rank %d: allreduce failed: %s: %s\n", c->rank,
-            loom_strerror(rc), loom_errmsg(c->loom));
+    fprintf(stderr, "mlp: rank %d: allreduce failed: %s: %s\n", c->rank, loom_strerror(rc),
+            loom_errmsg(c->loom));
   return rc;
 }
 
 /* Test-set accuracy and mean loss, each process evaluating its slice of the
  * test set. */
-static int evaluate(Model *m, const IdxDataset *test, Comm *c, double *accuracy,
-                    double *loss) {
+static int evaluate(Model *m, const IdxDataset *test, Comm *c, double *accuracy, double *loss) {
   /* every process evaluates the whole test set: no collective here, so a
    * membership change can only meet a training step */
   int lo = 0, hi = test->n;
@@ -561,29 +545,26 @@ static int evaluate(Model *m, const IdxDataset *test, Comm *c, double *accuracy,
 // ----------------------------------------------------------------------------
 // checkpoints and summaries
 
-static const char *const PARAM_NAMES[NUM_PARAMETER_TENSORS] = {
-    "w1", "b1", "w2", "b2", "w3", "b3"};
+static const char *const PARAM_NAMES[NUM_PARAMETER_TENSORS] = {"w1", "b1", "w2", "b2", "w3", "b3"};
 static const char *const MOMENTUM_NAMES[NUM_PARAMETER_TENSORS] = {
-    "momentum/w1", "momentum/b1", "momentum/w2",
-    "momentum/b2", "momentum/w3", "momentum/b3"};
+    "momentum/w1", "momentum/b1", "momentum/w2", "momentum/b2", "momentum/w3", "momentum/b3"};
 #define CKPT_TENSORS (2 * NUM_PARAMETER_TENSORS + 2)
 
 /* Describes a checkpoint in t: each parameter tensor and its momentum with
  * its shape, then "progress" (epochs and steps done) and "config"
  * (training examples, global batch, seed: what the data order depends on).
  * The tensors point into m, progress and config. Returns their count. */
-static size_t ckpt_tensors(Model *m, int64_t progress[2], int64_t config[3],
-                           loom_tensor *t) {
-  const int64_t shapes[NUM_PARAMETER_TENSORS][2] = {
-      {m->h1, NUM_INPUTS}, {m->h1, 0},  {m->h2, m->h1},
-      {m->h2, 0},          {NUM_CLASSES, m->h2}, {NUM_CLASSES, 0}};
+static size_t ckpt_tensors(Model *m, int64_t progress[2], int64_t config[3], loom_tensor *t) {
+  const int64_t shapes[NUM_PARAMETER_TENSORS][2] = {{m->h1, NUM_INPUTS},  {m->h1, 0},
+                                                    {m->h2, m->h1},       {m->h2, 0},
+                                                    {NUM_CLASSES, m->h2}, {NUM_CLASSES, 0}};
   size_t k = 0, off = 0;
   for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
     int ndim = shapes[i][1] > 0 ? 2 : 1;
-    t[k++] = (loom_tensor){PARAM_NAMES[i], LOOM_F32, ndim,
-                           {shapes[i][0], shapes[i][1]}, m->params_memory + off};
-    t[k++] = (loom_tensor){MOMENTUM_NAMES[i], LOOM_F32, ndim,
-                           {shapes[i][0], shapes[i][1]}, m->momentum + off};
+    t[k++] = (loom_tensor){
+        PARAM_NAMES[i], LOOM_F32, ndim, {shapes[i][0], shapes[i][1]}, m->params_memory + off};
+    t[k++] = (loom_tensor){
+        MOMENTUM_NAMES[i], LOOM_F32, ndim, {shapes[i][0], shapes[i][1]}, m->momentum + off};
     off += m->param_sizes[i];
   }
   t[k++] = (loom_tensor){"progress", LOOM_I64, 1, {2}, progress};
@@ -593,16 +574,16 @@ static size_t ckpt_tensors(Model *m, int64_t progress[2], int64_t config[3],
 
 /* Rank 0 saves the state after epochs_done epochs (step steps). Returns 0
  * or -1 after printing why. */
-static int ckpt_save_epoch(loom_ckpt_t *c, Model *m, int epochs_done,
-                           long step, const int64_t config[3]) {
+static int ckpt_save_epoch(loom_ckpt_t *c, Model *m, int epochs_done, long step,
+                           const int64_t config[3]) {
   int64_t progress[2] = {epochs_done, step};
   int64_t cfg[3] = {config[0], config[1], config[2]};
   loom_tensor t[CKPT_TENSORS];
   size_t n = ckpt_tensors(m, progress, cfg, t);
   int rc = loom_ckpt_save(c, step, t, n);
   if (rc != 0)
-    fprintf(stderr, "mlp: cannot save the checkpoint of epoch %d: %s\n",
-            epochs_done, loom_ckpt_errmsg(c));
+    fprintf(stderr, "mlp: cannot save the checkpoint of epoch %d: %s\n", epochs_done,
+            loom_ckpt_errmsg(c));
   return rc;
 }
 
@@ -611,8 +592,8 @@ static int ckpt_save_epoch(loom_ckpt_t *c, Model *m, int epochs_done,
  * broadcast that follows in main). Sets *epoch and *step to where training
  * resumes, 0 and 0 without a checkpoint. Returns 0 or -1 after printing
  * why, on every rank. */
-static int ckpt_resume(Comm *comm, loom_ckpt_t *c, Model *m,
-                       const int64_t config[3], int *epoch, long *step) {
+static int ckpt_resume(Comm *comm, loom_ckpt_t *c, Model *m, const int64_t config[3], int *epoch,
+                       long *step) {
   int64_t head[4] = {0, 0, 0, 0}; // failed, resumed, epochs done, steps done
   int64_t ck_step;
   int rc = c != NULL ? loom_ckpt_latest(c, &ck_step) : LOOM_ENOENT;
@@ -622,17 +603,15 @@ static int ckpt_resume(Comm *comm, loom_ckpt_t *c, Model *m,
     size_t n = ckpt_tensors(m, progress, saved, t);
     rc = loom_ckpt_restore(c, ck_step, t, n);
     if (rc != 0) {
-      fprintf(stderr, "mlp: cannot resume from %s: %s\n", loom_ckpt_dir(c),
-              loom_ckpt_errmsg(c));
+      fprintf(stderr, "mlp: cannot resume from %s: %s\n", loom_ckpt_dir(c), loom_ckpt_errmsg(c));
       head[0] = 1;
     } else if (memcmp(saved, config, sizeof(saved)) != 0) {
       fprintf(stderr,
               "mlp: the checkpoint in %s is of a run over %lld training "
               "examples with --batch %lld --seed %lld, this run has %lld, "
               "%lld, %lld: use the same options or another --ckpt\n",
-              loom_ckpt_dir(c), (long long)saved[0], (long long)saved[1],
-              (long long)saved[2], (long long)config[0], (long long)config[1],
-              (long long)config[2]);
+              loom_ckpt_dir(c), (long long)saved[0], (long long)saved[1], (long long)saved[2],
+              (long long)config[0], (long long)config[1], (long long)config[2]);
       head[0] = 1;
     } else {
       head[1] = 1;
@@ -640,18 +619,17 @@ static int ckpt_resume(Comm *comm, loom_ckpt_t *c, Model *m,
       head[3] = progress[1];
     }
   } else if (rc != LOOM_ENOENT) {
-    fprintf(stderr, "mlp: cannot look for checkpoints in %s: %s\n",
-            loom_ckpt_dir(c), loom_ckpt_errmsg(c));
+    fprintf(stderr, "mlp: cannot look for checkpoints in %s: %s\n", loom_ckpt_dir(c),
+            loom_ckpt_errmsg(c));
     head[0] = 1;
   }
   if (comm->loom != NULL) {
     rc = loom_broadcast(comm->loom, head, sizeof(head), 0);
     if (rc == 0 && head[1] && head[0] == 0)
-      rc = loom_broadcast(comm->loom, m->momentum,
-                          m->num_parameters * sizeof(float), 0);
+      rc = loom_broadcast(comm->loom, m->momentum, m->num_parameters * sizeof(float), 0);
     if (rc != 0) {
-      fprintf(stderr, "mlp: rank %d: broadcast failed: %s: %s\n", comm->rank,
-              loom_strerror(rc), loom_errmsg(comm->loom));
+      fprintf(stderr, "mlp: rank %d: broadcast failed: %s: %s\n", comm->rank, loom_strerror(rc),
+              loom_errmsg(comm->loom));
       return -1;
     }
   }
@@ -659,8 +637,8 @@ static int ckpt_resume(Comm *comm, loom_ckpt_t *c, Model *m,
   *epoch = (int)head[2];
   *step = (long)head[3];
   if (head[1] && comm->rank == 0) {
-    printf("mlp: resuming from the checkpoint of step %ld (epoch %d) in %s\n",
-           *step, *epoch, loom_ckpt_dir(c));
+    printf("mlp: resuming from the checkpoint of step %ld (epoch %d) in %s\n", *step, *epoch,
+           loom_ckpt_dir(c));
     fflush(stdout);
   }
   return 0;
@@ -668,22 +646,23 @@ static int ckpt_resume(Comm *comm, loom_ckpt_t *c, Model *m,
 
 /* Rank 0's scalars for one epoch, at the step it ended on. Returns 0 or -1
  * after printing why. */
-static int write_summaries(loom_summary_t *s, long step, int epoch,
-                           double train_loss, double train_accuracy,
-                           double test_loss, double test_accuracy,
+static int write_summaries(loom_summary_t *s, long step, int epoch, double train_loss,
+                           double train_accuracy, double test_loss, double test_accuracy,
                            double samples_per_s) {
   const struct {
     const char *tag;
     double value;
   } scalars[] = {
-      {"train/loss", train_loss},     {"train/accuracy", train_accuracy},
-      {"test/loss", test_loss},       {"test/accuracy", test_accuracy},
-      {"throughput/samples_per_s", samples_per_s}, {"epoch", epoch},
+      {"train/loss", train_loss},
+      {"train/accuracy", train_accuracy},
+      {"test/loss", test_loss},
+      {"test/accuracy", test_accuracy},
+      {"throughput/samples_per_s", samples_per_s},
+      {"epoch", epoch},
   };
   for (size_t i = 0; i < sizeof(scalars) / sizeof(scalars[0]); i++) {
     if (loom_summary_scalar(s, scalars[i].tag, step, scalars[i].value) != 0) {
-      fprintf(stderr, "mlp: cannot write TensorBoard summaries: %s\n",
-              loom_summary_errmsg(s));
+      fprintf(stderr, "mlp: cannot write TensorBoard summaries: %s\n", loom_summary_errmsg(s));
       return -1;
     }
   }
@@ -716,32 +695,28 @@ static void usage(FILE *out) {
       "                   the job's ckpt/ directory)",
       "  --no-ckpt        no checkpoints, even inside a job",
   };
-  for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++)
-    fprintf(out, "%s\n", lines[i]);
+  for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) fprintf(out, "%s\n", lines[i]);
 }
 
-static int parse_long(const char *flag, const char *s, long min, long max,
-                      long *out) {
+static int parse_long(const char *flag, const char *s, long min, long max, long *out) {
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
   if (errno != 0 || end == s || *end != '\0' || v < min || v > max) {
-    fprintf(stderr, "mlp: %s wants an integer in [%ld, %ld], got '%s'\n", flag,
-            min, max, s);
+    fprintf(stderr, "mlp: %s wants an integer in [%ld, %ld], got '%s'\n", flag, min, max, s);
     return -1;
   }
   *out = v;
   return 0;
 }
 
-static int parse_float(const char *flag, const char *s, float min, float max,
-                       float *out) {
+static int parse_float(const char *flag, const char *s, float min, float max, float *out) {
   char *end;
   errno = 0;
   float v = strtof(s, &end);
   if (errno != 0 || end == s || *end != '\0' || !(v >= min && v <= max)) {
-    fprintf(stderr, "mlp: %s wants a number in [%g, %g], got '%s'\n", flag,
-            (double)min, (double)max, s);
+    fprintf(stderr, "mlp: %s wants a number in [%g, %g], got '%s'\n", flag, (double)min,
+            (double)max, s);
     return -1;
   }
   *out = v;
@@ -778,9 +753,8 @@ static int parse_args(int argc, char **argv, Options *o) {
       continue;
     }
     static const char *const takes_value[] = {
-        "--data",  "--save", "--epochs",    "--batch",    "--threads", "--seed",
-        "--limit", "--lr",   "--max-steps", "--momentum", "--hidden",
-        "--summary", "--ckpt"};
+        "--data", "--save",      "--epochs",   "--batch",  "--threads", "--seed", "--limit",
+        "--lr",   "--max-steps", "--momentum", "--hidden", "--summary", "--ckpt"};
     int known = 0;
     for (size_t k = 0; k < sizeof(takes_value) / sizeof(takes_value[0]); k++)
       known |= strcmp(a, takes_value[k]) == 0;
@@ -847,10 +821,8 @@ static int parse_args(int argc, char **argv, Options *o) {
 
 static int load_split(IdxDataset *ds, const char *dir, const char *split) {
   char images[4096], labels[4096];
-  int ni = snprintf(images, sizeof(images), "%s/%s-images-idx3-ubyte.gz", dir,
-                    split);
-  int nl = snprintf(labels, sizeof(labels), "%s/%s-labels-idx1-ubyte.gz", dir,
-                    split);
+  int ni = snprintf(images, sizeof(images), "%s/%s-images-idx3-ubyte.gz", dir, split);
+  int nl = snprintf(labels, sizeof(labels), "%s/%s-labels-idx1-ubyte.gz", dir, split);
   if (ni >= (int)sizeof(images) || nl >= (int)sizeof(labels)) {
     fprintf(stderr, "mlp: --data path too long\n");
     return -1;
@@ -946,29 +918,28 @@ int main(int argc, char **argv) {
     start_epoch = (int)pos.epoch;
     start_s = (int)pos.s;
     step = (long)pos.step;
-    if (logs) printf("mlp: joined generation %lld at step %ld\n",
-                     (long long)loom_generation(comm.loom), step);
+    if (logs)
+      printf("mlp: joined generation %lld at step %ld\n", (long long)loom_generation(comm.loom),
+             step);
   } else if (ckpt_resume(&comm, ckpt, &model, config, &start_epoch, &step) != 0)
     goto out;
   // Every process initialized from the same seed already (or rank 0 just
   // restored a checkpoint); the broadcast makes rank 0's parameters the
   // truth regardless.
   if (comm.loom != NULL && !joining) {
-    int rc = loom_broadcast(comm.loom, model.params_memory,
-                            model.num_parameters * sizeof(float), 0);
+    int rc =
+        loom_broadcast(comm.loom, model.params_memory, model.num_parameters * sizeof(float), 0);
     if (rc != 0) {
-      fprintf(stderr, "mlp: rank %d: broadcast failed: %s: %s\n", comm.rank,
-              loom_strerror(rc), loom_errmsg(comm.loom));
+      fprintf(stderr, "mlp: rank %d: broadcast failed: %s: %s\n", comm.rank, loom_strerror(rc),
+              loom_errmsg(comm.loom));
       goto out;
     }
   }
   if (logs)
-    printf(
-        "mlp: rank %d of %d, %d train and %d test examples, model "
-        "%d-%d-%d-%d (%zu parameters), global batch %d, lr %g, momentum %g\n",
-        comm.rank, comm.world, train.n, test.n, NUM_INPUTS, opt.hidden1,
-        opt.hidden2, NUM_CLASSES, model.num_parameters, opt.batch,
-        (double)opt.lr, (double)opt.momentum);
+    printf("mlp: rank %d of %d, %d train and %d test examples, model "
+           "%d-%d-%d-%d (%zu parameters), global batch %d, lr %g, momentum %g\n",
+           comm.rank, comm.world, train.n, test.n, NUM_INPUTS, opt.hidden1, opt.hidden2,
+           NUM_CLASSES, model.num_parameters, opt.batch, (double)opt.lr, (double)opt.momentum);
   fflush(stdout);
 
   order = malloc((size_t)train.n * sizeof(int));
@@ -978,8 +949,7 @@ int main(int argc, char **argv) {
   float *stats = model.grads_memory + model.num_parameters;
   int steps_per_epoch = (train.n + opt.batch - 1) / opt.batch;
   long total_steps = (long)steps_per_epoch * opt.epochs;
-  if (opt.max_steps >= 0 && opt.max_steps < total_steps)
-    total_steps = opt.max_steps;
+  if (opt.max_steps >= 0 && opt.max_steps < total_steps) total_steps = opt.max_steps;
   int stopped = opt.max_steps >= 0 && step >= opt.max_steps;
   int epochs_run = 0;
   for (int epoch = start_epoch; epoch < opt.epochs && !stopped; epoch++) {
@@ -994,8 +964,7 @@ int main(int argc, char **argv) {
       int lo, hi;
       my_slice(Bg, comm.rank, comm.world, &lo, &hi);
       int B = hi - lo;
-      memset(model.grads_memory, 0,
-             (model.num_parameters + GRAD_STATS) * sizeof(float));
+      memset(model.grads_memory, 0, (model.num_parameters + GRAD_STATS) * sizeof(float));
       load_batch(&model, &train, order + start + lo, B);
       float weight = 1.0f / (float)Bg;
       stats[STAT_CORRECT] = (float)model_forward(&model, B);
@@ -1009,8 +978,8 @@ int main(int argc, char **argv) {
         pos = (Position){epoch, s, step};
         if (recover(&comm, &model, &pos) != 0) goto out;
         if (pos.epoch != epoch) {
-          fprintf(stderr, "mlp: rank %d: rank 0 is in epoch %lld, this process in %d\n",
-                  comm.rank, (long long)pos.epoch, epoch);
+          fprintf(stderr, "mlp: rank %d: rank 0 is in epoch %lld, this process in %d\n", comm.rank,
+                  (long long)pos.epoch, epoch);
           goto out;
         }
         s = (int)pos.s - 1;
@@ -1035,25 +1004,21 @@ int main(int argc, char **argv) {
     epochs_run++;
     if (evaluate(&model, &test, &comm, &accuracy, &test_loss) != 0) goto out;
     if (logs) {
-      printf(
-          "epoch %d: steps %d, train loss %.4f, train accuracy %.4f, "
-          "test loss %.4f, test accuracy %.4f, %.1f s, %.0f samples/s\n",
-          epoch + 1, epoch_steps, loss_sum / seen, correct / seen, test_loss,
-          accuracy, dt, seen / dt);
+      printf("epoch %d: steps %d, train loss %.4f, train accuracy %.4f, "
+             "test loss %.4f, test accuracy %.4f, %.1f s, %.0f samples/s\n",
+             epoch + 1, epoch_steps, loss_sum / seen, correct / seen, test_loss, accuracy, dt,
+             seen / dt);
       fflush(stdout);
     }
-    if (summary != NULL &&
-        write_summaries(summary, step, epoch + 1, loss_sum / seen,
-                        correct / seen, test_loss, accuracy, seen / dt) != 0)
+    if (summary != NULL && write_summaries(summary, step, epoch + 1, loss_sum / seen,
+                                           correct / seen, test_loss, accuracy, seen / dt) != 0)
       goto out;
     // only whole epochs: a resumed run starts at an epoch's beginning
     if (ckpt != NULL && epoch_steps == steps_per_epoch &&
         ckpt_save_epoch(ckpt, &model, epoch + 1, step, config) != 0)
       goto out;
   }
-  if (epochs_run == 0 &&
-      evaluate(&model, &test, &comm, &accuracy, &test_loss) != 0)
-    goto out;
+  if (epochs_run == 0 && evaluate(&model, &test, &comm, &accuracy, &test_loss) != 0) goto out;
 
   // Every process applied the same updates; check they still agree.
   if (comm.loom != NULL) {
@@ -1068,28 +1033,23 @@ int main(int argc, char **argv) {
               "(checksums from %.17g to %.17g)\n",
               -range[1], range[0]);
   }
-  if (comm.rank == 0 && opt.save != NULL && model_save(&model, opt.save) != 0)
-    goto out;
+  if (comm.rank == 0 && opt.save != NULL && model_save(&model, opt.save) != 0) goto out;
   double rate = train_time > 0.0 ? samples / train_time : 0.0;
   if (logs)
-    printf(
-        "done: %ld steps, test accuracy %.4f, %.0f samples/s over %.1f s "
-        "of training, %d process%s\n",
-        step, accuracy, rate, train_time, comm.world,
-        comm.world == 1 ? "" : "es");
+    printf("done: %ld steps, test accuracy %.4f, %.0f samples/s over %.1f s "
+           "of training, %d process%s\n",
+           step, accuracy, rate, train_time, comm.world, comm.world == 1 ? "" : "es");
   if (comm.rank == 0 && opt.json)
-    printf(
-        "{\"test_accuracy\": %.4f, \"test_loss\": %.4f, "
-        "\"samples_per_s\": %.1f, \"train_s\": %.3f, \"steps\": %ld, "
-        "\"world_size\": %d}\n",
-        accuracy, test_loss, rate, train_time, step, comm.world);
+    printf("{\"test_accuracy\": %.4f, \"test_loss\": %.4f, "
+           "\"samples_per_s\": %.1f, \"train_s\": %.3f, \"steps\": %ld, "
+           "\"world_size\": %d}\n",
+           accuracy, test_loss, rate, train_time, step, comm.world);
   fflush(stdout);
   if (summary != NULL) {
     int rc = loom_summary_close(summary);
     summary = NULL;
     if (rc != 0) {
-      fprintf(stderr, "mlp: cannot finish the TensorBoard event file: %s\n",
-              loom_strerror(rc));
+      fprintf(stderr, "mlp: cannot finish the TensorBoard event file: %s\n", loom_strerror(rc));
       goto out;
     }
   }

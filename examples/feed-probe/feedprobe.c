@@ -34,20 +34,28 @@ static long arg_long(char **argv, int *i, int argc) {
 }
 
 int main(int argc, char **argv) {
-  long batch = 0, sleep_us = 0, die_after = -1, fail_after = -1, pause_after = -1,
-       stop_after = -1;
+  long batch = 0, sleep_us = 0, die_after = -1, fail_after = -1, pause_after = -1, stop_after = -1;
   const char *marker = NULL, *go = NULL;
   int print = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--batch")) batch = arg_long(argv, &i, argc);
-    else if (!strcmp(argv[i], "--print")) print = 1;
-    else if (!strcmp(argv[i], "--sleep-us")) sleep_us = arg_long(argv, &i, argc);
-    else if (!strcmp(argv[i], "--die-after")) die_after = arg_long(argv, &i, argc);
-    else if (!strcmp(argv[i], "--fail-after")) fail_after = arg_long(argv, &i, argc);
-    else if (!strcmp(argv[i], "--pause-after")) pause_after = arg_long(argv, &i, argc);
-    else if (!strcmp(argv[i], "--stop-after")) stop_after = arg_long(argv, &i, argc);
-    else if (!strcmp(argv[i], "--marker") && i + 1 < argc) marker = argv[++i];
-    else if (!strcmp(argv[i], "--go") && i + 1 < argc) go = argv[++i];
+    if (!strcmp(argv[i], "--batch"))
+      batch = arg_long(argv, &i, argc);
+    else if (!strcmp(argv[i], "--print"))
+      print = 1;
+    else if (!strcmp(argv[i], "--sleep-us"))
+      sleep_us = arg_long(argv, &i, argc);
+    else if (!strcmp(argv[i], "--die-after"))
+      die_after = arg_long(argv, &i, argc);
+    else if (!strcmp(argv[i], "--fail-after"))
+      fail_after = arg_long(argv, &i, argc);
+    else if (!strcmp(argv[i], "--pause-after"))
+      pause_after = arg_long(argv, &i, argc);
+    else if (!strcmp(argv[i], "--stop-after"))
+      stop_after = arg_long(argv, &i, argc);
+    else if (!strcmp(argv[i], "--marker") && i + 1 < argc)
+      marker = argv[++i];
+    else if (!strcmp(argv[i], "--go") && i + 1 < argc)
+      go = argv[++i];
     else {
       fprintf(stderr, "feedprobe: unknown argument %s\n", argv[i]);
       return 2;
@@ -55,8 +63,10 @@ int main(int argc, char **argv) {
   }
   struct stat st;
   if (die_after >= 0 && marker) {
-    if (stat(marker, &st) == 0) die_after = -1; /* died once already */
-    else fclose(fopen(marker, "w"));
+    if (stat(marker, &st) == 0)
+      die_after = -1; /* died once already */
+    else
+      fclose(fopen(marker, "w"));
   }
   const char *att = getenv("LOOM_ATTEMPT");
   if (fail_after >= 0 && att && strcmp(att, "0")) fail_after = -1;
@@ -81,8 +91,10 @@ int main(int argc, char **argv) {
   size_t line_cap = 0;
   for (;;) {
     size_t got = 1;
-    if (batch > 0) rc = loom_feed_next_batch(f, recs, (size_t)batch, &got);
-    else rc = loom_feed_next(f, &recs[0]);
+    if (batch > 0)
+      rc = loom_feed_next_batch(f, recs, (size_t)batch, &got);
+    else
+      rc = loom_feed_next(f, &recs[0]);
     if (rc == LOOM_FEED_END) break;
     if (rc == LOOM_FEED_EPOCH) {
       epochs_seen++;

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define LOOM_CKPT_MAX_DIMS 8
-#define LOOM_CKPT_MAX_NAME 255     /* bytes of a tensor name */
+#define LOOM_CKPT_MAX_NAME 255      /* bytes of a tensor name */
 #define LOOM_CKPT_MAX_TENSORS 65536 /* in one checkpoint */
 
 /* A tensor: a name unique within the checkpoint, its element type and
@@ -51,15 +51,13 @@ typedef struct loom_ckpt loom_ckpt_t;
  * newest before it); 0 keeps every one. l may be NULL; when given it
  * receives the error detail too. On success *c is a handle the caller owns
  * and releases with loom_ckpt_close(). */
-LOOM_EXPORT int loom_ckpt_open(loom_t *l, const char *dir, int keep,
-                               loom_ckpt_t **c);
+LOOM_EXPORT int loom_ckpt_open(loom_t *l, const char *dir, int keep, loom_ckpt_t **c);
 
 /* Saves the n tensors t as the checkpoint of step (>= 0), atomically and
  * durably; a checkpoint of the same step is replaced. The saved step
  * becomes the newest: checkpoints of later steps (from a run that went
  * further before it failed) are deleted, and the oldest beyond keep. */
-LOOM_EXPORT int loom_ckpt_save(loom_ckpt_t *c, int64_t step,
-                               const loom_tensor *t, size_t n);
+LOOM_EXPORT int loom_ckpt_save(loom_ckpt_t *c, int64_t step, const loom_tensor *t, size_t n);
 
 /* The step of the newest checkpoint whose file is whole and whose checksum
  * holds, into *step; LOOM_ENOENT when there is none. Reads the candidate
@@ -73,8 +71,7 @@ LOOM_EXPORT int loom_ckpt_latest(loom_ckpt_t *c, int64_t *step);
  * error no tensor's data has changed. LOOM_ENOENT: no such step or tensor;
  * LOOM_EINVAL: a dtype or shape differs; LOOM_EIO: the file is truncated,
  * corrupt or unreadable. */
-LOOM_EXPORT int loom_ckpt_restore(loom_ckpt_t *c, int64_t step,
-                                  loom_tensor *t, size_t n);
+LOOM_EXPORT int loom_ckpt_restore(loom_ckpt_t *c, int64_t step, loom_tensor *t, size_t n);
 
 /* Checks the checkpoint of step as restore would, without reading tensors
  * out. */
@@ -83,8 +80,7 @@ LOOM_EXPORT int loom_ckpt_verify(loom_ckpt_t *c, int64_t step);
 /* The steps of the checkpoint files present, ascending, by name only (use
  * loom_ckpt_verify to check one): the first max go to steps, and *count
  * gets how many there are (which may be more than max). */
-LOOM_EXPORT int loom_ckpt_list(loom_ckpt_t *c, int64_t *steps, size_t max,
-                               size_t *count);
+LOOM_EXPORT int loom_ckpt_list(loom_ckpt_t *c, int64_t *steps, size_t max, size_t *count);
 
 /* The checkpoint directory. Valid until loom_ckpt_close(). */
 LOOM_EXPORT const char *loom_ckpt_dir(const loom_ckpt_t *c);

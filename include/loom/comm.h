@@ -26,18 +26,17 @@
 extern "C" {
 #endif
 
-LOOM_EXPORT int loom_allreduce(loom_t *l, const void *send, void *recv,
-                               size_t count, loom_dtype dt, loom_op op);
+LOOM_EXPORT int loom_allreduce(loom_t *l, const void *send, void *recv, size_t count, loom_dtype dt,
+                               loom_op op);
 LOOM_EXPORT int loom_broadcast(loom_t *l, void *buf, size_t bytes, int root);
 /* recv holds world_size * bytes: rank r's send lands at recv + r * bytes
  * (send may already be that slot: in place). */
-LOOM_EXPORT int loom_allgather(loom_t *l, const void *send, void *recv,
-                               size_t bytes);
+LOOM_EXPORT int loom_allgather(loom_t *l, const void *send, void *recv, size_t bytes);
 /* send holds count elements; the result is split into world_size blocks as
  * evenly as possible (the first count % n blocks get one more element) and
  * rank r receives block r into recv. */
-LOOM_EXPORT int loom_reduce_scatter(loom_t *l, const void *send, void *recv,
-                                    size_t count, loom_dtype dt, loom_op op);
+LOOM_EXPORT int loom_reduce_scatter(loom_t *l, const void *send, void *recv, size_t count,
+                                    loom_dtype dt, loom_op op);
 LOOM_EXPORT int loom_barrier(loom_t *l);
 /* Elastic membership (a role with `elastic: {min, max}`): when a member is
  * lost, or a restarted one comes back, the coordinator announces a new
@@ -59,8 +58,7 @@ LOOM_EXPORT int loom_membership_changed(const loom_t *l);
 LOOM_EXPORT int loom_comm_reform(loom_t *l, int timeout_ms);
 
 /* The size in elements of rank r's block in loom_reduce_scatter(). */
-LOOM_EXPORT size_t loom_reduce_scatter_count(size_t count, int world_size,
-                                             int rank);
+LOOM_EXPORT size_t loom_reduce_scatter_count(size_t count, int world_size, int rank);
 
 #ifdef __cplusplus
 }

@@ -80,16 +80,15 @@ LOOM_EXPORT int loom_feed_next(loom_feed_t *f, loom_record *rec);
 /* Up to max records into recs[0..*n): 0 with *n >= 1, or what
  * loom_feed_next returns (with *n = 0). A batch never spans two splits or
  * two epochs, so it may be short at a split's end. */
-LOOM_EXPORT int loom_feed_next_batch(loom_feed_t *f, loom_record *recs, size_t max,
-                                     size_t *n);
+LOOM_EXPORT int loom_feed_next_batch(loom_feed_t *f, loom_record *recs, size_t max, size_t *n);
 
 /* Like next_batch, but copies the records back to back into buf (cap
  * bytes) and their sizes into sizes[0..*n), stopping before a record that
  * does not fit. If not even the first fits: LOOM_ERANGE, sizes[0] = its
  * size, and the record stays next. (For bindings that want one call per
  * batch: the Python module's numpy path.) */
-LOOM_EXPORT int loom_feed_read(loom_feed_t *f, void *buf, size_t cap, size_t *sizes,
-                               size_t max, size_t *n);
+LOOM_EXPORT int loom_feed_read(loom_feed_t *f, void *buf, size_t cap, size_t *sizes, size_t max,
+                               size_t *n);
 
 /* The epoch of the last record returned (from 0); before any, the epoch
  * the feed is at. */

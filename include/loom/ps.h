@@ -71,9 +71,9 @@ typedef enum { LOOM_PS_ASYNC = 0, LOOM_PS_SYNC = 1, LOOM_PS_BOUNDED = 2 } loom_p
 
 typedef struct {
   loom_ps_mode mode;
-  int staleness;        /* LOOM_PS_BOUNDED: steps ahead of the slowest */
-  int workers;          /* processes taking part in steps; 0: LOOM_WORLD_SIZE */
-  int rank;             /* this process's rank; 0: loom_rank(l) or LOOM_RANK
+  int staleness; /* LOOM_PS_BOUNDED: steps ahead of the slowest */
+  int workers;   /* processes taking part in steps; 0: LOOM_WORLD_SIZE */
+  int rank;      /* this process's rank; 0: loom_rank(l) or LOOM_RANK
                            (-1 outside the training roles); set
                            rank_given to use it as is */
   int rank_given;
@@ -101,17 +101,15 @@ typedef enum { LOOM_PS_SGD = 0, LOOM_PS_ADAGRAD, LOOM_PS_ADAM } loom_ps_optimize
 typedef struct {
   loom_ps_optimizer kind;
   float lr;
-  float beta1, beta2; /* Adam */
-  float eps;          /* Adagrad, Adam */
+  float beta1, beta2;        /* Adam */
+  float eps;                 /* Adagrad, Adam */
   float initial_accumulator; /* Adagrad */
 } loom_ps_opt;
 
 /* The usual hyperparameters (torch.optim's defaults). */
 #define LOOM_PS_OPT_SGD(rate) ((loom_ps_opt){LOOM_PS_SGD, (rate), 0, 0, 0, 0})
-#define LOOM_PS_OPT_ADAGRAD(rate)                                             \
-  ((loom_ps_opt){LOOM_PS_ADAGRAD, (rate), 0, 0, 1e-10f, 0})
-#define LOOM_PS_OPT_ADAM(rate)                                                \
-  ((loom_ps_opt){LOOM_PS_ADAM, (rate), 0.9f, 0.999f, 1e-8f, 0})
+#define LOOM_PS_OPT_ADAGRAD(rate) ((loom_ps_opt){LOOM_PS_ADAGRAD, (rate), 0, 0, 1e-10f, 0})
+#define LOOM_PS_OPT_ADAM(rate) ((loom_ps_opt){LOOM_PS_ADAM, (rate), 0.9f, 0.999f, 1e-8f, 0})
 
 /* Connects to every shard (waiting up to LOOM_CONNECT_TIMEOUT for each to
  * listen), authenticates with the job's secret (LOOM_SECRET) and agrees on
@@ -121,8 +119,7 @@ typedef struct {
  * On success *ps is a new handle the caller releases with loom_ps_close().
  * The handle's step starts where this rank left off on the ps (0 for a
  * fresh ps). */
-LOOM_EXPORT int loom_ps_connect(loom_t *l, const loom_ps_opts *opts,
-                                loom_ps_t **ps);
+LOOM_EXPORT int loom_ps_connect(loom_t *l, const loom_ps_opts *opts, loom_ps_t **ps);
 /* Closes the connections and frees the handle and its variables. The
  * variables stay on the ps. */
 LOOM_EXPORT void loom_ps_close(loom_ps_t *ps);
@@ -139,15 +136,14 @@ LOOM_EXPORT int64_t loom_ps_clock(const loom_ps_t *ps);
  * the hyperparameters given replace the old ones. Every worker declares
  * the variables it uses. name: 1..255 printable bytes. *var is owned by
  * ps. */
-LOOM_EXPORT int loom_ps_dense(loom_ps_t *ps, const char *name,
-                              const size_t *shape, int ndim,
+LOOM_EXPORT int loom_ps_dense(loom_ps_t *ps, const char *name, const size_t *shape, int ndim,
                               const loom_ps_init *init, const loom_ps_opt *opt,
                               loom_ps_var_t **var);
 /* Declares (or finds) a sparse table whose rows have dim floats
  * (1..65536). */
 LOOM_EXPORT int loom_ps_sparse(loom_ps_t *ps, const char *name, size_t dim,
-                               const loom_ps_init *init,
-                               const loom_ps_opt *opt, loom_ps_var_t **var);
+                               const loom_ps_init *init, const loom_ps_opt *opt,
+                               loom_ps_var_t **var);
 /* Elements of a dense variable, or the row width of a table. */
 LOOM_EXPORT size_t loom_ps_var_size(const loom_ps_var_t *var);
 
@@ -155,18 +151,15 @@ LOOM_EXPORT size_t loom_ps_var_size(const loom_ps_var_t *var);
  * SYNC: waits until every step before this worker's is applied. */
 LOOM_EXPORT int loom_ps_pull(loom_ps_t *ps, loom_ps_var_t *var, float *out);
 /* Sends a gradient for the whole dense variable (its count of floats). */
-LOOM_EXPORT int loom_ps_push(loom_ps_t *ps, loom_ps_var_t *var,
-                             const float *grad);
+LOOM_EXPORT int loom_ps_push(loom_ps_t *ps, loom_ps_var_t *var, const float *grad);
 /* Reads the rows of n keys into out (n * dim floats, row i at out + i*dim).
  * Keys may repeat. */
-LOOM_EXPORT int loom_ps_sparse_pull(loom_ps_t *ps, loom_ps_var_t *var,
-                                    const uint64_t *keys, size_t n,
-                                    float *out);
+LOOM_EXPORT int loom_ps_sparse_pull(loom_ps_t *ps, loom_ps_var_t *var, const uint64_t *keys,
+                                    size_t n, float *out);
 /* Sends gradients for the rows of n keys (grad: n * dim floats). The
  * gradients of a key that repeats are summed into one before the update. */
-LOOM_EXPORT int loom_ps_sparse_push(loom_ps_t *ps, loom_ps_var_t *var,
-                                    const uint64_t *keys, size_t n,
-                                    const float *grad);
+LOOM_EXPORT int loom_ps_sparse_push(loom_ps_t *ps, loom_ps_var_t *var, const uint64_t *keys,
+                                    size_t n, const float *grad);
 
 /* Ends this worker's step. SYNC: the step's summed gradients are applied
  * once every worker has ended it (this call does not wait for that; the

@@ -39,23 +39,20 @@ typedef struct loom_summary loom_summary_t;
  * run, $LOOM_JOB_DIR/tensorboard/<role>-<index>/ (LOOM_ENOENV outside a
  * job); another dir is created if missing. l may be NULL; when given it
  * also names the task and receives the error detail (loom_errmsg). */
-LOOM_EXPORT int loom_summary_open(loom_t *l, const char *dir,
-                                  loom_summary_t **s);
+LOOM_EXPORT int loom_summary_open(loom_t *l, const char *dir, loom_summary_t **s);
 
 /* A scalar: one point of the chart named tag at step. TensorBoard stores it
  * as a 32-bit float (simple_value), so value is rounded to float. */
-LOOM_EXPORT int loom_summary_scalar(loom_summary_t *s, const char *tag,
-                                    int64_t step, double value);
+LOOM_EXPORT int loom_summary_scalar(loom_summary_t *s, const char *tag, int64_t step, double value);
 /* A histogram of n values (values may be NULL when n is 0), bucketed as
  * TensorFlow does: exponential buckets (limits +-1e-12 * 1.1^k up to 1e20,
  * 0 between) with runs of empty buckets merged. Infinite and NaN values are
  * left out (they would have no bucket). */
-LOOM_EXPORT int loom_summary_histogram(loom_summary_t *s, const char *tag,
-                                       int64_t step, const float *values,
-                                       size_t n);
+LOOM_EXPORT int loom_summary_histogram(loom_summary_t *s, const char *tag, int64_t step,
+                                       const float *values, size_t n);
 /* Text, shown by TensorBoard's Text tab (rendered as Markdown). */
-LOOM_EXPORT int loom_summary_text(loom_summary_t *s, const char *tag,
-                                  int64_t step, const char *text);
+LOOM_EXPORT int loom_summary_text(loom_summary_t *s, const char *tag, int64_t step,
+                                  const char *text);
 
 /* Writes every buffered record to the file (not fsync: TensorBoard reads
  * the page cache). */

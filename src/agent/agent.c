@@ -37,9 +37,9 @@ typedef struct {
   uv_pipe_t pipe;
   agent *a;
   int proc, stream;
-  loom__buf line;   /* bytes read but not sent: at most one line of LOOM_MAX_LOG_LINE */
+  loom__buf line; /* bytes read but not sent: at most one line of LOOM_MAX_LOG_LINE */
   bool open;
-  bool cutting;     /* the rest of an over-long line is being dropped */
+  bool cutting; /* the rest of an over-long line is being dropped */
 } outpipe;
 
 typedef struct {
@@ -58,7 +58,7 @@ struct agent {
   uv_timer_t hb, grace, drain, linger;
   uv_signal_t sigs[3];
   wire_reader rd;
-  json_t *assign;  /* the ASSIGN frame's JSON, which as borrows from */
+  json_t *assign; /* the ASSIGN frame's JSON, which as borrows from */
   wire_assign as; /* what to run */
   char task[96], host[256], secret[160], cgroup[1024];
   cg_kind cgkind; /* how cgroup (if set) limits memory */
@@ -125,8 +125,7 @@ static void shutdown_done(uv_shutdown_t *req, int status) {
   }
   a->lingering = true;
   uv_timer_stop(&a->hb);
-  uv_timer_start(&a->linger, linger_expired, (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_TIMEOUT_MS),
-                 0);
+  uv_timer_start(&a->linger, linger_expired, (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_TIMEOUT_MS), 0);
 }
 
 /* Ends the loop once what was queued for the coordinator is written and
@@ -180,10 +179,9 @@ static void maybe_finish(agent *a) {
     if (a->fail_sig == SIGKILL && !a->stopping && a->cgroup[0]) {
       /* the kernel's OOM killer leaves its mark in the cgroup */
       if (cg_oom_killed(a->cgkind, a->cgroup)) {
-        snprintf(oom, sizeof oom,
-                 "out of memory: the task reached its memory limit of %lld MiB (%s %s)",
-                 (long long)(a->as.memory >> 20), cg_kind_name(a->cgkind),
-                 cg_limit_file(a->cgkind));
+        snprintf(
+            oom, sizeof oom, "out of memory: the task reached its memory limit of %lld MiB (%s %s)",
+            (long long)(a->as.memory >> 20), cg_kind_name(a->cgkind), cg_limit_file(a->cgkind));
         m.u.exit.reason = oom;
       }
     }
@@ -226,8 +224,10 @@ static void out_pause(agent *a, bool pause) {
     for (int k = 0; k < 2; k++) {
       outpipe *o = &a->procs[i].out[k];
       if (!o->open) continue;
-      if (pause) uv_read_stop((uv_stream_t *)&o->pipe);
-      else uv_read_start((uv_stream_t *)&o->pipe, out_alloc, out_read);
+      if (pause)
+        uv_read_stop((uv_stream_t *)&o->pipe);
+      else
+        uv_read_start((uv_stream_t *)&o->pipe, out_alloc, out_read);
     }
 }
 
@@ -241,8 +241,8 @@ static void log_written(void *owner) {
   agent *a = w->a;
   free(w->buf);
   free(w);
-  if (a->out_paused && (!a->conn_open || uv_stream_get_write_queue_size(
-                                             (uv_stream_t *)&a->conn) < OUT_LOW))
+  if (a->out_paused &&
+      (!a->conn_open || uv_stream_get_write_queue_size((uv_stream_t *)&a->conn) < OUT_LOW))
     out_pause(a, false);
 }
 
@@ -405,12 +405,13 @@ static void env_free(envv *e) {
 }
 
 static const char *const STRIP[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "TF_CONFIG", "LOOM_RANK", "LOOM_WORLD_SIZE", "LOOM_LOCAL_RANK", "LOOM_CLUSTER",
-    "LOOM_ROLE", "LOOM_INDEX", "LOOM__PPID", "LOOM__CPUS", "LOOM__MEM", "LOOM__CGROUP", NULL};
+    "RANK",         "WORLD_SIZE",   "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+    "MASTER_PORT",  "TF_CONFIG",    "LOOM_RANK",  "LOOM_WORLD_SIZE",  "LOOM_LOCAL_RANK",
+    "LOOM_CLUSTER", "LOOM_ROLE",    "LOOM_INDEX", "LOOM__PPID",       "LOOM__CPUS",
+    "LOOM__MEM",    "LOOM__CGROUP", NULL};
 
-static void build_env(agent *a, envv *e, int local, const wire_cluster *cl,
-                      const char *cluster_s, const json_t *tf_cluster) {
+static void build_env(agent *a, envv *e, int local, const wire_cluster *cl, const char *cluster_s,
+                      const json_t *tf_cluster) {
   extern char **environ;
   memset(e, 0, sizeof *e);
   for (char **p = environ; *p; p++) {
@@ -477,8 +478,8 @@ static void build_env(agent *a, envv *e, int local, const wire_cluster *cl,
     if (cl->has_master_port) env_setf(e, "MASTER_PORT", "%d", (int)cl->master_port);
   }
   /* TF_CONFIG: the cluster without evaluator/tensorboard, and this task. */
-  json_t *tf = json_pack("{s:O, s:{s:s, s:i}}", "cluster", tf_cluster, "task", "type", role,
-                         "index", index);
+  json_t *tf =
+      json_pack("{s:O, s:{s:s, s:i}}", "cluster", tf_cluster, "task", "type", role, "index", index);
   char *tfs = tf ? json_dumps(tf, JSON_COMPACT) : NULL;
   if (tfs) env_set(e, "TF_CONFIG", tfs);
   free(tfs);
@@ -489,8 +490,10 @@ static void build_env(agent *a, envv *e, int local, const wire_cluster *cl,
   const char *cpus = as->cpus;
   if (*cpus) env_set(e, "LOOM__CPUS", cpus);
   int64_t mem = as->memory;
-  if (a->cgroup[0]) env_set(e, "LOOM__CGROUP", a->cgroup);
-  else if (mem > 0) env_setf(e, "LOOM__MEM", "%lld", (long long)mem);
+  if (a->cgroup[0])
+    env_set(e, "LOOM__CGROUP", a->cgroup);
+  else if (mem > 0)
+    env_setf(e, "LOOM__MEM", "%lld", (long long)mem);
 }
 
 /* Memory: a cgroup per task where this machine lets us make one (see
@@ -504,8 +507,7 @@ static void make_cgroup(agent *a) {
   char name[160];
   snprintf(name, sizeof name, "%s-%d", role, (int)a->as.index);
   const char *cpus = a->as.cpus;
-  if (cg_create(&p, job, name, (long long)mem, cpus, a->cgroup,
-                sizeof a->cgroup) == 0)
+  if (cg_create(&p, job, name, (long long)mem, cpus, a->cgroup, sizeof a->cgroup) == 0)
     a->cgkind = p.kind;
 }
 
@@ -532,7 +534,8 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
     args[k++] = "-c";
     args[k++] = (char *)shell;
   } else {
-    for (size_t i = 0; i < nargs; i++) args[k++] = (char *)json_string_value(json_array_get(argvj, i));
+    for (size_t i = 0; i < nargs; i++)
+      args[k++] = (char *)json_string_value(json_array_get(argvj, i));
   }
   args[k] = NULL;
   if (a->reserve_fd >= 0) {
@@ -564,9 +567,14 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
       stdio[s + 1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
       stdio[s + 1].data.stream = (uv_stream_t *)&o->pipe;
     }
-    uv_process_options_t opt = {.exit_cb = proc_exited, .file = self, .args = args,
-                                .env = e.v, .cwd = wd, .flags = UV_PROCESS_DETACHED,
-                                .stdio_count = 3, .stdio = stdio};
+    uv_process_options_t opt = {.exit_cb = proc_exited,
+                                .file = self,
+                                .args = args,
+                                .env = e.v,
+                                .cwd = wd,
+                                .flags = UV_PROCESS_DETACHED,
+                                .stdio_count = 3,
+                                .stdio = stdio};
     u->proc.data = u;
     int r = uv_spawn(&a->loop, &u->proc, &opt);
     env_free(&e);
@@ -581,8 +589,7 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
     u->running = u->spawned = true;
     a->running++;
     json_array_append_new(pids, json_integer(u->pid));
-    for (int s = 0; s < 2; s++)
-      uv_read_start((uv_stream_t *)&u->out[s].pipe, out_alloc, out_read);
+    for (int s = 0; s < 2; s++) uv_read_start((uv_stream_t *)&u->out[s].pipe, out_alloc, out_read);
   }
   free(args);
   send_msg(a, &(wire_msg){.type = WIRE_STARTED, .u.started.pids = pids});
@@ -769,8 +776,10 @@ static void usage_of(agent *a, uint64_t *ticks, uint64_t *rss) {
     int ppid, pgrp;
     unsigned long long ut, stt;
     long long rs;
-    if (sscanf(rp + 2, "%c %d %d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d "
-                       "%*d %*u %*u %lld", &st, &ppid, &pgrp, &ut, &stt, &rs) != 6)
+    if (sscanf(rp + 2,
+               "%c %d %d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d "
+               "%*d %*u %*u %lld",
+               &st, &ppid, &pgrp, &ut, &stt, &rs) != 6)
       continue;
     for (int i = 0; i < a->nprocs; i++)
       if (a->procs[i].spawned && pgrp == a->procs[i].pid) {
@@ -791,15 +800,15 @@ static void report_usage(agent *a) {
   usage_of(a, &ticks, &rss);
   double t = (double)now / 1000.0;
   if (a->last_usage) {
-    double cpu = 100.0 * (double)(ticks - a->cpu_ticks) / (double)sysconf(_SC_CLK_TCK) /
-                 (t - a->usage_t0);
+    double cpu =
+        100.0 * (double)(ticks - a->cpu_ticks) / (double)sysconf(_SC_CLK_TCK) / (t - a->usage_t0);
     json_int_t step = (json_int_t)((now - a->started_ms) / 1000); /* seconds since start */
     send_msg(a, &(wire_msg){.type = WIRE_METRIC,
-                            .u.metric = {.tag = "cpu_percent", .step = step,
-                                         .value = cpu > 0 ? cpu : 0.0}});
-    send_msg(a, &(wire_msg){.type = WIRE_METRIC,
-                            .u.metric = {.tag = "memory_bytes", .step = step,
-                                         .value = (double)rss}});
+                            .u.metric = {
+                                .tag = "cpu_percent", .step = step, .value = cpu > 0 ? cpu : 0.0}});
+    send_msg(a,
+             &(wire_msg){.type = WIRE_METRIC,
+                         .u.metric = {.tag = "memory_bytes", .step = step, .value = (double)rss}});
   }
   a->cpu_ticks = ticks;
   a->usage_t0 = t;
@@ -822,8 +831,10 @@ static void on_signal(uv_signal_t *h, int sig) {
   agent *a = h->data;
   agent_log("%s: got SIG%s; stopping the task", a->task, sigabbrev_np(sig));
   a->exit_status = 128 + sig;
-  if (a->running > 0) stop_procs(a, (uint64_t)loom__tun(LOOM_TUN_STOP_GRACE_MS));
-  else agent_done(a);
+  if (a->running > 0)
+    stop_procs(a, (uint64_t)loom__tun(LOOM_TUN_STOP_GRACE_MS));
+  else
+    agent_done(a);
 }
 
 /* ---- before the loop: reserve, register, prepare ---------------------------- */
@@ -866,7 +877,8 @@ static int place_files(agent *a, const char *wd, char *err, size_t errlen) {
         _exit(127);
       }
       if (pid > 0)
-        while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {}
+        while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
+        }
       if (pid < 0 || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
         snprintf(err, errlen, "cannot unpack files.%s from %s into %s", target, tar, dst);
         free(dst);
@@ -910,8 +922,10 @@ static int check_command(agent *a, const char *wd, char *err, size_t errlen) {
   }
   char path[PATH_MAX * 2];
   if (strchr(first, '/')) {
-    if (first[0] == '/') snprintf(path, sizeof path, "%s", first);
-    else snprintf(path, sizeof path, "%s/%s", wd, first);
+    if (first[0] == '/')
+      snprintf(path, sizeof path, "%s", first);
+    else
+      snprintf(path, sizeof path, "%s/%s", wd, first);
     if (access(path, X_OK) == 0) return 0;
     snprintf(err, errlen, "command not found: %s (%s in %s)", first,
              access(path, F_OK) == 0 ? "not executable" : "no such file", wd);
@@ -950,8 +964,10 @@ int agent_main(void) {
   if (att) loom__parse_int(att, 0, 1 << 30, &an);
   a->attempt = (int)an;
   const char *h = getenv("LOOM_HOST");
-  if (h && *h) loom__strlcpy(a->host, h, sizeof a->host);
-  else if (gethostname(a->host, sizeof a->host) < 0) loom__strlcpy(a->host, "localhost", sizeof a->host);
+  if (h && *h)
+    loom__strlcpy(a->host, h, sizeof a->host);
+  else if (gethostname(a->host, sizeof a->host) < 0)
+    loom__strlcpy(a->host, "localhost", sizeof a->host);
   wire_reader_init(&a->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
 
   const char *stall = loom__tun_str(LOOM_TUN_FAULT_STALL_TASK);
@@ -976,8 +992,13 @@ int agent_main(void) {
     goto out;
   }
   wire_msg reg = {.type = WIRE_REGISTER,
-                  .u.reg = {.task = task, .attempt = a->attempt, .host = a->host,
-                            .port = a->port, .has_pid = true, .pid = getpid(), .inflate = true}};
+                  .u.reg = {.task = task,
+                            .attempt = a->attempt,
+                            .host = a->host,
+                            .port = a->port,
+                            .has_pid = true,
+                            .pid = getpid(),
+                            .inflate = true}};
   rc = wire_msg_send(fd, &reg);
   wire_frame f;
   if (rc == 0) rc = wire_recv(fd, &a->rd, &f, 30000);

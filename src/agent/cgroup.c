@@ -204,8 +204,10 @@ int cg_probe_memory(cg_probe *p) {
   if (root && *root) {
     if (cg_exists(root, "cgroup.controllers")) return cg_try_v2(root, p), 0;
     if (cg_exists(root, "memory.limit_in_bytes")) return cg_try_v1(root, p), 0;
-    snprintf(p->why, sizeof p->why, "LOOM_CGROUP_ROOT=%s is neither a cgroup v2 cgroup nor a "
-             "cgroup v1 memory hierarchy", root);
+    snprintf(p->why, sizeof p->why,
+             "LOOM_CGROUP_ROOT=%s is neither a cgroup v2 cgroup nor a "
+             "cgroup v1 memory hierarchy",
+             root);
     return 0;
   }
   char mnt[PATH_MAX], dir[PATH_MAX], why2[sizeof p->why] = "";

@@ -40,7 +40,8 @@ const backend_ops *backend_of_job(const char *job_dir) {
   snprintf(p, sizeof p, "%s/spec.yaml", job_dir);
   json_error_t e;
   json_t *j = json_load_file(p, 0, &e); /* spec.yaml is written as JSON, a subset of YAML */
-  const backend_ops *ops = j ? backend_find(json_string_value(json_object_get(j, "backend"))) : NULL;
+  const backend_ops *ops =
+      j ? backend_find(json_string_value(json_object_get(j, "backend"))) : NULL;
   json_decref(j);
   return ops;
 }

@@ -102,12 +102,12 @@ typedef struct {
    * host, or leaves them "" to keep what the task's host gave it (a Slurm
    * step's cpuset and GPUs). Called once per task, in task order, before
    * any launch. */
-  void (*place)(backend *b, int task_id, const spec_role *r, char *cpus, size_t cpuslen,
-                char *gpus, size_t gpuslen);
+  void (*place)(backend *b, int task_id, const spec_role *r, char *cpus, size_t cpuslen, char *gpus,
+                size_t gpuslen);
   /* Starts the agent of one task: argv[0] is the loom executable, env its
    * whole environment. Does not block. 0, or an error with err filled. */
-  int (*launch)(backend *b, int task_id, char *const *argv, char *const *env,
-                char *err, size_t errlen);
+  int (*launch)(backend *b, int task_id, char *const *argv, char *const *env, char *err,
+                size_t errlen);
   /* Sends sig to the agent of task_id if it still runs (stops one task). */
   void (*signal)(backend *b, int task_id, int sig);
   /* The host name agents should advertise for task_id ("127.0.0.1"), or

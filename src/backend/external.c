@@ -25,8 +25,8 @@ static void ext_place(backend *b, int task_id, const spec_role *r, char *cpus, s
   int *cur = b->priv;
   loom__backend_round_robin(&cur[0], &cur[1], r, cpus, cpuslen, gpus, gpuslen);
 }
-static int ext_launch(backend *b, int task_id, char *const *argv,
-                      char *const *env, char *err, size_t errlen) {
+static int ext_launch(backend *b, int task_id, char *const *argv, char *const *env, char *err,
+                      size_t errlen) {
   return 0;
 }
 static void ext_signal(backend *b, int task_id, int sig) {}

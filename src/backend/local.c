@@ -16,7 +16,7 @@ typedef struct {
 } local_agent;
 
 typedef struct {
-  local_agent **agents; /* task id -> its running agent, or NULL */
+  local_agent **agents;       /* task id -> its running agent, or NULL */
   int cpu_cursor, gpu_cursor; /* placement: the next of this machine's CPUs and GPUs */
 } local_priv;
 
@@ -44,21 +44,24 @@ static int local_check(const spec_job *s, char *err, size_t errlen) {
   for (int i = 0; i < s->nroles; i++) {
     const spec_role *r = &s->roles[i];
     if (r->vcores > cpus) {
-      snprintf(err, errlen, "role '%s' asks for %d vcores per task; this machine has %d "
-               "cores: lower roles.%s.vcores to at most %d", r->name, r->vcores, cpus,
-               r->name, cpus);
+      snprintf(err, errlen,
+               "role '%s' asks for %d vcores per task; this machine has %d "
+               "cores: lower roles.%s.vcores to at most %d",
+               r->name, r->vcores, cpus, r->name, cpus);
       return LOOM_ERESOURCE;
     }
     if (r->memory > mem) {
-      snprintf(err, errlen, "role '%s' asks for %.1f GiB of memory per task; this machine "
-               "has %.1f GiB: lower roles.%s.memory", r->name,
-               (double)r->memory / 1073741824.0, (double)mem / 1073741824.0, r->name);
+      snprintf(err, errlen,
+               "role '%s' asks for %.1f GiB of memory per task; this machine "
+               "has %.1f GiB: lower roles.%s.memory",
+               r->name, (double)r->memory / 1073741824.0, (double)mem / 1073741824.0, r->name);
       return LOOM_ERESOURCE;
     }
     if (r->gpus > gpus) {
-      snprintf(err, errlen, "role '%s' asks for %d gpus per task; this machine has %d: "
-               "lower roles.%s.gpus or use a cluster with GPUs", r->name, r->gpus, gpus,
-               r->name);
+      snprintf(err, errlen,
+               "role '%s' asks for %d gpus per task; this machine has %d: "
+               "lower roles.%s.gpus or use a cluster with GPUs",
+               r->name, r->gpus, gpus, r->name);
       return LOOM_ERESOURCE;
     }
   }
@@ -83,8 +86,8 @@ static void local_exited(uv_process_t *p, int64_t status, int sig) {
   b->on_exit(b->arg, id, status, sig, NULL);
 }
 
-static int local_launch(backend *b, int task_id, char *const *argv,
-                        char *const *env, char *err, size_t errlen) {
+static int local_launch(backend *b, int task_id, char *const *argv, char *const *env, char *err,
+                        size_t errlen) {
   local_agent *a = calloc(1, sizeof *a);
   if (!a) return LOOM_ENOMEM;
   a->b = b;

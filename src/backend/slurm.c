@@ -67,10 +67,10 @@ typedef struct {
   backend *b;
   int task_id;
   char task[80];
-  int handles;      /* handles not yet closed */
-  bool running;     /* the process has not exited */
-  bool reading;     /* the pipe is open */
-  bool reported;    /* on_exit was called */
+  int handles;   /* handles not yet closed */
+  bool running;  /* the process has not exited */
+  bool reading;  /* the pipe is open */
+  bool reported; /* on_exit was called */
   int64_t status;
   int sig;
   size_t line_len;
@@ -81,11 +81,11 @@ typedef struct {
 
 typedef struct {
   char stage_dir[256];
-  int ngroups;              /* components of the Slurm job (1: not heterogeneous) */
+  int ngroups; /* components of the Slurm job (1: not heterogeneous) */
   int ntasks;
-  srun_proc **procs;        /* task id -> its srun, until its exit is reported */
-  int *group;               /* task id -> its component (het group) */
-  const spec_role **role;   /* task id -> its role */
+  srun_proc **procs;      /* task id -> its srun, until its exit is reported */
+  int *group;             /* task id -> its component (het group) */
+  const spec_role **role; /* task id -> its role */
 } slurm_priv;
 
 /* ---- Slurm's client commands ---------------------------------------------- */
@@ -136,7 +136,8 @@ static int run_capture(char *const argv[], int timeout_ms, char *out, size_t out
   }
   close(fds[0]);
   int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
   if (killed || !WIFEXITED(st)) return -1;
   return WEXITSTATUS(st);
 }
@@ -242,10 +243,15 @@ static int slurm_nodes(const char *part, slurm_node **nodes, int *n, char *pname
   free(out);
   if (cnt == 0) {
     free(all);
-    if (part) snprintf(err, errlen, "Slurm has no partition '%s' (or it has no nodes): set queue "
-                       "to a partition that `sinfo` lists", part);
-    else snprintf(err, errlen, "Slurm has no default partition: set queue to one that `sinfo` "
-                  "lists");
+    if (part)
+      snprintf(err, errlen,
+               "Slurm has no partition '%s' (or it has no nodes): set queue "
+               "to a partition that `sinfo` lists",
+               part);
+    else
+      snprintf(err, errlen,
+               "Slurm has no default partition: set queue to one that `sinfo` "
+               "lists");
     return LOOM_ERESOURCE;
   }
   *nodes = all;
@@ -280,8 +286,8 @@ typedef struct {
 
 typedef struct {
   int ncomp;
-  slurm_comp *comp;  /* at most nroles */
-  int *role_comp;    /* role index -> its component */
+  slurm_comp *comp; /* at most nroles */
+  int *role_comp;   /* role index -> its component */
 } slurm_plan;
 
 static int role_vc(const spec_role *r) { return r->vcores > 0 ? r->vcores : 1; }
@@ -338,8 +344,9 @@ static int plan_make(const spec_job *s, int kind, slurm_plan *p) {
       if (rmem > mem_task) mem_task = rmem;
       if (vc > k->vcores) k->vcores = vc;
       if (r->gpus > k->gpus) k->gpus = r->gpus;
-      k->mem_per_cpu_mb = mem_task ? (mem_task + (unsigned long long)k->vcores - 1) /
-                                         (unsigned long long)k->vcores : 0;
+      k->mem_per_cpu_mb =
+          mem_task ? (mem_task + (unsigned long long)k->vcores - 1) / (unsigned long long)k->vcores
+                   : 0;
     }
     k->ntasks += r->instances;
     p->role_comp[i] = c;
@@ -381,14 +388,17 @@ static bool plan_fits(const slurm_plan *p, const slurm_node *nodes, int n) {
 }
 
 static void fmt_mib(unsigned long long mb, char *buf, size_t len) {
-  if (mb >= 1024 && mb % 1024 == 0) snprintf(buf, len, "%llu GiB", mb / 1024);
-  else if (mb >= 1024) snprintf(buf, len, "%.1f GiB", (double)mb / 1024.0);
-  else snprintf(buf, len, "%llu MiB", mb);
+  if (mb >= 1024 && mb % 1024 == 0)
+    snprintf(buf, len, "%llu GiB", mb / 1024);
+  else if (mb >= 1024)
+    snprintf(buf, len, "%.1f GiB", (double)mb / 1024.0);
+  else
+    snprintf(buf, len, "%llu MiB", mb);
 }
 
 /* What the spec needs against what the partition has, into err. */
-static void refusal(const spec_job *s, const slurm_node *nodes, int n, const char *pname,
-                    char *err, size_t errlen) {
+static void refusal(const spec_job *s, const slurm_node *nodes, int n, const char *pname, char *err,
+                    size_t errlen) {
   size_t off = 0;
   int tasks = 0, cpus = 0, gpus = 0;
   unsigned long long mem = 0;
@@ -417,23 +427,26 @@ static void refusal(const spec_job *s, const slurm_node *nodes, int n, const cha
     const spec_role *r = &s->roles[i];
     fmt_mib(r->memory >> 20, m1, sizeof m1);
     off += (size_t)snprintf(err + off, errlen - off, "%s%s: %d x %d CPUs%s%s, %d GPUs%s%s",
-                            i ? "; " : "", r->name, r->instances, role_vc(r),
-                            r->memory ? " " : "", r->memory ? m1 : "", r->gpus,
-                            r->label ? ", label " : "", r->label ? r->label : "");
+                            i ? "; " : "", r->name, r->instances, role_vc(r), r->memory ? " " : "",
+                            r->memory ? m1 : "", r->gpus, r->label ? ", label " : "",
+                            r->label ? r->label : "");
   }
   if (off < errlen)
-    off += (size_t)snprintf(err + off, errlen - off, "); the partition has %d nodes, %d CPUs, %s "
-                            "and %d GPUs in all:", n, pcpus, m2, pgpus);
+    off += (size_t)snprintf(err + off, errlen - off,
+                            "); the partition has %d nodes, %d CPUs, %s "
+                            "and %d GPUs in all:",
+                            n, pcpus, m2, pgpus);
   for (int i = 0; i < n && i < NODES_NAMED && off < errlen; i++) {
     fmt_mib(nodes[i].mem_mb, m1, sizeof m1);
-    off += (size_t)snprintf(err + off, errlen - off, "%s %s %d CPUs %s %d GPUs%s%s",
-                            i ? "," : "", nodes[i].name, nodes[i].cpus, m1, nodes[i].gpus,
+    off += (size_t)snprintf(err + off, errlen - off, "%s %s %d CPUs %s %d GPUs%s%s", i ? "," : "",
+                            nodes[i].name, nodes[i].cpus, m1, nodes[i].gpus,
                             nodes[i].features[0] ? " features " : "", nodes[i].features);
   }
   if (n > NODES_NAMED && off < errlen)
     off += (size_t)snprintf(err + off, errlen - off, ", and %d more", n - NODES_NAMED);
   if (off < errlen)
-    snprintf(err + off, errlen - off, ". Ask for fewer or smaller tasks, or set queue to a larger "
+    snprintf(err + off, errlen - off,
+             ". Ask for fewer or smaller tasks, or set queue to a larger "
              "partition");
 }
 
@@ -448,8 +461,11 @@ static int slurm_plan_for(const spec_job *s, slurm_plan *p, char *err, size_t er
   /* first, a task no node can hold: the plainest refusal */
   for (int i = 0; i < s->nroles && rc == 0; i++) {
     const spec_role *r = &s->roles[i];
-    slurm_comp one = {.ntasks = 1, .vcores = role_vc(r), .gpus = r->gpus,
-                      .mem_per_cpu_mb = mem_per_cpu(r->memory, role_vc(r)), .label = r->label};
+    slurm_comp one = {.ntasks = 1,
+                      .vcores = role_vc(r),
+                      .gpus = r->gpus,
+                      .mem_per_cpu_mb = mem_per_cpu(r->memory, role_vc(r)),
+                      .label = r->label};
     int best_cpu = 0, best_gpu = 0;
     unsigned long long best_mem = 0;
     bool any = false;
@@ -464,7 +480,8 @@ static int slurm_plan_for(const spec_job *s, slurm_plan *p, char *err, size_t er
     char m1[32], m2[32];
     fmt_mib(r->memory >> 20, m1, sizeof m1);
     fmt_mib(best_mem, m2, sizeof m2);
-    snprintf(err, errlen, "role '%s' asks for %d vcores, %s of memory and %d GPUs per task%s%s; "
+    snprintf(err, errlen,
+             "role '%s' asks for %d vcores, %s of memory and %d GPUs per task%s%s; "
              "no node of Slurm partition '%s' has that: its largest%s%s has %d CPUs, %s and %d "
              "GPUs (%d nodes): lower roles.%s's resources or set queue to another partition",
              r->name, role_vc(r), r->memory ? m1 : "no set amount", r->gpus,
@@ -501,8 +518,10 @@ static bool have_cmd(const char *name) {
 
 static int slurm_check(const spec_job *s, char *err, size_t errlen) {
   if (!have_cmd("sbatch")) {
-    snprintf(err, errlen, "sbatch is not installed: install slurm-client, or use another "
-             "backend (%s)", backend_names());
+    snprintf(err, errlen,
+             "sbatch is not installed: install slurm-client, or use another "
+             "backend (%s)",
+             backend_names());
     return LOOM_EBACKEND;
   }
   slurm_plan p;
@@ -569,8 +588,8 @@ static int slurm_script(const spec_job *s, const slurm_plan *p, const char *job_
   return 0;
 }
 
-static int slurm_submit(const spec_job *s, const char *job_id, const char *job_dir,
-                        const char *exe, backend_job *job, char *err, size_t errlen) {
+static int slurm_submit(const spec_job *s, const char *job_id, const char *job_dir, const char *exe,
+                        backend_job *job, char *err, size_t errlen) {
   memset(job, 0, sizeof *job);
   slurm_plan p;
   int rc = slurm_plan_for(s, &p, err, errlen);
@@ -594,9 +613,12 @@ static int slurm_submit(const spec_job *s, const char *job_id, const char *job_d
     if (st != 0) {
       one_line(out);
       snprintf(err, errlen, "Slurm refused the job: %s (the batch script is %s)",
-               out[0] ? out : st < 0 ? "sbatch did not answer" : "sbatch failed", path);
+               out[0]   ? out
+               : st < 0 ? "sbatch did not answer"
+                        : "sbatch failed",
+               path);
       return strstr(out, "allocation failure") || strstr(out, "invalid") ? LOOM_ERESOURCE
-                                                                          : LOOM_EBACKEND;
+                                                                         : LOOM_EBACKEND;
     }
   }
   out[strcspn(out, ";\n")] = 0;
@@ -629,7 +651,9 @@ static int job_id_of(const char *job_dir, char *id, size_t len) {
 
 /* What Slurm's common pending reasons mean, for people. */
 static const char *reason_words(const char *r) {
-  static const struct { const char *code, *words; } W[] = {
+  static const struct {
+    const char *code, *words;
+  } W[] = {
       {"Resources", "waiting for nodes to free up"},
       {"Priority", "jobs of higher priority are ahead of it"},
       {"Dependency", "waiting for a job it depends on"},
@@ -659,17 +683,16 @@ static int slurm_job_state(const char *job_dir, backend_job *job) {
   if (st != 0 || !bar) {
     /* squeue forgets a job MinJobAge after its end; "Invalid job id" */
     job->state = BACKEND_JOB_UNKNOWN;
-    snprintf(job->what, sizeof job->what, "Slurm job %s is not known to Slurm (any more)",
-             job->id);
+    snprintf(job->what, sizeof job->what, "Slurm job %s is not known to Slurm (any more)", job->id);
     return 0;
   }
   *bar = 0;
   loom__strlcpy(job->native, out, sizeof job->native);
   loom__strlcpy(job->reason, strcmp(bar + 1, "None") ? bar + 1 : "", sizeof job->reason);
-  static const char *const pending[] = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                                        "RESV_DEL_HOLD", "SPECIAL_EXIT"};
-  static const char *const running[] = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
-                                        "RESIZING", "STAGE_OUT", "SIGNALING", "STOPPED"};
+  static const char *const pending[] = {"PENDING",     "REQUEUED",      "REQUEUE_HOLD",
+                                        "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"};
+  static const char *const running[] = {"RUNNING",  "CONFIGURING", "COMPLETING", "SUSPENDED",
+                                        "RESIZING", "STAGE_OUT",   "SIGNALING",  "STOPPED"};
   job->state = BACKEND_JOB_ENDED;
   for (size_t i = 0; i < LOOM__ARRAY_LEN(pending); i++)
     if (!strcmp(out, pending[i])) job->state = BACKEND_JOB_PENDING;
@@ -685,7 +708,8 @@ static int slurm_job_state(const char *job_dir, backend_job *job) {
 static int slurm_cancel(const char *job_dir, char *msg, size_t msglen) {
   char id[64], out[1024];
   if (job_id_of(job_dir, id, sizeof id) < 0) {
-    snprintf(msg, msglen, "no Slurm job recorded in %s/%s", job_dir, jobdir_name(JOBDIR_SLURM_JSON));
+    snprintf(msg, msglen, "no Slurm job recorded in %s/%s", job_dir,
+             jobdir_name(JOBDIR_SLURM_JSON));
     return LOOM_ENOENT;
   }
   char *argv[] = {"scancel", id, NULL};
@@ -771,8 +795,10 @@ static void srun_maybe_report(srun_proc *s) {
   char detail[SRUN_TAIL * 2];
   size_t k = 0;
   for (const char *c = s->tail; *c && k + 4 < sizeof detail; c++) {
-    if (*c != '\n') detail[k++] = *c;
-    else if (c[1]) k += (size_t)snprintf(detail + k, sizeof detail - k, " | ");
+    if (*c != '\n')
+      detail[k++] = *c;
+    else if (c[1])
+      k += (size_t)snprintf(detail + k, sizeof detail - k, " | ");
   }
   detail[k] = 0;
   b->on_exit(b->arg, s->task_id, s->status, s->sig, k ? detail : NULL);
@@ -813,8 +839,10 @@ static void srun_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
 
 static void srun_eof_expired(uv_timer_t *tm) {
   srun_proc *s = tm->data;
-  loom__log(LOOM_LOG_WARN, "slurm", "srun for %s exited but its output stayed open %d ms; "
-            "reporting its exit without the rest", s->task, SRUN_EOF_WAIT_MS);
+  loom__log(LOOM_LOG_WARN, "slurm",
+            "srun for %s exited but its output stayed open %d ms; "
+            "reporting its exit without the rest",
+            s->task, SRUN_EOF_WAIT_MS);
   srun_stop_reading(s);
   srun_maybe_report(s);
 }
@@ -825,13 +853,12 @@ static void srun_exited(uv_process_t *p, int64_t status, int sig) {
   s->status = status;
   s->sig = sig;
   srun_close(s, (uv_handle_t *)p);
-  if (s->reading)
-    uv_timer_start(&s->eof_timer, srun_eof_expired, SRUN_EOF_WAIT_MS, 0);
+  if (s->reading) uv_timer_start(&s->eof_timer, srun_eof_expired, SRUN_EOF_WAIT_MS, 0);
   srun_maybe_report(s);
 }
 
-static int slurm_launch(backend *b, int task_id, char *const *argv, char *const *env,
-                        char *err, size_t errlen) {
+static int slurm_launch(backend *b, int task_id, char *const *argv, char *const *env, char *err,
+                        size_t errlen) {
   slurm_priv *pr = b->priv;
   const char *task = NULL;
   for (int i = 0; env[i]; i++)
@@ -845,8 +872,9 @@ static int slurm_launch(backend *b, int task_id, char *const *argv, char *const 
   int vc = r->vcores > 0 ? r->vcores : 1;
   snprintf(cpus, sizeof cpus, "--cpus-per-task=%d", vc);
   if (r->memory)
-    snprintf(mem, sizeof mem, "--mem-per-cpu=%lluM",
-             (unsigned long long)((r->memory + (uint64_t)vc * 1048576 - 1) / ((uint64_t)vc * 1048576)));
+    snprintf(
+        mem, sizeof mem, "--mem-per-cpu=%lluM",
+        (unsigned long long)((r->memory + (uint64_t)vc * 1048576 - 1) / ((uint64_t)vc * 1048576)));
   /* the step's own GPUs: Slurm sets its CUDA_VISIBLE_DEVICES */
   if (r->gpus) snprintf(gpus, sizeof gpus, "--gpus-per-task=%d", r->gpus);
   char *args[18];
@@ -885,8 +913,12 @@ static int slurm_launch(backend *b, int task_id, char *const *argv, char *const 
   uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
                                    {.flags = UV_INHERIT_FD, .data.fd = fds[1]},
                                    {.flags = UV_INHERIT_FD, .data.fd = fds[1]}};
-  uv_process_options_t o = {.exit_cb = srun_exited, .file = "srun", .args = args,
-                            .env = (char **)env, .stdio_count = 3, .stdio = stdio};
+  uv_process_options_t o = {.exit_cb = srun_exited,
+                            .file = "srun",
+                            .args = args,
+                            .env = (char **)env,
+                            .stdio_count = 3,
+                            .stdio = stdio};
   bool spawned = false; /* uv_spawn ran: its handle needs closing, even on failure */
   int rc = uv_pipe_open(&s->out, fds[0]);
   if (rc == 0) {
@@ -901,8 +933,10 @@ static int slurm_launch(backend *b, int task_id, char *const *argv, char *const 
     s->reported = true;
     srun_close(s, (uv_handle_t *)&s->out);
     srun_close(s, (uv_handle_t *)&s->eof_timer);
-    if (spawned) srun_close(s, (uv_handle_t *)&s->proc);
-    else s->handles--;
+    if (spawned)
+      srun_close(s, (uv_handle_t *)&s->proc);
+    else
+      s->handles--;
     return LOOM_EBACKEND;
   }
   s->reading = true;
@@ -967,7 +1001,8 @@ static int run_cmd(char *const argv[], int timeout_ms, char *err, size_t errlen)
     }
     if (waited >= timeout_ms) {
       kill(pid, SIGKILL);
-      while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+      while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+      }
       snprintf(err, errlen, "%s %s did not finish within %d s; killed it", argv[0],
                argv[1] ? argv[1] : "", timeout_ms / 1000);
       return LOOM_EBACKEND;
@@ -1013,8 +1048,10 @@ static int slurm_stage(backend *b, const spec_job *s, json_t **files, char *err,
       char *bc[] = {"sbcast", "-f", "-j", j, local, local, NULL};
       rc = run_cmd(bc, STAGE_TIMEOUT_MS, err, errlen);
     }
-    if (dir) json_object_set_new(out, s->files[i].key, json_pack("{s:s}", "tar", local));
-    else json_object_set_new(out, s->files[i].key, json_string(local));
+    if (dir)
+      json_object_set_new(out, s->files[i].key, json_pack("{s:s}", "tar", local));
+    else
+      json_object_set_new(out, s->files[i].key, json_string(local));
   }
   if (rc < 0) {
     json_decref(out);
@@ -1029,7 +1066,8 @@ static void slurm_unstage(backend *b) {
   if (!pr->stage_dir[0]) return;
   for (int g = 0; g < (pr->ngroups > 1 ? pr->ngroups : 1); g++) {
     char var[64], hg[32], nn[32], err[256];
-    snprintf(var, sizeof var, pr->ngroups > 1 ? "SLURM_JOB_NUM_NODES_HET_GROUP_%d" : "SLURM_JOB_NUM_NODES", g);
+    snprintf(var, sizeof var,
+             pr->ngroups > 1 ? "SLURM_JOB_NUM_NODES_HET_GROUP_%d" : "SLURM_JOB_NUM_NODES", g);
     const char *nodes = getenv(var);
     snprintf(hg, sizeof hg, "--het-group=%d", g);
     snprintf(nn, sizeof nn, "--nodes=%s", nodes ? nodes : "1");
@@ -1064,7 +1102,6 @@ static void slurm_destroy(backend *b) {
   free(pr);
   free(b);
 }
-
 
 /* Reads which component each role is in (LOOM_SLURM_GROUPS, set by the
  * batch script: "0,0,1" for three roles) and numbers the tasks as the

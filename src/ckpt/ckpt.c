@@ -100,8 +100,7 @@ static void ckpt_file_free(ckpt_file *f) {
   memset(f, 0, sizeof *f);
 }
 
-static int ckpt_fail(loom_ckpt_t *c, int code, const char *fmt, ...)
-    LOOM__PRINTF(3, 4);
+static int ckpt_fail(loom_ckpt_t *c, int code, const char *fmt, ...) LOOM__PRINTF(3, 4);
 static int ckpt_fail(loom_ckpt_t *c, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -148,13 +147,10 @@ static int dtype_index_of_code(int code) {
 }
 
 /* "f32 [256, 784]" into buf. */
-static const char *shape_str(int dtype_idx, int ndim, const int64_t *shape,
-                             char *buf, size_t len) {
-  size_t n = (size_t)snprintf(buf, len, "%s [",
-                              dtype_idx >= 0 ? DTYPES[dtype_idx].name : "?");
+static const char *shape_str(int dtype_idx, int ndim, const int64_t *shape, char *buf, size_t len) {
+  size_t n = (size_t)snprintf(buf, len, "%s [", dtype_idx >= 0 ? DTYPES[dtype_idx].name : "?");
   for (int i = 0; i < ndim && n < len; i++)
-    n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "",
-                          (long long)shape[i]);
+    n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
   if (n < len) snprintf(buf + n, len - n, "]");
   return buf;
 }
@@ -172,10 +168,8 @@ static int64_t tensor_bytes(size_t esize, int ndim, const int64_t *shape) {
 
 /* ---- the directory ---------------------------------------------------- */
 
-static int ckpt_path(const loom_ckpt_t *c, int64_t step, char *out,
-                     size_t len) {
-  size_t n = (size_t)snprintf(out, len, "%s/ckpt-%012lld.ckpt", c->dir,
-                              (long long)step);
+static int ckpt_path(const loom_ckpt_t *c, int64_t step, char *out, size_t len) {
+  size_t n = (size_t)snprintf(out, len, "%s/ckpt-%012lld.ckpt", c->dir, (long long)step);
   return n < len ? 0 : LOOM_ERANGE;
 }
 
@@ -204,8 +198,7 @@ static void ckpt_clean_temp(loom_ckpt_t *c, const char *name) {
   while (pid_start > host && pid_start[-1] != '.') pid_start--;
   if (pid_start == host) return;
   size_t host_len = (size_t)(pid_start - 1 - host);
-  if (host_len != strlen(c->host) || strncmp(host, c->host, host_len) != 0)
-    return;
+  if (host_len != strlen(c->host) || strncmp(host, c->host, host_len) != 0) return;
   long long pid;
   char pidbuf[32];
   size_t plen = (size_t)(pid_end - pid_start);
@@ -215,11 +208,9 @@ static void ckpt_clean_temp(loom_ckpt_t *c, const char *name) {
   if (loom__parse_int(pidbuf, 1, INT_MAX, &pid) < 0) return;
   if (pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) return;
   char path[PATH_MAX];
-  if ((size_t)snprintf(path, sizeof path, "%s/%s", c->dir, name) >= sizeof path)
-    return;
+  if ((size_t)snprintf(path, sizeof path, "%s/%s", c->dir, name) >= sizeof path) return;
   if (unlink(path) == 0)
-    loom__log(LOOM_LOG_INFO, "ckpt", "removed %s, left by a save that died",
-              path);
+    loom__log(LOOM_LOG_INFO, "ckpt", "removed %s, left by a save that died", path);
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -236,8 +227,7 @@ static int ckpt_scan(loom_ckpt_t *c, int64_t **steps, size_t *n) {
   DIR *d = opendir(c->dir);
   if (!d)
     return ckpt_fail(c, errno == ENOENT ? LOOM_ENOENT : LOOM_EIO,
-                     "cannot read checkpoint directory %s: %s", c->dir,
-                     strerror(errno));
+                     "cannot read checkpoint directory %s: %s", c->dir, strerror(errno));
   int64_t *v = NULL;
   size_t len = 0, cap = 0;
   int rc = 0;
@@ -293,13 +283,11 @@ static int pread_full(int fd, void *buf, size_t n, uint64_t off) {
 /* Reads and checks the file open on fd, which should hold step: size,
  * header, checksum (unless the handle verified this very file already),
  * table. On success f holds the parsed table for the caller to free. */
-static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step,
-                      ckpt_file *f) {
+static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step, ckpt_file *f) {
   memset(f, 0, sizeof *f);
   struct stat st;
   if (fstat(fd, &st) < 0)
-    return ckpt_fail(c, LOOM_EIO, "cannot stat checkpoint %s: %s", path,
-                     strerror(errno));
+    return ckpt_fail(c, LOOM_EIO, "cannot stat checkpoint %s: %s", path, strerror(errno));
   uint64_t size = (uint64_t)st.st_size;
   if (size < CKPT_HEADER + CKPT_TRAILER)
     return ckpt_fail(c, LOOM_EIO,
@@ -308,9 +296,7 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step,
                      path, (unsigned long long)size, CKPT_HEADER + CKPT_TRAILER);
   unsigned char h[CKPT_HEADER];
   int e = pread_full(fd, h, sizeof h, 0);
-  if (e < 0)
-    return ckpt_fail(c, LOOM_EIO, "cannot read checkpoint %s: %s", path,
-                     strerror(-e));
+  if (e < 0) return ckpt_fail(c, LOOM_EIO, "cannot read checkpoint %s: %s", path, strerror(-e));
   if (memcmp(h, CKPT_MAGIC, 8) != 0)
     return ckpt_fail(c, LOOM_EIO,
                      "%s is not a loom checkpoint (its first bytes are not "
@@ -324,11 +310,9 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step,
                      path, version, CKPT_VERSION);
   uint64_t want = get_le(h + 24, 8);
   if (get_le(h + 12, 4) != CKPT_HEADER)
-    return ckpt_fail(c, LOOM_EIO, "checkpoint %s is corrupt: bad header size",
-                     path);
+    return ckpt_fail(c, LOOM_EIO, "checkpoint %s is corrupt: bad header size", path);
   if (size < want)
-    return ckpt_fail(c, LOOM_EIO,
-                     "checkpoint %s is truncated: %llu of its %llu bytes", path,
+    return ckpt_fail(c, LOOM_EIO, "checkpoint %s is truncated: %llu of its %llu bytes", path,
                      (unsigned long long)size, (unsigned long long)want);
   if (size > want)
     return ckpt_fail(c, LOOM_EIO,
@@ -343,17 +327,15 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step,
                      path, (long long)fstep, (long long)step);
   uint32_t count = (uint32_t)get_le(h + 32, 4);
   uint32_t table_size = (uint32_t)get_le(h + 36, 4);
-  if (table_size > CKPT_MAX_TABLE ||
-      CKPT_HEADER + (uint64_t)table_size > size - CKPT_TRAILER ||
+  if (table_size > CKPT_MAX_TABLE || CKPT_HEADER + (uint64_t)table_size > size - CKPT_TRAILER ||
       count > LOOM_CKPT_MAX_TENSORS)
     return ckpt_fail(c, LOOM_EIO,
                      "checkpoint %s is corrupt: table of %u bytes for %u "
                      "tensors does not fit",
                      path, table_size, count);
 
-  bool known = c->verified.valid && c->verified.step == step &&
-               c->verified.dev == st.st_dev && c->verified.ino == st.st_ino &&
-               c->verified.size == st.st_size &&
+  bool known = c->verified.valid && c->verified.step == step && c->verified.dev == st.st_dev &&
+               c->verified.ino == st.st_ino && c->verified.size == st.st_size &&
                c->verified.mtime.tv_sec == st.st_mtim.tv_sec &&
                c->verified.mtime.tv_nsec == st.st_mtim.tv_nsec &&
                c->verified.ctime.tv_sec == st.st_ctim.tv_sec &&
@@ -372,9 +354,7 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step,
     unsigned char t[CKPT_TRAILER];
     if (e == 0) e = pread_full(fd, t, sizeof t, body);
     free(buf);
-    if (e < 0)
-      return ckpt_fail(c, LOOM_EIO, "cannot read checkpoint %s: %s", path,
-                       strerror(-e));
+    if (e < 0) return ckpt_fail(c, LOOM_EIO, "cannot read checkpoint %s: %s", path, strerror(-e));
     uint32_t stored = (uint32_t)get_le(t, 4);
     if (memcmp(t + 4, CKPT_END, 4) != 0 || stored != crc)
       return ckpt_fail(c, LOOM_EIO,
@@ -394,8 +374,7 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step,
   }
   if ((e = pread_full(fd, f->table, table_size, CKPT_HEADER)) < 0) {
     ckpt_file_free(f);
-    return ckpt_fail(c, LOOM_EIO, "cannot read checkpoint %s: %s", path,
-                     strerror(-e));
+    return ckpt_fail(c, LOOM_EIO, "cannot read checkpoint %s: %s", path, strerror(-e));
   }
   /* The checksum held, so a malformed table means a bug or a forgery;
    * checked all the same, since offsets steer reads. */
@@ -404,7 +383,8 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step,
   for (uint32_t i = 0; i < count; i++) {
     ckpt_entry *en = &f->entries[i];
     const char *why = NULL;
-    if (end - p < 2) why = "table ends early";
+    if (end - p < 2)
+      why = "table ends early";
     else {
       en->name_len = (size_t)get_le(p, 2);
       p += 2;
@@ -419,28 +399,26 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step,
       en->ndim = p[1];
       p += 2;
       int di = dtype_index_of_code(en->dtype);
-      if (di < 0) why = "unknown dtype";
-      else if (en->ndim > LOOM_CKPT_MAX_DIMS ||
-               (size_t)(end - p) < 8u * (size_t)en->ndim + 16)
+      if (di < 0)
+        why = "unknown dtype";
+      else if (en->ndim > LOOM_CKPT_MAX_DIMS || (size_t)(end - p) < 8u * (size_t)en->ndim + 16)
         why = "bad shape";
       else {
-        for (int k = 0; k < en->ndim; k++, p += 8)
-          en->shape[k] = (int64_t)get_le(p, 8);
+        for (int k = 0; k < en->ndim; k++, p += 8) en->shape[k] = (int64_t)get_le(p, 8);
         en->offset = get_le(p, 8);
         en->bytes = get_le(p + 8, 8);
         p += 16;
         int64_t b = tensor_bytes(DTYPES[di].size, en->ndim, en->shape);
-        if (b < 0 || (uint64_t)b != en->bytes) why = "size does not match shape";
+        if (b < 0 || (uint64_t)b != en->bytes)
+          why = "size does not match shape";
         else if (en->offset < data_start || en->offset % CKPT_ALIGN ||
-                 en->offset > size - CKPT_TRAILER ||
-                 en->bytes > size - CKPT_TRAILER - en->offset)
+                 en->offset > size - CKPT_TRAILER || en->bytes > size - CKPT_TRAILER - en->offset)
           why = "data out of the file";
       }
     }
     if (why) {
       ckpt_file_free(f);
-      return ckpt_fail(c, LOOM_EIO, "checkpoint %s is corrupt: tensor %u: %s",
-                       path, i, why);
+      return ckpt_fail(c, LOOM_EIO, "checkpoint %s is corrupt: tensor %u: %s", path, i, why);
     }
   }
   if (p != end) {
@@ -461,17 +439,14 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step,
 }
 
 /* Opens the checkpoint of step for reading into *fd. */
-static int ckpt_open_step(loom_ckpt_t *c, int64_t step, char *path,
-                          size_t len, int *fd) {
+static int ckpt_open_step(loom_ckpt_t *c, int64_t step, char *path, size_t len, int *fd) {
   if (ckpt_path(c, step, path, len) < 0)
     return ckpt_fail(c, LOOM_ERANGE, "checkpoint path too long in %s", c->dir);
   *fd = open(path, O_RDONLY | O_CLOEXEC);
   if (*fd >= 0) return 0;
   if (errno == ENOENT)
-    return ckpt_fail(c, LOOM_ENOENT, "no checkpoint of step %lld in %s",
-                     (long long)step, c->dir);
-  return ckpt_fail(c, LOOM_EIO, "cannot open checkpoint %s: %s", path,
-                   strerror(errno));
+    return ckpt_fail(c, LOOM_ENOENT, "no checkpoint of step %lld in %s", (long long)step, c->dir);
+  return ckpt_fail(c, LOOM_EIO, "cannot open checkpoint %s: %s", path, strerror(errno));
 }
 
 /* ---- open --------------------------------------------------------------- */
@@ -480,8 +455,7 @@ int loom_ckpt_open(loom_t *l, const char *dir, int keep, loom_ckpt_t **out) {
   if (!out) return LOOM_EINVAL;
   *out = NULL;
   if (keep < 0)
-    return loom__fail(l, LOOM_EINVAL,
-                      "keep must be 0 (every checkpoint) or more, got %d", keep);
+    return loom__fail(l, LOOM_EINVAL, "keep must be 0 (every checkpoint) or more, got %d", keep);
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
   return loom__fail(l, LOOM_ENOTSUP, "checkpoints need a little-endian host");
 #endif
@@ -517,8 +491,7 @@ int loom_ckpt_open(loom_t *l, const char *dir, int keep, loom_ckpt_t **out) {
   struct stat st;
   if (rc == 0 && (stat(c->dir, &st) < 0 || !S_ISDIR(st.st_mode))) rc = LOOM_EIO;
   if (rc < 0) {
-    rc = ckpt_fail(c, rc, "cannot create checkpoint directory %s: %s", c->dir,
-                   strerror(errno));
+    rc = ckpt_fail(c, rc, "cannot create checkpoint directory %s: %s", c->dir, strerror(errno));
     if (!l) loom__log(LOOM_LOG_ERROR, "ckpt", "%s", c->errmsg);
     loom_ckpt_close(c);
     return rc;
@@ -538,9 +511,7 @@ void loom_ckpt_close(loom_ckpt_t *c) {
 }
 
 const char *loom_ckpt_dir(const loom_ckpt_t *c) { return c ? c->dir : ""; }
-const char *loom_ckpt_errmsg(const loom_ckpt_t *c) {
-  return c ? c->errmsg : "";
-}
+const char *loom_ckpt_errmsg(const loom_ckpt_t *c) { return c ? c->errmsg : ""; }
 
 /* ---- save --------------------------------------------------------------- */
 
@@ -576,16 +547,13 @@ static int ckpt_check_tensors(loom_ckpt_t *c, const loom_tensor *t, size_t n) {
     const loom_tensor *x = &t[i];
     size_t len = x->name ? strlen(x->name) : 0;
     if (len == 0 || len > LOOM_CKPT_MAX_NAME)
-      return ckpt_fail(c, LOOM_EINVAL,
-                       "tensor %zu: a name of 1..%d bytes is needed, got %zu",
-                       i, LOOM_CKPT_MAX_NAME, len);
+      return ckpt_fail(c, LOOM_EINVAL, "tensor %zu: a name of 1..%d bytes is needed, got %zu", i,
+                       LOOM_CKPT_MAX_NAME, len);
     int di = dtype_index_of(x->dtype);
     if (di < 0)
-      return ckpt_fail(c, LOOM_EINVAL, "tensor '%s': unknown dtype %d",
-                       x->name, (int)x->dtype);
+      return ckpt_fail(c, LOOM_EINVAL, "tensor '%s': unknown dtype %d", x->name, (int)x->dtype);
     if (x->ndim < 0 || x->ndim > LOOM_CKPT_MAX_DIMS)
-      return ckpt_fail(c, LOOM_EINVAL,
-                       "tensor '%s': ndim must be 0..%d, got %d", x->name,
+      return ckpt_fail(c, LOOM_EINVAL, "tensor '%s': ndim must be 0..%d, got %d", x->name,
                        LOOM_CKPT_MAX_DIMS, x->ndim);
     int64_t b = tensor_bytes(DTYPES[di].size, x->ndim, x->shape);
     if (b < 0)
@@ -593,8 +561,7 @@ static int ckpt_check_tensors(loom_ckpt_t *c, const loom_tensor *t, size_t n) {
                        "tensor '%s': shape %s has a negative dimension or is "
                        "too large",
                        x->name, shape_str(di, x->ndim, x->shape, sbuf, sizeof sbuf));
-    if (b > 0 && !x->data)
-      return ckpt_fail(c, LOOM_EINVAL, "tensor '%s': data is NULL", x->name);
+    if (b > 0 && !x->data) return ckpt_fail(c, LOOM_EINVAL, "tensor '%s': data is NULL", x->name);
   }
   if (n < 2) return 0;
   const loom_tensor **sorted = malloc(n * sizeof *sorted);
@@ -604,8 +571,7 @@ static int ckpt_check_tensors(loom_ckpt_t *c, const loom_tensor *t, size_t n) {
   int rc = 0;
   for (size_t i = 1; i < n && rc == 0; i++)
     if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0)
-      rc = ckpt_fail(c, LOOM_EINVAL, "two tensors are named '%s'",
-                     sorted[i]->name);
+      rc = ckpt_fail(c, LOOM_EINVAL, "two tensors are named '%s'", sorted[i]->name);
   free(sorted);
   return rc;
 }
@@ -620,23 +586,24 @@ static void ckpt_prune(loom_ckpt_t *c, int64_t step) {
   size_t older = 0; /* steps before `step` still kept, newest first */
   for (size_t i = n; i-- > 0;) {
     bool drop;
-    if (steps[i] > step) drop = true;
-    else if (steps[i] == step) drop = false;
-    else drop = c->keep > 0 && ++older >= (size_t)c->keep;
+    if (steps[i] > step)
+      drop = true;
+    else if (steps[i] == step)
+      drop = false;
+    else
+      drop = c->keep > 0 && ++older >= (size_t)c->keep;
     if (!drop) continue;
     char path[PATH_MAX];
     if (ckpt_path(c, steps[i], path, sizeof path) < 0) continue;
     if (unlink(path) < 0 && errno != ENOENT)
-      loom__log(LOOM_LOG_WARN, "ckpt", "cannot remove old checkpoint %s: %s",
-                path, strerror(errno));
-    if (c->verified.valid && c->verified.step == steps[i])
-      c->verified.valid = false;
+      loom__log(LOOM_LOG_WARN, "ckpt", "cannot remove old checkpoint %s: %s", path,
+                strerror(errno));
+    if (c->verified.valid && c->verified.step == steps[i]) c->verified.valid = false;
   }
   free(steps);
 }
 
-static int ckpt_save_locked(loom_ckpt_t *c, int64_t step, const loom_tensor *t,
-                            size_t n) {
+static int ckpt_save_locked(loom_ckpt_t *c, int64_t step, const loom_tensor *t, size_t n) {
   int rc = ckpt_check_tensors(c, t, n);
   if (rc < 0) return rc;
 
@@ -655,8 +622,7 @@ static int ckpt_save_locked(loom_ckpt_t *c, int64_t step, const loom_tensor *t,
   unsigned char *p = table;
   for (size_t i = 0; i < n; i++) {
     int di = dtype_index_of(t[i].dtype);
-    uint64_t bytes =
-        (uint64_t)tensor_bytes(DTYPES[di].size, t[i].ndim, t[i].shape);
+    uint64_t bytes = (uint64_t)tensor_bytes(DTYPES[di].size, t[i].ndim, t[i].shape);
     off = (off + CKPT_ALIGN - 1) / CKPT_ALIGN * CKPT_ALIGN;
     size_t len = strlen(t[i].name);
     put_le(p, len, 2);
@@ -688,9 +654,8 @@ static int ckpt_save_locked(loom_ckpt_t *c, int64_t step, const loom_tensor *t,
   static unsigned tmp_seq;
   char tmp[PATH_MAX], path[PATH_MAX];
   unsigned seq = __atomic_fetch_add(&tmp_seq, 1, __ATOMIC_RELAXED);
-  if ((size_t)snprintf(tmp, sizeof tmp, "%s/.ckpt-%012lld.tmp.%s.%d.%u", c->dir,
-                       (long long)step, c->host, (int)getpid(),
-                       seq) >= sizeof tmp ||
+  if ((size_t)snprintf(tmp, sizeof tmp, "%s/.ckpt-%012lld.tmp.%s.%d.%u", c->dir, (long long)step,
+                       c->host, (int)getpid(), seq) >= sizeof tmp ||
       ckpt_path(c, step, path, sizeof path) < 0) {
     free(table);
     return ckpt_fail(c, LOOM_ERANGE, "checkpoint path too long in %s", c->dir);
@@ -707,8 +672,7 @@ static int ckpt_save_locked(loom_ckpt_t *c, int64_t step, const loom_tensor *t,
   off = CKPT_HEADER + table_size;
   for (size_t i = 0; i < n && e == 0; i++) {
     int di = dtype_index_of(t[i].dtype);
-    uint64_t bytes =
-        (uint64_t)tensor_bytes(DTYPES[di].size, t[i].ndim, t[i].shape);
+    uint64_t bytes = (uint64_t)tensor_bytes(DTYPES[di].size, t[i].ndim, t[i].shape);
     size_t pad = (size_t)((CKPT_ALIGN - off % CKPT_ALIGN) % CKPT_ALIGN);
     e = write_crc(fd, ZEROS, pad, &crc);
     if (e == 0 && bytes) e = write_crc(fd, t[i].data, (size_t)bytes, &crc);
@@ -723,14 +687,12 @@ static int ckpt_save_locked(loom_ckpt_t *c, int64_t step, const loom_tensor *t,
   if (close(fd) < 0 && e == 0) e = -errno;
   if (e < 0) {
     unlink(tmp);
-    return ckpt_fail(c, LOOM_EIO, "cannot write checkpoint %s: %s", tmp,
-                     strerror(-e));
+    return ckpt_fail(c, LOOM_EIO, "cannot write checkpoint %s: %s", tmp, strerror(-e));
   }
   if (rename(tmp, path) < 0) {
     e = errno;
     unlink(tmp);
-    return ckpt_fail(c, LOOM_EIO, "cannot rename %s to %s: %s", tmp, path,
-                     strerror(e));
+    return ckpt_fail(c, LOOM_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(e));
   }
   if (c->verified.valid && c->verified.step == step) c->verified.valid = false;
   /* the rename reaches the disk with the directory */
@@ -738,27 +700,24 @@ static int ckpt_save_locked(loom_ckpt_t *c, int64_t step, const loom_tensor *t,
   if (dfd < 0 || (fsync(dfd) < 0 && errno != EINVAL)) {
     e = errno;
     if (dfd >= 0) close(dfd);
-    return ckpt_fail(c, LOOM_EIO, "cannot sync checkpoint directory %s: %s",
-                     c->dir, strerror(e));
+    return ckpt_fail(c, LOOM_EIO, "cannot sync checkpoint directory %s: %s", c->dir, strerror(e));
   }
   close(dfd);
   ckpt_prune(c, step);
-  loom__log(LOOM_LOG_DEBUG, "ckpt", "saved %s (%zu tensors, %llu bytes)", path,
-            n, (unsigned long long)file_size);
+  loom__log(LOOM_LOG_DEBUG, "ckpt", "saved %s (%zu tensors, %llu bytes)", path, n,
+            (unsigned long long)file_size);
   return 0;
 }
 
-int loom_ckpt_save(loom_ckpt_t *c, int64_t step, const loom_tensor *t,
-                   size_t n) {
+int loom_ckpt_save(loom_ckpt_t *c, int64_t step, const loom_tensor *t, size_t n) {
   if (!c) return LOOM_EINVAL;
   pthread_mutex_lock(&c->mu);
   int rc;
   if (step < 0)
-    rc = ckpt_fail(c, LOOM_EINVAL, "checkpoint step must be >= 0, got %lld",
-                   (long long)step);
+    rc = ckpt_fail(c, LOOM_EINVAL, "checkpoint step must be >= 0, got %lld", (long long)step);
   else if (n > LOOM_CKPT_MAX_TENSORS || (n > 0 && !t))
-    rc = ckpt_fail(c, LOOM_EINVAL, "%zu tensors at %p: 0..%d tensors wanted", n,
-                   (const void *)t, LOOM_CKPT_MAX_TENSORS);
+    rc = ckpt_fail(c, LOOM_EINVAL, "%zu tensors at %p: 0..%d tensors wanted", n, (const void *)t,
+                   LOOM_CKPT_MAX_TENSORS);
   else
     rc = ckpt_save_locked(c, step, t, n);
   pthread_mutex_unlock(&c->mu);
@@ -811,8 +770,7 @@ int loom_ckpt_latest(loom_ckpt_t *c, int64_t *step) {
   }
   free(v);
   if (rc == LOOM_ENOENT)
-    ckpt_fail(c, rc, "no valid checkpoint in %s (%zu corrupt or unreadable)",
-              c->dir, skipped);
+    ckpt_fail(c, rc, "no valid checkpoint in %s (%zu corrupt or unreadable)", c->dir, skipped);
 out:
   pthread_mutex_unlock(&c->mu);
   return rc;
@@ -846,12 +804,10 @@ static int cmp_entries(const void *a, const void *b) {
   return (x->name_len > y->name_len) - (x->name_len < y->name_len);
 }
 
-static const ckpt_entry *find_entry(const ckpt_entry *const *sorted, size_t n,
-                                    const char *name) {
+static const ckpt_entry *find_entry(const ckpt_entry *const *sorted, size_t n, const char *name) {
   ckpt_entry key = {.name = name, .name_len = strlen(name)};
   const ckpt_entry *kp = &key;
-  const ckpt_entry *const *hit = bsearch(&kp, sorted, n, sizeof *sorted,
-                                         cmp_entries);
+  const ckpt_entry *const *hit = bsearch(&kp, sorted, n, sizeof *sorted, cmp_entries);
   return hit ? *hit : NULL;
 }
 
@@ -860,8 +816,8 @@ static const char *names_str(const ckpt_file *f, char *buf, size_t len) {
   size_t k = 0;
   buf[0] = 0;
   for (uint32_t i = 0; i < f->count && k + 1 < len; i++) {
-    int w = snprintf(buf + k, len - k, "%s%.*s", i ? ", " : "",
-                     (int)f->entries[i].name_len, f->entries[i].name);
+    int w = snprintf(buf + k, len - k, "%s%.*s", i ? ", " : "", (int)f->entries[i].name_len,
+                     f->entries[i].name);
     if (w < 0 || (size_t)w >= len - k) {
       if (len > 4) memcpy(buf + len - 4, "...", 4);
       break;
@@ -871,8 +827,7 @@ static const char *names_str(const ckpt_file *f, char *buf, size_t len) {
   return f->count ? buf : "none";
 }
 
-static int ckpt_restore_locked(loom_ckpt_t *c, int64_t step, loom_tensor *t,
-                               size_t n) {
+static int ckpt_restore_locked(loom_ckpt_t *c, int64_t step, loom_tensor *t, size_t n) {
   char path[PATH_MAX];
   int fd;
   int rc = ckpt_open_step(c, step, path, sizeof path, &fd);
@@ -901,9 +856,8 @@ static int ckpt_restore_locked(loom_ckpt_t *c, int64_t step, loom_tensor *t,
     }
     const ckpt_entry *en = find_entry(sorted, f.count, x->name);
     if (!en) {
-      rc = ckpt_fail(c, LOOM_ENOENT,
-                     "checkpoint %s has no tensor '%s' (it has: %s)", path,
-                     x->name, names_str(&f, names, sizeof names));
+      rc = ckpt_fail(c, LOOM_ENOENT, "checkpoint %s has no tensor '%s' (it has: %s)", path, x->name,
+                     names_str(&f, names, sizeof names));
       goto out;
     }
     int di = dtype_index_of(x->dtype);
@@ -911,29 +865,24 @@ static int ckpt_restore_locked(loom_ckpt_t *c, int64_t step, loom_tensor *t,
     bool same = di == fdi && x->ndim == en->ndim;
     for (int k = 0; same && k < en->ndim; k++) same = x->shape[k] == en->shape[k];
     if (!same) {
-      int nd = x->ndim < 0 ? 0 : x->ndim > LOOM_CKPT_MAX_DIMS ? LOOM_CKPT_MAX_DIMS
-                                                               : x->ndim;
-      rc = ckpt_fail(c, LOOM_EINVAL,
-                     "tensor '%s' in checkpoint %s is %s; the caller expects %s",
-                     x->name, path,
-                     shape_str(fdi, en->ndim, en->shape, have, sizeof have),
+      int nd = x->ndim < 0 ? 0 : x->ndim > LOOM_CKPT_MAX_DIMS ? LOOM_CKPT_MAX_DIMS : x->ndim;
+      rc = ckpt_fail(c, LOOM_EINVAL, "tensor '%s' in checkpoint %s is %s; the caller expects %s",
+                     x->name, path, shape_str(fdi, en->ndim, en->shape, have, sizeof have),
                      shape_str(di, nd, x->shape, want, sizeof want));
       goto out;
     }
     if (en->bytes > 0 && !x->data) {
-      rc = ckpt_fail(c, LOOM_EINVAL, "tensor '%s' to restore: data is NULL",
-                     x->name);
+      rc = ckpt_fail(c, LOOM_EINVAL, "tensor '%s' to restore: data is NULL", x->name);
       goto out;
     }
     match[i] = en;
   }
   for (size_t i = 0; i < n; i++) {
-    int e = match[i]->bytes ? pread_full(fd, t[i].data, (size_t)match[i]->bytes,
-                                         match[i]->offset)
-                            : 0;
+    int e =
+        match[i]->bytes ? pread_full(fd, t[i].data, (size_t)match[i]->bytes, match[i]->offset) : 0;
     if (e < 0) {
-      rc = ckpt_fail(c, LOOM_EIO, "cannot read tensor '%s' from %s: %s",
-                     t[i].name, path, strerror(-e));
+      rc = ckpt_fail(c, LOOM_EIO, "cannot read tensor '%s' from %s: %s", t[i].name, path,
+                     strerror(-e));
       goto out;
     }
   }
@@ -953,8 +902,7 @@ int loom_ckpt_restore(loom_ckpt_t *c, int64_t step, loom_tensor *t, size_t n) {
   if (n > 0 && !t)
     rc = ckpt_fail(c, LOOM_EINVAL, "%zu tensors to restore at NULL", n);
   else if (step < 0)
-    rc = ckpt_fail(c, LOOM_ENOENT, "no checkpoint of step %lld (steps are >= 0)",
-                   (long long)step);
+    rc = ckpt_fail(c, LOOM_ENOENT, "no checkpoint of step %lld (steps are >= 0)", (long long)step);
   else
     rc = ckpt_restore_locked(c, step, t, n);
   pthread_mutex_unlock(&c->mu);

@@ -36,8 +36,7 @@ static const struct verb {
      "for a backend error, 130 when interrupted (Ctrl-C stops the whole job).\n\n"
      "  --backend B        where the job runs (listed below); overrides the spec's backend\n"
      "  --set key=value    override a spec key, e.g. --set roles.worker.instances=4\n"},
-    {"submit", "SPEC [--backend B] [--set key=value]...",
-     "run a job detached; prints its id",
+    {"submit", "SPEC [--backend B] [--set key=value]...", "run a job detached; prints its id",
      "Like run, but the coordinator runs in the background and loom prints the\n"
      "job id once it is up. Follow it with loom status/logs/events; stop it with\n"
      "loom kill.\n"},
@@ -56,7 +55,8 @@ static const struct verb {
      "the grace period) and waits until it has.\n"},
     {"check", "[--backend B]", "is this machine ready to run jobs",
      "Checks the job directory, the backend and the loopback network.\n"},
-    {"ui", "[--port P] [--bind A] [JOB...]", "the web dashboard for jobs, from their job directories",
+    {"ui", "[--port P] [--bind A] [JOB...]",
+     "the web dashboard for jobs, from their job directories",
      "Serves every job under $" JOBDIR_HOME_ENV "/jobs (finished or running): tasks, states,\n"
      "attempts, exit codes, logs, events and metric charts. Prints the URL with\n"
      "its access token.\n"},
@@ -68,8 +68,10 @@ static const struct verb {
 };
 
 static void usage(FILE *f) {
-  fprintf(f, "loom %s: run distributed training and inference jobs\n\n"
-             "usage: loom VERB [ARGS]   (loom VERB --help for more)\n\n", VERSION);
+  fprintf(f,
+          "loom %s: run distributed training and inference jobs\n\n"
+          "usage: loom VERB [ARGS]   (loom VERB --help for more)\n\n",
+          VERSION);
   for (size_t i = 0; i < LOOM__ARRAY_LEN(VERBS); i++)
     fprintf(f, "  %-12s %s\n", VERBS[i].name, VERBS[i].what);
   fprintf(f, "\nJobs live in " JOBDIR_WHERE ".\n"
@@ -156,7 +158,8 @@ static bool state_final(const char *dir, int *exit_status) {
   json_t *st = jobs_state(dir);
   const char *s = st ? json_string_value(json_object_get(st, "state")) : NULL;
   bool fin = s && (!strcmp(s, "succeeded") || !strcmp(s, "failed") || !strcmp(s, "killed"));
-  if (fin && exit_status) *exit_status = (int)json_integer_value(json_object_get(st, "exit_status"));
+  if (fin && exit_status)
+    *exit_status = (int)json_integer_value(json_object_get(st, "exit_status"));
   json_decref(st);
   return fin;
 }
@@ -172,7 +175,7 @@ static int follow_job(const backend_ops *ops, const char *dir, const backend_job
   jobdir_path(dir, JOBDIR_ALL_LOG, logp, sizeof logp);
   jobdir_path(dir, JOBDIR_SUMMARY, sum, sizeof sum);
   FILE *log = NULL;
-  char buf[65536], last[sizeof ((backend_job *)0)->what] = "";
+  char buf[65536], last[sizeof((backend_job *)0)->what] = "";
   int status = EXIT_INFRA;
   uint64_t next_poll = 0, said = 0, since = loom__now_ms();
   for (;;) {
@@ -215,8 +218,10 @@ static int follow_job(const backend_ops *ops, const char *dir, const backend_job
       }
       bool gone = j.state == BACKEND_JOB_UNKNOWN || j.state == BACKEND_JOB_ENDED;
       if (gone && !state_final(dir, &status)) {
-        fprintf(stderr, "loom: %s: it ended before its coordinator reported an end; see "
-                "%s/%s\n", j.what[0] ? j.what : sub->what, dir, jobdir_name(JOBDIR_COORD_LOG));
+        fprintf(stderr,
+                "loom: %s: it ended before its coordinator reported an end; see "
+                "%s/%s\n",
+                j.what[0] ? j.what : sub->what, dir, jobdir_name(JOBDIR_COORD_LOG));
         status = EXIT_INFRA;
         break;
       }
@@ -233,17 +238,22 @@ static int cmd_run(int argc, char **argv, bool detach) {
   const char *sets[64];
   int nsets = 0;
   for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--backend") && i + 1 < argc) bopt = argv[++i];
-    else if (!strncmp(argv[i], "--backend=", 10)) bopt = argv[i] + 10;
+    if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+      bopt = argv[++i];
+    else if (!strncmp(argv[i], "--backend=", 10))
+      bopt = argv[i] + 10;
     else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
       if (nsets == 64) return bad_usage(verb, "at most 64 --set");
       sets[nsets++] = argv[++i];
     } else if (!strncmp(argv[i], "--set=", 6)) {
       if (nsets == 64) return bad_usage(verb, "at most 64 --set");
       sets[nsets++] = argv[i] + 6;
-    } else if (argv[i][0] == '-') return bad_usage(verb, "unknown option %s", argv[i]);
-    else if (!path) path = argv[i];
-    else return bad_usage(verb, "one spec only (got %s and %s)", path, argv[i]);
+    } else if (argv[i][0] == '-')
+      return bad_usage(verb, "unknown option %s", argv[i]);
+    else if (!path)
+      path = argv[i];
+    else
+      return bad_usage(verb, "one spec only (got %s and %s)", path, argv[i]);
   }
   if (!path) return bad_usage(verb, "missing SPEC: loom %s job.yaml", verb);
   char err[2048];
@@ -304,8 +314,8 @@ static int cmd_run(int argc, char **argv, bool detach) {
                                      {.flags = UV_INHERIT_FD, .data.fd = lf ? fileno(lf) : 2},
                                      {.flags = UV_INHERIT_FD, .data.fd = lf ? fileno(lf) : 2}};
     char *args[] = {exe, "coordinator", dir, bopt ? "--backend" : NULL, (char *)bopt, NULL};
-    uv_process_options_t o = {.file = exe, .args = args, .flags = UV_PROCESS_DETACHED,
-                              .stdio_count = 3, .stdio = stdio};
+    uv_process_options_t o = {
+        .file = exe, .args = args, .flags = UV_PROCESS_DETACHED, .stdio_count = 3, .stdio = stdio};
     rc = uv_spawn(loop, &proc, &o);
     if (lf) fclose(lf);
     if (rc < 0) {
@@ -326,11 +336,19 @@ static int cmd_run(int argc, char **argv, bool detach) {
     printf("%s\n", id);
     return EXIT_OK;
   }
-  coord_opts o = {.job_dir = dir, .job_id = id, .secret = secret, .spec = s, .backend = bopt,
-                  .self_exe = exe, .console = true,
-                  .color = isatty(1) && !getenv("NO_COLOR"), .status_line = isatty(2)};
-  if (isatty(2)) fprintf(stderr, "loom: job %s (%s)\n", id, dir);
-  else fprintf(stderr, "loom: job %s\n", id);
+  coord_opts o = {.job_dir = dir,
+                  .job_id = id,
+                  .secret = secret,
+                  .spec = s,
+                  .backend = bopt,
+                  .self_exe = exe,
+                  .console = true,
+                  .color = isatty(1) && !getenv("NO_COLOR"),
+                  .status_line = isatty(2)};
+  if (isatty(2))
+    fprintf(stderr, "loom: job %s (%s)\n", id, dir);
+  else
+    fprintf(stderr, "loom: job %s\n", id);
   rc = coord_run(&o);
   spec_free(s);
   return rc;
@@ -355,8 +373,12 @@ static int cmd_coordinator(int argc, char **argv) {
     return EXIT_INFRA;
   }
   const char *slash = strrchr(dir, '/');
-  coord_opts o = {.job_dir = dir, .job_id = slash ? slash + 1 : dir, .secret = secret,
-                  .spec = s, .backend = bopt, .self_exe = exe};
+  coord_opts o = {.job_dir = dir,
+                  .job_id = slash ? slash + 1 : dir,
+                  .secret = secret,
+                  .spec = s,
+                  .backend = bopt,
+                  .self_exe = exe};
   const backend_ops *ops = backend_find(bopt ? bopt : s->backend);
   if (ops && ops->requeues) {
     /* a job the cluster manager started again continues its attempts */
@@ -395,27 +417,37 @@ static bool backend_state(const char *dir, backend_job *bj) {
 
 static const char *backend_job_word(backend_job_state st) {
   switch (st) {
-  case BACKEND_JOB_PENDING: return "pending";
-  case BACKEND_JOB_RUNNING: return "starting";
-  case BACKEND_JOB_ENDED: return "ended";
-  default: return "unknown";
+  case BACKEND_JOB_PENDING:
+    return "pending";
+  case BACKEND_JOB_RUNNING:
+    return "starting";
+  case BACKEND_JOB_ENDED:
+    return "ended";
+  default:
+    return "unknown";
   }
 }
 
 static void fmt_dur(double s, char *buf, size_t len) {
   if (s < 0) s = 0;
-  if (s < 60) snprintf(buf, len, "%.1fs", s);
-  else if (s < 3600) snprintf(buf, len, "%dm%02ds", (int)s / 60, (int)s % 60);
-  else snprintf(buf, len, "%dh%02dm", (int)s / 3600, (int)s / 60 % 60);
+  if (s < 60)
+    snprintf(buf, len, "%.1fs", s);
+  else if (s < 3600)
+    snprintf(buf, len, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else
+    snprintf(buf, len, "%dh%02dm", (int)s / 3600, (int)s / 60 % 60);
 }
 
 static int cmd_status(int argc, char **argv) {
   const char *job = NULL;
   bool json = false;
   for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) json = true;
-    else if (argv[i][0] == '-') return bad_usage("status", "unknown option %s", argv[i]);
-    else job = argv[i];
+    if (!strcmp(argv[i], "--json"))
+      json = true;
+    else if (argv[i][0] == '-')
+      return bad_usage("status", "unknown option %s", argv[i]);
+    else
+      job = argv[i];
   }
   if (!job) {
     static char dir[PATH_MAX + 200];
@@ -452,9 +484,12 @@ static int cmd_status(int argc, char **argv) {
         const char *ts = json_string_value(json_object_get(t, "state"));
         total++;
         if (!ts) continue;
-        if (!strcmp(ts, "running")) run++;
-        else if (!strcmp(ts, "succeeded") || !strcmp(ts, "stopped")) done++;
-        else if (!strcmp(ts, "failed") || !strcmp(ts, "lost")) failed++;
+        if (!strcmp(ts, "running"))
+          run++;
+        else if (!strcmp(ts, "succeeded") || !strcmp(ts, "stopped"))
+          done++;
+        else if (!strcmp(ts, "failed") || !strcmp(ts, "lost"))
+          failed++;
       }
       double start = json_real_value(json_object_get(st, "started"));
       json_t *fin = json_object_get(st, "finished");
@@ -490,8 +525,8 @@ static int cmd_status(int argc, char **argv) {
       return 0;
     }
     printf("job      %s\nstate    %s%s%s%s\ncluster  %s\ndir      %s\n", slash ? slash + 1 : dir,
-           backend_job_word(bj.state), bj.reason[0] ? " (" : "", bj.reason,
-           bj.reason[0] ? ")" : "", bj.what, dir);
+           backend_job_word(bj.state), bj.reason[0] ? " (" : "", bj.reason, bj.reason[0] ? ")" : "",
+           bj.what, dir);
     return 0;
   }
   if (!st) {
@@ -523,8 +558,8 @@ static int cmd_status(int argc, char **argv) {
     printf("cause    %s%s%s\n", json_string_value(json_object_get(rc, "task")) ?: "",
            json_object_get(rc, "task") ? ": " : "",
            json_string_value(json_object_get(rc, "message")) ?: "");
-  printf("\n%-20s %-10s %-7s %-22s %-8s %-9s %s\n", "TASK", "STATE", "ATTEMPT", "ADDRESS",
-         "EXIT", "ELAPSED", "REASON");
+  printf("\n%-20s %-10s %-7s %-22s %-8s %-9s %s\n", "TASK", "STATE", "ATTEMPT", "ADDRESS", "EXIT",
+         "ELAPSED", "REASON");
   json_t *t;
   size_t k;
   json_array_foreach(json_object_get(st, "tasks"), k, t) {
@@ -535,9 +570,11 @@ static int cmd_status(int argc, char **argv) {
     if (json_object_get(t, "signal_name"))
       snprintf(ex, sizeof ex, "SIG%s", json_string_value(json_object_get(t, "signal_name")));
     else if (json_object_get(t, "exit_code"))
-      snprintf(ex, sizeof ex, "%lld", (long long)json_integer_value(json_object_get(t, "exit_code")));
+      snprintf(ex, sizeof ex, "%lld",
+               (long long)json_integer_value(json_object_get(t, "exit_code")));
     json_t *ts = json_object_get(t, "started"), *tf = json_object_get(t, "finished");
-    if (ts) fmt_dur((tf ? json_real_value(tf) : loom__wall()) - json_real_value(ts), tel, sizeof tel);
+    if (ts)
+      fmt_dur((tf ? json_real_value(tf) : loom__wall()) - json_real_value(ts), tel, sizeof tel);
     printf("%-20s %-10s %-7lld %-22s %-8s %-9s %s\n", json_string_value(json_object_get(t, "task")),
            json_string_value(json_object_get(t, "state")),
            (long long)json_integer_value(json_object_get(t, "attempt")), addr, ex, tel,
@@ -561,11 +598,16 @@ static int cmd_logs(int argc, char **argv) {
   const char *job = NULL, *task = NULL;
   bool follow = false;
   for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--task") && i + 1 < argc) task = argv[++i];
-    else if (!strncmp(argv[i], "--task=", 7)) task = argv[i] + 7;
-    else if (!strcmp(argv[i], "--follow") || !strcmp(argv[i], "-f")) follow = true;
-    else if (argv[i][0] == '-') return bad_usage("logs", "unknown option %s", argv[i]);
-    else job = argv[i];
+    if (!strcmp(argv[i], "--task") && i + 1 < argc)
+      task = argv[++i];
+    else if (!strncmp(argv[i], "--task=", 7))
+      task = argv[i] + 7;
+    else if (!strcmp(argv[i], "--follow") || !strcmp(argv[i], "-f"))
+      follow = true;
+    else if (argv[i][0] == '-')
+      return bad_usage("logs", "unknown option %s", argv[i]);
+    else
+      job = argv[i];
   }
   if (!job) return bad_usage("logs", "missing JOB");
   char dir[PATH_MAX], err[512], path[PATH_MAX + 200];
@@ -588,8 +630,10 @@ static int cmd_logs(int argc, char **argv) {
   }
   FILE *f = fopen(path, "r");
   if (!f && !follow) {
-    fprintf(stderr, "loom logs: no log at %s%s\n", path, task ? " (is the task name right? see "
-                                                             "loom status)" : "");
+    fprintf(stderr, "loom logs: no log at %s%s\n", path,
+            task ? " (is the task name right? see "
+                   "loom status)"
+                 : "");
     return EXIT_USAGE;
   }
   char buf[65536];
@@ -617,9 +661,12 @@ static int cmd_events(int argc, char **argv) {
   const char *job = NULL;
   bool raw = false;
   for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) raw = true;
-    else if (argv[i][0] == '-') return bad_usage("events", "unknown option %s", argv[i]);
-    else job = argv[i];
+    if (!strcmp(argv[i], "--json"))
+      raw = true;
+    else if (argv[i][0] == '-')
+      return bad_usage("events", "unknown option %s", argv[i]);
+    else
+      job = argv[i];
   }
   if (!job) return bad_usage("events", "missing JOB");
   char dir[PATH_MAX], err[512], path[PATH_MAX + 32];
@@ -707,8 +754,10 @@ static int cmd_kill(int argc, char **argv) {
     if (rc == 0 && (rc = wire_recv(fd, &r, &f, 5000)) == 0) wire_frame_free(&f);
   }
   if (rc < 0 && ops && ops->cancel) {
-    fprintf(stderr, "loom kill: coordinator unreachable (%s); cancelling the job in its "
-            "cluster manager\n", loom_strerror(rc));
+    fprintf(stderr,
+            "loom kill: coordinator unreachable (%s); cancelling the job in its "
+            "cluster manager\n",
+            loom_strerror(rc));
     rc = ops->cancel(dir, msg, sizeof msg);
     fprintf(stderr, "loom kill: %s%s\n", rc == 0 ? "cancelled " : "", msg);
   } else if (rc < 0) {
@@ -741,8 +790,10 @@ static int cmd_kill(int argc, char **argv) {
 static int cmd_check(int argc, char **argv) {
   const char *bname = backend_default()->name;
   for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--backend") && i + 1 < argc) bname = argv[++i];
-    else return bad_usage("check", "unknown argument %s", argv[i]);
+    if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+      bname = argv[++i];
+    else
+      return bad_usage("check", "unknown argument %s", argv[i]);
   }
   int bad = 0;
   char p[PATH_MAX + 64], msg[512];
@@ -775,8 +826,7 @@ static int cmd_check(int argc, char **argv) {
     cg_probe cg;
     cg_probe_memory(&cg);
     if (cg.kind == CG_RLIMIT)
-      printf("ok   memory limits: rlimit (RLIMIT_DATA; no cgroup: %s)\n",
-             cg.why);
+      printf("ok   memory limits: rlimit (RLIMIT_DATA; no cgroup: %s)\n", cg.why);
     else
       printf("ok   memory limits: %s (%s under %s)\n", cg_kind_name(cg.kind),
              cg_limit_file(cg.kind), cg.base);

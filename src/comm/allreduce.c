@@ -23,25 +23,23 @@ static int mod(int a, int n) { return ((a % n) + n) % n; }
 
 /* Exchanges with one peer: send slen bytes of sbuf to `to` while receiving
  * rlen bytes from `from` into sink. */
-static int sendrecv(comm_t *c, int to, const void *sbuf, size_t slen,
-                    int from, size_t rlen, struct comm_sink sink) {
-  struct comm_stage st = {.to = to, .sbuf = sbuf, .slen = slen, .sdep = -1,
-                          .from = from, .rlen = rlen, .sink = sink};
+static int sendrecv(comm_t *c, int to, const void *sbuf, size_t slen, int from, size_t rlen,
+                    struct comm_sink sink) {
+  struct comm_stage st = {
+      .to = to, .sbuf = sbuf, .slen = slen, .sdep = -1, .from = from, .rlen = rlen, .sink = sink};
   return comm__pipeline(c, &st, 1);
 }
 
-static int allreduce_rd(comm_t *c, const void *send, void *recv,
-                        size_t count, loom_dtype dt, loom_op op) {
+static int allreduce_rd(comm_t *c, const void *send, void *recv, size_t count, loom_dtype dt,
+                        loom_op op) {
   int n = c->world, r = c->rank, rc = 0;
   size_t bytes = count * comm_dtype_size(dt);
   if (send != recv) memcpy(recv, send, bytes);
   void *tmp = comm__scratch(c, bytes);
   if (!tmp) return comm__fail(c, LOOM_ENOMEM, "out of memory");
-  struct comm_reduce_sink into = {.dst = recv, .a = recv, .dt = dt,
-                                  .op = op};
+  struct comm_reduce_sink into = {.dst = recv, .a = recv, .dt = dt, .op = op};
   struct comm_sink reduce = {.fn = comm__reduce_piece, .arg = &into};
-  struct comm_sink none = {0}, to_tmp = {.direct = tmp},
-                   to_recv = {.direct = recv};
+  struct comm_sink none = {0}, to_tmp = {.direct = tmp}, to_recv = {.direct = recv};
   int p = 1;
   while (p * 2 <= n) p *= 2;
   int rem = n - p, vr = r < 2 * rem ? (r % 2 ? r / 2 : -1) : r - rem;
@@ -64,8 +62,8 @@ static int allreduce_rd(comm_t *c, const void *send, void *recv,
   return rc;
 }
 
-static int allreduce_ring(comm_t *c, const void *send, void *recv,
-                          size_t count, loom_dtype dt, loom_op op) {
+static int allreduce_ring(comm_t *c, const void *send, void *recv, size_t count, loom_dtype dt,
+                          loom_op op) {
   int n = c->world, r = c->rank, steps = n - 1;
   size_t es = comm_dtype_size(dt);
   const char *sb = send;
@@ -82,22 +80,29 @@ static int allreduce_ring(comm_t *c, const void *send, void *recv,
     int out = mod(r - s, n), in = mod(r - s - 1, n);
     size_t oo = comm__block_off(count, n, out) * es;
     size_t io = comm__block_off(count, n, in) * es;
-    rs[s] = (struct comm_reduce_sink){
-        .dst = rb + io, .a = sb + io, .dt = dt, .op = op,
-        .div = s == steps - 1 && op == LOOM_AVG ? n : 0};
-    st[s] = (struct comm_stage){
-        .to = right, .sbuf = (s == 0 ? sb : rb) + oo,
-        .slen = comm__block_len(count, n, out) * es, .sdep = s - 1,
-        .from = left, .rlen = comm__block_len(count, n, in) * es,
-        .sink = {.fn = comm__reduce_piece, .arg = &rs[s]}};
+    rs[s] = (struct comm_reduce_sink){.dst = rb + io,
+                                      .a = sb + io,
+                                      .dt = dt,
+                                      .op = op,
+                                      .div = s == steps - 1 && op == LOOM_AVG ? n : 0};
+    st[s] = (struct comm_stage){.to = right,
+                                .sbuf = (s == 0 ? sb : rb) + oo,
+                                .slen = comm__block_len(count, n, out) * es,
+                                .sdep = s - 1,
+                                .from = left,
+                                .rlen = comm__block_len(count, n, in) * es,
+                                .sink = {.fn = comm__reduce_piece, .arg = &rs[s]}};
   }
   for (int s = 0; s < steps; s++) { /* allgather */
     int out = mod(r + 1 - s, n), in = mod(r - s, n);
-    st[steps + s] = (struct comm_stage){
-        .to = right, .sbuf = rb + comm__block_off(count, n, out) * es,
-        .slen = comm__block_len(count, n, out) * es, .sdep = steps + s - 1,
-        .from = left, .rlen = comm__block_len(count, n, in) * es,
-        .sink = {.direct = rb + comm__block_off(count, n, in) * es}};
+    st[steps + s] =
+        (struct comm_stage){.to = right,
+                            .sbuf = rb + comm__block_off(count, n, out) * es,
+                            .slen = comm__block_len(count, n, out) * es,
+                            .sdep = steps + s - 1,
+                            .from = left,
+                            .rlen = comm__block_len(count, n, in) * es,
+                            .sink = {.direct = rb + comm__block_off(count, n, in) * es}};
   }
   int rc = comm__pipeline(c, st, 2 * steps);
   free(st);
@@ -105,11 +110,10 @@ static int allreduce_ring(comm_t *c, const void *send, void *recv,
   return rc;
 }
 
-int comm__check_reduce(comm_t *c, const void *send, const void *recv,
-                       size_t count, loom_dtype dt, loom_op op) {
+int comm__check_reduce(comm_t *c, const void *send, const void *recv, size_t count, loom_dtype dt,
+                       loom_op op) {
   if (!c) return LOOM_EINVAL;
-  if ((unsigned)dt > LOOM_I64 || (unsigned)op > LOOM_MIN ||
-      (count > 0 && (!send || !recv)) ||
+  if ((unsigned)dt > LOOM_I64 || (unsigned)op > LOOM_MIN || (count > 0 && (!send || !recv)) ||
       count > SIZE_MAX / 16 / comm_dtype_size(dt)) {
     if (!c->err)
       snprintf(c->errmsg, sizeof c->errmsg,
@@ -121,8 +125,8 @@ int comm__check_reduce(comm_t *c, const void *send, const void *recv,
   return comm__begin(c);
 }
 
-int comm_allreduce(comm_t *c, const void *send, void *recv, size_t count,
-                   loom_dtype dt, loom_op op) {
+int comm_allreduce(comm_t *c, const void *send, void *recv, size_t count, loom_dtype dt,
+                   loom_op op) {
   int rc = comm__check_reduce(c, send, recv, count, dt, op);
   if (rc < 0 || count == 0) return rc;
   size_t bytes = count * comm_dtype_size(dt);
@@ -130,8 +134,7 @@ int comm_allreduce(comm_t *c, const void *send, void *recv, size_t count,
     if (send != recv) memmove(recv, send, bytes);
     return 0;
   }
-  if (c->native && c->native->allreduce)
-    return c->native->allreduce(c, send, recv, count, dt, op);
+  if (c->native && c->native->allreduce) return c->native->allreduce(c, send, recv, count, dt, op);
   if (bytes <= (size_t)c->t.small_bytes || count < (size_t)c->world)
     return allreduce_rd(c, send, recv, count, dt, op);
   return allreduce_ring(c, send, recv, count, dt, op);

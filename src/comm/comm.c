@@ -26,8 +26,7 @@ static int comm_publish_hosts(comm_t *c) {
   int n = snprintf(val, sizeof val, "%d %s", (int)getpid(), c->host);
   int rc = c->store->ops->set(c->store, key, val, (size_t)n);
   if (rc < 0)
-    return comm__fail(c, rc, "rank %d: cannot publish its address: %s",
-                      c->rank, loom_strerror(rc));
+    return comm__fail(c, rc, "rank %d: cannot publish its address: %s", c->rank, loom_strerror(rc));
   for (int r = 0; r < c->world; r++) {
     void *v = NULL;
     size_t len = 0;
@@ -40,13 +39,15 @@ static int comm_publish_hosts(comm_t *c) {
       rc = c->store->ops->get(c->store, key, slice, &v, &len);
       if (rc != LOOM_ETIMEDOUT || left <= slice) break;
       if (c->latest_gen && __atomic_load_n(c->latest_gen, __ATOMIC_ACQUIRE) > c->gen)
-        return comm__fail(c, LOOM_ECHANGED, "rank %d: the job's membership changed while "
-                                            "forming generation %lld: call loom_comm_reform()",
+        return comm__fail(c, LOOM_ECHANGED,
+                          "rank %d: the job's membership changed while "
+                          "forming generation %lld: call loom_comm_reform()",
                           c->rank, (long long)c->gen);
     }
     if (rc < 0)
-      return comm__fail(c, rc, "rank %d: rank %d never joined the "
-                               "communicator (%s)",
+      return comm__fail(c, rc,
+                        "rank %d: rank %d never joined the "
+                        "communicator (%s)",
                         c->rank, r, loom_strerror(rc));
     /* "<pid> <host>", from a peer: check it all. */
     char *sp = len < 300 ? memchr(v, ' ', len) : NULL, *end = NULL;
@@ -54,8 +55,9 @@ static int comm_publish_hosts(comm_t *c) {
     if (!sp || end != sp || pid <= 0 || sp[1] == 0 || strchr(sp + 1, ' ') ||
         !(c->hosts[r] = strdup(sp + 1))) {
       free(v);
-      return comm__fail(c, LOOM_EPROTO, "rank %d: bad address record from "
-                                        "rank %d",
+      return comm__fail(c, LOOM_EPROTO,
+                        "rank %d: bad address record from "
+                        "rank %d",
                         c->rank, r);
     }
     c->pids[r] = (int)pid;
@@ -64,20 +66,17 @@ static int comm_publish_hosts(comm_t *c) {
   return 0;
 }
 
-int comm_create(comm_store *store, const char *prefix, int rank, int world,
-                const char *host, int abort_fd, comm_t **out, char *errmsg,
-                size_t errlen) {
-  return comm_create_gen(store, prefix, rank, world, host, abort_fd, NULL, 0, out, errmsg,
-                         errlen);
+int comm_create(comm_store *store, const char *prefix, int rank, int world, const char *host,
+                int abort_fd, comm_t **out, char *errmsg, size_t errlen) {
+  return comm_create_gen(store, prefix, rank, world, host, abort_fd, NULL, 0, out, errmsg, errlen);
 }
 
-int comm_create_gen(comm_store *store, const char *prefix, int rank, int world,
-                    const char *host, int abort_fd, const int64_t *latest_gen, int64_t gen,
-                    comm_t **out, char *errmsg, size_t errlen) {
+int comm_create_gen(comm_store *store, const char *prefix, int rank, int world, const char *host,
+                    int abort_fd, const int64_t *latest_gen, int64_t gen, comm_t **out,
+                    char *errmsg, size_t errlen) {
   if (errmsg && errlen) errmsg[0] = 0;
-  if (!store || !prefix || !host || !out || world < 1 || rank < 0 ||
-      rank >= world || strlen(prefix) >= 64 || !*host ||
-      strlen(host) >= 256 || strchr(host, ' '))
+  if (!store || !prefix || !host || !out || world < 1 || rank < 0 || rank >= world ||
+      strlen(prefix) >= 64 || !*host || strlen(host) >= 256 || strchr(host, ' '))
     return LOOM_EINVAL;
   *out = NULL;
   comm_t *c = calloc(1, sizeof *c);
@@ -119,15 +118,13 @@ int comm_create_gen(comm_store *store, const char *prefix, int rank, int world,
   }
   if (!rc && nl > 0) rc = comm__shm_transport.setup(c, local, nl);
   if (!rc && nr > 0) rc = comm__tcp_transport.setup(c, remote, nr);
-  if (!rc && nl > 0 && nr == 0 && comm__shm_transport.coll_ok &&
-      comm__shm_transport.coll_ok(c))
+  if (!rc && nl > 0 && nr == 0 && comm__shm_transport.coll_ok && comm__shm_transport.coll_ok(c))
     c->native = &comm__shm_transport;
   free(local);
   free(remote);
   cpu_set_t cpus;
-  int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0
-                 ? CPU_COUNT(&cpus)
-                 : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus)
+                                                           : (int)sysconf(_SC_NPROCESSORS_ONLN);
   c->oversub = nhost > ncpu;
   if (c->t.spin < 0) c->t.spin = c->oversub ? 50 : 2000;
   if (rc < 0) {
@@ -205,16 +202,14 @@ static int comm_state_get(loom_t *l, struct comm_state **out) {
                            loom__latest_generation(l), loom_generation(l), &s->c, s->errmsg,
                            sizeof s->errmsg);
     } else {
-      snprintf(s->errmsg, sizeof s->errmsg,
-               "cannot join the communicator through the KV store: %s",
+      snprintf(s->errmsg, sizeof s->errmsg, "cannot join the communicator through the KV store: %s",
                loom_strerror(rc));
     }
     s->err = rc;
   }
   pthread_mutex_unlock(&comm_create_mu);
   if (s->err < 0) return loom__fail(l, s->err, "%s", s->errmsg);
-  if (loom__aborted(l))
-    comm__fail(s->c, LOOM_EABORTED, "the coordinator aborted the attempt");
+  if (loom__aborted(l)) comm__fail(s->c, LOOM_EABORTED, "the coordinator aborted the attempt");
   *out = s;
   return 0;
 }
@@ -272,9 +267,8 @@ int loom_comm_reform(loom_t *l, int timeout_ms) {
   json_int_t world = json_integer_value(json_object_get(m, "world_size"));
   if (!json_is_integer(base) || world < 1) {
     json_decref(m);
-    return loom__fail(l, m ? LOOM_ENOENT : LOOM_EPROTO,
-                      "%s is not a member of generation %lld", task ? task : "this task",
-                      (long long)latest);
+    return loom__fail(l, m ? LOOM_ENOENT : LOOM_EPROTO, "%s is not a member of generation %lld",
+                      task ? task : "this task", (long long)latest);
   }
   int rank = (int)json_integer_value(base) + loom_local_rank(l);
   json_decref(m);
@@ -294,17 +288,17 @@ int loom_comm_reform(loom_t *l, int timeout_ms) {
   return 0;
 }
 
-#define COMM_PUBLIC(call)                                                    \
-  struct comm_state *s;                                                      \
-  int rc = comm_state_get(l, &s);                                            \
-  if (rc < 0) return rc;                                                     \
-  pthread_mutex_lock(&s->mu);                                                \
-  rc = call;                                                                 \
-  pthread_mutex_unlock(&s->mu);                                              \
+#define COMM_PUBLIC(call)                                                                          \
+  struct comm_state *s;                                                                            \
+  int rc = comm_state_get(l, &s);                                                                  \
+  if (rc < 0) return rc;                                                                           \
+  pthread_mutex_lock(&s->mu);                                                                      \
+  rc = call;                                                                                       \
+  pthread_mutex_unlock(&s->mu);                                                                    \
   return rc < 0 ? loom__fail(l, rc, "%s", comm_errmsg(s->c)) : 0
 
-int loom_allreduce(loom_t *l, const void *send, void *recv, size_t count,
-                   loom_dtype dt, loom_op op) {
+int loom_allreduce(loom_t *l, const void *send, void *recv, size_t count, loom_dtype dt,
+                   loom_op op) {
   COMM_PUBLIC(comm_allreduce(s->c, send, recv, count, dt, op));
 }
 
@@ -316,8 +310,8 @@ int loom_allgather(loom_t *l, const void *send, void *recv, size_t bytes) {
   COMM_PUBLIC(comm_allgather(s->c, send, recv, bytes));
 }
 
-int loom_reduce_scatter(loom_t *l, const void *send, void *recv,
-                        size_t count, loom_dtype dt, loom_op op) {
+int loom_reduce_scatter(loom_t *l, const void *send, void *recv, size_t count, loom_dtype dt,
+                        loom_op op) {
   COMM_PUBLIC(comm_reduce_scatter(s->c, send, recv, count, dt, op));
 }
 

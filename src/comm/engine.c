@@ -89,8 +89,7 @@ static inline void cpu_relax(void) {
 
 /* Checks what may end a wait: poisoning by a peer, the abort fd, dead
  * peers, the deadline. full: also the slower checks. */
-static int engine_check(comm_t *c, int full,
-                        const struct comm_waitset *ws) {
+static int engine_check(comm_t *c, int full, const struct comm_waitset *ws) {
   int rc;
   if (c->shm && (rc = comm__shm_transport.check(c, full, ws)) < 0) return rc;
   if (!full) return 0;
@@ -98,9 +97,7 @@ static int engine_check(comm_t *c, int full,
   if (c->abort_fd >= 0) {
     struct pollfd p = {.fd = c->abort_fd, .events = POLLIN};
     if (poll(&p, 1, 0) > 0)
-      return comm__fail(c, LOOM_EABORTED,
-                        "rank %d: the coordinator aborted the attempt",
-                        c->rank);
+      return comm__fail(c, LOOM_EABORTED, "rank %d: the coordinator aborted the attempt", c->rank);
   }
   if (c->latest_gen && __atomic_load_n(c->latest_gen, __ATOMIC_ACQUIRE) > c->gen)
     return comm__fail(c, LOOM_ECHANGED,
@@ -112,8 +109,7 @@ static int engine_check(comm_t *c, int full,
     char who[64] = "";
     size_t at = 0;
     for (int i = 0; i < ws->npeers && at < sizeof who; i++)
-      at += (size_t)snprintf(who + at, sizeof who - at, "%s%d",
-                             i ? ", " : "", ws->peers[i]);
+      at += (size_t)snprintf(who + at, sizeof who - at, "%s%d", i ? ", " : "", ws->peers[i]);
     return comm__fail(c, LOOM_ETIMEDOUT,
                       "rank %d: a collective did not finish within "
                       "LOOM_COMM_TIMEOUT_MS=%ld ms (waiting for rank %s)",
@@ -123,15 +119,13 @@ static int engine_check(comm_t *c, int full,
 }
 
 /* Waits for ws (or briefly spins). Returns 0 to retry, or an error. */
-static int engine_wait(comm_t *c, struct comm_waitset *ws, uint32_t token,
-                       unsigned *idle) {
+static int engine_wait(comm_t *c, struct comm_waitset *ws, uint32_t token, unsigned *idle) {
   unsigned n = (*idle)++;
   /* Only sockets to wait on and more ranks than CPUs: the kernel wakes the
    * poll as soon as bytes come, and spinning or yielding would only take
    * the CPU from the rank that sends them (measured: 10-15% at 4 ranks on
    * 2 cores over TCP). */
-  if (c->oversub && ws->nfds > 0 && !ws->bell)
-    n = (unsigned)(c->t.spin + c->t.yield);
+  if (c->oversub && ws->nfds > 0 && !ws->bell) n = (unsigned)(c->t.spin + c->t.yield);
   if (n < (unsigned)c->t.spin) {
     cpu_relax();
     return 0;
@@ -150,17 +144,13 @@ static int engine_wait(comm_t *c, struct comm_waitset *ws, uint32_t token,
     return 0;
   }
   uint64_t left_ms = (c->next_check_ns - now) / 1000000u + 1;
-  int ms = left_ms > (uint64_t)c->t.check_ms ? (int)c->t.check_ms
-                                             : (int)left_ms;
+  int ms = left_ms > (uint64_t)c->t.check_ms ? (int)c->t.check_ms : (int)left_ms;
   if (ws->nfds > 0) {
     if (c->abort_fd >= 0 && ws->nfds < COMM_WAIT_MAX_FDS)
-      ws->fds[ws->nfds++] = (struct pollfd){.fd = c->abort_fd,
-                                            .events = POLLIN};
+      ws->fds[ws->nfds++] = (struct pollfd){.fd = c->abort_fd, .events = POLLIN};
     /* With shm peers pending too, poll briefly: a doorbell is no fd. */
-    if (poll(ws->fds, (nfds_t)ws->nfds, ws->bell ? 1 : ms) < 0 &&
-        errno != EINTR)
-      return comm__fail(c, LOOM_EIO, "rank %d: poll: %s", c->rank,
-                        strerror(errno));
+    if (poll(ws->fds, (nfds_t)ws->nfds, ws->bell ? 1 : ms) < 0 && errno != EINTR)
+      return comm__fail(c, LOOM_EIO, "rank %d: poll: %s", c->rank, strerror(errno));
   } else if (ws->bell) {
     comm__shm_bell_sleep(c, token, ms);
   } else {
@@ -171,8 +161,7 @@ static int engine_wait(comm_t *c, struct comm_waitset *ws, uint32_t token,
 
 /* Transports report through comm__fail(); this covers one that did not. */
 static int engine_error(comm_t *c, int rc) {
-  return c->err ? c->err
-                : comm__fail(c, rc, "rank %d: transport error", c->rank);
+  return c->err ? c->err : comm__fail(c, rc, "rank %d: transport error", c->rank);
 }
 
 int comm__pipeline(comm_t *c, struct comm_stage *st, int n) {
@@ -197,8 +186,10 @@ int comm__pipeline(comm_t *c, struct comm_stage *st, int n) {
         size_t before = x->sdone;
         rc = p->tp->send(p, x->sbuf, x->slen, upto, &x->sdone);
         if (rc < 0) return engine_error(c, rc);
-        if (x->sdone != before) moved = 1;
-        else p->tp->want(p, 1, &ws);
+        if (x->sdone != before)
+          moved = 1;
+        else
+          p->tp->want(p, 1, &ws);
       }
     }
     if (r < n && r <= s) {
@@ -207,8 +198,10 @@ int comm__pipeline(comm_t *c, struct comm_stage *st, int n) {
       size_t before = x->rdone;
       rc = p->tp->recv(p, x->rlen, &x->rdone, &x->sink);
       if (rc < 0) return engine_error(c, rc);
-      if (x->rdone != before) moved = 1;
-      else p->tp->want(p, 0, &ws);
+      if (x->rdone != before)
+        moved = 1;
+      else
+        p->tp->want(p, 0, &ws);
     }
     if (moved) {
       idle = 0;
@@ -219,8 +212,7 @@ int comm__pipeline(comm_t *c, struct comm_stage *st, int n) {
   }
 }
 
-int comm__wait_counter(comm_t *c, const _Atomic uint64_t *v, uint64_t target,
-                       int peer) {
+int comm__wait_counter(comm_t *c, const _Atomic uint64_t *v, uint64_t target, int peer) {
   unsigned idle = 0;
   for (;;) {
     uint32_t token = comm__shm_bell_token(c);

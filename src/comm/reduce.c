@@ -16,33 +16,37 @@
 #define COMM_MAX(x, y) ((x) > (y) ? (x) : (y))
 #define COMM_MIN(x, y) ((x) < (y) ? (x) : (y))
 
-#define COMM_KERNEL(name, T, OP)                                             \
-  static void name##_3(T *restrict d, const T *restrict a,                  \
-                       const T *restrict b, size_t n) {                      \
-    for (size_t i = 0; i < n; i++) d[i] = OP(a[i], b[i]);                   \
-  }                                                                          \
-  static void name##_2(T *restrict d, const T *restrict b, size_t n) {      \
-    for (size_t i = 0; i < n; i++) d[i] = OP(d[i], b[i]);                   \
+#define COMM_KERNEL(name, T, OP)                                                                   \
+  static void name##_3(T *restrict d, const T *restrict a, const T *restrict b, size_t n) {        \
+    for (size_t i = 0; i < n; i++) d[i] = OP(a[i], b[i]);                                          \
+  }                                                                                                \
+  static void name##_2(T *restrict d, const T *restrict b, size_t n) {                             \
+    for (size_t i = 0; i < n; i++) d[i] = OP(d[i], b[i]);                                          \
   }
 
-#define COMM_KERNELS(tname, T)                                               \
-  COMM_KERNEL(sum_##tname, T, COMM_SUM)                                      \
-  COMM_KERNEL(max_##tname, T, COMM_MAX)                                      \
-  COMM_KERNEL(min_##tname, T, COMM_MIN)                                      \
-  static void reduce_##tname(loom_op op, void *d, const void *a,            \
-                             const void *b, size_t n) {                      \
-    if (d == a) {                                                            \
-      if (op == LOOM_MAX) max_##tname##_2(d, b, n);                          \
-      else if (op == LOOM_MIN) min_##tname##_2(d, b, n);                     \
-      else sum_##tname##_2(d, b, n);                                         \
-    } else {                                                                 \
-      if (op == LOOM_MAX) max_##tname##_3(d, a, b, n);                       \
-      else if (op == LOOM_MIN) min_##tname##_3(d, a, b, n);                  \
-      else sum_##tname##_3(d, a, b, n);                                      \
-    }                                                                        \
-  }                                                                          \
-  static void scale_##tname(T *restrict d, size_t n, T div) {               \
-    for (size_t i = 0; i < n; i++) d[i] /= div;                              \
+#define COMM_KERNELS(tname, T)                                                                     \
+  COMM_KERNEL(sum_##tname, T, COMM_SUM)                                                            \
+  COMM_KERNEL(max_##tname, T, COMM_MAX)                                                            \
+  COMM_KERNEL(min_##tname, T, COMM_MIN)                                                            \
+  static void reduce_##tname(loom_op op, void *d, const void *a, const void *b, size_t n) {        \
+    if (d == a) {                                                                                  \
+      if (op == LOOM_MAX)                                                                          \
+        max_##tname##_2(d, b, n);                                                                  \
+      else if (op == LOOM_MIN)                                                                     \
+        min_##tname##_2(d, b, n);                                                                  \
+      else                                                                                         \
+        sum_##tname##_2(d, b, n);                                                                  \
+    } else {                                                                                       \
+      if (op == LOOM_MAX)                                                                          \
+        max_##tname##_3(d, a, b, n);                                                               \
+      else if (op == LOOM_MIN)                                                                     \
+        min_##tname##_3(d, a, b, n);                                                               \
+      else                                                                                         \
+        sum_##tname##_3(d, a, b, n);                                                               \
+    }                                                                                              \
+  }                                                                                                \
+  static void scale_##tname(T *restrict d, size_t n, T div) {                                      \
+    for (size_t i = 0; i < n; i++) d[i] /= div;                                                    \
   }
 
 COMM_KERNELS(f32, float)
@@ -52,30 +56,49 @@ COMM_KERNELS(i64, int64_t)
 
 size_t comm_dtype_size(loom_dtype dt) {
   switch (dt) {
-  case LOOM_F32: return 4;
-  case LOOM_F64: return 8;
-  case LOOM_I32: return 4;
-  case LOOM_I64: return 8;
+  case LOOM_F32:
+    return 4;
+  case LOOM_F64:
+    return 8;
+  case LOOM_I32:
+    return 4;
+  case LOOM_I64:
+    return 8;
   }
   return 0;
 }
 
-void comm_reduce(loom_dtype dt, loom_op op, void *dst, const void *a,
-                 const void *b, size_t n) {
+void comm_reduce(loom_dtype dt, loom_op op, void *dst, const void *a, const void *b, size_t n) {
   switch (dt) {
-  case LOOM_F32: reduce_f32(op, dst, a, b, n); break;
-  case LOOM_F64: reduce_f64(op, dst, a, b, n); break;
-  case LOOM_I32: reduce_i32(op, dst, a, b, n); break;
-  case LOOM_I64: reduce_i64(op, dst, a, b, n); break;
+  case LOOM_F32:
+    reduce_f32(op, dst, a, b, n);
+    break;
+  case LOOM_F64:
+    reduce_f64(op, dst, a, b, n);
+    break;
+  case LOOM_I32:
+    reduce_i32(op, dst, a, b, n);
+    break;
+  case LOOM_I64:
+    reduce_i64(op, dst, a, b, n);
+    break;
   }
 }
 
 void comm_scale(loom_dtype dt, void *dst, size_t n, int div) {
   switch (dt) {
-  case LOOM_F32: scale_f32(dst, n, (float)div); break;
-  case LOOM_F64: scale_f64(dst, n, (double)div); break;
-  case LOOM_I32: scale_i32(dst, n, (int32_t)div); break;
-  case LOOM_I64: scale_i64(dst, n, (int64_t)div); break;
+  case LOOM_F32:
+    scale_f32(dst, n, (float)div);
+    break;
+  case LOOM_F64:
+    scale_f64(dst, n, (double)div);
+    break;
+  case LOOM_I32:
+    scale_i32(dst, n, (int32_t)div);
+    break;
+  case LOOM_I64:
+    scale_i64(dst, n, (int64_t)div);
+    break;
   }
 }
 

@@ -48,9 +48,9 @@ struct shm_hdr {
   uint64_t magic;
   uint32_t nlocal;
   uint32_t pad;
-  uint64_t ring_size; /* a power of two */
-  uint64_t total;     /* bytes of the segment */
-  uint64_t slot_size; /* bytes of one collective slot; 0: no slots */
+  uint64_t ring_size;   /* a power of two */
+  uint64_t total;       /* bytes of the segment */
+  uint64_t slot_size;   /* bytes of one collective slot; 0: no slots */
   uint64_t small_bytes; /* allreduce: whole-vector reduction up to this */
   _Atomic uint32_t mapped;
   _Atomic int32_t poison; /* 0, or the LOOM_E* code that poisoned it */
@@ -84,9 +84,9 @@ struct shm_ctl {
 
 struct shm_link {
   struct shm_dev *d;
-  int li;                /* the peer's local index */
-  struct shm_ring *out;  /* me -> peer */
-  struct shm_ring *in;   /* peer -> me */
+  int li;               /* the peer's local index */
+  struct shm_ring *out; /* me -> peer */
+  struct shm_ring *in;  /* peer -> me */
   char *out_data, *in_data;
 };
 
@@ -99,27 +99,25 @@ struct shm_dev {
   struct shm_hdr *hdr;
   struct shm_slot *slots;
   int nlocal, me;
-  int *ranks;  /* [nlocal] local index -> rank */
-  int *pidfd;  /* [nlocal] -1: none */
-  int *lidx;   /* [world] rank -> local index, -1 if not local */
+  int *ranks;             /* [nlocal] local index -> rank */
+  int *pidfd;             /* [nlocal] -1: none */
+  int *lidx;              /* [world] rank -> local index, -1 if not local */
   struct shm_link *links; /* [nlocal] */
   uint64_t mask, chunk;
   struct shm_ctl *ctl; /* [nlocal] */
   char *slots_base;    /* 2 x nlocal slots of slot_size bytes */
   uint64_t slot_size, small_bytes;
-  uint64_t round; /* slot rounds this rank has started */
+  uint64_t round;  /* slot rounds this rank has started */
   const char **xs; /* [nlocal] the inputs of one reduction */
 };
 
-static long futex(_Atomic uint32_t *addr, int op, uint32_t val,
-                  const struct timespec *ts) {
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
   return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
 }
 
 static void shm_ring_bell(struct shm_slot *s) {
   atomic_fetch_add(&s->bell, 1);
-  if (atomic_load(&s->sleeping))
-    futex((_Atomic uint32_t *)&s->bell, FUTEX_WAKE, INT_MAX, NULL);
+  if (atomic_load(&s->sleeping)) futex((_Atomic uint32_t *)&s->bell, FUTEX_WAKE, INT_MAX, NULL);
 }
 
 uint32_t comm__shm_bell_token(comm_t *c) {
@@ -132,8 +130,7 @@ void comm__shm_bell_sleep(comm_t *c, uint32_t token, int timeout_ms) {
   struct shm_slot *s = &d->slots[d->me];
   struct timespec ts = {timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
   atomic_store(&s->sleeping, 1);
-  if (atomic_load(&s->bell) == token)
-    futex(&s->bell, FUTEX_WAIT, token, &ts);
+  if (atomic_load(&s->bell) == token) futex(&s->bell, FUTEX_WAIT, token, &ts);
   atomic_store(&s->sleeping, 0);
 }
 
@@ -150,8 +147,8 @@ static int shm_map(comm_t *c, struct shm_dev *d, int fd, size_t total) {
 
 /* The segment: header, doorbell slots, rings, the slot collectives'
  * control lines and their slots (two per rank: rounds alternate). */
-static size_t shm_layout(uint32_t nlocal, uint64_t ring, uint64_t slot,
-                         size_t *rings_at, size_t *ctl_at) {
+static size_t shm_layout(uint32_t nlocal, uint64_t ring, uint64_t slot, size_t *rings_at,
+                         size_t *ctl_at) {
   size_t at = SHM_HDR_BYTES + (size_t)nlocal * sizeof(struct shm_slot);
   at = (at + 4095) & ~(size_t)4095;
   *rings_at = at;
@@ -163,35 +160,28 @@ static size_t shm_layout(uint32_t nlocal, uint64_t ring, uint64_t slot,
 
 static struct shm_ring *shm_ring_at(struct shm_dev *d, int from, int to) {
   size_t rings_at, ctl_at;
-  shm_layout(d->hdr->nlocal, d->hdr->ring_size, d->hdr->slot_size, &rings_at,
-             &ctl_at);
+  shm_layout(d->hdr->nlocal, d->hdr->ring_size, d->hdr->slot_size, &rings_at, &ctl_at);
   size_t i = (size_t)from * (size_t)d->nlocal + (size_t)to;
-  return (struct shm_ring *)(d->base + rings_at +
-                             i * (SHM_RING_CTL + d->hdr->ring_size));
+  return (struct shm_ring *)(d->base + rings_at + i * (SHM_RING_CTL + d->hdr->ring_size));
 }
 
 static int shm_create(comm_t *c, struct shm_dev *d, int *fd_out) {
   /* Slots only serve a communicator whose ranks are all on this host. */
-  uint64_t ring = 4096,
-           slot = d->nlocal == c->world ? (uint64_t)c->t.shm_slot : 0;
+  uint64_t ring = 4096, slot = d->nlocal == c->world ? (uint64_t)c->t.shm_slot : 0;
   while (ring * 2 <= (uint64_t)c->t.shm_ring) ring *= 2;
-  size_t rings_at, ctl_at,
-      total = shm_layout((uint32_t)d->nlocal, ring, slot, &rings_at, &ctl_at);
+  size_t rings_at, ctl_at, total = shm_layout((uint32_t)d->nlocal, ring, slot, &rings_at, &ctl_at);
   unsigned char rnd[8];
   if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
     return comm__fail(c, LOOM_EIO, "rank %d: getrandom failed", c->rank);
-  snprintf(d->name, sizeof d->name, "/loom-comm-%d-%02x%02x%02x%02x%02x%02x",
-           (int)getpid(), rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
+  snprintf(d->name, sizeof d->name, "/loom-comm-%d-%02x%02x%02x%02x%02x%02x", (int)getpid(), rnd[0],
+           rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
   int fd = shm_open(d->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0)
-    return comm__fail(c, LOOM_EIO, "rank %d: shm_open(%s): %s", c->rank,
-                      d->name, strerror(errno));
+    return comm__fail(c, LOOM_EIO, "rank %d: shm_open(%s): %s", c->rank, d->name, strerror(errno));
   *fd_out = fd;
   /* Reserve the memory now: a full /dev/shm then fails here, cleanly,
    * instead of with SIGBUS in the middle of a collective. */
-  int err = ftruncate(fd, (off_t)total) < 0 ? errno
-                                            : posix_fallocate(fd, 0,
-                                                              (off_t)total);
+  int err = ftruncate(fd, (off_t)total) < 0 ? errno : posix_fallocate(fd, 0, (off_t)total);
   if (err)
     return comm__fail(c, LOOM_ERESOURCE,
                       "rank %d: cannot reserve %zu bytes of shared memory "
@@ -209,9 +199,7 @@ static int shm_create(comm_t *c, struct shm_dev *d, int *fd_out) {
   char key[LOOM_KV_MAX_KEY + 1];
   snprintf(key, sizeof key, "%s/shm/%d", c->prefix, c->rank);
   int rc = c->store->ops->set(c->store, key, d->name, strlen(d->name));
-  if (rc < 0)
-    return comm__fail(c, rc, "rank %d: cannot publish the shm segment",
-                      c->rank);
+  if (rc < 0) return comm__fail(c, rc, "rank %d: cannot publish the shm segment", c->rank);
   return 0;
 }
 
@@ -221,38 +209,35 @@ static int shm_open_peer(comm_t *c, struct shm_dev *d, int *fd_out) {
   snprintf(key, sizeof key, "%s/shm/%d", c->prefix, leader);
   void *val = NULL;
   size_t len = 0;
-  int rc = c->store->ops->get(c->store, key, (int)c->t.timeout_ms, &val,
-                              &len);
+  int rc = c->store->ops->get(c->store, key, (int)c->t.timeout_ms, &val, &len);
   if (rc < 0)
-    return comm__fail(c, rc, "rank %d: no shared memory segment from rank %d "
-                             "(its host peer): %s",
+    return comm__fail(c, rc,
+                      "rank %d: no shared memory segment from rank %d "
+                      "(its host peer): %s",
                       c->rank, leader, loom_strerror(rc));
   if (len == 0 || len >= sizeof d->name || ((char *)val)[0] != '/' ||
       memchr(val, '/', len) != val || memchr(val + 1, '/', len - 1)) {
     free(val);
-    return comm__fail(c, LOOM_EPROTO, "rank %d: bad shm segment name",
-                      c->rank);
+    return comm__fail(c, LOOM_EPROTO, "rank %d: bad shm segment name", c->rank);
   }
   memcpy(d->name, val, len);
   d->name[len] = 0;
   free(val);
   int fd = shm_open(d->name, O_RDWR | O_CLOEXEC, 0);
   if (fd < 0)
-    return comm__fail(c, LOOM_EPEER, "rank %d: shm_open(%s): %s", c->rank,
-                      d->name, strerror(errno));
+    return comm__fail(c, LOOM_EPEER, "rank %d: shm_open(%s): %s", c->rank, d->name,
+                      strerror(errno));
   *fd_out = fd;
   struct stat st;
   if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(struct shm_hdr))
-    return comm__fail(c, LOOM_EPROTO, "rank %d: shm segment too small",
-                      c->rank);
+    return comm__fail(c, LOOM_EPROTO, "rank %d: shm segment too small", c->rank);
   size_t total = (size_t)st.st_size;
   int mrc = shm_map(c, d, fd, total);
   if (mrc < 0) return mrc;
   size_t rings_at, ctl_at;
   uint64_t ring = d->hdr->ring_size, slot = d->hdr->slot_size;
-  if (d->hdr->magic != SHM_MAGIC || d->hdr->nlocal != (uint32_t)d->nlocal ||
-      ring < 4096 || (ring & (ring - 1)) || ring > (1ull << 32) ||
-      slot % 4096 || slot > (1ull << 32) ||
+  if (d->hdr->magic != SHM_MAGIC || d->hdr->nlocal != (uint32_t)d->nlocal || ring < 4096 ||
+      (ring & (ring - 1)) || ring > (1ull << 32) || slot % 4096 || slot > (1ull << 32) ||
       shm_layout(d->hdr->nlocal, ring, slot, &rings_at, &ctl_at) != total)
     return comm__fail(c, LOOM_EPROTO,
                       "rank %d: shm segment %s does not match this "
@@ -295,14 +280,12 @@ static int shm_setup(comm_t *c, const int *peers, int n) {
   d->mask = d->hdr->ring_size - 1;
   d->chunk = (uint64_t)c->t.shm_chunk;
   size_t rings_at, ctl_at;
-  shm_layout(d->hdr->nlocal, d->hdr->ring_size, d->hdr->slot_size, &rings_at,
-             &ctl_at);
+  shm_layout(d->hdr->nlocal, d->hdr->ring_size, d->hdr->slot_size, &rings_at, &ctl_at);
   d->slot_size = d->hdr->slot_size;
   d->small_bytes = d->hdr->small_bytes;
   d->ctl = (struct shm_ctl *)(d->base + ctl_at);
-  d->slots_base = d->base + ctl_at +
-                  (((size_t)d->nlocal * sizeof(struct shm_ctl) + 4095) &
-                   ~(size_t)4095);
+  d->slots_base =
+      d->base + ctl_at + (((size_t)d->nlocal * sizeof(struct shm_ctl) + 4095) & ~(size_t)4095);
   d->slots[d->me].rank = c->rank;
   atomic_store(&d->slots[d->me].state, SLOT_LIVE);
   if (atomic_fetch_add(&d->hdr->mapped, 1) + 1 == (uint32_t)d->nlocal) {
@@ -323,8 +306,7 @@ static int shm_setup(comm_t *c, const int *peers, int n) {
     c->pairs[r].peer = r;
     c->pairs[r].impl = lk;
 #ifdef SYS_pidfd_open
-    if (c->pids[r] > 0)
-      d->pidfd[i] = (int)syscall(SYS_pidfd_open, (pid_t)c->pids[r], 0);
+    if (c->pids[r] > 0) d->pidfd[i] = (int)syscall(SYS_pidfd_open, (pid_t)c->pids[r], 0);
 #endif
   }
   return 0;
@@ -352,8 +334,7 @@ static void shm_teardown(comm_t *c) {
   c->shm = NULL;
 }
 
-static int shm_send(comm_pair *p, const void *buf, size_t len, size_t upto,
-                    size_t *done) {
+static int shm_send(comm_pair *p, const void *buf, size_t len, size_t upto, size_t *done) {
   struct shm_link *lk = p->impl;
   struct shm_dev *d = lk->d;
   uint64_t size = d->mask + 1;
@@ -369,14 +350,12 @@ static int shm_send(comm_pair *p, const void *buf, size_t len, size_t upto,
   if (n == 0) return 0;
   memcpy(lk->out_data + pos, (const char *)buf + *done, n);
   *done += n;
-  atomic_store_explicit(&lk->out->head, head + (last ? (n + 7) & ~7ull : n),
-                        memory_order_release);
+  atomic_store_explicit(&lk->out->head, head + (last ? (n + 7) & ~7ull : n), memory_order_release);
   shm_ring_bell(&d->slots[lk->li]);
   return 0;
 }
 
-static int shm_recv(comm_pair *p, size_t len, size_t *done,
-                    const struct comm_sink *sink) {
+static int shm_recv(comm_pair *p, size_t len, size_t *done, const struct comm_sink *sink) {
   struct shm_link *lk = p->impl;
   struct shm_dev *d = lk->d;
   uint64_t size = d->mask + 1;
@@ -384,8 +363,9 @@ static int shm_recv(comm_pair *p, size_t len, size_t *done,
   uint64_t head = atomic_load_explicit(&lk->in->head, memory_order_acquire);
   uint64_t avail = head - tail, pos = tail & d->mask;
   if (avail > size)
-    return comm__fail(d->c, LOOM_EPROTO, "rank %d: corrupt shm ring from "
-                                         "rank %d",
+    return comm__fail(d->c, LOOM_EPROTO,
+                      "rank %d: corrupt shm ring from "
+                      "rank %d",
                       d->c->rank, p->peer);
   uint64_t n = len - *done;
   if (n > avail) n = avail;
@@ -395,11 +375,12 @@ static int shm_recv(comm_pair *p, size_t len, size_t *done,
   if (!last) n &= ~(uint64_t)7;
   if (n == 0) return 0;
   const char *src = lk->in_data + pos;
-  if (sink->direct) memcpy((char *)sink->direct + *done, src, n);
-  else sink->fn(sink->arg, src, *done, n);
+  if (sink->direct)
+    memcpy((char *)sink->direct + *done, src, n);
+  else
+    sink->fn(sink->arg, src, *done, n);
   *done += n;
-  atomic_store_explicit(&lk->in->tail, tail + (last ? (n + 7) & ~7ull : n),
-                        memory_order_release);
+  atomic_store_explicit(&lk->in->tail, tail + (last ? (n + 7) & ~7ull : n), memory_order_release);
   shm_ring_bell(&d->slots[lk->li]);
   return 0;
 }
@@ -407,8 +388,7 @@ static int shm_recv(comm_pair *p, size_t len, size_t *done,
 static void shm_want(comm_pair *p, int dir, struct comm_waitset *ws) {
   (void)dir;
   ws->bell = 1;
-  if (ws->npeers < (int)(sizeof ws->peers / sizeof ws->peers[0]))
-    ws->peers[ws->npeers++] = p->peer;
+  if (ws->npeers < (int)(sizeof ws->peers / sizeof ws->peers[0])) ws->peers[ws->npeers++] = p->peer;
 }
 
 /* Whether process pid has ended (zombies included). */
@@ -427,8 +407,8 @@ static int shm_check(comm_t *c, int full, const struct comm_waitset *ws) {
   struct shm_dev *d = c->shm;
   int code = atomic_load_explicit(&d->hdr->poison, memory_order_acquire);
   if (code < 0 && !c->err)
-    return comm__fail(c, code, "%.200s (reported by rank %d)",
-                      d->hdr->poison_msg, d->hdr->poison_by);
+    return comm__fail(c, code, "%.200s (reported by rank %d)", d->hdr->poison_msg,
+                      d->hdr->poison_by);
   if (!full) return 0;
   for (int i = 0; i < ws->npeers; i++) {
     int r = ws->peers[i], li = r >= 0 && r < c->world ? d->lidx[r] : -1;
@@ -448,8 +428,7 @@ static int shm_check(comm_t *c, int full, const struct comm_waitset *ws) {
                         "rank %d left the communicator while rank %d "
                         "waited for it",
                         r, c->rank);
-    return comm__fail(c, LOOM_EPEER, "rank %d (pid %d, on this host) died",
-                      r, c->pids[r]);
+    return comm__fail(c, LOOM_EPEER, "rank %d (pid %d, on this host) died", r, c->pids[r]);
   }
   return 0;
 }
@@ -461,8 +440,7 @@ static void shm_poison(comm_t *c) {
   /* The message goes in before the code that makes it visible; a second
    * failing rank leaves the first one's story alone. */
   if (atomic_load(&d->hdr->poison) == 0) {
-    snprintf(d->hdr->poison_msg, sizeof d->hdr->poison_msg, "%s",
-             c->errmsg);
+    snprintf(d->hdr->poison_msg, sizeof d->hdr->poison_msg, "%s", c->errmsg);
     d->hdr->poison_by = c->rank;
     atomic_compare_exchange_strong(&d->hdr->poison, &zero, c->err);
   }
@@ -498,18 +476,15 @@ static void shm_poison(comm_t *c) {
 static int shm_coll_ok(const comm_t *c) {
   const struct shm_dev *d = c->shm;
   /* reduce-scatter splits a slot into nlocal regions of whole elements */
-  return d && d->nlocal == c->world && d->slot_size > 0 &&
-         d->slot_size / (uint64_t)d->nlocal >= 64;
+  return d && d->nlocal == c->world && d->slot_size > 0 && d->slot_size / (uint64_t)d->nlocal >= 64;
 }
 
 static char *shm_slot_at(struct shm_dev *d, uint64_t round, int li) {
-  return d->slots_base +
-         ((size_t)(round & 1) * (size_t)d->nlocal + (size_t)li) * d->slot_size;
+  return d->slots_base + ((size_t)(round & 1) * (size_t)d->nlocal + (size_t)li) * d->slot_size;
 }
 
 /* Publishes *field = v for this rank and rings every peer. */
-static void shm_publish(struct shm_dev *d, _Atomic uint64_t *field,
-                        uint64_t v) {
+static void shm_publish(struct shm_dev *d, _Atomic uint64_t *field, uint64_t v) {
   atomic_store_explicit(field, v, memory_order_release);
   for (int i = 0; i < d->nlocal; i++)
     if (i != d->me) shm_ring_bell(&d->slots[i]);
@@ -519,19 +494,17 @@ static int shm_wait_arrive(comm_t *c, struct shm_dev *d, int li, uint64_t k) {
   return comm__wait_counter(c, &d->ctl[li].arrive, k + 1, d->ranks[li]);
 }
 
-
 /* dst = x[0] op x[1] op ... op x[n-1] (n >= 2) over cnt elements, in rank
  * order, a block at a time so that dst stays in the L1 cache between the
  * passes. dst may be x[0] but must not otherwise overlap. */
 #define SHM_REDUCE_BLOCK 8192
-static void shm_reduce_n(loom_dtype dt, loom_op op, char *dst,
-                         const char *const *x, int n, size_t cnt) {
+static void shm_reduce_n(loom_dtype dt, loom_op op, char *dst, const char *const *x, int n,
+                         size_t cnt) {
   size_t es = comm_dtype_size(dt), per = SHM_REDUCE_BLOCK / es;
   for (size_t at = 0; at < cnt; at += per) {
     size_t m = cnt - at < per ? cnt - at : per, off = at * es;
     comm_reduce(dt, op, dst + off, x[0] + off, x[1] + off, m);
-    for (int i = 2; i < n; i++)
-      comm_reduce(dt, op, dst + off, dst + off, x[i] + off, m);
+    for (int i = 2; i < n; i++) comm_reduce(dt, op, dst + off, dst + off, x[i] + off, m);
   }
 }
 
@@ -560,9 +533,8 @@ static int shm_barrier(comm_t *c) {
 }
 
 /* Small: every rank reduces every slot, in rank order. */
-static int shm_allreduce_all(comm_t *c, struct shm_dev *d, const void *send,
-                             void *recv, size_t count, loom_dtype dt,
-                             loom_op op) {
+static int shm_allreduce_all(comm_t *c, struct shm_dev *d, const void *send, void *recv,
+                             size_t count, loom_dtype dt, loom_op op) {
   size_t bytes = count * comm_dtype_size(dt);
   const char **x = d->xs;
   uint64_t k;
@@ -578,9 +550,8 @@ static int shm_allreduce_all(comm_t *c, struct shm_dev *d, const void *send,
 }
 
 /* Large: per chunk, each rank reduces its slice and gathers the others. */
-static int shm_allreduce_slices(comm_t *c, struct shm_dev *d,
-                                const char *send, char *recv, size_t count,
-                                loom_dtype dt, loom_op op) {
+static int shm_allreduce_slices(comm_t *c, struct shm_dev *d, const char *send, char *recv,
+                                size_t count, loom_dtype dt, loom_op op) {
   size_t es = comm_dtype_size(dt), per = d->slot_size / es;
   int n = d->nlocal, me = d->me, rc;
   const char **x = d->xs;
@@ -599,8 +570,7 @@ static int shm_allreduce_slices(comm_t *c, struct shm_dev *d,
     shm_publish(d, &d->ctl[me].arrive, k + 1);
     /* Reduce my slice of every slot into mine, in rank order. */
     if ((rc = shm_wait_all(c, d, k)) < 0) return rc;
-    for (int i = 0; i < n; i++)
-      x[i] = i == me ? in + so : shm_slot_at(d, k, i) + so;
+    for (int i = 0; i < n; i++) x[i] = i == me ? in + so : shm_slot_at(d, k, i) + so;
     shm_reduce_n(dt, op, mine + so, x, n, sl / es);
     if (op == LOOM_AVG) comm_scale(dt, mine + so, sl / es, n);
     shm_publish(d, &d->ctl[me].reduced, k + 1);
@@ -611,22 +581,20 @@ static int shm_allreduce_slices(comm_t *c, struct shm_dev *d,
       rc = comm__wait_counter(c, &d->ctl[o].reduced, k + 1, d->ranks[o]);
       if (rc < 0) return rc;
       size_t oo = comm__block_off(cnt, n, o) * es;
-      memcpy(out + oo, shm_slot_at(d, k, o) + oo,
-             comm__block_len(cnt, n, o) * es);
+      memcpy(out + oo, shm_slot_at(d, k, o) + oo, comm__block_len(cnt, n, o) * es);
     }
   }
   return 0;
 }
 
-static int shm_allreduce(comm_t *c, const void *send, void *recv,
-                         size_t count, loom_dtype dt, loom_op op) {
+static int shm_allreduce(comm_t *c, const void *send, void *recv, size_t count, loom_dtype dt,
+                         loom_op op) {
   struct shm_dev *d = c->shm;
   size_t bytes = count * comm_dtype_size(dt);
   if (bytes <= d->small_bytes && bytes <= d->slot_size)
     return shm_allreduce_all(c, d, send, recv, count, dt, op);
   return shm_allreduce_slices(c, d, send, recv, count, dt, op);
 }
-
 
 /* broadcast: per slot-sized chunk, the root copies in and arrives; the
  * others arrive at once (they are done with the round before) and copy out
@@ -649,8 +617,7 @@ static int shm_broadcast(comm_t *c, void *buf, size_t bytes, int root) {
 
 /* allgather: per chunk, everyone copies its piece in, arrives, and copies
  * the others' out as they arrive. */
-static int shm_allgather(comm_t *c, const void *send, void *recv,
-                         size_t bytes) {
+static int shm_allgather(comm_t *c, const void *send, void *recv, size_t bytes) {
   struct shm_dev *d = c->shm;
   int n = d->nlocal, me = d->me, rc;
   char *rb = recv;
@@ -666,8 +633,7 @@ static int shm_allgather(comm_t *c, const void *send, void *recv,
       memcpy(rb + (size_t)o * bytes + at, shm_slot_at(d, k, o), len);
     }
   }
-  if ((const char *)send != rb + (size_t)me * bytes)
-    memmove(rb + (size_t)me * bytes, send, bytes);
+  if ((const char *)send != rb + (size_t)me * bytes) memmove(rb + (size_t)me * bytes, send, bytes);
   return 0;
 }
 
@@ -676,8 +642,8 @@ static int shm_allgather(comm_t *c, const void *send, void *recv,
  * and reduces piece t of its own block from every slot (its own from its
  * input), in rank order. If recv overlaps send, the result goes through
  * scratch and is copied at the end. */
-static int shm_reduce_scatter(comm_t *c, const void *send, void *recv,
-                              size_t count, loom_dtype dt, loom_op op) {
+static int shm_reduce_scatter(comm_t *c, const void *send, void *recv, size_t count, loom_dtype dt,
+                              loom_op op) {
   struct shm_dev *d = c->shm;
   int n = d->nlocal, me = d->me, rc;
   size_t es = comm_dtype_size(dt);
@@ -699,15 +665,13 @@ static int shm_reduce_scatter(comm_t *c, const void *send, void *recv,
       size_t jl = comm__block_len(count, n, j);
       if (j == me || t >= jl) continue;
       size_t m = jl - t < per ? jl - t : per;
-      memcpy(slot + (size_t)j * region,
-             sb + (comm__block_off(count, n, j) + t) * es, m * es);
+      memcpy(slot + (size_t)j * region, sb + (comm__block_off(count, n, j) + t) * es, m * es);
     }
     shm_publish(d, &d->ctl[me].arrive, k + 1);
     if ((rc = shm_wait_all(c, d, k)) < 0) return rc;
     size_t m = mine > t ? (mine - t < per ? mine - t : per) : 0;
     for (int i = 0; i < n; i++)
-      x[i] = i == me ? sb + (moff + t) * es
-                     : shm_slot_at(d, k, i) + (size_t)me * region;
+      x[i] = i == me ? sb + (moff + t) * es : shm_slot_at(d, k, i) + (size_t)me * region;
     char *dst = slot + (size_t)me * region;
     shm_reduce_n(dt, op, dst, x, n, m);
     if (op == LOOM_AVG) comm_scale(dt, dst, m, n);

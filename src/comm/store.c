@@ -32,19 +32,16 @@ static uint64_t store_now_ms(void) {
 }
 
 /* Keys may hold '/'; a file name may not, so it becomes '%'. */
-static int file_path(struct file_store *s, const char *key, char *out,
-                     size_t len) {
+static int file_path(struct file_store *s, const char *key, char *out, size_t len) {
   size_t klen = strlen(key);
   if (klen == 0 || klen > LOOM_KV_MAX_KEY) return LOOM_EINVAL;
   int n = snprintf(out, len, "%s/", s->dir);
   if (n < 0 || (size_t)n + klen + 1 > len) return LOOM_ERANGE;
-  for (size_t i = 0; i <= klen; i++)
-    out[n + i] = key[i] == '/' ? '%' : key[i];
+  for (size_t i = 0; i <= klen; i++) out[n + i] = key[i] == '/' ? '%' : key[i];
   return 0;
 }
 
-static int file_set(comm_store *base, const char *key, const void *val,
-                    size_t len) {
+static int file_set(comm_store *base, const char *key, const void *val, size_t len) {
   struct file_store *s = (struct file_store *)base;
   char path[PATH_MAX], tmp[PATH_MAX + 32];
   int rc = file_path(s, key, path, sizeof path);
@@ -77,8 +74,7 @@ static int file_read(const char *path, void **val, size_t *len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? LOOM_ENOENT : LOOM_EIO;
   struct stat st;
-  if (fstat(fd, &st) < 0 || st.st_size < 0 ||
-      (uint64_t)st.st_size > STORE_MAX_VALUE) {
+  if (fstat(fd, &st) < 0 || st.st_size < 0 || (uint64_t)st.st_size > STORE_MAX_VALUE) {
     close(fd);
     return LOOM_EIO;
   }
@@ -101,8 +97,7 @@ static int file_read(const char *path, void **val, size_t *len) {
   return 0;
 }
 
-static int file_get(comm_store *base, const char *key, int timeout_ms,
-                    void **val, size_t *len) {
+static int file_get(comm_store *base, const char *key, int timeout_ms, void **val, size_t *len) {
   struct file_store *s = (struct file_store *)base;
   char path[PATH_MAX];
   int rc = file_path(s, key, path, sizeof path);
@@ -118,8 +113,7 @@ static int file_get(comm_store *base, const char *key, int timeout_ms,
   }
 }
 
-static int file_add(comm_store *base, const char *key, int64_t delta,
-                    int64_t *result) {
+static int file_add(comm_store *base, const char *key, int64_t delta, int64_t *result) {
   struct file_store *s = (struct file_store *)base;
   char path[PATH_MAX];
   int rc = file_path(s, key, path, sizeof path);
@@ -136,8 +130,7 @@ static int file_add(comm_store *base, const char *key, int64_t delta,
   v += delta;
   int n = snprintf(buf, sizeof buf, "%lld", v);
   rc = 0;
-  if (ftruncate(fd, 0) < 0 || pwrite(fd, buf, (size_t)n, 0) != n)
-    rc = LOOM_EIO;
+  if (ftruncate(fd, 0) < 0 || pwrite(fd, buf, (size_t)n, 0) != n) rc = LOOM_EIO;
   flock(fd, LOCK_UN);
   close(fd);
   if (rc == 0 && result) *result = v;
@@ -174,19 +167,15 @@ struct loom_store {
   loom_t *l;
 };
 
-static int kv_set(comm_store *base, const char *key, const void *val,
-                  size_t len) {
+static int kv_set(comm_store *base, const char *key, const void *val, size_t len) {
   return loom_kv_set(((struct loom_store *)base)->l, key, val, len);
 }
 
-static int kv_get(comm_store *base, const char *key, int timeout_ms,
-                  void **val, size_t *len) {
-  return loom_kv_get(((struct loom_store *)base)->l, key, timeout_ms, val,
-                     len);
+static int kv_get(comm_store *base, const char *key, int timeout_ms, void **val, size_t *len) {
+  return loom_kv_get(((struct loom_store *)base)->l, key, timeout_ms, val, len);
 }
 
-static int kv_add(comm_store *base, const char *key, int64_t delta,
-                  int64_t *result) {
+static int kv_add(comm_store *base, const char *key, int64_t delta, int64_t *result) {
   return loom_kv_add(((struct loom_store *)base)->l, key, delta, result);
 }
 

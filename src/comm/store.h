@@ -21,8 +21,7 @@ struct comm_store_ops {
   /* Waits up to timeout_ms (-1: forever) for key. On success *val is a
    * malloc'ed copy (NUL-terminated past *len) the caller frees.
    * LOOM_ETIMEDOUT when the key did not appear in time. */
-  int (*get)(comm_store *s, const char *key, int timeout_ms, void **val,
-             size_t *len);
+  int (*get)(comm_store *s, const char *key, int timeout_ms, void **val, size_t *len);
   /* Atomically adds delta to the integer at key (0 if absent) and returns
    * the new value in *result. */
   int (*add)(comm_store *s, const char *key, int64_t delta, int64_t *result);

@@ -61,8 +61,7 @@ static int tcp_tune(comm_t *c, int fd, int peer) {
   int one = 1;
   long want = c->t.tcp_sockbuf;
   if (want < 0) /* auto: small to this host, the kernel's choice beyond */
-    want = peer >= 0 && strcmp(c->hosts[peer], c->host) == 0
-               ? TCP_LOCAL_SOCKBUF : 0;
+    want = peer >= 0 && strcmp(c->hosts[peer], c->host) == 0 ? TCP_LOCAL_SOCKBUF : 0;
   int b = want > INT_MAX / 2 ? INT_MAX / 2 : (int)want;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (b > 0) {
@@ -136,9 +135,8 @@ static int tcp_hs_accept(comm_t *c, struct tcp_dev *d, int fd) {
   uint32_t from = loom__get_be32(hello + 8), to = loom__get_be32(hello + 12),
            world = loom__get_be32(hello + 16);
   tcp_tag(c, tag);
-  if (memcmp(hello, TCP_MAGIC, 8) != 0 || to != (uint32_t)c->rank ||
-      world != (uint32_t)c->world || from >= world ||
-      from <= (uint32_t)c->rank || memcmp(hello + 24, tag, 32) != 0 ||
+  if (memcmp(hello, TCP_MAGIC, 8) != 0 || to != (uint32_t)c->rank || world != (uint32_t)c->world ||
+      from >= world || from <= (uint32_t)c->rank || memcmp(hello + 24, tag, 32) != 0 ||
       d->links[from].c == NULL || d->links[from].fd >= 0)
     return LOOM_EPROTO;
   wire_auth_server hs;
@@ -161,24 +159,22 @@ static int tcp_connect_to(comm_t *c, int peer, int *out) {
   size_t len = 0;
   int rc = c->store->ops->get(c->store, key, ms_left(c), &val, &len);
   if (rc < 0)
-    return comm__fail(c, rc, "rank %d: rank %d did not publish its TCP "
-                             "port: %s",
+    return comm__fail(c, rc,
+                      "rank %d: rank %d did not publish its TCP "
+                      "port: %s",
                       c->rank, peer, loom_strerror(rc));
   char *end = NULL;
   long p = len < sizeof port ? strtol(val, &end, 10) : 0;
   int ok = end && *end == 0 && p > 0 && p < 65536;
   free(val);
-  if (!ok)
-    return comm__fail(c, LOOM_EPROTO, "rank %d: bad TCP port from rank %d",
-                      c->rank, peer);
+  if (!ok) return comm__fail(c, LOOM_EPROTO, "rank %d: bad TCP port from rank %d", c->rank, peer);
   snprintf(port, sizeof port, "%ld", p);
-  struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                           .ai_socktype = SOCK_STREAM},
-                  *ai = NULL;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
   int g = getaddrinfo(c->hosts[peer], port, &hints, &ai);
   if (g != 0)
-    return comm__fail(c, LOOM_ECONN, "rank %d: cannot resolve %s (rank %d): "
-                                     "%s",
+    return comm__fail(c, LOOM_ECONN,
+                      "rank %d: cannot resolve %s (rank %d): "
+                      "%s",
                       c->rank, c->hosts[peer], peer, gai_strerror(g));
   int fd = -1;
   rc = LOOM_ECONN;
@@ -191,8 +187,8 @@ static int tcp_connect_to(comm_t *c, int peer, int *out) {
       struct pollfd pf = {.fd = fd, .events = POLLOUT};
       int err = 0;
       socklen_t el = sizeof err;
-      if (poll(&pf, 1, ms_left(c)) == 1 &&
-          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0)
+      if (poll(&pf, 1, ms_left(c)) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 &&
+          err == 0)
         r = 0;
     }
     if (r < 0) {
@@ -202,14 +198,16 @@ static int tcp_connect_to(comm_t *c, int peer, int *out) {
   }
   freeaddrinfo(ai);
   if (fd < 0)
-    return comm__fail(c, LOOM_ECONN, "rank %d: cannot connect to rank %d at "
-                                     "%s:%s",
+    return comm__fail(c, LOOM_ECONN,
+                      "rank %d: cannot connect to rank %d at "
+                      "%s:%s",
                       c->rank, peer, c->hosts[peer], port);
   rc = tcp_hs_connect(c, fd, peer);
   if (rc < 0) {
     close(fd);
-    return comm__fail(c, rc, "rank %d: handshake with rank %d at %s:%s "
-                             "failed: %s",
+    return comm__fail(c, rc,
+                      "rank %d: handshake with rank %d at %s:%s "
+                      "failed: %s",
                       c->rank, peer, c->hosts[peer], port, loom_strerror(rc));
   }
   *out = fd;
@@ -226,8 +224,7 @@ static int tcp_setup(comm_t *c, const int *peers, int n) {
   for (int i = 0; i < c->world; i++) d->links[i].fd = -1;
   /* Listen (dual-stack where there is IPv6) on an ephemeral port. */
   struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = in6addr_any};
-  struct sockaddr_in a4 = {.sin_family = AF_INET,
-                           .sin_addr.s_addr = htonl(INADDR_ANY)};
+  struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
   int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0), zero = 0;
   if (fd >= 0) {
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
@@ -244,26 +241,21 @@ static int tcp_setup(comm_t *c, const int *peers, int n) {
     }
   }
   if (fd < 0)
-    return comm__fail(c, LOOM_EIO, "rank %d: cannot open a TCP listener: %s",
-                      c->rank, strerror(errno));
+    return comm__fail(c, LOOM_EIO, "rank %d: cannot open a TCP listener: %s", c->rank,
+                      strerror(errno));
   d->lfd = fd;
   tcp_tune(c, fd, -1);
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
-  if (listen(fd, n + 16) < 0 ||
-      getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
-    return comm__fail(c, LOOM_EIO, "rank %d: listen: %s", c->rank,
-                      strerror(errno));
-  int port = ss.ss_family == AF_INET6
-                 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                 : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  if (listen(fd, n + 16) < 0 || getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
+    return comm__fail(c, LOOM_EIO, "rank %d: listen: %s", c->rank, strerror(errno));
+  int port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                      : ntohs(((struct sockaddr_in *)&ss)->sin_port);
   char key[LOOM_KV_MAX_KEY + 1], val[16];
   snprintf(key, sizeof key, "%s/tcp/%d", c->prefix, c->rank);
   snprintf(val, sizeof val, "%d", port);
   int rc = c->store->ops->set(c->store, key, val, strlen(val));
-  if (rc < 0)
-    return comm__fail(c, rc, "rank %d: cannot publish the TCP port",
-                      c->rank);
+  if (rc < 0) return comm__fail(c, rc, "rank %d: cannot publish the TCP port", c->rank);
   int higher = 0;
   for (int i = 0; i < n; i++) {
     int p = peers[i];
@@ -279,8 +271,7 @@ static int tcp_setup(comm_t *c, const int *peers, int n) {
     struct pollfd pf = {.fd = d->lfd, .events = POLLIN};
     int ms = ms_left(c);
     if (ms == 0)
-      return comm__fail(c, LOOM_ETIMEDOUT,
-                        "rank %d: %d higher TCP peer(s) never connected",
+      return comm__fail(c, LOOM_ETIMEDOUT, "rank %d: %d higher TCP peer(s) never connected",
                         c->rank, higher);
     if (poll(&pf, 1, ms) <= 0) continue;
     int cfd = accept4(d->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -324,29 +315,24 @@ static int tcp_lost(struct tcp_link *lk, const char *what, int err) {
    * attempt was aborted, say so rather than blame the peer. */
   struct pollfd pf = {.fd = lk->c->abort_fd, .events = POLLIN};
   if (lk->c->abort_fd >= 0 && poll(&pf, 1, 0) > 0)
-    return comm__fail(lk->c, LOOM_EABORTED,
-                      "rank %d: the coordinator aborted the attempt",
+    return comm__fail(lk->c, LOOM_EABORTED, "rank %d: the coordinator aborted the attempt",
                       lk->c->rank);
-  return comm__fail(lk->c, LOOM_EPEER,
-                    "rank %d: the connection to rank %d was lost (%s: %s)",
-                    lk->c->rank, lk->peer, what,
-                    err ? strerror(err) : "closed by the peer");
+  return comm__fail(lk->c, LOOM_EPEER, "rank %d: the connection to rank %d was lost (%s: %s)",
+                    lk->c->rank, lk->peer, what, err ? strerror(err) : "closed by the peer");
 }
 
-static int tcp_send(comm_pair *p, const void *buf, size_t len, size_t upto,
-                    size_t *done) {
+static int tcp_send(comm_pair *p, const void *buf, size_t len, size_t upto, size_t *done) {
   struct tcp_link *lk = p->impl;
   (void)len;
-  ssize_t r = send(lk->fd, (const char *)buf + *done, upto - *done,
-                   MSG_NOSIGNAL | MSG_DONTWAIT);
-  if (r > 0) *done += (size_t)r;
+  ssize_t r = send(lk->fd, (const char *)buf + *done, upto - *done, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (r > 0)
+    *done += (size_t)r;
   else if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
     return tcp_lost(lk, "send", errno);
   return 0;
 }
 
-static int tcp_recv(comm_pair *p, size_t len, size_t *done,
-                    const struct comm_sink *sink) {
+static int tcp_recv(comm_pair *p, size_t len, size_t *done, const struct comm_sink *sink) {
   struct tcp_link *lk = p->impl;
   ssize_t r;
   if (sink->direct) {
@@ -379,10 +365,8 @@ static int tcp_recv(comm_pair *p, size_t len, size_t *done,
 static void tcp_want(comm_pair *p, int dir, struct comm_waitset *ws) {
   struct tcp_link *lk = p->impl;
   if (ws->nfds < COMM_WAIT_MAX_FDS - 1)
-    ws->fds[ws->nfds++] =
-        (struct pollfd){.fd = lk->fd, .events = dir ? POLLOUT : POLLIN};
-  if (ws->npeers < (int)(sizeof ws->peers / sizeof ws->peers[0]))
-    ws->peers[ws->npeers++] = p->peer;
+    ws->fds[ws->nfds++] = (struct pollfd){.fd = lk->fd, .events = dir ? POLLOUT : POLLIN};
+  if (ws->npeers < (int)(sizeof ws->peers / sizeof ws->peers[0])) ws->peers[ws->npeers++] = p->peer;
 }
 
 static int tcp_check(comm_t *c, int full, const struct comm_waitset *ws) {

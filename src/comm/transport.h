@@ -60,12 +60,10 @@ struct comm_transport {
   /* Sends bytes [*done, upto) of the len-byte message buf (upto <= len;
    * the rest is not ready yet). Does not block; advances *done. The caller
    * keeps buf valid and unchanged until *done == len. */
-  int (*send)(comm_pair *p, const void *buf, size_t len, size_t upto,
-              size_t *done);
+  int (*send)(comm_pair *p, const void *buf, size_t len, size_t upto, size_t *done);
   /* Receives more of a len-byte message into sink, advancing *done. Does
    * not block. LOOM_EPEER when the peer is gone. */
-  int (*recv)(comm_pair *p, size_t len, size_t *done,
-              const struct comm_sink *sink);
+  int (*recv)(comm_pair *p, size_t len, size_t *done, const struct comm_sink *sink);
   /* Adds to ws what to wait on until send (dir 1) or recv (dir 0) on p can
    * move again. */
   void (*want)(comm_pair *p, int dir, struct comm_waitset *ws);
@@ -83,13 +81,13 @@ struct comm_transport {
    * whether it does for c; the others have the semantics of comm.h's, on
    * arguments already checked, world > 1. Each may be NULL. */
   int (*coll_ok)(const comm_t *c);
-  int (*allreduce)(comm_t *c, const void *send, void *recv, size_t count,
-                   loom_dtype dt, loom_op op);
+  int (*allreduce)(comm_t *c, const void *send, void *recv, size_t count, loom_dtype dt,
+                   loom_op op);
   int (*barrier)(comm_t *c);
   int (*broadcast)(comm_t *c, void *buf, size_t bytes, int root);
   int (*allgather)(comm_t *c, const void *send, void *recv, size_t bytes);
-  int (*reduce_scatter)(comm_t *c, const void *send, void *recv,
-                        size_t count, loom_dtype dt, loom_op op);
+  int (*reduce_scatter)(comm_t *c, const void *send, void *recv, size_t count, loom_dtype dt,
+                        loom_op op);
 };
 
 struct comm_pair {

@@ -29,12 +29,10 @@ task *coord_task_by_name(coord *co, const char *name) {
   }
 }
 
-
 static json_t *kv_obj(const spec_kv *kv, int n, json_t *into) {
   for (int i = 0; i < n; i++) json_object_set_new(into, kv[i].key, json_string(kv[i].value));
   return into;
 }
-
 
 static void send_assign(coord *co, task *t) {
   const spec_role *r = t->role;
@@ -74,7 +72,6 @@ static void send_assign(coord *co, task *t) {
   json_decref(env);
   json_decref(files);
 }
-
 
 /* Sends the cluster spec (every task's current host:port) to every agent,
  * or only to `only` (a restarted task), and keeps it in the KV store as
@@ -181,7 +178,6 @@ static void send_cluster(coord *co, task *only) {
     if (sf[k]) coord_shared_put(sf[k]);
 }
 
-
 int coord_on_agent(coord *co, conn *c, const wire_msg *m) {
   task *t = c->task;
   switch (m->type) {
@@ -199,11 +195,11 @@ int coord_on_agent(coord *co, conn *c, const wire_msg *m) {
         t->left = false;
         co->generation++;
         int world = coord_publish_membership(co);
-        coord_event(co, t, "membership_changed", json_pack("{s:I, s:i, s:s}", "generation",
-                                                     (json_int_t)co->generation, "world_size",
-                                                     world, "joined", t->name));
+        coord_event(co, t, "membership_changed",
+                    json_pack("{s:I, s:i, s:s}", "generation", (json_int_t)co->generation,
+                              "world_size", world, "joined", t->name));
         coord_say(co, "%s rejoined: membership generation %lld, world size %d", t->name,
-            (long long)co->generation, world);
+                  (long long)co->generation, world);
       }
       send_cluster(co, t);
       int64_t v = 0;
@@ -221,7 +217,7 @@ int coord_on_agent(coord *co, conn *c, const wire_msg *m) {
       double now = loom__wall();
       for (int i = 0; i < co->ntasks; i++) coord_task_set(co, &co->tasks[i], T_RUNNING);
       coord_event(co, NULL, "rendezvous_done",
-            json_pack("{s:f, s:i}", "elapsed_s", now - co->t_attempt, "tasks", co->ntasks));
+                  json_pack("{s:f, s:i}", "elapsed_s", now - co->t_attempt, "tasks", co->ntasks));
       send_cluster(co, NULL);
       coord_publish_membership(co);
     }
@@ -261,7 +257,6 @@ int coord_on_agent(coord *co, conn *c, const wire_msg *m) {
   return LOOM_EPROTO;
 }
 
-
 int coord_on_register(coord *co, conn *c, const wire_msg *m) {
   const wire_register *r = &m->u.reg;
   const char *name = r->task, *host = r->host;
@@ -273,9 +268,10 @@ int coord_on_register(coord *co, conn *c, const wire_msg *m) {
   }
   if (r->attempt != t->attempt || t->agent || t->state != T_LAUNCHED ||
       (co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING)) {
-    loom__log(LOOM_LOG_WARN, "coord", "refused registration of %s attempt %lld: expected "
-              "attempt %d and a task waiting for its agent", name,
-              (long long)r->attempt, t->attempt);
+    loom__log(LOOM_LOG_WARN, "coord",
+              "refused registration of %s attempt %lld: expected "
+              "attempt %d and a task waiting for its agent",
+              name, (long long)r->attempt, t->attempt);
     return LOOM_ESTATE;
   }
   c->kind = C_AGENT;

@@ -34,13 +34,11 @@ void coord_shared_put(void *p) {
   }
 }
 
-
 int coord_conn_send_shared(conn *c, shared_frame *sf) {
   if (!c || c->closing) return LOOM_ECONN;
   sf->refs++;
   return wire_uv_write((uv_stream_t *)&c->tcp, sf->buf, sf->len, coord_shared_put, sf);
 }
-
 
 int coord_conn_send(conn *c, uint16_t type, json_t *json, const void *blob, size_t len) {
   if (!c || c->closing) {
@@ -49,7 +47,6 @@ int coord_conn_send(conn *c, uint16_t type, json_t *json, const void *blob, size
   }
   return wire_uv_send((uv_stream_t *)&c->tcp, type, json, blob, len);
 }
-
 
 int coord_conn_send_msg(conn *c, const wire_msg *m) {
   if (!c || c->closing) return LOOM_ECONN;
@@ -60,7 +57,6 @@ int coord_conn_send_msg(conn *c, const wire_msg *m) {
   return wire_uv_write((uv_stream_t *)&c->tcp, buf, len, free, buf);
 }
 
-
 static void conn_handle_closed(uv_handle_t *h) {
   conn *c = h->data;
   if (--c->handles == 0) {
@@ -68,7 +64,6 @@ static void conn_handle_closed(uv_handle_t *h) {
     free(c);
   }
 }
-
 
 /* Closes a connection and forgets it. An agent's connection closing before
  * its task ended means the agent is lost. */
@@ -81,25 +76,29 @@ static void conn_handle_closed(uv_handle_t *h) {
 static void preauth_remove(conn *c) {
   coord *co = c->co;
   if (!c->pa_prev && co->pa_oldest != c) return; /* not queued */
-  if (c->pa_prev) c->pa_prev->pa_next = c->pa_next;
-  else co->pa_oldest = c->pa_next;
-  if (c->pa_next) c->pa_next->pa_prev = c->pa_prev;
-  else co->pa_newest = c->pa_prev;
+  if (c->pa_prev)
+    c->pa_prev->pa_next = c->pa_next;
+  else
+    co->pa_oldest = c->pa_next;
+  if (c->pa_next)
+    c->pa_next->pa_prev = c->pa_prev;
+  else
+    co->pa_newest = c->pa_prev;
   c->pa_next = c->pa_prev = NULL;
   co->npreauth--;
 }
-
 
 static void preauth_add(conn *c) {
   coord *co = c->co;
   c->pa_prev = co->pa_newest;
   c->pa_next = NULL;
-  if (co->pa_newest) co->pa_newest->pa_next = c;
-  else co->pa_oldest = c;
+  if (co->pa_newest)
+    co->pa_newest->pa_next = c;
+  else
+    co->pa_oldest = c;
   co->pa_newest = c;
   co->npreauth++;
 }
-
 
 /* Closes c. why is NULL when the close is expected (the job is over, the
  * peer hung up after its work, the coordinator stops it on purpose);
@@ -115,9 +114,14 @@ void coord_conn_close(conn *c, const char *why) {
                        "closed a connection from %s before it authenticated: %s", c->from, why);
   else if (why)
     loom__log(LOOM_LOG_WARN, "coord", "closed the connection of %s: %s",
-              c->task ? c->task->name : c->who[0] ? c->who : "an unidentified peer", why);
-  if (c->prev) c->prev->next = c->next;
-  else co->conns = c->next;
+              c->task     ? c->task->name
+              : c->who[0] ? c->who
+                          : "an unidentified peer",
+              why);
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    co->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   coord_kv_drop_waiters(co, c);
   if (co->feed && c->kind == C_CLIENT) feed_dispatch_conn_gone(co->feed, c);
@@ -143,7 +147,6 @@ void coord_conn_close(conn *c, const char *why) {
   if (c->kind == C_AGENT && t) coord_maybe_restart(co, t);
   coord_check_over(co);
 }
-
 
 static void on_frame(coord *co, conn *c, wire_frame *f) {
   int rc = 0;
@@ -196,12 +199,10 @@ static void on_frame(coord *co, conn *c, wire_frame *f) {
   if (m) wire_msg_free(m);
 }
 
-
 static void alloc_cb(uv_handle_t *h, size_t size, uv_buf_t *buf) {
   static char slab[WIRE_READ_CHUNK];
   *buf = uv_buf_init(slab, sizeof slab);
 }
-
 
 /* Feeds the handshake what arrived from a connection that has not
  * authenticated. Returns true when it authenticated with these bytes, with
@@ -232,7 +233,6 @@ static bool authenticate(conn *c, const char *data, size_t len, size_t *used) {
   return true;
 }
 
-
 static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   conn *c = s->data;
   coord *co = c->co;
@@ -258,8 +258,7 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
   if (wire_reader_push(&c->rd, data, len) < 0) {
     char why[160];
-    snprintf(why, sizeof why, "it sent more than its %zu-byte frame limit allows",
-             c->rd.max_frame);
+    snprintf(why, sizeof why, "it sent more than its %zu-byte frame limit allows", c->rd.max_frame);
     coord_conn_close(c, why);
     return;
   }
@@ -280,12 +279,10 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
 }
 
-
 static void auth_expired(uv_timer_t *tm) {
   conn *c = tm->data;
   coord_conn_close(c, "it did not authenticate in time");
 }
-
 
 void coord_on_connection(uv_stream_t *server, int status) {
   coord *co = server->data;

@@ -28,20 +28,25 @@ static void status_clear(coord *co) {
   }
 }
 
-
 void coord_status_draw(coord *co) {
   if (!co->o->status_line || co->jstate == J_DONE) return;
   int run = 0, done = 0, failed = 0, start = 0;
   for (int i = 0; i < co->ntasks; i++) {
     int st = co->tasks[i].state;
-    if (st == T_RUNNING) run++;
-    else if (st == T_SUCCEEDED || st == T_STOPPED) done++;
-    else if (st == T_FAILED || st == T_LOST) failed++;
-    else start++;
+    if (st == T_RUNNING)
+      run++;
+    else if (st == T_SUCCEEDED || st == T_STOPPED)
+      done++;
+    else if (st == T_FAILED || st == T_LOST)
+      failed++;
+    else
+      start++;
   }
-  fprintf(stderr, "\r\033[K\033[2mloom %s · attempt %d · %s · starting %d · running %d · "
-          "finished %d · failed %d · %.1fs\033[0m", co->o->job_id, co->attempt,
-          JSTATE[co->jstate], start, run, done, failed, loom__wall() - co->t_start);
+  fprintf(stderr,
+          "\r\033[K\033[2mloom %s · attempt %d · %s · starting %d · running %d · "
+          "finished %d · failed %d · %.1fs\033[0m",
+          co->o->job_id, co->attempt, JSTATE[co->jstate], start, run, done, failed,
+          loom__wall() - co->t_start);
   fflush(stderr);
   co->status_shown = true;
 }
@@ -63,7 +68,6 @@ void coord_say(coord *co, const char *fmt, ...) {
   va_end(ap);
 }
 
-
 static void ring_push(task *t, const char *line, size_t n) {
   char *copy = strndup(line, n > 4096 ? 4096 : n);
   if (!copy) return;
@@ -78,7 +82,6 @@ static void ring_push(task *t, const char *line, size_t n) {
   t->ring[slot] = copy;
 }
 
-
 void coord_ring_clear(task *t) {
   for (int i = 0; i < RING; i++) {
     free(t->ring[i]);
@@ -87,7 +90,6 @@ void coord_ring_clear(task *t) {
   t->ring_n = t->ring_head = 0;
 }
 
-
 static const char *const COLORS[] = {"\033[36m", "\033[33m", "\033[32m", "\033[35m",
                                      "\033[34m", "\033[91m", "\033[96m", "\033[93m"};
 
@@ -95,8 +97,10 @@ void coord_on_log(coord *co, task *t, const wire_msg *m) {
   int stream = (int)m->u.log.stream;
   int proc = (int)m->u.log.proc;
   char prefix[112];
-  if (t->role->procs > 1) snprintf(prefix, sizeof prefix, "[%s.%d]", t->name, proc);
-  else snprintf(prefix, sizeof prefix, "[%s]", t->name);
+  if (t->role->procs > 1)
+    snprintf(prefix, sizeof prefix, "[%s.%d]", t->name, proc);
+  else
+    snprintf(prefix, sizeof prefix, "[%s]", t->name);
   const char *p = (const char *)m->blob, *end = p + m->blob_len;
   FILE *log = task_log(co, t);
   if (co->o->console) status_clear(co);
@@ -123,7 +127,6 @@ void coord_on_log(coord *co, task *t, const wire_msg *m) {
   }
 }
 
-
 /* ---- task logs -------------------------------------------------------------
  * A job of 10,000 tasks cannot hold a log file open for each beside a
  * connection each (the descriptor limit is often 20,000 or less): at most
@@ -133,22 +136,26 @@ void coord_on_log(coord *co, task *t, const wire_msg *m) {
 #define LOG_OPEN_MAX 256
 
 static void log_unlink(coord *co, task *t) {
-  if (t->log_newer) t->log_newer->log_older = t->log_older;
-  else co->log_newest = t->log_older;
-  if (t->log_older) t->log_older->log_newer = t->log_newer;
-  else co->log_oldest = t->log_newer;
+  if (t->log_newer)
+    t->log_newer->log_older = t->log_older;
+  else
+    co->log_newest = t->log_older;
+  if (t->log_older)
+    t->log_older->log_newer = t->log_newer;
+  else
+    co->log_oldest = t->log_newer;
   t->log_newer = t->log_older = NULL;
 }
-
 
 static void log_push(coord *co, task *t) {
   t->log_newer = NULL;
   t->log_older = co->log_newest;
-  if (co->log_newest) co->log_newest->log_newer = t;
-  else co->log_oldest = t;
+  if (co->log_newest)
+    co->log_newest->log_newer = t;
+  else
+    co->log_oldest = t;
   co->log_newest = t;
 }
-
 
 void coord_close_log(coord *co, task *t) {
   if (!t->log) return;
@@ -157,7 +164,6 @@ void coord_close_log(coord *co, task *t) {
   t->log = NULL;
   co->nlogs_open--;
 }
-
 
 /* t's log file, open, and now the most recently used; NULL when it cannot
  * be opened. */
@@ -180,7 +186,6 @@ static FILE *task_log(coord *co, task *t) {
   return t->log;
 }
 
-
 void coord_open_logs(coord *co, task *t) {
   if (task_log(co, t)) {
     char iso[40];
@@ -188,7 +193,6 @@ void coord_open_logs(coord *co, task *t) {
     fprintf(t->log, "=== loom: %s attempt %d, %s ===\n", t->name, t->attempt, iso);
   }
 }
-
 
 void coord_print_summary(coord *co) {
   FILE *f = jobdir_fopen(co->o->job_dir, JOBDIR_SUMMARY, false);
@@ -201,17 +205,15 @@ void coord_print_summary(coord *co) {
   print_summary_to(co, stderr);
 }
 
-
 static void print_summary_to(coord *co, FILE *out) {
   double el = loom__wall() - co->t_start;
   if (co->outcome == O_SUCCESS) {
-    fprintf(out, "loom: job %s succeeded in %.1fs (%d tasks, attempt %d)\n", co->o->job_id,
-            el, co->ntasks, co->attempt);
+    fprintf(out, "loom: job %s succeeded in %.1fs (%d tasks, attempt %d)\n", co->o->job_id, el,
+            co->ntasks, co->attempt);
     return;
   }
   if (co->outcome == O_KILLED) {
-    fprintf(out, "loom: job %s was stopped after %.1fs: %s\n", co->o->job_id, el,
-            co->root_msg);
+    fprintf(out, "loom: job %s was stopped after %.1fs: %s\n", co->o->job_id, el, co->root_msg);
     return;
   }
   fprintf(out, "loom: job %s FAILED after %.1fs (attempt %d of %d)\n", co->o->job_id, el,

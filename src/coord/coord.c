@@ -46,20 +46,18 @@ bool coord_all_finishing_done(coord *co) {
   return true;
 }
 
-
 static void stop_tasks(coord *co, bool services_only, uint64_t grace_ms) {
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
     if (coord_terminal(t) || (services_only && !t->role->service)) continue;
     if (t->agent) {
-      coord_conn_send_msg(t->agent, &(wire_msg){.type = WIRE_STOP,
-                                                .u.stop.grace_ms = (int64_t)grace_ms});
+      coord_conn_send_msg(t->agent,
+                          &(wire_msg){.type = WIRE_STOP, .u.stop.grace_ms = (int64_t)grace_ms});
     } else if (t->agent_running) {
       co->be->ops->signal(co->be, t->id, SIGTERM);
     }
   }
 }
-
 
 static void stop_expired(uv_timer_t *tm) {
   coord *co = tm->data;
@@ -73,13 +71,11 @@ static void stop_expired(uv_timer_t *tm) {
   }
 }
 
-
 void coord_abort_clients(coord *co, const char *why) {
   for (conn *c = co->conns; c; c = c->next)
     if (c->kind == C_CLIENT)
       coord_conn_send_msg(c, &(wire_msg){.type = WIRE_ABORT, .u.abort.reason = why});
 }
-
 
 void coord_begin_stop(coord *co, int outcome, uint64_t grace_ms) {
   co->jstate = J_STOPPING;
@@ -90,7 +86,6 @@ void coord_begin_stop(coord *co, int outcome, uint64_t grace_ms) {
   uv_timer_start(&co->stop_timer, stop_expired, grace_ms + 2000, 0);
   co->state_dirty = true;
 }
-
 
 /* The first failure of an attempt decides its fate: stop every other task
  * now (SIGTERM through the agents, SIGKILL after the grace period). */
@@ -103,7 +98,6 @@ void coord_attempt_fail(coord *co, task *t, const char *why) {
   coord_abort_clients(co, why);
   coord_begin_stop(co, O_FAILED, (uint64_t)loom__tun(LOOM_TUN_STOP_GRACE_MS));
 }
-
 
 /* ---- attempts ------------------------------------------------------------- */
 static void rdv_expired(uv_timer_t *tm) {
@@ -134,7 +128,8 @@ static void rdv_expired(uv_timer_t *tm) {
   }
   if (missing > 20) loom__buf_printf(&b, ", and %d more", missing - 20);
   char why[1600];
-  snprintf(why, sizeof why, "rendezvous timed out after %.1fs: %d of %d tasks missing: %s. "
+  snprintf(why, sizeof why,
+           "rendezvous timed out after %.1fs: %d of %d tasks missing: %s. "
            "Raise LOOM_RENDEZVOUS_TIMEOUT (ms) if tasks need longer to start",
            (double)loom__tun(LOOM_TUN_RENDEZVOUS_TIMEOUT_MS) / 1000.0, missing, co->ntasks,
            b.p ? b.p : "");
@@ -145,11 +140,10 @@ static void rdv_expired(uv_timer_t *tm) {
   co->root = first ? first->id : -1;
 }
 
-
 static char **make_env(coord *co, task *t) {
-  static const char *const strip[] = {"LOOM_COORD=", "LOOM_SECRET=", "LOOM_TASK=",
-                                      "LOOM_ATTEMPT=", "LOOM_JOB_ID=", "LOOM_JOB_DIR=",
-                                      "LOOM_HOST=", NULL};
+  static const char *const strip[] = {
+      "LOOM_COORD=",  "LOOM_SECRET=",  "LOOM_TASK=", "LOOM_ATTEMPT=",
+      "LOOM_JOB_ID=", "LOOM_JOB_DIR=", "LOOM_HOST=", NULL};
   extern char **environ;
   int n = 0;
   while (environ[n]) n++;
@@ -172,12 +166,10 @@ static char **make_env(coord *co, task *t) {
   return env;
 }
 
-
 static void free_env(char **env) {
   for (int i = 0; env && env[i]; i++) free(env[i]);
   free(env);
 }
-
 
 /* Starts task t's agent through the backend. On failure the task is lost
  * and the attempt fails (a backend error: no retry). */
@@ -202,7 +194,6 @@ int coord_launch_task(coord *co, task *t) {
   return 0;
 }
 
-
 void coord_task_reset(coord *co, task *t) {
   coord_task_set(co, t, T_PENDING);
   t->launch_tries = 0;
@@ -219,7 +210,6 @@ void coord_task_reset(coord *co, task *t) {
   coord_ring_clear(t);
   coord_open_logs(co, t);
 }
-
 
 static void attempt_start(coord *co) {
   co->jstate = J_RENDEZVOUS;
@@ -247,11 +237,10 @@ static void attempt_start(coord *co) {
   for (int i = 0; i < co->ntasks && co->jstate == J_RENDEZVOUS; i++)
     if (coord_launch_task(co, &co->tasks[i]) < 0) break;
   if (co->jstate == J_RENDEZVOUS)
-    uv_timer_start(&co->rdv_timer, rdv_expired,
-                   (uint64_t)loom__tun(LOOM_TUN_RENDEZVOUS_TIMEOUT_MS), 0);
+    uv_timer_start(&co->rdv_timer, rdv_expired, (uint64_t)loom__tun(LOOM_TUN_RENDEZVOUS_TIMEOUT_MS),
+                   0);
   coord_state_write(co);
 }
-
 
 static void finish(coord *co) {
   co->jstate = J_DONE;
@@ -264,17 +253,16 @@ static void finish(coord *co) {
                     : co->outcome == O_KILLED ? EXIT_INTR
                     : co->outcome == O_INFRA  ? EXIT_INFRA
                                               : EXIT_FAILED;
-  coord_event(co, NULL, "job_finished", json_pack("{s:s, s:i, s:f}", "outcome",
-                                            co->outcome == O_SUCCESS  ? "succeeded"
-                                            : co->outcome == O_KILLED ? "killed"
-                                                                      : "failed",
-                                            "exit_status", co->exit_status, "elapsed_s",
-                                            loom__wall() - co->t_start));
+  coord_event(co, NULL, "job_finished",
+              json_pack("{s:s, s:i, s:f}", "outcome",
+                        co->outcome == O_SUCCESS  ? "succeeded"
+                        : co->outcome == O_KILLED ? "killed"
+                                                  : "failed",
+                        "exit_status", co->exit_status, "elapsed_s", loom__wall() - co->t_start));
   coord_state_write(co);
   coord_print_summary(co);
   uv_stop(&co->loop);
 }
-
 
 /* Called whenever something ends: once the attempt is stopping and every
  * agent is gone, retry or finish. */
@@ -310,8 +298,9 @@ void coord_check_over(coord *co) {
   coord_event(co, NULL, "attempt_finished", NULL);
   if (co->outcome == O_FAILED && co->attempt - co->o->first_attempt < co->s->retries &&
       co->interrupts == 0 && !co->no_retry) {
-    coord_say(co, "attempt %d failed: %s%s%s", co->attempt + 1, co->root >= 0 ? co->tasks[co->root].name : "",
-        co->root >= 0 ? ": " : "", co->root_msg);
+    coord_say(co, "attempt %d failed: %s%s%s", co->attempt + 1,
+              co->root >= 0 ? co->tasks[co->root].name : "", co->root >= 0 ? ": " : "",
+              co->root_msg);
     co->attempt++;
     coord_say(co, "retrying the job: attempt %d of %d", co->attempt + 1, co->s->retries + 1);
     coord_event(co, NULL, "retrying", NULL);
@@ -320,7 +309,6 @@ void coord_check_over(coord *co) {
   }
   finish(co);
 }
-
 
 static void agent_exited(void *arg, int id, int64_t status, int sig, const char *detail) {
   coord *co = arg;
@@ -342,9 +330,10 @@ static void agent_exited(void *arg, int id, int64_t status, int sig, const char 
     } else {
       char why[1600];
       if (t->state == T_LAUNCHED && t->launch_tries > 0)
-        snprintf(why, sizeof why, "never started: %s before the agent registered, on each of "
-                 "%d launches%s%s", how, t->launch_tries + 1, detail ? ": " : "",
-                 detail ? detail : "");
+        snprintf(why, sizeof why,
+                 "never started: %s before the agent registered, on each of "
+                 "%d launches%s%s",
+                 how, t->launch_tries + 1, detail ? ": " : "", detail ? detail : "");
       else if (t->state == T_LAUNCHED)
         snprintf(why, sizeof why, "never started: %s before the agent registered%s%s", how,
                  detail ? ": " : "", detail ? detail : "");
@@ -358,7 +347,6 @@ static void agent_exited(void *arg, int id, int64_t status, int sig, const char 
   coord_check_over(co);
 }
 
-
 static void on_signal(uv_signal_t *h, int signum) {
   coord *co = h->data;
   co->interrupts++;
@@ -367,7 +355,8 @@ static void on_signal(uv_signal_t *h, int signum) {
     coord_say(co, "%s: stopping the job (again to kill at once)", co->root_msg);
     coord_event(co, NULL, "interrupted", json_pack("{s:i}", "signal", signum));
     coord_abort_clients(co, co->root_msg);
-    if (co->jstate != J_DONE) coord_begin_stop(co, O_KILLED, (uint64_t)loom__tun(LOOM_TUN_STOP_GRACE_MS));
+    if (co->jstate != J_DONE)
+      coord_begin_stop(co, O_KILLED, (uint64_t)loom__tun(LOOM_TUN_STOP_GRACE_MS));
     co->outcome = O_KILLED;
     coord_check_over(co);
   } else {
@@ -376,12 +365,10 @@ static void on_signal(uv_signal_t *h, int signum) {
   }
 }
 
-
 uint64_t coord_hb_timeout_ms(const coord *co) {
   return co->s->heartbeat_timeout_ms > 0 ? (uint64_t)co->s->heartbeat_timeout_ms
                                          : (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_TIMEOUT_MS);
 }
-
 
 /* Heartbeats both ways; an agent silent for the heartbeat timeout (hung,
  * stopped, its host gone) is declared lost and handled by the policy. */
@@ -406,11 +393,9 @@ static void hb_tick(uv_timer_t *tm) {
   }
 }
 
-
 static void close_walk(uv_handle_t *h, void *arg) {
   if (!uv_is_closing(h)) uv_close(h, NULL);
 }
-
 
 /* ---- the coordinator's life, step by step ---------------------------------- */
 
@@ -538,7 +523,6 @@ static void start_timers(coord *co) {
   uv_signal_start(&co->sigterm, on_signal, SIGTERM);
   uv_signal_start(&co->sighup, on_signal, SIGHUP);
   signal(SIGPIPE, SIG_IGN);
-
 }
 
 /* Files the backend copies to the job's nodes; false when it could not
@@ -556,7 +540,8 @@ static bool stage_files(coord *co) {
       finish(co);
       return false;
     }
-    if (co->staged_files) coord_event(co, NULL, "files_staged", json_pack("{s:O}", "files", co->staged_files));
+    if (co->staged_files)
+      coord_event(co, NULL, "files_staged", json_pack("{s:O}", "files", co->staged_files));
   }
   return true;
 }
@@ -610,9 +595,11 @@ int coord_run(const coord_opts *o) {
   if (start_listening(co, ip, sizeof ip) < 0) goto out_be;
   start_dashboard(co, o->bind ? o->bind : "127.0.0.1", ip);
   start_timers(co);
-  coord_event(co, NULL, "job_started", json_pack("{s:s, s:s, s:i}", "name", co->s->name,
-                                                 "coordinator", co->addr, "tasks", co->ntasks));
-  if (co->dashboard[0]) coord_event(co, NULL, "dashboard", json_pack("{s:s}", "url", co->dashboard));
+  coord_event(co, NULL, "job_started",
+              json_pack("{s:s, s:s, s:i}", "name", co->s->name, "coordinator", co->addr, "tasks",
+                        co->ntasks));
+  if (co->dashboard[0])
+    coord_event(co, NULL, "dashboard", json_pack("{s:s}", "url", co->dashboard));
   if (stage_files(co)) {
     attempt_start(co);
     uv_run(&co->loop, UV_RUN_DEFAULT);

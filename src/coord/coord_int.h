@@ -20,13 +20,23 @@
 
 #define RING 20
 
-enum { T_PENDING, T_LAUNCHED, T_REGISTERED, T_READY, T_RUNNING, T_SUCCEEDED,
-       T_FAILED, T_STOPPED, T_LOST };
-__attribute__((unused)) static const char *const TSTATE[] = {"pending", "launched", "registered", "ready",
-                                     "running", "succeeded", "failed", "stopped",
-                                     "lost"};
+enum {
+  T_PENDING,
+  T_LAUNCHED,
+  T_REGISTERED,
+  T_READY,
+  T_RUNNING,
+  T_SUCCEEDED,
+  T_FAILED,
+  T_STOPPED,
+  T_LOST
+};
+__attribute__((unused)) static const char *const TSTATE[] = {"pending", "launched", "registered",
+                                                             "ready",   "running",  "succeeded",
+                                                             "failed",  "stopped",  "lost"};
 enum { J_RENDEZVOUS, J_RUNNING, J_STOPPING, J_DONE };
-__attribute__((unused)) static const char *const JSTATE[] = {"starting", "running", "stopping", "done"};
+__attribute__((unused)) static const char *const JSTATE[] = {"starting", "running", "stopping",
+                                                             "done"};
 enum { O_NONE, O_SUCCESS, O_FAILED, O_KILLED, O_INFRA };
 enum { C_AUTH, C_AGENT, C_CLIENT, C_CTL };
 
@@ -52,18 +62,18 @@ typedef struct task {
   bool agent_running;
   char *ring[RING];
   int ring_n, ring_head;
-  FILE *log;            /* open only while among the LOG_OPEN_MAX most recently written */
+  FILE *log; /* open only while among the LOG_OPEN_MAX most recently written */
   struct task *log_newer, *log_older;
   char cpus[256], gpus[128];
-  int restarts;         /* restarts of this task in this job attempt */
-  bool left;            /* an elastic member that left the membership */
-  bool restart_pending; /* restart once its old agent is gone */
-  int launch_tries;     /* launches of this task attempt that failed before its agent registered */
+  int restarts;          /* restarts of this task in this job attempt */
+  bool left;             /* an elastic member that left the membership */
+  bool restart_pending;  /* restart once its old agent is gone */
+  int launch_tries;      /* launches of this task attempt that failed before its agent registered */
   bool relaunch_pending; /* relaunch_timer runs: the launch is tried again when it fires */
   uv_timer_t relaunch_timer;
-  char *sj;             /* this task's entry in state.json, as last written */
+  char *sj; /* this task's entry in state.json, as last written */
   size_t sj_len;
-  bool sj_stale;        /* changed since: rendered again at the next rewrite */
+  bool sj_stale; /* changed since: rendered again at the next rewrite */
 } task;
 
 struct conn {
@@ -113,7 +123,7 @@ struct coord {
   task *tasks;
   int ntasks, attempt, jstate, outcome, root, interrupts, nready;
   int world_size;
-  bool no_retry; /* the failure's exit code is not in retry_on */
+  bool no_retry;      /* the failure's exit code is not in retry_on */
   int64_t generation; /* elastic membership generation */
   char root_msg[2048];
   FILE *events, *alllog;
@@ -122,10 +132,10 @@ struct coord {
   conn *conns;
   conn *pa_oldest, *pa_newest; /* not yet authenticated, oldest first */
   int npreauth;
-  int nawaited; /* tasks launched whose agent has not registered yet (T_LAUNCHED) */
-  int nunfinished; /* tasks of finishing (not service) roles not T_SUCCEEDED */
-  bool any_elastic; /* a role is elastic: its tasks may leave */
-  int over_scan;   /* coord_check_over: tasks before it have no agent */
+  int nawaited;             /* tasks launched whose agent has not registered yet (T_LAUNCHED) */
+  int nunfinished;          /* tasks of finishing (not service) roles not T_SUCCEEDED */
+  bool any_elastic;         /* a role is elastic: its tasks may leave */
+  int over_scan;            /* coord_check_over: tasks before it have no agent */
   loom__ratelog rl_refused; /* connections refused or closed before authenticating */
   kv_entry *kv[KV_BUCKETS];
   kv_wait *waiters;
@@ -133,10 +143,10 @@ struct coord {
   int exit_status;
   double t_start, t_attempt;
   bool state_dirty, status_shown;
-  uint64_t state_next_ms; /* no periodic state.json rewrite before then */
+  uint64_t state_next_ms;   /* no periodic state.json rewrite before then */
   uv_prepare_t events_prep; /* flushes events.jsonl before the loop waits */
   bool events_pending;
-  int *task_hash;         /* task ids by name: open addressing, -1 empty */
+  int *task_hash; /* task ids by name: open addressing, -1 empty */
   unsigned task_hash_mask;
   char **env_base;
   feed_dispatch *feed;
@@ -223,7 +233,8 @@ void coord_kill_task_groups(coord *co, task *t);
 
 /* policy.c */
 void coord_maybe_restart(coord *co, task *t);
-bool coord_maybe_relaunch(coord *co, task *t, int64_t status, int sig, const char *detail, const char *how);
+bool coord_maybe_relaunch(coord *co, task *t, int64_t status, int sig, const char *detail,
+                          const char *how);
 void coord_task_exited(coord *co, task *t, int code, int sig, const char *reason, bool lost);
 
 /* placement.c */
@@ -232,6 +243,5 @@ int coord_setup_tasks(coord *co);
 /* Gives each training task for which member() is true (every one when it
  * is NULL) its first rank, in the rank order; returns the world size. */
 int coord_rank_tasks(task *tasks, int ntasks, bool (*member)(const task *t));
-
 
 #endif

@@ -26,13 +26,11 @@ static uint32_t kv_hash(const char *s) {
   return h % KV_BUCKETS;
 }
 
-
 kv_entry *coord_kv_find(coord *co, const char *key) {
   for (kv_entry *e = co->kv[kv_hash(key)]; e; e = e->next)
     if (!strcmp(e->key, key)) return e;
   return NULL;
 }
-
 
 void coord_kv_clear(coord *co) {
   for (int i = 0; i < KV_BUCKETS; i++) {
@@ -47,7 +45,6 @@ void coord_kv_clear(coord *co) {
   co->kv_bytes = 0;
 }
 
-
 void coord_reply(conn *c, json_int_t id, int rc, json_t *extra, const void *blob, size_t len) {
   wire_msg m = {.type = WIRE_REPLY,
                 .u.reply = {.id = id, .rc = rc, .json = extra},
@@ -57,12 +54,9 @@ void coord_reply(conn *c, json_int_t id, int rc, json_t *extra, const void *blob
   json_decref(extra);
 }
 
-
-void coord_feed_reply(void *c, json_int_t id, int rc, json_t *extra, const void *blob,
-                       size_t len) {
+void coord_feed_reply(void *c, json_int_t id, int rc, json_t *extra, const void *blob, size_t len) {
   coord_reply((conn *)c, id, rc, extra, blob, len);
 }
-
 
 static void waiter_closed(uv_handle_t *h) {
   kv_wait *w = h->data;
@@ -70,14 +64,14 @@ static void waiter_closed(uv_handle_t *h) {
   free(w);
 }
 
-
 static void waiter_remove(coord *co, kv_wait *w) {
-  if (w->prev) w->prev->next = w->next;
-  else co->waiters = w->next;
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    co->waiters = w->next;
   if (w->next) w->next->prev = w->prev;
   uv_close((uv_handle_t *)&w->timer, waiter_closed);
 }
-
 
 static void waiter_expired(uv_timer_t *tm) {
   kv_wait *w = tm->data;
@@ -85,14 +79,12 @@ static void waiter_expired(uv_timer_t *tm) {
   waiter_remove(w->co, w);
 }
 
-
 void coord_kv_drop_waiters(coord *co, conn *c) {
   for (kv_wait *w = co->waiters, *n; w; w = n) {
     n = w->next;
     if (!c || w->c == c) waiter_remove(co, w);
   }
 }
-
 
 int coord_kv_store(coord *co, const char *key, const void *val, size_t len) {
   kv_entry *e = coord_kv_find(co, key);
@@ -127,22 +119,21 @@ int coord_kv_store(coord *co, const char *key, const void *val, size_t len) {
   return 0;
 }
 
-
 /* A metric from a task (libloom) or about it (its agent's CPU and memory
  * reports): one "metric" event in events.jsonl, which the dashboard reads. */
 int coord_on_metric(coord *co, task *t, const wire_metric *m, const char *source) {
-  coord_event(co, t, "metric", json_pack("{s:s, s:I, s:f, s:s}", "tag", m->tag, "step",
-                                         (json_int_t)m->step, "value", m->value, "source", source));
+  coord_event(co, t, "metric",
+              json_pack("{s:s, s:I, s:f, s:s}", "tag", m->tag, "step", (json_int_t)m->step, "value",
+                        m->value, "source", source));
   return 0;
 }
-
 
 int coord_on_client(coord *co, conn *c, wire_frame *f, const wire_msg *m) {
   if (f->type >= WIRE_FEED_FIRST && f->type <= WIRE_FEED_LAST) {
     json_int_t id = json_integer_value(json_object_get(f->json, "id"));
     if (!co->feed) {
-      coord_reply(c, id, LOOM_ENOTSUP, json_pack("{s:s}", "msg", "the job's spec has no feed: section"),
-            NULL, 0);
+      coord_reply(c, id, LOOM_ENOTSUP,
+                  json_pack("{s:s}", "msg", "the job's spec has no feed: section"), NULL, 0);
       return 0;
     }
     if (!c->task) return LOOM_EPROTO;

@@ -14,8 +14,6 @@
 #include <unistd.h>
 #include <uv.h>
 
-
-
 /* Elastic membership: the live training tasks, ranked chief first, then
  * workers (procs each), as the KV store's loom/membership/g<G> and a
  * WIRE_MEMBERSHIP to every libloom client. Returns the world size. */
@@ -27,10 +25,11 @@ int coord_publish_membership(coord *co) {
   json_t *ranks = json_object();
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
-    if (t->training && live_member(t)) json_object_set_new(ranks, t->name, json_integer(t->rank_base));
+    if (t->training && live_member(t))
+      json_object_set_new(ranks, t->name, json_integer(t->rank_base));
   }
-  json_t *m = json_pack("{s:I, s:i, s:o}", "generation", (json_int_t)co->generation,
-                        "world_size", rank, "ranks", ranks);
+  json_t *m = json_pack("{s:I, s:i, s:o}", "generation", (json_int_t)co->generation, "world_size",
+                        rank, "ranks", ranks);
   char *ms = json_dumps(m, JSON_COMPACT);
   json_decref(m);
   char key[64], gen[32];
@@ -42,11 +41,10 @@ int coord_publish_membership(coord *co) {
   co->world_size = rank;
   for (conn *c = co->conns; c; c = c->next)
     if (c->kind == C_CLIENT)
-      coord_conn_send_msg(c, &(wire_msg){.type = WIRE_MEMBERSHIP,
-                                         .u.membership.generation = co->generation});
+      coord_conn_send_msg(
+          c, &(wire_msg){.type = WIRE_MEMBERSHIP, .u.membership.generation = co->generation});
   return rank;
 }
-
 
 int coord_live_members(coord *co, const spec_role *r, const task *except) {
   int n = 0;
@@ -56,7 +54,6 @@ int coord_live_members(coord *co, const spec_role *r, const task *except) {
   }
   return n;
 }
-
 
 /* A lost agent cannot stop its task's processes any more. On this
  * machine (local backend) its process groups are ours to kill: every

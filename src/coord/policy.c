@@ -33,7 +33,8 @@ void coord_task_exited(coord *co, task *t, int code, int sig, const char *reason
   json_t *ex = lost ? json_object() : json_pack("{s:i}", "exit_code", code);
   if (sig) {
     json_object_set_new(ex, "signal", json_integer(sig));
-    json_object_set_new(ex, "signal_name", json_string(sigabbrev_np(sig) ? sigabbrev_np(sig) : "?"));
+    json_object_set_new(ex, "signal_name",
+                        json_string(sigabbrev_np(sig) ? sigabbrev_np(sig) : "?"));
   }
   if (reason) json_object_set_new(ex, "reason", json_string(reason));
   json_object_set_new(ex, "elapsed_s", json_real(t->t_start > 0 ? t->t_end - t->t_start : 0));
@@ -75,14 +76,16 @@ void coord_task_exited(coord *co, task *t, int code, int sig, const char *reason
     co->generation++;
     int world = coord_publish_membership(co);
     coord_say(co, "%s %s: %d %s left; membership generation %lld, world size %d", t->name, why,
-        coord_live_members(co, t->role, NULL), t->role->name, (long long)co->generation, world);
-    coord_event(co, t, "membership_changed", json_pack("{s:I, s:i, s:s, s:s}", "generation",
-                                                 (json_int_t)co->generation, "world_size", world,
-                                                 "left", t->name, "reason", why));
+              coord_live_members(co, t->role, NULL), t->role->name, (long long)co->generation,
+              world);
+    coord_event(co, t, "membership_changed",
+                json_pack("{s:I, s:i, s:s, s:s}", "generation", (json_int_t)co->generation,
+                          "world_size", world, "left", t->name, "reason", why));
     if (can_restart) {
       t->restart_pending = true;
-      coord_event(co, t, "restarting", json_pack("{s:s, s:i, s:i}", "reason", why, "restart",
-                                           t->restarts + 1, "max_restarts", co->s->max_restarts));
+      coord_event(co, t, "restarting",
+                  json_pack("{s:s, s:i, s:i}", "reason", why, "restart", t->restarts + 1,
+                            "max_restarts", co->s->max_restarts));
       coord_maybe_restart(co, t);
     } else if (coord_all_finishing_done(co)) {
       coord_event(co, NULL, "finishing_roles_done", NULL);
@@ -98,15 +101,15 @@ void coord_task_exited(coord *co, task *t, int code, int sig, const char *reason
   if (can_restart) {
     t->restart_pending = true;
     coord_say(co, "%s %s: restarting it (%d of %d)", t->name, why, t->restarts + 1,
-        co->s->max_restarts);
-    coord_event(co, t, "restarting", json_pack("{s:s, s:i, s:i}", "reason", why, "restart",
-                                         t->restarts + 1, "max_restarts", co->s->max_restarts));
+              co->s->max_restarts);
+    coord_event(co, t, "restarting",
+                json_pack("{s:s, s:i, s:i}", "reason", why, "restart", t->restarts + 1,
+                          "max_restarts", co->s->max_restarts));
     coord_maybe_restart(co, t);
     return;
   }
   coord_attempt_fail(co, t, why);
 }
-
 
 /* Restarts a failed task once its old agent is gone (restart: task). */
 void coord_maybe_restart(coord *co, task *t) {
@@ -119,11 +122,9 @@ void coord_maybe_restart(coord *co, task *t) {
   coord_launch_task(co, t);
 }
 
-
 static task *task_of_relaunch_timer(uv_timer_t *tm) {
   return (task *)(void *)((char *)tm - offsetof(task, relaunch_timer));
 }
-
 
 static void relaunch_due(uv_timer_t *tm) {
   coord *co = tm->data;
@@ -136,7 +137,6 @@ static void relaunch_due(uv_timer_t *tm) {
   coord_launch_task(co, t);
 }
 
-
 /* The launcher of t exited with a failure before t's agent registered
  * (a Slurm step launch refused, say): nothing of the task's command has
  * run, so on a backend whose launches can fail transiently the task is
@@ -145,7 +145,7 @@ static void relaunch_due(uv_timer_t *tm) {
  * relaunched here: its end is the task's own, and the restart policy
  * decides. */
 bool coord_maybe_relaunch(coord *co, task *t, int64_t status, int sig, const char *detail,
-                           const char *how) {
+                          const char *how) {
   long long max = loom__tun(LOOM_TUN_LAUNCH_RETRIES);
   if (!co->be->ops->launch_retryable || t->state != T_LAUNCHED || t->agent ||
       (co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING) || t->launch_tries >= max)
@@ -157,18 +157,24 @@ bool coord_maybe_relaunch(coord *co, task *t, int64_t status, int sig, const cha
   if (delay > 30000) delay = 30000;
   json_t *ex = json_pack("{s:i, s:I, s:f, s:s}", "retry", t->launch_tries, "max_retries",
                          (json_int_t)max, "delay_s", (double)delay / 1000.0, "launcher", how);
-  if (sig) json_object_set_new(ex, "signal", json_integer(sig));
-  else json_object_set_new(ex, "exit_code", json_integer((json_int_t)status));
+  if (sig)
+    json_object_set_new(ex, "signal", json_integer(sig));
+  else
+    json_object_set_new(ex, "exit_code", json_integer((json_int_t)status));
   if (detail) json_object_set_new(ex, "reason", json_string(detail));
   coord_event(co, t, "launch_retry", ex);
   char msg[1600];
-  snprintf(msg, sizeof msg, "%s: its launch failed before the agent registered (%s%s%s); "
-           "launching it again in %.1fs (retry %d of %lld)", t->name, how, detail ? ": " : "",
-           detail ? detail : "", (double)delay / 1000.0, t->launch_tries, max);
+  snprintf(msg, sizeof msg,
+           "%s: its launch failed before the agent registered (%s%s%s); "
+           "launching it again in %.1fs (retry %d of %lld)",
+           t->name, how, detail ? ": " : "", detail ? detail : "", (double)delay / 1000.0,
+           t->launch_tries, max);
   /* on the console when attached; otherwise a warning in the coordinator's
    * log (coordinator.log under Slurm), where a person looks for it */
-  if (co->o->console) coord_say(co, "%s", msg);
-  else loom__log(LOOM_LOG_WARN, "coord", "%s", msg);
+  if (co->o->console)
+    coord_say(co, "%s", msg);
+  else
+    loom__log(LOOM_LOG_WARN, "coord", "%s", msg);
   t->relaunch_pending = true;
   uv_timer_start(&t->relaunch_timer, relaunch_due, delay, 0);
   return true;

@@ -57,7 +57,6 @@ void coord_event(coord *co, task *t, const char *name, json_t *extra) {
   co->state_dirty = true;
 }
 
-
 /* The loop's prepare handle: the events of this turn reach the file in one
  * write before the loop waits for more. */
 void coord_events_flush(uv_prepare_t *h) {
@@ -66,17 +65,14 @@ void coord_events_flush(uv_prepare_t *h) {
   co->events_pending = false;
 }
 
-
 void coord_task_touch(coord *co, task *t) {
   t->sj_stale = true;
   co->state_dirty = true;
 }
 
-
 static json_t *task_json(const task *t) {
-  json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:i}", "task", t->name, "role",
-                        t->role->name, "index", t->index, "state", TSTATE[t->state],
-                        "attempt", t->attempt);
+  json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:i}", "task", t->name, "role", t->role->name,
+                        "index", t->index, "state", TSTATE[t->state], "attempt", t->attempt);
   if (t->host[0]) json_object_set_new(j, "host", json_string(t->host));
   if (t->port) json_object_set_new(j, "port", json_integer(t->port));
   if (t->agent_pid) json_object_set_new(j, "agent_pid", json_integer(t->agent_pid));
@@ -88,7 +84,8 @@ static json_t *task_json(const task *t) {
     json_object_set_new(j, "exit_code", json_integer(t->exit_code));
     if (t->sig) {
       json_object_set_new(j, "signal", json_integer(t->sig));
-      json_object_set_new(j, "signal_name", json_string(sigabbrev_np(t->sig) ? sigabbrev_np(t->sig) : "?"));
+      json_object_set_new(j, "signal_name",
+                          json_string(sigabbrev_np(t->sig) ? sigabbrev_np(t->sig) : "?"));
     }
   }
   if (t->reason[0]) json_object_set_new(j, "reason", json_string(t->reason));
@@ -97,7 +94,6 @@ static json_t *task_json(const task *t) {
   if (t->t_end > 0) json_object_set_new(j, "finished", json_real(t->t_end));
   return j;
 }
-
 
 /* Renders t's entry again: one line of JSON. */
 static int task_render(task *t) {
@@ -112,7 +108,6 @@ static int task_render(task *t) {
   return 0;
 }
 
-
 /* state.json into b: the job's fields (rendered whole: a few), then the
  * tasks' entries, each rendered again only when it changed. */
 static int state_render(coord *co, loom__buf *b) {
@@ -121,13 +116,13 @@ static int state_render(coord *co, loom__buf *b) {
   json_object_set_new(j, "job", json_string(co->o->job_id));
   json_object_set_new(j, "name", json_string(co->s->name));
   json_object_set_new(j, "backend", json_string(co->be ? co->be->ops->name : ""));
-  json_object_set_new(j, "state", json_string(co->jstate == J_DONE ? OUT[co->outcome]
-                                                                    : JSTATE[co->jstate]));
+  json_object_set_new(j, "state",
+                      json_string(co->jstate == J_DONE ? OUT[co->outcome] : JSTATE[co->jstate]));
   json_object_set_new(j, "attempt", json_integer(co->attempt));
   json_object_set_new(j, "retries", json_integer(co->s->retries));
   json_object_set_new(j, "started", json_real(co->t_start));
-  json_object_set_new(j, "coordinator", json_pack("{s:i, s:s}", "pid", (int)getpid(),
-                                                  "addr", co->addr));
+  json_object_set_new(j, "coordinator",
+                      json_pack("{s:i, s:s}", "pid", (int)getpid(), "addr", co->addr));
   if (co->jstate == J_DONE) {
     json_object_set_new(j, "finished", json_real(loom__wall()));
     json_object_set_new(j, "exit_status", json_integer(co->exit_status));
@@ -161,8 +156,10 @@ static int state_render(coord *co, loom__buf *b) {
       char *kept = t->sj;
       t->sj = NULL;
       if (task_render(t) == 0 && strcmp(kept, t->sj)) {
-        fprintf(stderr, "loom: state.json entry of %s changed without being marked:\n"
-                "  kept: %s\n  now:  %s\n", t->name, kept, t->sj);
+        fprintf(stderr,
+                "loom: state.json entry of %s changed without being marked:\n"
+                "  kept: %s\n  now:  %s\n",
+                t->name, kept, t->sj);
         abort();
       }
       free(kept);
@@ -175,7 +172,6 @@ static int state_render(coord *co, loom__buf *b) {
   if (rc == 0) rc = loom__buf_printf(b, "%s]\n}", co->ntasks ? "\n " : "");
   return rc;
 }
-
 
 void coord_state_write(coord *co) {
   /* the events that led here are in events.jsonl before the state is */
@@ -198,14 +194,12 @@ void coord_state_write(coord *co) {
   co->state_next_ms = loom__now_ms() + 10 * took;
 }
 
-
 void coord_state_free(coord *co) {
   for (int i = 0; co->tasks && i < co->ntasks; i++) {
     free(co->tasks[i].sj);
     co->tasks[i].sj = NULL;
   }
 }
-
 
 void coord_flush_tick(uv_timer_t *tm) {
   coord *co = tm->data;
@@ -214,16 +208,13 @@ void coord_flush_tick(uv_timer_t *tm) {
   if (co->o->status_line) coord_status_draw(co);
 }
 
-
 void coord_task_set(coord *co, task *t, int st) {
   co->nawaited += (st == T_LAUNCHED) - (t->state == T_LAUNCHED);
-  if (!t->role->service)
-    co->nunfinished += (st != T_SUCCEEDED) - (t->state != T_SUCCEEDED);
+  if (!t->role->service) co->nunfinished += (st != T_SUCCEEDED) - (t->state != T_SUCCEEDED);
   t->state = st;
   t->sj_stale = true;
   co->state_dirty = true;
   if (co->feed && st >= T_SUCCEEDED) feed_dispatch_task_gone(co->feed, t->name);
 }
-
 
 bool coord_terminal(const task *t) { return t->state >= T_SUCCEEDED; }

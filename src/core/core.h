@@ -17,20 +17,18 @@
 
 /* ---- logging: loom__log(LOOM_LOG_DEBUG, "coord", "...") --------------- */
 enum { LOOM_LOG_ERROR, LOOM_LOG_WARN, LOOM_LOG_INFO, LOOM_LOG_DEBUG };
-typedef void (*loom__log_sink)(int level, const char *subsys,
-                               const char *msg, void *arg);
+typedef void (*loom__log_sink)(int level, const char *subsys, const char *msg, void *arg);
 /* Levels and subsystems come from LOOM_LOG ("debug", "info",
  * "debug:coord,agent"); default "warn". The default sink writes to stderr. */
 void loom__log_init(void);
 void loom__log_set_sink(loom__log_sink sink, void *arg);
 bool loom__log_on(int level, const char *subsys);
-void loom__log(int level, const char *subsys, const char *fmt, ...)
-    LOOM__PRINTF(3, 4);
+void loom__log(int level, const char *subsys, const char *fmt, ...) LOOM__PRINTF(3, 4);
 
 /* ---- time ------------------------------------------------------------ */
-uint64_t loom__now_ms(void);       /* monotonic */
-uint64_t loom__now_ns(void);       /* monotonic */
-double loom__wall(void);           /* seconds since the epoch */
+uint64_t loom__now_ms(void); /* monotonic */
+uint64_t loom__now_ns(void); /* monotonic */
+double loom__wall(void);     /* seconds since the epoch */
 /* ms milliseconds from now on clock clk: the absolute deadline that
  * pthread_cond_timedwait wants (CLOCK_REALTIME, or the clock the condition
  * variable was made with). */
@@ -47,8 +45,7 @@ int loom__levenshtein(const char *a, const char *b);
  * LOOM_EINVAL / LOOM_ERANGE. */
 int loom__parse_size(const char *s, uint64_t *out);
 /* Strict integer parse of the whole string. */
-int loom__parse_int(const char *s, long long min, long long max,
-                    long long *out);
+int loom__parse_int(const char *s, long long min, long long max, long long *out);
 void loom__hex(const unsigned char *in, size_t n, char *out /* 2n+1 */);
 
 /* ---- a growable buffer that never grows past its cap ------------------ */
@@ -68,8 +65,7 @@ int loom__mkdir_p(const char *path, int mode);
  * fsync the file before the rename and the directory after it, so the new
  * content survives a machine crash; without, readers still never see a
  * partial file. */
-int loom__write_atomic(const char *path, const void *data, size_t len,
-                       int mode, bool durable);
+int loom__write_atomic(const char *path, const void *data, size_t len, int mode, bool durable);
 /* Opens path for writing (append, or truncated) readable by its owner only
  * (0600, also when it exists already): what job directories hold may name
  * their secrets. NULL with errno set on failure. */

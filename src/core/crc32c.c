@@ -27,8 +27,7 @@ static void crc_init(void) {
   /* table[k][i]: the CRC of byte i followed by k zero bytes */
   for (int k = 1; k < 8; k++)
     for (int i = 0; i < 256; i++)
-      crc_table[k][i] = (crc_table[k - 1][i] >> 8) ^
-                        crc_table[0][crc_table[k - 1][i] & 0xffu];
+      crc_table[k][i] = (crc_table[k - 1][i] >> 8) ^ crc_table[0][crc_table[k - 1][i] & 0xffu];
 #ifdef CRC_HAVE_SSE42
   __builtin_cpu_init();
   crc_use_hw = __builtin_cpu_supports("sse4.2");
@@ -50,9 +49,9 @@ static uint32_t crc_sw(uint32_t crc, const unsigned char *p, size_t n) {
 #endif
     lo ^= crc;
     crc = crc_table[7][lo & 0xffu] ^ crc_table[6][(lo >> 8) & 0xffu] ^
-          crc_table[5][(lo >> 16) & 0xffu] ^ crc_table[4][lo >> 24] ^
-          crc_table[3][hi & 0xffu] ^ crc_table[2][(hi >> 8) & 0xffu] ^
-          crc_table[1][(hi >> 16) & 0xffu] ^ crc_table[0][hi >> 24];
+          crc_table[5][(lo >> 16) & 0xffu] ^ crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xffu] ^
+          crc_table[2][(hi >> 8) & 0xffu] ^ crc_table[1][(hi >> 16) & 0xffu] ^
+          crc_table[0][hi >> 24];
     p += 8;
     n -= 8;
   }
@@ -61,8 +60,8 @@ static uint32_t crc_sw(uint32_t crc, const unsigned char *p, size_t n) {
 }
 
 #ifdef CRC_HAVE_SSE42
-__attribute__((target("sse4.2"))) static uint32_t
-crc_hw(uint32_t crc, const unsigned char *p, size_t n) {
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const unsigned char *p,
+                                                         size_t n) {
   uint64_t c = crc;
   while (n && ((uintptr_t)p & 7u)) {
     c = _mm_crc32_u8((uint32_t)c, *p++);

@@ -23,24 +23,20 @@ typedef struct {
  * after the window ends (or loom__ratelog_flush) first logs "<N> more
  * <what> from <last_from> in the last 10 s". from (NULL: "?") names the
  * peer; what is plural ("refused connections"). */
-void loom__ratelog_warn(loom__ratelog *rl, const char *component,
-                        const char *what, const char *from, const char *fmt,
-                        ...) LOOM__PRINTF(5, 6);
+void loom__ratelog_warn(loom__ratelog *rl, const char *component, const char *what,
+                        const char *from, const char *fmt, ...) LOOM__PRINTF(5, 6);
 /* Logs the pending count, if any, and starts a new window. Call it at
  * shutdown; loom__ratelog_tick is for a periodic timer. */
-void loom__ratelog_flush(loom__ratelog *rl, const char *component,
-                         const char *what);
+void loom__ratelog_flush(loom__ratelog *rl, const char *component, const char *what);
 /* loom__ratelog_flush once the window has ended, else nothing: lets a
  * server's timer report a flood that stopped, at most once a window. */
-void loom__ratelog_tick(loom__ratelog *rl, const char *component,
-                        const char *what);
+void loom__ratelog_tick(loom__ratelog *rl, const char *component, const char *what);
 
 /* The same with the time given (loom__now_ms() milliseconds): for tests. */
-void loom__ratelog_warn_at(loom__ratelog *rl, uint64_t now_ms,
-                           const char *component, const char *what,
-                           const char *from, const char *fmt, ...)
+void loom__ratelog_warn_at(loom__ratelog *rl, uint64_t now_ms, const char *component,
+                           const char *what, const char *from, const char *fmt, ...)
     LOOM__PRINTF(6, 7);
-void loom__ratelog_tick_at(loom__ratelog *rl, uint64_t now_ms,
-                           const char *component, const char *what);
+void loom__ratelog_tick_at(loom__ratelog *rl, uint64_t now_ms, const char *component,
+                           const char *what);
 
 #endif

@@ -7,9 +7,9 @@
 #include <string.h>
 
 static const loom__tun_info table[] = {
-#define LOOM__TUN_ROW_N(name, env, def, min, max, kind, doc) \
+#define LOOM__TUN_ROW_N(name, env, def, min, max, kind, doc)                                       \
   {env, LOOM_TUN_KIND_##kind, def, min, max, NULL, NULL, doc},
-#define LOOM__TUN_ROW_W(name, env, def, choices, doc) \
+#define LOOM__TUN_ROW_W(name, env, def, choices, doc)                                              \
   {env, LOOM_TUN_KIND_WORD, 0, 0, 0, def, choices, doc},
     LOOM_TUNABLES(LOOM__TUN_ROW_N, LOOM__TUN_ROW_W)
 #undef LOOM__TUN_ROW_N

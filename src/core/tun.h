@@ -26,105 +26,104 @@
 /* Numbers: N(name, variable, default, min, max, kind, doc), kind one of MS,
  * BYTES, COUNT. Words: W(name, variable, default, choices, doc), choices
  * "a|b|c" or NULL for any value (a path, an address). */
-#define LOOM_TUNABLES(N, W)                                                                    \
-  /* ---- coordinator and agents ---- */                                                      \
-  N(RENDEZVOUS_TIMEOUT_MS, "LOOM_RENDEZVOUS_TIMEOUT", 60000, 1, 7 * LOOM__MS_DAY, MS,         \
-    "every task of an attempt registers within this long, or the attempt fails")               \
-  N(STOP_GRACE_MS, "LOOM_STOP_GRACE", 1000, 0, 3600000, MS,                                   \
-    "between SIGTERM and SIGKILL when stopping an attempt")                                    \
-  N(SERVICE_GRACE_MS, "LOOM_SERVICE_GRACE", 3000, 0, 3600000, MS,                             \
-    "the same for services (ps, tensorboard) at the end of a job")                             \
-  N(HEARTBEAT_MS, "LOOM_HEARTBEAT", 1000, 10, 3600000, MS, "agents' heartbeat interval")      \
-  N(HEARTBEAT_TIMEOUT_MS, "LOOM_HEARTBEAT_TIMEOUT", 15000, 1, 7 * LOOM__MS_DAY, MS,           \
-    "a silent agent is lost after this long (the spec's heartbeat_timeout wins)")              \
-  N(AUTH_TIMEOUT_MS, "LOOM_AUTH_TIMEOUT", 5000, 1, 3600000, MS,                               \
-    "a connection authenticates within this long, or is closed")                               \
-  N(PREAUTH_MAX, "LOOM_PREAUTH_MAX", 64, 1, 1 << 20, COUNT,                                   \
-    "connections waiting to authenticate, per coordinator, ps shard and dashboard; the "       \
-    "oldest is closed for a new one")                                                          \
-  N(CONNECT_TIMEOUT_MS, "LOOM_CONNECT_TIMEOUT", 10000, 1, 3600000, MS,                        \
-    "connecting to the coordinator or a peer gives up after this long")                        \
-  N(LAUNCH_RETRIES, "LOOM_LAUNCH_RETRIES", 3, 0, 100, COUNT,                                  \
-    "Slurm: launches of a task tried again when srun fails before its agent registered")       \
-  N(LAUNCH_RETRY_MS, "LOOM_LAUNCH_RETRY_MS", 500, 0, 30000, MS,                               \
-    "Slurm: the first pause before such a launch (doubled each time, at most 30 s)")           \
-  N(MAX_FRAME, "LOOM_MAX_FRAME", 4 * LOOM__MIB, 4 * LOOM__KIB, LOOM__GIB, BYTES,              \
-    "the largest message to or from the coordinator")                                          \
-  N(MAX_LOG_LINE, "LOOM_MAX_LOG_LINE", 64 * LOOM__KIB, 128, 16 * LOOM__MIB, BYTES,            \
-    "a task's longer output lines are cut")                                                    \
-  N(KV_MAX_TOTAL, "LOOM_KV_MAX_TOTAL", 256 * LOOM__MIB, 1, 1LL << 40, BYTES,                  \
-    "all of a job's KV store")                                                                 \
-  W(CGROUP_ROOT, "LOOM_CGROUP_ROOT", "", NULL,                                                \
-    "local: make memory cgroups under this directory (v2 or a v1 memory hierarchy) instead "   \
-    "of the delegated one; none: the rlimit only")                                             \
-  W(SLURM_FILES, "LOOM_SLURM_FILES", "auto", "auto|shared|sbcast",                            \
-    "Slurm: how files reach the nodes; auto: sbcast unless the job directory is on a "         \
-    "network filesystem")                                                                      \
-  W(FAULT_STALL_TASK, "LOOM_FAULT_STALL_TASK", "", NULL,                                      \
-    "fault injection for tests: this task's agent (worker:2) never registers")                 \
+#define LOOM_TUNABLES(N, W)                                                                        \
+  /* ---- coordinator and agents ---- */                                                           \
+  N(RENDEZVOUS_TIMEOUT_MS, "LOOM_RENDEZVOUS_TIMEOUT", 60000, 1, 7 * LOOM__MS_DAY, MS,              \
+    "every task of an attempt registers within this long, or the attempt fails")                   \
+  N(STOP_GRACE_MS, "LOOM_STOP_GRACE", 1000, 0, 3600000, MS,                                        \
+    "between SIGTERM and SIGKILL when stopping an attempt")                                        \
+  N(SERVICE_GRACE_MS, "LOOM_SERVICE_GRACE", 3000, 0, 3600000, MS,                                  \
+    "the same for services (ps, tensorboard) at the end of a job")                                 \
+  N(HEARTBEAT_MS, "LOOM_HEARTBEAT", 1000, 10, 3600000, MS, "agents' heartbeat interval")           \
+  N(HEARTBEAT_TIMEOUT_MS, "LOOM_HEARTBEAT_TIMEOUT", 15000, 1, 7 * LOOM__MS_DAY, MS,                \
+    "a silent agent is lost after this long (the spec's heartbeat_timeout wins)")                  \
+  N(AUTH_TIMEOUT_MS, "LOOM_AUTH_TIMEOUT", 5000, 1, 3600000, MS,                                    \
+    "a connection authenticates within this long, or is closed")                                   \
+  N(PREAUTH_MAX, "LOOM_PREAUTH_MAX", 64, 1, 1 << 20, COUNT,                                        \
+    "connections waiting to authenticate, per coordinator, ps shard and dashboard; the "           \
+    "oldest is closed for a new one")                                                              \
+  N(CONNECT_TIMEOUT_MS, "LOOM_CONNECT_TIMEOUT", 10000, 1, 3600000, MS,                             \
+    "connecting to the coordinator or a peer gives up after this long")                            \
+  N(LAUNCH_RETRIES, "LOOM_LAUNCH_RETRIES", 3, 0, 100, COUNT,                                       \
+    "Slurm: launches of a task tried again when srun fails before its agent registered")           \
+  N(LAUNCH_RETRY_MS, "LOOM_LAUNCH_RETRY_MS", 500, 0, 30000, MS,                                    \
+    "Slurm: the first pause before such a launch (doubled each time, at most 30 s)")               \
+  N(MAX_FRAME, "LOOM_MAX_FRAME", 4 * LOOM__MIB, 4 * LOOM__KIB, LOOM__GIB, BYTES,                   \
+    "the largest message to or from the coordinator")                                              \
+  N(MAX_LOG_LINE, "LOOM_MAX_LOG_LINE", 64 * LOOM__KIB, 128, 16 * LOOM__MIB, BYTES,                 \
+    "a task's longer output lines are cut")                                                        \
+  N(KV_MAX_TOTAL, "LOOM_KV_MAX_TOTAL", 256 * LOOM__MIB, 1, 1LL << 40, BYTES,                       \
+    "all of a job's KV store")                                                                     \
+  W(CGROUP_ROOT, "LOOM_CGROUP_ROOT", "", NULL,                                                     \
+    "local: make memory cgroups under this directory (v2 or a v1 memory hierarchy) instead "       \
+    "of the delegated one; none: the rlimit only")                                                 \
+  W(SLURM_FILES, "LOOM_SLURM_FILES", "auto", "auto|shared|sbcast",                                 \
+    "Slurm: how files reach the nodes; auto: sbcast unless the job directory is on a "             \
+    "network filesystem")                                                                          \
+  W(FAULT_STALL_TASK, "LOOM_FAULT_STALL_TASK", "", NULL,                                           \
+    "fault injection for tests: this task's agent (worker:2) never registers")                     \
   /* ---- collectives (libloom); the defaults come from measurements on a 2-core host with  \
    * 2 and 4 ranks: recursive doubling beat the ring below 16-64 KiB; spinning helps only     \
-   * while a host's ranks fit its CPUs ---- */                                                \
-  W(COMM_TRANSPORT, "LOOM_COMM_TRANSPORT", "auto", "auto|shm|tcp",                            \
-    "collectives: tcp forces TCP between ranks on one host (another value is an error)")       \
-  N(COMM_TIMEOUT_MS, "LOOM_COMM_TIMEOUT_MS", 300000, 1, 7 * LOOM__MS_DAY, MS,                 \
-    "a collective (or its setup) gives up after this long")                                    \
-  N(COMM_CHECK_MS, "LOOM_COMM_CHECK_MS", 100, 1, 60000, MS,                                   \
-    "while waiting, peers' liveness and the abort are checked this often")                     \
-  N(COMM_SPIN, "LOOM_COMM_SPIN", -1, -1, 1 << 30, COUNT,                                      \
-    "busy polls before yielding the CPU when nothing moves; -1: 2000 when this host's ranks "  \
-    "fit its CPUs, else 50")                                                                   \
-  N(COMM_YIELD, "LOOM_COMM_YIELD", 100, 0, 1 << 30, COUNT, "sched_yield()s before sleeping")  \
-  N(COMM_SMALL_BYTES, "LOOM_COMM_SMALL_BYTES", 32 * LOOM__KIB, 0, 1LL << 40, BYTES,           \
-    "allreduce over the pairs: recursive doubling up to this size, ring above")                \
-  N(COMM_BCAST_SMALL_BYTES, "LOOM_COMM_BCAST_SMALL_BYTES", 64 * LOOM__KIB, 0, 1LL << 40,      \
-    BYTES, "broadcast: binomial tree up to this size, pipelined chain above")                  \
-  N(COMM_SHM_RING, "LOOM_COMM_SHM_RING", LOOM__MIB, 4 * LOOM__KIB, LOOM__GIB, BYTES,          \
-    "each shared-memory ring (one per ordered pair on a host; rounded down to 4 KiB)")         \
-  N(COMM_SHM_CHUNK, "LOOM_COMM_SHM_CHUNK", 128 * LOOM__KIB, 4 * LOOM__KIB, LOOM__GIB, BYTES,  \
-    "shm: publish/consume at most this much at once (pipelining grain)")                       \
-  N(COMM_SHM_SLOT, "LOOM_COMM_SHM_SLOT", LOOM__MIB, 0, LOOM__GIB, BYTES,                      \
-    "one host: each rank's slots for the slot collectives (0: none; at least 4 KiB, "          \
-    "rounded down to 4 KiB); the host's lowest rank decides")                                  \
-  N(COMM_SHM_SMALL_BYTES, "LOOM_COMM_SHM_SMALL_BYTES", 32 * LOOM__KIB, 0, 1LL << 40, BYTES,   \
-    "one-host allreduce: every rank reduces the whole vector up to this size, its slice "      \
-    "above; the host's lowest rank decides")                                                   \
-  N(COMM_TCP_SOCKBUF, "LOOM_COMM_TCP_SOCKBUF", -1, -1, LOOM__GIB, BYTES,                      \
-    "TCP: SO_SNDBUF/SO_RCVBUF of peer sockets; 0: the kernel's autotuning; -1: 256 KiB on "    \
-    "one host, autotuning across hosts")                                                       \
-  N(COMM_TCP_STAGE, "LOOM_COMM_TCP_STAGE", 256 * LOOM__KIB, 4 * LOOM__KIB, LOOM__GIB, BYTES,  \
-    "TCP: receive buffer for pieces that are reduced, not copied")                             \
-  /* ---- parameter server (libloom, loom ps) ---- */                                         \
-  N(PS_TIMEOUT_MS, "LOOM_PS_TIMEOUT", 300000, 1, 7 * LOOM__MS_DAY, MS,                        \
-    "client: the longest any call waits (a SYNC pull waits for the slowest worker)")           \
-  N(PS_MAX_MSG, "LOOM_PS_MAX_MSG", 16 * LOOM__MIB, 4 * LOOM__MIB + 64 * LOOM__KIB, LOOM__GIB, \
-    BYTES, "server: payload cap of one request (clients send at most 4 MiB)")                  \
-  N(PS_MAX_MEMORY, "LOOM_PS_MAX_MEMORY", 16 * LOOM__GIB, 1, 1LL << 50, BYTES,                 \
-    "server: variables, slots and rows one shard may hold")                                    \
-  N(PS_SPLIT_BYTES, "LOOM_PS_SPLIT_BYTES", LOOM__MIB, 4, 1LL << 40, BYTES,                    \
-    "a dense variable larger than this is split over every shard")                             \
-  N(PS_MAX_CONNS, "LOOM_PS_MAX_CONNS", 4096, 1, 1 << 20, COUNT,                               \
-    "server: authenticated connections")                                                       \
-  N(PS_CKPT_KEEP, "LOOM_PS_CKPT_KEEP", 3, 1, 1 << 20, COUNT,                                  \
-    "checkpoints kept in the directory")                                                       \
-  W(PS_CKPT_DIR, "LOOM_PS_CKPT_DIR", "", NULL,                                                \
-    "where ps checkpoints go (default: ps-ckpt in the job directory)")                         \
-  W(PS_BIND, "LOOM_PS_BIND", "", NULL,                                                        \
-    "the address a shard listens on (default: its task's; 0.0.0.0 for every interface)")       \
-  /* ---- feed ---- */                                                                        \
-  N(FEED_SPLIT_BYTES, "LOOM_FEED_SPLIT_BYTES", 16 * LOOM__MIB, 1, 1LL << 40, BYTES,           \
-    "coordinator: a larger file is cut into record-aligned byte ranges")                       \
-  N(FEED_LEASE_MS, "LOOM_FEED_LEASE_MS", 30000, 1, 7 * LOOM__MS_DAY, MS,                      \
-    "coordinator: a lease not renewed for this long goes back to the dispatcher")              \
-  N(FEED_WAIT_MS, "LOOM_FEED_WAIT_MS", 600000, 1, 7 * LOOM__MS_DAY, MS,                       \
-    "the longest a reader waits for a split while no task holds one")                          \
-  N(FEED_READAHEAD, "LOOM_FEED_READAHEAD", 16 * LOOM__MIB, 1, 1LL << 40, BYTES,               \
-    "bytes a reader keeps read ahead of its consumer")                                         \
-  N(FEED_AHEAD_SPLITS, "LOOM_FEED_AHEAD_SPLITS", 2, 1, 1 << 20, COUNT,                        \
-    "splits a reader leases beyond the one being consumed")                                    \
-  N(FEED_CHUNK, "LOOM_FEED_CHUNK", LOOM__MIB, 1, LOOM__GIB, BYTES,                            \
-    "bytes read and parsed at a time")                                                         \
-  N(FEED_MAX_RECORD, "LOOM_FEED_MAX_RECORD", 256 * LOOM__MIB, 1, 1LL << 40, BYTES,            \
+   * while a host's ranks fit its CPUs ---- */      \
+  W(COMM_TRANSPORT, "LOOM_COMM_TRANSPORT", "auto", "auto|shm|tcp",                                 \
+    "collectives: tcp forces TCP between ranks on one host (another value is an error)")           \
+  N(COMM_TIMEOUT_MS, "LOOM_COMM_TIMEOUT_MS", 300000, 1, 7 * LOOM__MS_DAY, MS,                      \
+    "a collective (or its setup) gives up after this long")                                        \
+  N(COMM_CHECK_MS, "LOOM_COMM_CHECK_MS", 100, 1, 60000, MS,                                        \
+    "while waiting, peers' liveness and the abort are checked this often")                         \
+  N(COMM_SPIN, "LOOM_COMM_SPIN", -1, -1, 1 << 30, COUNT,                                           \
+    "busy polls before yielding the CPU when nothing moves; -1: 2000 when this host's ranks "      \
+    "fit its CPUs, else 50")                                                                       \
+  N(COMM_YIELD, "LOOM_COMM_YIELD", 100, 0, 1 << 30, COUNT, "sched_yield()s before sleeping")       \
+  N(COMM_SMALL_BYTES, "LOOM_COMM_SMALL_BYTES", 32 * LOOM__KIB, 0, 1LL << 40, BYTES,                \
+    "allreduce over the pairs: recursive doubling up to this size, ring above")                    \
+  N(COMM_BCAST_SMALL_BYTES, "LOOM_COMM_BCAST_SMALL_BYTES", 64 * LOOM__KIB, 0, 1LL << 40, BYTES,    \
+    "broadcast: binomial tree up to this size, pipelined chain above")                             \
+  N(COMM_SHM_RING, "LOOM_COMM_SHM_RING", LOOM__MIB, 4 * LOOM__KIB, LOOM__GIB, BYTES,               \
+    "each shared-memory ring (one per ordered pair on a host; rounded down to 4 KiB)")             \
+  N(COMM_SHM_CHUNK, "LOOM_COMM_SHM_CHUNK", 128 * LOOM__KIB, 4 * LOOM__KIB, LOOM__GIB, BYTES,       \
+    "shm: publish/consume at most this much at once (pipelining grain)")                           \
+  N(COMM_SHM_SLOT, "LOOM_COMM_SHM_SLOT", LOOM__MIB, 0, LOOM__GIB, BYTES,                           \
+    "one host: each rank's slots for the slot collectives (0: none; at least 4 KiB, "              \
+    "rounded down to 4 KiB); the host's lowest rank decides")                                      \
+  N(COMM_SHM_SMALL_BYTES, "LOOM_COMM_SHM_SMALL_BYTES", 32 * LOOM__KIB, 0, 1LL << 40, BYTES,        \
+    "one-host allreduce: every rank reduces the whole vector up to this size, its slice "          \
+    "above; the host's lowest rank decides")                                                       \
+  N(COMM_TCP_SOCKBUF, "LOOM_COMM_TCP_SOCKBUF", -1, -1, LOOM__GIB, BYTES,                           \
+    "TCP: SO_SNDBUF/SO_RCVBUF of peer sockets; 0: the kernel's autotuning; -1: 256 KiB on "        \
+    "one host, autotuning across hosts")                                                           \
+  N(COMM_TCP_STAGE, "LOOM_COMM_TCP_STAGE", 256 * LOOM__KIB, 4 * LOOM__KIB, LOOM__GIB, BYTES,       \
+    "TCP: receive buffer for pieces that are reduced, not copied")                                 \
+  /* ---- parameter server (libloom, loom ps) ---- */                                              \
+  N(PS_TIMEOUT_MS, "LOOM_PS_TIMEOUT", 300000, 1, 7 * LOOM__MS_DAY, MS,                             \
+    "client: the longest any call waits (a SYNC pull waits for the slowest worker)")               \
+  N(PS_MAX_MSG, "LOOM_PS_MAX_MSG", 16 * LOOM__MIB, 4 * LOOM__MIB + 64 * LOOM__KIB, LOOM__GIB,      \
+    BYTES, "server: payload cap of one request (clients send at most 4 MiB)")                      \
+  N(PS_MAX_MEMORY, "LOOM_PS_MAX_MEMORY", 16 * LOOM__GIB, 1, 1LL << 50, BYTES,                      \
+    "server: variables, slots and rows one shard may hold")                                        \
+  N(PS_SPLIT_BYTES, "LOOM_PS_SPLIT_BYTES", LOOM__MIB, 4, 1LL << 40, BYTES,                         \
+    "a dense variable larger than this is split over every shard")                                 \
+  N(PS_MAX_CONNS, "LOOM_PS_MAX_CONNS", 4096, 1, 1 << 20, COUNT,                                    \
+    "server: authenticated connections")                                                           \
+  N(PS_CKPT_KEEP, "LOOM_PS_CKPT_KEEP", 3, 1, 1 << 20, COUNT, "checkpoints kept in the directory")  \
+  W(PS_CKPT_DIR, "LOOM_PS_CKPT_DIR", "", NULL,                                                     \
+    "where ps checkpoints go (default: ps-ckpt in the job directory)")                             \
+  W(PS_BIND, "LOOM_PS_BIND", "", NULL,                                                             \
+    "the address a shard listens on (default: its task's; 0.0.0.0 for every interface)")           \
+  /* ---- feed ---- */                                                                             \
+  N(FEED_SPLIT_BYTES, "LOOM_FEED_SPLIT_BYTES", 16 * LOOM__MIB, 1, 1LL << 40, BYTES,                \
+    "coordinator: a larger file is cut into record-aligned byte ranges")                           \
+  N(FEED_LEASE_MS, "LOOM_FEED_LEASE_MS", 30000, 1, 7 * LOOM__MS_DAY, MS,                           \
+    "coordinator: a lease not renewed for this long goes back to the dispatcher")                  \
+  N(FEED_WAIT_MS, "LOOM_FEED_WAIT_MS", 600000, 1, 7 * LOOM__MS_DAY, MS,                            \
+    "the longest a reader waits for a split while no task holds one")                              \
+  N(FEED_READAHEAD, "LOOM_FEED_READAHEAD", 16 * LOOM__MIB, 1, 1LL << 40, BYTES,                    \
+    "bytes a reader keeps read ahead of its consumer")                                             \
+  N(FEED_AHEAD_SPLITS, "LOOM_FEED_AHEAD_SPLITS", 2, 1, 1 << 20, COUNT,                             \
+    "splits a reader leases beyond the one being consumed")                                        \
+  N(FEED_CHUNK, "LOOM_FEED_CHUNK", LOOM__MIB, 1, LOOM__GIB, BYTES,                                 \
+    "bytes read and parsed at a time")                                                             \
+  N(FEED_MAX_RECORD, "LOOM_FEED_MAX_RECORD", 256 * LOOM__MIB, 1, 1LL << 40, BYTES,                 \
     "the largest record (and the largest shuffled split) a reader holds")
 
 typedef enum {
@@ -136,7 +135,12 @@ typedef enum {
       LOOM_TUN__COUNT
 } loom__tunable;
 
-typedef enum { LOOM_TUN_KIND_MS, LOOM_TUN_KIND_BYTES, LOOM_TUN_KIND_COUNT, LOOM_TUN_KIND_WORD } loom__tun_kind;
+typedef enum {
+  LOOM_TUN_KIND_MS,
+  LOOM_TUN_KIND_BYTES,
+  LOOM_TUN_KIND_COUNT,
+  LOOM_TUN_KIND_WORD
+} loom__tun_kind;
 
 /* One row of the table. For a word, def/min/max are 0 and sdef holds the
  * default ("" for none), choices its values or NULL. */

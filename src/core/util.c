@@ -66,8 +66,7 @@ void loom__log(int level, const char *subsys, const char *fmt, ...) {
     return;
   }
   static const char *lv[] = {"error", "warn", "info", "debug"};
-  fprintf(stderr, "loom[%d] %s %s: %s\n", (int)getpid(), lv[level], subsys,
-          msg);
+  fprintf(stderr, "loom[%d] %s %s: %s\n", (int)getpid(), lv[level], subsys, msg);
 }
 
 /* ---- time ------------------------------------------------------------- */
@@ -100,8 +99,8 @@ void loom__wall_iso(double t, char *buf, size_t len) {
   int ms = (int)((t - (double)s) * 1000.0);
   if (ms < 0) ms = 0;
   if (ms > 999) ms = 999;
-  snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
 }
 
 /* ---- strings ---------------------------------------------------------- */
@@ -147,8 +146,7 @@ int loom__levenshtein(const char *a, const char *b) {
   return row[lb];
 }
 
-int loom__parse_int(const char *s, long long min, long long max,
-                    long long *out) {
+int loom__parse_int(const char *s, long long min, long long max, long long *out) {
   if (!s || !*s) return LOOM_EINVAL;
   errno = 0;
   char *end;
@@ -168,11 +166,22 @@ int loom__parse_size(const char *s, uint64_t *out) {
   double v = strtod(s, &end);
   if (errno || !(v >= 0 && v < 1e300)) return LOOM_EINVAL;
   while (isspace((unsigned char)*end)) end++;
-  static const struct { const char *unit; double mult; } units[] = {
-      {"", 1},      {"B", 1},        {"KiB", 1024.0}, {"MiB", 1048576.0},
-      {"GiB", 1073741824.0},         {"TiB", 1099511627776.0},
-      {"KB", 1e3},  {"MB", 1e6},     {"GB", 1e9},     {"TB", 1e12},
-      {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}};
+  static const struct {
+    const char *unit;
+    double mult;
+  } units[] = {{"", 1},
+               {"B", 1},
+               {"KiB", 1024.0},
+               {"MiB", 1048576.0},
+               {"GiB", 1073741824.0},
+               {"TiB", 1099511627776.0},
+               {"KB", 1e3},
+               {"MB", 1e6},
+               {"GB", 1e9},
+               {"TB", 1e12},
+               {"K", 1024.0},
+               {"M", 1048576.0},
+               {"G", 1073741824.0}};
   for (size_t i = 0; i < LOOM__ARRAY_LEN(units); i++) {
     if (strcmp(end, units[i].unit) == 0) {
       double r = v * units[i].mult;
@@ -264,11 +273,9 @@ int loom__mkdir_p(const char *path, int mode) {
   return 0;
 }
 
-int loom__write_atomic(const char *path, const void *data, size_t len,
-                       int mode, bool durable) {
+int loom__write_atomic(const char *path, const void *data, size_t len, int mode, bool durable) {
   char tmp[PATH_MAX];
-  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >=
-      sizeof tmp)
+  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
     return LOOM_ERANGE;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return LOOM_EIO;
@@ -341,7 +348,10 @@ int loom__read_file(const char *path, size_t max, char **out, size_t *len) {
   for (;;) {
     ssize_t r = read(fd, chunk, sizeof chunk);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) { rc = LOOM_EIO; break; }
+    if (r < 0) {
+      rc = LOOM_EIO;
+      break;
+    }
     if (r == 0) break;
     if ((rc = loom__buf_add(&b, chunk, (size_t)r)) < 0) break;
   }

@@ -50,7 +50,7 @@ typedef struct fsplit {
   bool shuffle, stale;
   char *path, *tmp;
   uint64_t off, len, rec;
-  uint64_t records; /* handed out by the consumer */
+  uint64_t records;         /* handed out by the consumer */
   struct fsplit *next;      /* the held list */
   struct fsplit *next_read; /* the reader thread's list to read */
 } fsplit;
@@ -186,8 +186,10 @@ static void chunk_put_locked(loom_feed_t *f, chunk *c) {
 
 static void push_locked(loom_feed_t *f, chunk *c) {
   c->next = NULL;
-  if (f->qtail) f->qtail->next = c;
-  else f->qhead = c;
+  if (f->qtail)
+    f->qtail->next = c;
+  else
+    f->qhead = c;
   f->qtail = c;
   if (c->kind == K_DATA) f->queued += c->len;
   pthread_cond_signal(&f->cv_data);
@@ -265,8 +267,10 @@ static void maybe_renew(loom_feed_t *f) {
         if ((json_int_t)sp->lease == json_integer_value(v)) sp->stale = true;
     }
     pthread_mutex_unlock(&f->mu);
-    loom__log(LOOM_LOG_WARN, "feed", "%zu of this task's leases were taken back (a pause "
-              "longer than the lease time?)", json_array_size(stale));
+    loom__log(LOOM_LOG_WARN, "feed",
+              "%zu of this task's leases were taken back (a pause "
+              "longer than the lease time?)",
+              json_array_size(stale));
   }
   json_decref(rep);
 }
@@ -276,8 +280,7 @@ static void maybe_renew(loom_feed_t *f) {
 static bool wait_room_for(loom_feed_t *f, bool for_lease) {
   for (;;) {
     pthread_mutex_lock(&f->mu);
-    bool stop = f->stop,
-         room = f->queued < f->readahead && (!for_lease || f->nheld < f->ahead + 1);
+    bool stop = f->stop, room = f->queued < f->readahead && (!for_lease || f->nheld < f->ahead + 1);
     if (!stop && !room) wait_ms(&f->cv_room, &f->mu, f->lease_ms / 6 + 1);
     stop = f->stop;
     room = f->queued < f->readahead && (!for_lease || f->nheld < f->ahead + 1);
@@ -332,7 +335,8 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
     if (json_integer_value(json_object_get(rep, "leased")) > 0) *idle_since = loom__now_ms();
     json_decref(rep);
     if (loom__now_ms() - *idle_since > f->wait_ms) {
-      push_error(f, LOOM_ETIMEDOUT, "no split of the feed became free within %llu ms "
+      push_error(f, LOOM_ETIMEDOUT,
+                 "no split of the feed became free within %llu ms "
                  "(LOOM_FEED_WAIT_MS), and no task holds one: the coordinator is not answering",
                  (unsigned long long)f->wait_ms);
       return false;
@@ -342,8 +346,9 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
   if (rc < 0) {
     const char *m = json_string_value(json_object_get(rep, "msg"));
     push_error(f, rc, "the feed's coordinator refused a lease: %s",
-               m ? m : rc == LOOM_EABORTED || rc == LOOM_ECONN ? loom_errmsg(f->l)
-                                                              : loom_strerror(rc));
+               m                                         ? m
+               : rc == LOOM_EABORTED || rc == LOOM_ECONN ? loom_errmsg(f->l)
+                                                         : loom_strerror(rc));
     json_decref(rep);
     return false;
   }
@@ -366,7 +371,7 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
     fsplit *sp = calloc(1, sizeof *sp);
     json_int_t v[6];
     static const char *const keys[6] = {"lease", "split", "epoch", "off", "len", "rec"};
-    static const json_int_t hi[6] = {LLONG_MAX, UINT32_MAX, 1000000,
+    static const json_int_t hi[6] = {LLONG_MAX,           UINT32_MAX,          1000000,
                                      (json_int_t)1 << 62, (json_int_t)1 << 62, (json_int_t)1 << 40};
     bool good = sp && json_is_string(json_object_get(j, "path"));
     for (int k = 0; k < 6 && good; k++) {
@@ -406,8 +411,10 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
     int fd = same ? f->rfd : open(sp->path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) posix_fadvise(fd, (off_t)sp->off, (off_t)sp->len, POSIX_FADV_WILLNEED);
     if (fd >= 0 && !same) close(fd);
-    if (f->toread_tail) f->toread_tail->next_read = sp;
-    else f->toread = sp;
+    if (f->toread_tail)
+      f->toread_tail->next_read = sp;
+    else
+      f->toread = sp;
     f->toread_tail = sp;
     f->last_split_len = sp->len;
   }
@@ -444,17 +451,18 @@ static void recycle(loom_feed_t *f, chunk *c) {
 static bool read_split(loom_feed_t *f, fsplit *sp) {
   const feed_format_ops *ops = loom__feed_format_ops(&f->fmt);
   char msg[1024] = "";
-  feed_parse_ctx ctx = {.path = sp->path, .rec = sp->rec ? sp->rec : f->fmt.rec, .err = msg,
-                        .errlen = sizeof msg};
+  feed_parse_ctx ctx = {
+      .path = sp->path, .rec = sp->rec ? sp->rec : f->fmt.rec, .err = msg, .errlen = sizeof msg};
   int fd = open_file(f, sp->path);
   if (fd < 0) {
     push_error(f, LOOM_EIO, "feed input %s: cannot open: %s", sp->path, strerror(errno));
     return false;
   }
   if (ctx.rec > f->max_record) {
-    push_error(f, LOOM_ERANGE, "feed input %s: records of %llu bytes are larger than %llu "
-               "(LOOM_FEED_MAX_RECORD)", sp->path, (unsigned long long)ctx.rec,
-               (unsigned long long)f->max_record);
+    push_error(f, LOOM_ERANGE,
+               "feed input %s: records of %llu bytes are larger than %llu "
+               "(LOOM_FEED_MAX_RECORD)",
+               sp->path, (unsigned long long)ctx.rec, (unsigned long long)f->max_record);
     return false;
   }
   posix_fadvise(fd, (off_t)sp->off, (off_t)sp->len, POSIX_FADV_SEQUENTIAL);
@@ -465,7 +473,8 @@ static bool read_split(loom_feed_t *f, fsplit *sp) {
   size_t cap = base_cap;
   if (sp->shuffle) {
     if (sp->len > f->max_record) {
-      push_error(f, LOOM_ERANGE, "feed input %s: a split of %llu bytes is too large to shuffle "
+      push_error(f, LOOM_ERANGE,
+                 "feed input %s: a split of %llu bytes is too large to shuffle "
                  "in memory (LOOM_FEED_MAX_RECORD is %llu): lower LOOM_FEED_SPLIT_BYTES",
                  sp->path, (unsigned long long)sp->len, (unsigned long long)f->max_record);
       return false;
@@ -482,8 +491,8 @@ static bool read_split(loom_feed_t *f, fsplit *sp) {
     }
     ssize_t got = pread_full(fd, c->buf, want, pos);
     if (got != (ssize_t)want) {
-      push_error(f, LOOM_EIO, "feed input %s: cannot read %zu bytes at offset %llu: %s",
-                 sp->path, want, (unsigned long long)pos,
+      push_error(f, LOOM_EIO, "feed input %s: cannot read %zu bytes at offset %llu: %s", sp->path,
+                 want, (unsigned long long)pos,
                  got < 0 ? strerror((int)-got) : "the file is shorter than when the job began");
       recycle(f, c);
       return false;
@@ -500,9 +509,10 @@ static bool read_split(loom_feed_t *f, fsplit *sp) {
     if (c->recs.n == 0) { /* a record larger than the chunk */
       recycle(f, c);
       if (eof || cap >= f->max_record + 16) {
-        push_error(f, LOOM_ERANGE, "feed input %s: offset %llu: a record larger than %llu bytes "
-                   "(LOOM_FEED_MAX_RECORD)", sp->path, (unsigned long long)pos,
-                   (unsigned long long)f->max_record);
+        push_error(f, LOOM_ERANGE,
+                   "feed input %s: offset %llu: a record larger than %llu bytes "
+                   "(LOOM_FEED_MAX_RECORD)",
+                   sp->path, (unsigned long long)pos, (unsigned long long)f->max_record);
         return false;
       }
       cap = cap * 2 < f->max_record + 16 ? cap * 2 : (size_t)f->max_record + 16;
@@ -710,17 +720,17 @@ static int finish_split(loom_feed_t *f, fsplit *sp) {
   if (rc == LOOM_ESTATE) {
     f->st.stale++;
     if (sp->tmp) unlink(sp->tmp);
-    loom__log(LOOM_LOG_WARN, "feed", "split %u was taken back before this task finished it "
-              "(lease %llu): its output is discarded; another task reads it", sp->split,
-              (unsigned long long)sp->lease);
+    loom__log(LOOM_LOG_WARN, "feed",
+              "split %u was taken back before this task finished it "
+              "(lease %llu): its output is discarded; another task reads it",
+              sp->split, (unsigned long long)sp->lease);
     rc = 0;
   } else if (rc == 0) {
     f->st.splits++;
   } else {
     const char *m = json_string_value(json_object_get(rep, "msg"));
     char msg[1024];
-    snprintf(msg, sizeof msg, "cannot finish split %u: %s", sp->split,
-             m ? m : loom_errmsg(f->l));
+    snprintf(msg, sizeof msg, "cannot finish split %u: %s", sp->split, m ? m : loom_errmsg(f->l));
     rc = rc == LOOM_EABORTED || rc == LOOM_ECONN ? set_sticky(f, rc, msg)
                                                  : loom__fail(f->l, rc, "%s", msg);
   }
@@ -742,13 +752,12 @@ static int ensure(loom_feed_t *f, bool stop_at_split) {
       f->retired = c;
       f->cur = NULL;
     }
-    if (f->sticky) return f->sticky < 0 ? loom__fail(f->l, f->sticky, "%s", f->sticky_msg)
-                                        : f->sticky;
+    if (f->sticky)
+      return f->sticky < 0 ? loom__fail(f->l, f->sticky, "%s", f->sticky_msg) : f->sticky;
     chunk *h;
     int rc = wait_head(f, &h);
     if (rc < 0) return set_sticky(f, rc, loom_errmsg(f->l));
-    if (stop_at_split && f->cur_sp && !(h->kind == K_DATA && h->sp == f->cur_sp))
-      return BOUNDARY;
+    if (stop_at_split && f->cur_sp && !(h->kind == K_DATA && h->sp == f->cur_sp)) return BOUNDARY;
     pop_head(f);
     switch (h->kind) {
     case K_DATA:
@@ -856,8 +865,8 @@ int loom_feed_read(loom_feed_t *f, void *buf, size_t cap, size_t *sizes, size_t 
       if (len > cap - used) {
         if (k == 0) {
           sizes[0] = len;
-          return loom__fail(f->l, LOOM_ERANGE, "a %zu-byte record does not fit in %zu bytes",
-                            len, cap);
+          return loom__fail(f->l, LOOM_ERANGE, "a %zu-byte record does not fit in %zu bytes", len,
+                            cap);
         }
         goto out;
       }
@@ -876,7 +885,8 @@ out:
 int loom_feed_write(loom_feed_t *f, const void *data, size_t len) {
   if (!f || (!data && len)) return LOOM_EINVAL;
   if (!f->output)
-    return loom__fail(f->l, LOOM_ESTATE, "the job's feed has no output directory "
+    return loom__fail(f->l, LOOM_ESTATE,
+                      "the job's feed has no output directory "
                       "(feed.output in the spec)");
   fsplit *sp = f->cur_sp;
   if (!sp || !sp->tmp)
@@ -977,11 +987,12 @@ int loom_feed_open(loom_t *l, loom_feed_t **out) {
              ns = json_integer_value(json_object_get(rep, "splits")),
              e0 = json_integer_value(json_object_get(rep, "epoch"));
   if (!fmt || loom__feed_format_parse(fmt, &f->fmt) < 0 || !json_is_integer(lm) ||
-      json_integer_value(lm) < 3 || ep < 1 || ep > 1000000 || ns < 1 || ns > UINT32_MAX ||
-      e0 < 0 || e0 >= ep) {
+      json_integer_value(lm) < 3 || ep < 1 || ep > 1000000 || ns < 1 || ns > UINT32_MAX || e0 < 0 ||
+      e0 >= ep) {
     json_decref(rep);
     feed_free(f);
-    return loom__fail(l, LOOM_EPROTO, "cannot open the feed: a malformed answer from the "
+    return loom__fail(l, LOOM_EPROTO,
+                      "cannot open the feed: a malformed answer from the "
                       "coordinator");
   }
   f->epochs = (int)ep;

@@ -27,10 +27,14 @@ int loom__feed_format_parse(const char *s, feed_format *fmt) {
 
 const feed_format_ops *loom__feed_format_ops(const feed_format *fmt) {
   switch (fmt->kind) {
-  case FEED_LINES: return &loom__feed_lines;
-  case FEED_TFRECORD: return &loom__feed_tfrecord;
-  case FEED_IDX: return &loom__feed_idx;
-  case FEED_FIXED: return &loom__feed_fixed;
+  case FEED_LINES:
+    return &loom__feed_lines;
+  case FEED_TFRECORD:
+    return &loom__feed_tfrecord;
+  case FEED_IDX:
+    return &loom__feed_idx;
+  case FEED_FIXED:
+    return &loom__feed_fixed;
   }
   return NULL;
 }

@@ -64,10 +64,10 @@ struct feed_dispatch {
   int epochs, epoch;     /* epoch == epochs: the feed is over */
   bool shuffle;
   uint64_t seed, lease_ms, next_id;
-  uint8_t *state;   /* per split, this epoch */
-  uint32_t *queue;  /* a ring of the splits waiting for a lease */
+  uint8_t *state;  /* per split, this epoch */
+  uint32_t *queue; /* a ring of the splits waiting for a lease */
   size_t qhead, qlen, done;
-  lease *leases;    /* every current lease */
+  lease *leases; /* every current lease */
   size_t nleased;
   waiter *waiters, **wtail; /* FIFO */
   uint64_t committed, expired, stale, returned, records;
@@ -129,8 +129,10 @@ static lease *lease_find(feed_dispatch *d, uint64_t id) {
 }
 
 static void lease_unlink(feed_dispatch *d, lease *l) {
-  if (l->prev) l->prev->next = l->next;
-  else d->leases = l->next;
+  if (l->prev)
+    l->prev->next = l->next;
+  else
+    d->leases = l->next;
   if (l->next) l->next->prev = l->prev;
   d->nleased--;
   free(l->tmp);
@@ -184,13 +186,13 @@ static json_t *lease_out(feed_dispatch *d, void *conn, const char *task, int max
     d->leases = l;
     d->state[s] = S_LEASED;
     d->nleased++;
-    json_t *j = json_pack("{s:i, s:i, s:I, s:s, s:I, s:I, s:I}", "split", (int)s, "epoch",
-                          d->epoch, "lease", (json_int_t)l->id, "path", ff->path, "off",
-                          (json_int_t)sp->off, "len", (json_int_t)sp->len, "rec",
-                          (json_int_t)ff->rec);
+    json_t *j = json_pack("{s:i, s:i, s:I, s:s, s:I, s:I, s:I}", "split", (int)s, "epoch", d->epoch,
+                          "lease", (json_int_t)l->id, "path", ff->path, "off", (json_int_t)sp->off,
+                          "len", (json_int_t)sp->len, "rec", (json_int_t)ff->rec);
     if (j && d->shuffle)
-      json_object_set_new(j, "rseed", json_integer((json_int_t)(
-                                          loom__feed_seed(d->seed, (uint64_t)d->epoch, s + 1ull) >> 1)));
+      json_object_set_new(
+          j, "rseed",
+          json_integer((json_int_t)(loom__feed_seed(d->seed, (uint64_t)d->epoch, s + 1ull) >> 1)));
     if (j && l->tmp) json_object_set_new(j, "tmp", json_string(l->tmp));
     json_array_append_new(arr, j);
   }
@@ -250,8 +252,11 @@ static void serve_waiters(feed_dispatch *d) {
 static bool w_expired(feed_dispatch *d, waiter *w, void *arg) {
   if (w->deadline > *(uint64_t *)arg) return false;
   d->reply(w->conn, w->id, LOOM_ETIMEDOUT,
-           json_pack("{s:s, s:I}", "msg", "no split is free yet: other tasks hold the rest of "
-                     "the epoch; ask again", "leased", (json_int_t)d->nleased), NULL, 0);
+           json_pack("{s:s, s:I}", "msg",
+                     "no split is free yet: other tasks hold the rest of "
+                     "the epoch; ask again",
+                     "leased", (json_int_t)d->nleased),
+           NULL, 0);
   return true;
 }
 
@@ -262,8 +267,8 @@ static bool w_of_conn(feed_dispatch *d, waiter *w, void *arg) {
 
 static bool w_abort(feed_dispatch *d, waiter *w, void *arg) {
   (void)arg;
-  d->reply(w->conn, w->id, LOOM_EABORTED,
-           json_pack("{s:s}", "msg", "the job's attempt ended"), NULL, 0);
+  d->reply(w->conn, w->id, LOOM_EABORTED, json_pack("{s:s}", "msg", "the job's attempt ended"),
+           NULL, 0);
   return true;
 }
 
@@ -293,9 +298,9 @@ static json_t *get_ids(const json_t *j) {
 static int on_open(feed_dispatch *d, void *conn, json_int_t id) {
   d->reply(conn, id, 0,
            json_pack("{s:s, s:i, s:i, s:I, s:b, s:I, s:b}", "format", d->format, "epochs",
-                     d->epochs, "epoch", d->epoch < d->epochs ? d->epoch : d->epochs - 1,
-                     "splits", (json_int_t)d->in->nsplits, "output", d->output != NULL,
-                     "lease_ms", (json_int_t)d->lease_ms, "shuffle", d->shuffle),
+                     d->epochs, "epoch", d->epoch < d->epochs ? d->epoch : d->epochs - 1, "splits",
+                     (json_int_t)d->in->nsplits, "output", d->output != NULL, "lease_ms",
+                     (json_int_t)d->lease_ms, "shuffle", d->shuffle),
            NULL, 0);
   return 0;
 }
@@ -309,9 +314,10 @@ static int on_lease(feed_dispatch *d, void *conn, const char *task, json_int_t i
     return LOOM_EPROTO;
   if (try_serve(d, conn, task, id, (int)max)) return 0;
   if (wait == 0) {
-    d->reply(conn, id, LOOM_ETIMEDOUT,
-             json_pack("{s:s, s:I}", "msg", "no split is free yet", "leased",
-                       (json_int_t)d->nleased), NULL, 0);
+    d->reply(
+        conn, id, LOOM_ETIMEDOUT,
+        json_pack("{s:s, s:I}", "msg", "no split is free yet", "leased", (json_int_t)d->nleased),
+        NULL, 0);
     return 0;
   }
   waiter_task *wt = calloc(1, sizeof *wt);
@@ -339,8 +345,8 @@ static int finish(feed_dispatch *d, lease *l, bool wrote, json_int_t records, ch
     int rc = final ? renameat2(AT_FDCWD, l->tmp, AT_FDCWD, final, RENAME_NOREPLACE) : -1;
     if (rc < 0 && final && errno == EINVAL) rc = rename(l->tmp, final); /* no NOREPLACE here */
     if (rc < 0) {
-      snprintf(msg, msglen, "cannot commit the output of split %u: rename %s to %s: %s", s,
-               l->tmp, final ? final : "?", strerror(errno));
+      snprintf(msg, msglen, "cannot commit the output of split %u: rename %s to %s: %s", s, l->tmp,
+               final ? final : "?", strerror(errno));
       free(final);
       lease_take_back(d, l, "could not be committed", LOOM_LOG_WARN);
       serve_waiters(d);
@@ -355,8 +361,10 @@ static int finish(feed_dispatch *d, lease *l, bool wrote, json_int_t records, ch
   d->records += (uint64_t)records;
   if (d->done == d->in->nsplits) {
     d->epoch++;
-    if (d->epoch < d->epochs) epoch_begin(d);
-    else loom__log(LOOM_LOG_INFO, "feed", "every split of every epoch is done");
+    if (d->epoch < d->epochs)
+      epoch_begin(d);
+    else
+      loom__log(LOOM_LOG_INFO, "feed", "every split of every epoch is done");
   }
   serve_waiters(d);
   return 0;
@@ -372,10 +380,13 @@ static int on_done(feed_dispatch *d, void *conn, json_int_t id, const json_t *re
   lease *l = lease_find(d, (uint64_t)lid);
   if (!l || l->conn != conn) {
     d->stale++;
-    loom__log(LOOM_LOG_WARN, "feed", "refused to finish lease %lld: it was taken back (expired, "
-              "or its task was gone); its split is read again elsewhere", (long long)lid);
+    loom__log(LOOM_LOG_WARN, "feed",
+              "refused to finish lease %lld: it was taken back (expired, "
+              "or its task was gone); its split is read again elsewhere",
+              (long long)lid);
     d->reply(conn, id, LOOM_ESTATE,
-             json_pack("{s:s}", "msg", "the lease was taken back (it expired or its task was "
+             json_pack("{s:s}", "msg",
+                       "the lease was taken back (it expired or its task was "
                        "gone): the split is read again elsewhere and this output is discarded"),
              NULL, 0);
     return 0;
@@ -395,8 +406,10 @@ static int on_renew(feed_dispatch *d, void *conn, json_int_t id, const json_t *r
   json_t *v;
   json_array_foreach(ids, i, v) {
     lease *l = lease_find(d, (uint64_t)json_integer_value(v));
-    if (l && l->conn == conn) l->expires = until;
-    else json_array_append(stale, v);
+    if (l && l->conn == conn)
+      l->expires = until;
+    else
+      json_array_append(stale, v);
   }
   d->reply(conn, id, 0, json_pack("{s:o}", "stale", stale), NULL, 0);
   return 0;
@@ -419,11 +432,16 @@ int feed_dispatch_frame(feed_dispatch *d, void *conn, const char *task, const wi
   json_int_t id;
   if (!get_int(f->json, "id", 0, LLONG_MAX, &id)) return LOOM_EPROTO;
   switch (f->type) {
-  case FEED_MSG_OPEN: return on_open(d, conn, id);
-  case FEED_MSG_LEASE: return on_lease(d, conn, task, id, f->json);
-  case FEED_MSG_DONE: return on_done(d, conn, id, f->json);
-  case FEED_MSG_RENEW: return on_renew(d, conn, id, f->json);
-  case FEED_MSG_RELEASE: return on_release(d, conn, id, f->json);
+  case FEED_MSG_OPEN:
+    return on_open(d, conn, id);
+  case FEED_MSG_LEASE:
+    return on_lease(d, conn, task, id, f->json);
+  case FEED_MSG_DONE:
+    return on_done(d, conn, id, f->json);
+  case FEED_MSG_RENEW:
+    return on_renew(d, conn, id, f->json);
+  case FEED_MSG_RELEASE:
+    return on_release(d, conn, id, f->json);
   }
   return LOOM_EPROTO;
 }
@@ -433,7 +451,8 @@ void feed_dispatch_task_gone(feed_dispatch *d, const char *task) {
   if (!d || !task) return;
   for (lease *l = d->leases, *n; l; l = n) {
     n = l->next;
-    if (!strcmp(l->task, task)) lease_take_back(d, l, "was held by a task that ended", LOOM_LOG_WARN);
+    if (!strcmp(l->task, task))
+      lease_take_back(d, l, "was held by a task that ended", LOOM_LOG_WARN);
   }
   serve_waiters(d);
 }
@@ -469,18 +488,19 @@ void feed_dispatch_tick(feed_dispatch *d, uint64_t now_ms) {
 void feed_dispatch_new_attempt(feed_dispatch *d) {
   if (!d) return;
   waiters_remove_if(d, w_abort, NULL);
-  while (d->leases) lease_take_back(d, d->leases, "belonged to the previous attempt", LOOM_LOG_INFO);
+  while (d->leases)
+    lease_take_back(d, d->leases, "belonged to the previous attempt", LOOM_LOG_INFO);
 }
 
 json_t *feed_dispatch_status(const feed_dispatch *d) {
   if (!d) return json_object();
   bool over = d->epoch >= d->epochs;
-  return json_pack("{s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "epoch",
-                   over ? d->epochs - 1 : d->epoch, "epochs", d->epochs, "splits",
-                   (json_int_t)d->in->nsplits, "done", (json_int_t)(over ? d->in->nsplits : d->done),
-                   "leased", (json_int_t)d->nleased, "committed", (json_int_t)d->committed,
-                   "expired", (json_int_t)d->expired, "stale", (json_int_t)d->stale, "records",
-                   (json_int_t)d->records, "finished", over);
+  return json_pack(
+      "{s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "epoch",
+      over ? d->epochs - 1 : d->epoch, "epochs", d->epochs, "splits", (json_int_t)d->in->nsplits,
+      "done", (json_int_t)(over ? d->in->nsplits : d->done), "leased", (json_int_t)d->nleased,
+      "committed", (json_int_t)d->committed, "expired", (json_int_t)d->expired, "stale",
+      (json_int_t)d->stale, "records", (json_int_t)d->records, "finished", over);
 }
 
 /* ---- making and unmaking ------------------------------------------------ */
@@ -490,8 +510,7 @@ static void clear_dir(const char *dir) {
   if (!dh) return;
   struct dirent *e;
   while ((e = readdir(dh))) {
-    if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
-      continue;
+    if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
     unlinkat(dirfd(dh), e->d_name, 0);
   }
   closedir(dh);
@@ -511,8 +530,10 @@ static int output_prepare(feed_dispatch *d, char *err, size_t errlen) {
   int rc = 0;
   while ((e = readdir(dh))) {
     if (!strncmp(e->d_name, "part-", 5)) {
-      snprintf(err, errlen, "feed.output %s already holds output of an earlier run (%s): "
-               "remove its part-* files or choose another directory", d->output, e->d_name);
+      snprintf(err, errlen,
+               "feed.output %s already holds output of an earlier run (%s): "
+               "remove its part-* files or choose another directory",
+               d->output, e->d_name);
       rc = LOOM_ESPEC;
       break;
     }
@@ -548,8 +569,10 @@ int feed_dispatch_create(const json_t *feed, const char *job_dir, const char *sp
   feed_format fmt;
   if (!fmt_s) fmt_s = "lines";
   if (loom__feed_format_parse(fmt_s, &fmt) < 0) {
-    snprintf(err, errlen, "feed.format '%s' is not known: use lines, tfrecord, idx or "
-             "fixed:<bytes>", fmt_s);
+    snprintf(err, errlen,
+             "feed.format '%s' is not known: use lines, tfrecord, idx or "
+             "fixed:<bytes>",
+             fmt_s);
     goto fail;
   }
   loom__strlcpy(d->format, fmt_s, sizeof d->format);

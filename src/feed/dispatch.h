@@ -16,22 +16,20 @@ typedef struct feed_dispatch feed_dispatch;
 /* Sends a reply on the connection the frame came from. Takes ownership of
  * extra (may be NULL). Safe to call later (after a wait), as long as the
  * connection has not been reported gone. */
-typedef void (*feed_reply_fn)(void *conn, json_int_t id, int rc, json_t *extra,
-                              const void *blob, size_t len);
+typedef void (*feed_reply_fn)(void *conn, json_int_t id, int rc, json_t *extra, const void *blob,
+                              size_t len);
 
 /* Makes the dispatcher for feed (the spec's validated `feed:` object, see
  * spec.c) of the job in job_dir; spec_dir resolves relative globs. On
  * error returns LOOM_ESPEC or LOOM_EIO with a message for people in err. */
-int feed_dispatch_create(const json_t *feed, const char *job_dir,
-                         const char *spec_dir, feed_reply_fn reply,
-                         feed_dispatch **out, char *err, size_t errlen);
+int feed_dispatch_create(const json_t *feed, const char *job_dir, const char *spec_dir,
+                         feed_reply_fn reply, feed_dispatch **out, char *err, size_t errlen);
 void feed_dispatch_destroy(feed_dispatch *d);
 
 /* A frame whose type is in [WIRE_FEED_FIRST, WIRE_FEED_LAST], from the
  * libloom client of `task` on connection conn. Returns 0, or LOOM_EPROTO
  * for a malformed frame (the coordinator then closes the connection). */
-int feed_dispatch_frame(feed_dispatch *d, void *conn, const char *task,
-                        const wire_frame *f);
+int feed_dispatch_frame(feed_dispatch *d, void *conn, const char *task, const wire_frame *f);
 /* The task's process failed or the attempt ended: its leases go back. */
 void feed_dispatch_task_gone(feed_dispatch *d, const char *task);
 /* The connection closed: forget replies owed to it. */

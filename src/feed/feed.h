@@ -20,13 +20,13 @@
 /* ---- wire messages (types in WIRE_FEED_FIRST..WIRE_FEED_LAST) ---------- *
  * Each is a request {id, ...} answered by a WIRE_REPLY {id, rc, ...}. */
 enum {
-  FEED_MSG_OPEN = 40,  /* {} -> {format, epochs, splits, output, lease_ms} */
-  FEED_MSG_LEASE = 41, /* {max, wait_ms} -> {end} or {splits: [{split, epoch,
+  FEED_MSG_OPEN = 40,   /* {} -> {format, epochs, splits, output, lease_ms} */
+  FEED_MSG_LEASE = 41,  /* {max, wait_ms} -> {end} or {splits: [{split, epoch,
                         * lease, path, off, len, rec, rseed, tmp?}]};
                         * rc LOOM_ETIMEDOUT: nothing free yet, ask again */
-  FEED_MSG_DONE = 42,  /* {lease, records, wrote} -> rc 0 committed,
+  FEED_MSG_DONE = 42,   /* {lease, records, wrote} -> rc 0 committed,
                         * LOOM_ESTATE: the lease was taken back (msg) */
-  FEED_MSG_RENEW = 43, /* {leases: [..]} -> {stale: [..]} */
+  FEED_MSG_RENEW = 43,  /* {leases: [..]} -> {stale: [..]} */
   FEED_MSG_RELEASE = 44 /* {leases: [..]}: give back unfinished splits */
 };
 #define FEED_MAX_BATCH_LEASES 16 /* splits in one LEASE reply */
@@ -58,9 +58,9 @@ typedef struct {
 /* One input file as the splitter sees it. */
 typedef struct {
   char *path;
-  uint64_t size;             /* bytes */
+  uint64_t size;               /* bytes */
   uint64_t data_off, data_end; /* where the records are (idx: past the header) */
-  uint64_t rec;              /* bytes a record for fixed and idx; 0: variable */
+  uint64_t rec;                /* bytes a record for fixed and idx; 0: variable */
 } feed_file;
 
 /* Where a chunk's n records are: payload i is buf[v[i].off .. +v[i].len),
@@ -105,31 +105,28 @@ typedef struct feed_format_ops {
   /* Checks the open file fd (ff->path and ff->size set) and sets
    * ff->data_off, ff->data_end and ff->rec. LOOM_EIO / LOOM_ESPEC with a
    * message naming the file on a bad header. */
-  int (*probe)(int fd, const feed_format *fmt, feed_file *ff, char *err,
-               size_t errlen);
+  int (*probe)(int fd, const feed_format *fmt, feed_file *ff, char *err, size_t errlen);
   /* Cuts [data_off, data_end) into ranges of about step bytes that start and
    * end on record boundaries: appends each cut (a record's first byte,
    * strictly between data_off and data_end, increasing) to *cuts. */
-  int (*cut)(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts,
-             size_t *ncuts, char *err, size_t errlen);
+  int (*cut)(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts, size_t *ncuts, char *err,
+             size_t errlen);
   /* Finds the whole records in buf[0..len) (file bytes from ctx->base, at a
    * record boundary) and appends them to recs; *used gets the bytes they
    * take. With eof, buf ends where the split ends, so bytes left over are a
    * truncated record: LOOM_EIO naming the file and offset. Without eof, a
    * record that does not fit leaves *used short: read more and call again.
    * Checks the format's own integrity (TFRecord's CRCs). */
-  int (*parse)(const unsigned char *buf, size_t len, bool eof,
-               const feed_parse_ctx *ctx, feed_recs *recs, size_t *used);
+  int (*parse)(const unsigned char *buf, size_t len, bool eof, const feed_parse_ctx *ctx,
+               feed_recs *recs, size_t *used);
 } feed_format_ops;
 
 /* Cutting and parsing records of ff->rec / ctx->rec bytes each, shared by
  * fmt_fixed.c and fmt_idx.c. */
-int loom__feed_cut_sized(int fd, const feed_file *ff, uint64_t step,
-                         uint64_t **cuts, size_t *ncuts, char *err,
-                         size_t errlen);
+int loom__feed_cut_sized(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts, size_t *ncuts,
+                         char *err, size_t errlen);
 int loom__feed_parse_sized(const unsigned char *buf, size_t len, bool eof,
-                           const feed_parse_ctx *ctx, feed_recs *recs,
-                           size_t *used);
+                           const feed_parse_ctx *ctx, feed_recs *recs, size_t *used);
 /* Appends one cut to a growing array. */
 int loom__feed_cut_push(uint64_t **cuts, size_t *ncuts, uint64_t at);
 
@@ -163,9 +160,8 @@ typedef struct {
  * files are one split each; empty files none. On error returns LOOM_ESPEC /
  * LOOM_EIO / LOOM_ENOMEM with a message for people in err. On success *out
  * is the caller's, freed with loom__feed_input_free. */
-int loom__feed_input_make(const char *const *globs, size_t nglobs,
-                          const feed_format *fmt, uint64_t split_bytes,
-                          feed_input **out, char *err, size_t errlen);
+int loom__feed_input_make(const char *const *globs, size_t nglobs, const feed_format *fmt,
+                          uint64_t split_bytes, feed_input **out, char *err, size_t errlen);
 void loom__feed_input_free(feed_input *in);
 
 #endif

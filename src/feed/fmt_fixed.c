@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <stdint.h>
 
-static int fixed_probe(int fd, const feed_format *fmt, feed_file *ff, char *err,
-                       size_t errlen) {
+static int fixed_probe(int fd, const feed_format *fmt, feed_file *ff, char *err, size_t errlen) {
   (void)fd;
   if (ff->size % fmt->rec) {
     snprintf(err, errlen,
@@ -23,8 +22,8 @@ static int fixed_probe(int fd, const feed_format *fmt, feed_file *ff, char *err,
   return 0;
 }
 
-int loom__feed_cut_sized(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts,
-                         size_t *ncuts, char *err, size_t errlen) {
+int loom__feed_cut_sized(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts, size_t *ncuts,
+                         char *err, size_t errlen) {
   (void)fd;
   (void)err;
   (void)errlen;

@@ -17,10 +17,16 @@
 
 static int idx_elem(unsigned type) {
   switch (type) {
-  case 0x08: case 0x09: return 1;
-  case 0x0b: return 2;
-  case 0x0c: case 0x0d: return 4;
-  case 0x0e: return 8;
+  case 0x08:
+  case 0x09:
+    return 1;
+  case 0x0b:
+    return 2;
+  case 0x0c:
+  case 0x0d:
+    return 4;
+  case 0x0e:
+    return 8;
   }
   return 0;
 }
@@ -30,24 +36,30 @@ static int idx_probe(int fd, const feed_format *fmt, feed_file *ff, char *err, s
   unsigned char h[4 + 4 * IDX_MAX_DIMS];
   size_t have = ff->size < sizeof h ? (size_t)ff->size : sizeof h;
   if (have < 4 || pread(fd, h, have, 0) != (ssize_t)have) {
-    snprintf(err, errlen, "%s: %llu bytes is too short for an idx header (format idx)",
-             ff->path, (unsigned long long)ff->size);
+    snprintf(err, errlen, "%s: %llu bytes is too short for an idx header (format idx)", ff->path,
+             (unsigned long long)ff->size);
     return LOOM_ESPEC;
   }
   if (h[0] == 0x1f && h[1] == 0x8b) {
-    snprintf(err, errlen, "%s: the file is gzip-compressed: gunzip it first (format idx "
-             "reads raw idx files)", ff->path);
+    snprintf(err, errlen,
+             "%s: the file is gzip-compressed: gunzip it first (format idx "
+             "reads raw idx files)",
+             ff->path);
     return LOOM_ESPEC;
   }
   if (h[0] || h[1]) {
-    snprintf(err, errlen, "%s: not an idx file: it starts with 0x%02x 0x%02x, not 0x00 0x00 "
-             "(format idx)", ff->path, h[0], h[1]);
+    snprintf(err, errlen,
+             "%s: not an idx file: it starts with 0x%02x 0x%02x, not 0x00 0x00 "
+             "(format idx)",
+             ff->path, h[0], h[1]);
     return LOOM_ESPEC;
   }
   int elem = idx_elem(h[2]);
   if (!elem) {
-    snprintf(err, errlen, "%s: idx element type 0x%02x is not one of 08 09 0b 0c 0d 0e "
-             "(format idx)", ff->path, h[2]);
+    snprintf(err, errlen,
+             "%s: idx element type 0x%02x is not one of 08 09 0b 0c 0d 0e "
+             "(format idx)",
+             ff->path, h[2]);
     return LOOM_ESPEC;
   }
   unsigned nd = h[3];
@@ -58,8 +70,10 @@ static int idx_probe(int fd, const feed_format *fmt, feed_file *ff, char *err, s
   }
   uint64_t hdr = 4 + 4 * (uint64_t)nd;
   if (have < hdr) {
-    snprintf(err, errlen, "%s: the file ends inside its idx header (%u dimensions need %llu "
-             "bytes)", ff->path, nd, (unsigned long long)hdr);
+    snprintf(err, errlen,
+             "%s: the file ends inside its idx header (%u dimensions need %llu "
+             "bytes)",
+             ff->path, nd, (unsigned long long)hdr);
     return LOOM_ESPEC;
   }
   uint64_t dims[IDX_MAX_DIMS], rec = (uint64_t)elem;
@@ -76,11 +90,14 @@ static int idx_probe(int fd, const feed_format *fmt, feed_file *ff, char *err, s
     }
   }
   uint64_t want;
-  bool over = __builtin_mul_overflow(dims[0], rec, &want) || __builtin_add_overflow(want, hdr, &want);
+  bool over =
+      __builtin_mul_overflow(dims[0], rec, &want) || __builtin_add_overflow(want, hdr, &want);
   if (over || want != ff->size) {
-    snprintf(err, errlen, "%s: the idx header says %llu records of %llu bytes (%llu bytes with "
+    snprintf(err, errlen,
+             "%s: the idx header says %llu records of %llu bytes (%llu bytes with "
              "the header) but the file is %llu bytes: it is truncated or not what its header "
-             "says", ff->path, (unsigned long long)dims[0], (unsigned long long)rec,
+             "says",
+             ff->path, (unsigned long long)dims[0], (unsigned long long)rec,
              over ? 0ull : (unsigned long long)want, (unsigned long long)ff->size);
     return LOOM_ESPEC;
   }

@@ -14,8 +14,7 @@
 
 #define LINES_WINDOW (64 << 10)
 
-static int lines_probe(int fd, const feed_format *fmt, feed_file *ff, char *err,
-                       size_t errlen) {
+static int lines_probe(int fd, const feed_format *fmt, feed_file *ff, char *err, size_t errlen) {
   (void)fd;
   (void)fmt;
   (void)err;
@@ -27,8 +26,8 @@ static int lines_probe(int fd, const feed_format *fmt, feed_file *ff, char *err,
 }
 
 /* The offset just past the first '\n' at or after from, or end. */
-static int next_line(int fd, const feed_file *ff, uint64_t from, uint64_t *out,
-                     char *err, size_t errlen) {
+static int next_line(int fd, const feed_file *ff, uint64_t from, uint64_t *out, char *err,
+                     size_t errlen) {
   unsigned char buf[LINES_WINDOW];
   uint64_t pos = from;
   while (pos < ff->data_end) {
@@ -36,8 +35,8 @@ static int next_line(int fd, const feed_file *ff, uint64_t from, uint64_t *out,
     ssize_t n = pread(fd, buf, want, (off_t)pos);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      snprintf(err, errlen, "%s: cannot read at offset %llu: %s", ff->path,
-               (unsigned long long)pos, n < 0 ? strerror(errno) : "the file got shorter");
+      snprintf(err, errlen, "%s: cannot read at offset %llu: %s", ff->path, (unsigned long long)pos,
+               n < 0 ? strerror(errno) : "the file got shorter");
       return LOOM_EIO;
     }
     unsigned char *nl = memchr(buf, '\n', (size_t)n);
@@ -51,8 +50,8 @@ static int next_line(int fd, const feed_file *ff, uint64_t from, uint64_t *out,
   return 0;
 }
 
-static int lines_cut(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts,
-                     size_t *ncuts, char *err, size_t errlen) {
+static int lines_cut(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts, size_t *ncuts,
+                     char *err, size_t errlen) {
   uint64_t target = ff->data_off + step;
   while (target < ff->data_end) {
     uint64_t at;
@@ -83,7 +82,7 @@ static int reserve(feed_recs *r, size_t k) {
  * Returns the bytes scanned (a multiple of 64); *start is the start of the
  * line in progress. */
 __attribute__((target("avx2"))) static size_t scan_avx2(const unsigned char *buf, size_t len,
-                                                         size_t *start, feed_recs *r, int *rc) {
+                                                        size_t *start, feed_recs *r, int *rc) {
   const __m256i nl = _mm256_set1_epi8('\n');
   size_t i = 0, s = *start;
   for (; i + 64 <= len; i += 64) {
@@ -111,8 +110,8 @@ __attribute__((target("avx2"))) static size_t scan_avx2(const unsigned char *buf
 }
 #endif
 
-static int lines_parse(const unsigned char *buf, size_t len, bool eof,
-                       const feed_parse_ctx *ctx, feed_recs *recs, size_t *used) {
+static int lines_parse(const unsigned char *buf, size_t len, bool eof, const feed_parse_ctx *ctx,
+                       feed_recs *recs, size_t *used) {
   (void)ctx;
   size_t start = 0, i = 0;
   int rc = 0;

@@ -37,8 +37,10 @@ static int tf_probe(int fd, const feed_format *fmt, feed_file *ff, char *err, si
     return LOOM_ESPEC;
   }
   if (!header_ok(h)) {
-    snprintf(err, errlen, "%s: offset 0: the first record's length CRC does not match: "
-             "not a TFRecord file, or a corrupt one (format tfrecord)", ff->path);
+    snprintf(err, errlen,
+             "%s: offset 0: the first record's length CRC does not match: "
+             "not a TFRecord file, or a corrupt one (format tfrecord)",
+             ff->path);
     return LOOM_ESPEC;
   }
   return 0;
@@ -81,9 +83,11 @@ static int tf_cut(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts, s
     }
     uint64_t len = loom__get_le64(h);
     if (len > ff->data_end - pos - TF_HDR - TF_FOOT) {
-      snprintf(err, errlen, "%s: offset %llu: a record of %llu bytes runs past the end of the "
-               "file (%llu bytes): the file is truncated", ff->path, (unsigned long long)pos,
-               (unsigned long long)len, (unsigned long long)ff->size);
+      snprintf(err, errlen,
+               "%s: offset %llu: a record of %llu bytes runs past the end of the "
+               "file (%llu bytes): the file is truncated",
+               ff->path, (unsigned long long)pos, (unsigned long long)len,
+               (unsigned long long)ff->size);
       rc = LOOM_ESPEC;
       break;
     }
@@ -104,24 +108,29 @@ static int tf_parse(const unsigned char *buf, size_t len, bool eof, const feed_p
   while (len - p >= TF_HDR) {
     const unsigned char *h = buf + p;
     if (!header_ok(h)) {
-      snprintf(ctx->err, ctx->errlen, "%s: offset %llu: TFRecord length CRC mismatch: the "
-               "file is corrupt", ctx->path, (unsigned long long)(ctx->base + p));
+      snprintf(ctx->err, ctx->errlen,
+               "%s: offset %llu: TFRecord length CRC mismatch: the "
+               "file is corrupt",
+               ctx->path, (unsigned long long)(ctx->base + p));
       rc = LOOM_EIO;
       goto out;
     }
     uint64_t n = loom__get_le64(h);
     if (len - p < TF_HDR + TF_FOOT || n > len - p - TF_HDR - TF_FOOT) {
       if (!eof) goto out; /* read more */
-      snprintf(ctx->err, ctx->errlen, "%s: offset %llu: a record of %llu bytes runs past the "
-               "end of its split: the file is truncated or changed", ctx->path,
-               (unsigned long long)(ctx->base + p), (unsigned long long)n);
+      snprintf(ctx->err, ctx->errlen,
+               "%s: offset %llu: a record of %llu bytes runs past the "
+               "end of its split: the file is truncated or changed",
+               ctx->path, (unsigned long long)(ctx->base + p), (unsigned long long)n);
       rc = LOOM_EIO;
       goto out;
     }
     size_t d = p + TF_HDR;
-    uint32_t want = loom__get_le32(buf + d + n), got = loom__crc32c_mask(loom__crc32c(0, buf + d, n));
+    uint32_t want = loom__get_le32(buf + d + n),
+             got = loom__crc32c_mask(loom__crc32c(0, buf + d, n));
     if (want != got) {
-      snprintf(ctx->err, ctx->errlen, "%s: offset %llu: TFRecord data CRC mismatch (record "
+      snprintf(ctx->err, ctx->errlen,
+               "%s: offset %llu: TFRecord data CRC mismatch (record "
                "of %llu bytes; stored 0x%08x, computed 0x%08x): the file is corrupt",
                ctx->path, (unsigned long long)(ctx->base + p), (unsigned long long)n, want, got);
       rc = LOOM_EIO;
@@ -131,8 +140,10 @@ static int tf_parse(const unsigned char *buf, size_t len, bool eof, const feed_p
     p = d + n + TF_FOOT;
   }
   if (eof && p < len) {
-    snprintf(ctx->err, ctx->errlen, "%s: offset %llu: a truncated record header (%zu bytes) "
-             "at the end of its split", ctx->path, (unsigned long long)(ctx->base + p), len - p);
+    snprintf(ctx->err, ctx->errlen,
+             "%s: offset %llu: a truncated record header (%zu bytes) "
+             "at the end of its split",
+             ctx->path, (unsigned long long)(ctx->base + p), len - p);
     rc = LOOM_EIO;
   }
 out:

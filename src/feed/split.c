@@ -30,8 +30,8 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 /* Every path the globs match, sorted, each once, into *paths. */
-static int expand(const char *const *globs, size_t nglobs, char ***paths, size_t *npaths,
-                  char *err, size_t errlen) {
+static int expand(const char *const *globs, size_t nglobs, char ***paths, size_t *npaths, char *err,
+                  size_t errlen) {
   char **out = NULL;
   size_t n = 0, cap = 0;
   int rc = 0;
@@ -39,12 +39,14 @@ static int expand(const char *const *globs, size_t nglobs, char ***paths, size_t
     glob_t gl;
     int grc = glob(globs[g], 0, NULL, &gl);
     if (grc == GLOB_NOMATCH) {
-      snprintf(err, errlen, "feed.input '%s' matches no file: check the path (relative "
-               "paths start at the spec's directory)", globs[g]);
+      snprintf(err, errlen,
+               "feed.input '%s' matches no file: check the path (relative "
+               "paths start at the spec's directory)",
+               globs[g]);
       rc = LOOM_ESPEC;
     } else if (grc != 0) {
-      snprintf(err, errlen, "feed.input '%s': cannot read a directory on the way: %s",
-               globs[g], strerror(errno));
+      snprintf(err, errlen, "feed.input '%s': cannot read a directory on the way: %s", globs[g],
+               strerror(errno));
       rc = LOOM_EIO;
     }
     for (size_t i = 0; grc == 0 && rc == 0 && i < gl.gl_pathc; i++) {
@@ -52,16 +54,17 @@ static int expand(const char *const *globs, size_t nglobs, char ***paths, size_t
         size_t nc = cap ? cap * 2 : 64;
         char **p = nc <= INPUT_MAX_FILES ? realloc(out, nc * sizeof *p) : NULL;
         if (!p) {
-          snprintf(err, errlen, "feed.input matches too many files (at most %u)",
-                   INPUT_MAX_FILES);
+          snprintf(err, errlen, "feed.input matches too many files (at most %u)", INPUT_MAX_FILES);
           rc = LOOM_ENOMEM;
           break;
         }
         out = p;
         cap = nc;
       }
-      if (!(out[n] = strdup(gl.gl_pathv[i]))) rc = LOOM_ENOMEM;
-      else n++;
+      if (!(out[n] = strdup(gl.gl_pathv[i])))
+        rc = LOOM_ENOMEM;
+      else
+        n++;
     }
     if (grc == 0) globfree(&gl);
   }
@@ -69,8 +72,10 @@ static int expand(const char *const *globs, size_t nglobs, char ***paths, size_t
     qsort(out, n, sizeof *out, cmp_str);
     size_t k = 1;
     for (size_t i = 1; i < n; i++) {
-      if (strcmp(out[i], out[k - 1])) out[k++] = out[i];
-      else free(out[i]);
+      if (strcmp(out[i], out[k - 1]))
+        out[k++] = out[i];
+      else
+        free(out[i]);
     }
     n = k;
   }
@@ -125,8 +130,10 @@ int loom__feed_input_make(const char *const *globs, size_t nglobs, const feed_fo
       snprintf(err, errlen, "feed input %s: cannot open: %s", ff->path, strerror(errno));
       rc = LOOM_EIO;
     } else if (!S_ISREG(st.st_mode)) {
-      snprintf(err, errlen, "feed input %s is not a regular file: make feed.input's globs "
-               "match files only", ff->path);
+      snprintf(err, errlen,
+               "feed input %s is not a regular file: make feed.input's globs "
+               "match files only",
+               ff->path);
       rc = LOOM_ESPEC;
     } else {
       ff->size = (uint64_t)st.st_size;

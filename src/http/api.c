@@ -222,8 +222,7 @@ static void api_job(http_job *j, http_resp *r) {
   json_t *tags = json_array();
   for (i = 0; i < j->nseries; i++) {
     bool dup = false;
-    for (size_t k = 0; k < i && !dup; k++)
-      dup = !strcmp(j->series[k].tag, j->series[i].tag);
+    for (size_t k = 0; k < i && !dup; k++) dup = !strcmp(j->series[k].tag, j->series[i].tag);
     if (!dup) json_array_append_new(tags, json_string(j->series[i].tag));
   }
   json_object_set_new(o, "metric_tags", tags);

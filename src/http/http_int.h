@@ -15,27 +15,27 @@
 
 /* Caps. Every request is untrusted and every job directory may be large:
  * what a request or a file can grow is bounded here. */
-#define HTTP_MAX_LINE 8192             /* request line (414 past it) */
-#define HTTP_MAX_HEAD 16384            /* request line + headers (431 past it) */
-#define HTTP_MAX_HEADERS 64            /* header fields (431 past it) */
-#define HTTP_MAX_CONNS 128             /* past the token check (503 beyond) */
-#define HTTP_HEAD_TIMEOUT_MS 10000     /* to receive a whole request head */
-#define HTTP_WRITE_TIMEOUT_MS 30000    /* to send a whole response */
-#define HTTP_LINGER_MS 2000            /* to drain a client after answering */
-#define HTTP_MAX_DRAIN (1u << 20)      /* bytes drained before closing anyway */
-#define HTTP_MAX_RESPONSE (64u << 20)  /* one response body */
-#define HTTP_MAX_POINTS 2000           /* kept per (task, tag) series */
-#define HTTP_MAX_SERIES 1024           /* (task, tag) series kept per job */
-#define HTTP_MAX_EVENTS 1000           /* non-metric events kept per job */
-#define HTTP_MAX_EVENT_LINE 65536      /* longer events.jsonl lines are skipped */
-#define HTTP_MAX_KEPT_EVENT 4096       /* longer events are kept abridged */
-#define HTTP_REFRESH_BYTES (8u << 20)  /* events.jsonl read per request, at most */
-#define HTTP_MAX_STATE (8u << 20)      /* state.json, spec.yaml */
-#define HTTP_MAX_LOG_TAIL (1u << 20)   /* bytes read from a log's end */
+#define HTTP_MAX_LINE 8192            /* request line (414 past it) */
+#define HTTP_MAX_HEAD 16384           /* request line + headers (431 past it) */
+#define HTTP_MAX_HEADERS 64           /* header fields (431 past it) */
+#define HTTP_MAX_CONNS 128            /* past the token check (503 beyond) */
+#define HTTP_HEAD_TIMEOUT_MS 10000    /* to receive a whole request head */
+#define HTTP_WRITE_TIMEOUT_MS 30000   /* to send a whole response */
+#define HTTP_LINGER_MS 2000           /* to drain a client after answering */
+#define HTTP_MAX_DRAIN (1u << 20)     /* bytes drained before closing anyway */
+#define HTTP_MAX_RESPONSE (64u << 20) /* one response body */
+#define HTTP_MAX_POINTS 2000          /* kept per (task, tag) series */
+#define HTTP_MAX_SERIES 1024          /* (task, tag) series kept per job */
+#define HTTP_MAX_EVENTS 1000          /* non-metric events kept per job */
+#define HTTP_MAX_EVENT_LINE 65536     /* longer events.jsonl lines are skipped */
+#define HTTP_MAX_KEPT_EVENT 4096      /* longer events are kept abridged */
+#define HTTP_REFRESH_BYTES (8u << 20) /* events.jsonl read per request, at most */
+#define HTTP_MAX_STATE (8u << 20)     /* state.json, spec.yaml */
+#define HTTP_MAX_LOG_TAIL (1u << 20)  /* bytes read from a log's end */
 #define HTTP_MAX_LOG_LINES 1000
-#define HTTP_MAX_JOBS 16     /* job stores cached by `loom ui` */
-#define HTTP_MAX_LISTED 200  /* jobs on the index page (newest first) */
-#define HTTP_TOKEN_LEN 32    /* hex characters */
+#define HTTP_MAX_JOBS 16    /* job stores cached by `loom ui` */
+#define HTTP_MAX_LISTED 200 /* jobs on the index page (newest first) */
+#define HTTP_TOKEN_LEN 32   /* hex characters */
 
 /* ---- parse.c: one request head ------------------------------------------ */
 typedef struct {

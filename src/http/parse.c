@@ -67,8 +67,7 @@ static bool ieq(const char *a, size_t an, const char *b) {
 /* The request line: METHOD SP origin-form SP HTTP/1.x */
 static int parse_line(const char *s, size_t n, http_req *r) {
   size_t i = 0;
-  while (i < n && is_tchar((unsigned char)s[i]))
-    i++;
+  while (i < n && is_tchar((unsigned char)s[i])) i++;
   if (i == 0 || i >= sizeof r->method || i >= n || s[i] != ' ') return -400;
   memcpy(r->method, s, i);
   r->method[i] = 0;
@@ -109,15 +108,12 @@ static int parse_field(const char *s, size_t n, http_req *r, bool *seen_cl) {
   if (n == 0) return -400;
   if (s[0] == ' ' || s[0] == '\t') return -400; /* obs-fold */
   size_t i = 0;
-  while (i < n && is_tchar((unsigned char)s[i]))
-    i++;
+  while (i < n && is_tchar((unsigned char)s[i])) i++;
   if (i == 0 || i >= n || s[i] != ':') return -400; /* also "name :" */
   size_t nn = i++;
-  while (i < n && (s[i] == ' ' || s[i] == '\t'))
-    i++;
+  while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
   size_t v0 = i, vend = n;
-  while (vend > v0 && (s[vend - 1] == ' ' || s[vend - 1] == '\t'))
-    vend--;
+  while (vend > v0 && (s[vend - 1] == ' ' || s[vend - 1] == '\t')) vend--;
   for (size_t k = v0; k < vend; k++) {
     unsigned char c = (unsigned char)s[k];
     if ((c < 0x20 && c != '\t') || c == 0x7f) return -400;
@@ -177,8 +173,7 @@ int http__parse(const char *buf, size_t len, http_req *r) {
    * one's CRLF is the first half of the blank line's. */
   for (const char *p = crlf + 2; p <= end;) {
     const char *e = p;
-    while (!(e[0] == '\r' && e[1] == '\n'))
-      e++;
+    while (!(e[0] == '\r' && e[1] == '\n')) e++;
     for (const char *k = p; k < e; k++)
       if (*k == '\r' || *k == '\n') return -400; /* a bare CR or LF */
     if (++nfields > HTTP_MAX_HEADERS) return -431;
@@ -237,15 +232,13 @@ int http__query(const char *query, const char *name, char *out, size_t outlen) {
 int http__cookie(const char *cookies, const char *name, char *out, size_t outlen) {
   size_t nl = strlen(name);
   for (const char *p = cookies; p && *p;) {
-    while (*p == ' ' || *p == ';')
-      p++;
+    while (*p == ' ' || *p == ';') p++;
     const char *semi = strchr(p, ';');
     size_t n = semi ? (size_t)(semi - p) : strlen(p);
     const char *eq = memchr(p, '=', n);
     if (eq && (size_t)(eq - p) == nl && !memcmp(p, name, nl)) {
       size_t vn = n - nl - 1;
-      while (vn && eq[vn] == ' ')
-        vn--;
+      while (vn && eq[vn] == ' ') vn--;
       return decode_value(eq + 1, vn, false, out, outlen);
     }
     p = semi ? semi + 1 : NULL;

@@ -53,7 +53,7 @@ struct http_server {
   unsigned auth_ms;
   loom__ratelog refused;
   uv_timer_t tick; /* reports a flood of refusals that stopped */
-  int handles; /* the listener, the tick, each connection, each rejected socket: freed at 0 */
+  int handles;     /* the listener, the tick, each connection, each rejected socket: freed at 0 */
   uint64_t clock;
 };
 
@@ -79,10 +79,8 @@ struct conn {
 static void server_release(http_server *s) {
   if (--s->handles > 0 || !s->stopping) return;
   http__job_free(s->self);
-  for (size_t i = 0; i < HTTP_MAX_JOBS; i++)
-    http__job_free(s->jobs[i]);
-  for (size_t i = 0; i < s->nonly; i++)
-    free(s->only[i]);
+  for (size_t i = 0; i < HTTP_MAX_JOBS; i++) http__job_free(s->jobs[i]);
+  for (size_t i = 0; i < s->nonly; i++) free(s->only[i]);
   free(s->only);
   free(s);
 }
@@ -101,10 +99,14 @@ static void on_conn_closed(uv_handle_t *h) {
 static void pa_unlink(conn *c) {
   http_server *s = c->s;
   if (!c->in_pa) return;
-  if (c->pa_prev) c->pa_prev->pa_next = c->pa_next;
-  else s->pa_head = c->pa_next;
-  if (c->pa_next) c->pa_next->pa_prev = c->pa_prev;
-  else s->pa_tail = c->pa_prev;
+  if (c->pa_prev)
+    c->pa_prev->pa_next = c->pa_next;
+  else
+    s->pa_head = c->pa_next;
+  if (c->pa_next)
+    c->pa_next->pa_prev = c->pa_prev;
+  else
+    s->pa_tail = c->pa_prev;
   c->pa_prev = c->pa_next = NULL;
   c->in_pa = false;
   s->npa--;
@@ -141,21 +143,36 @@ static void refused(http_server *s, const char *peer, const char *done, const ch
 
 static const char *reason(int status) {
   switch (status) {
-  case 200: return "OK";
-  case 301: return "Moved Permanently";
-  case 400: return "Bad Request";
-  case 401: return "Unauthorized";
-  case 403: return "Forbidden";
-  case 404: return "Not Found";
-  case 405: return "Method Not Allowed";
-  case 408: return "Request Timeout";
-  case 413: return "Content Too Large";
-  case 414: return "URI Too Long";
-  case 431: return "Request Header Fields Too Large";
-  case 500: return "Internal Server Error";
-  case 503: return "Service Unavailable";
-  case 505: return "HTTP Version Not Supported";
-  default: return "Error";
+  case 200:
+    return "OK";
+  case 301:
+    return "Moved Permanently";
+  case 400:
+    return "Bad Request";
+  case 401:
+    return "Unauthorized";
+  case 403:
+    return "Forbidden";
+  case 404:
+    return "Not Found";
+  case 405:
+    return "Method Not Allowed";
+  case 408:
+    return "Request Timeout";
+  case 413:
+    return "Content Too Large";
+  case 414:
+    return "URI Too Long";
+  case 431:
+    return "Request Header Fields Too Large";
+  case 500:
+    return "Internal Server Error";
+  case 503:
+    return "Service Unavailable";
+  case 505:
+    return "HTTP Version Not Supported";
+  default:
+    return "Error";
   }
 }
 
@@ -187,8 +204,7 @@ static void on_written(uv_write_t *req, int status) {
 
 static void on_timeout(uv_timer_t *t) {
   conn *c = t->data;
-  if (!c->answered)
-    refused(c->s, c->peer, "closed the connection", "no request in time");
+  if (!c->answered) refused(c->s, c->peer, "closed the connection", "no request in time");
   conn_close(c);
 }
 
@@ -270,8 +286,7 @@ static int check_access(http_server *s, const http_req *q, const char *const *to
   char name[32];
   snprintf(name, sizeof name, "loom_%d", s->port);
   for (const char *p = q->cookie; *p && ng < 4;) {
-    while (*p == ' ' || *p == ';')
-      p++;
+    while (*p == ' ' || *p == ';') p++;
     const char *semi = strchr(p, ';');
     size_t len = semi ? (size_t)(semi - p) : strlen(p);
     char one[256];
@@ -313,8 +328,7 @@ static http_job *ui_job(http_server *s, const char *id) {
   if (!http__safe_name(id)) return NULL;
   if (s->only) {
     bool listed = false;
-    for (size_t i = 0; i < s->nonly && !listed; i++)
-      listed = !strcmp(s->only[i], id);
+    for (size_t i = 0; i < s->nonly && !listed; i++) listed = !strcmp(s->only[i], id);
     if (!listed) return NULL;
   }
   size_t victim = 0;
@@ -466,8 +480,7 @@ denied:
     respond_error(c, 503, "too many open connections; try again");
     return;
   }
-  refused(s, c->peer, "refused a request",
-          deny == 401 ? "no token" : "wrong token");
+  refused(s, c->peer, "refused a request", deny == 401 ? "no token" : "wrong token");
   respond_error(c, deny,
                 deny == 401 ? "this dashboard needs its token: open the URL loom printed "
                               "(it ends in ?token=...)"
@@ -554,7 +567,8 @@ static void on_connection(uv_stream_t *server, int status) {
   if (s->stopping) return;
   if (status < 0) {
     /* out of descriptors (libuv has closed the one waiting): make room */
-    if (status == UV_EMFILE || status == UV_ENFILE) evict_oldest(s, "evicted: out of file descriptors");
+    if (status == UV_EMFILE || status == UV_ENFILE)
+      evict_oldest(s, "evicted: out of file descriptors");
     return;
   }
   if (s->nconns >= s->pa_max + HTTP_MAX_CONNS) {
@@ -593,8 +607,10 @@ static void on_connection(uv_stream_t *server, int status) {
   s->conns = c;
   s->nconns++;
   c->pa_prev = s->pa_tail;
-  if (s->pa_tail) s->pa_tail->pa_next = c;
-  else s->pa_head = c;
+  if (s->pa_tail)
+    s->pa_tail->pa_next = c;
+  else
+    s->pa_head = c;
   s->pa_tail = c;
   c->in_pa = true;
   s->npa++;
@@ -633,14 +649,14 @@ int http__start(uv_loop_t *loop, const char *bind, const http_opts *o, http_serv
   s->loop = loop;
   s->ui = o->ui;
   loom__strlcpy(s->root, o->root, sizeof s->root);
-  for (size_t n = strlen(s->root); n > 1 && s->root[n - 1] == '/';)
-    s->root[--n] = 0;
+  for (size_t n = strlen(s->root); n > 1 && s->root[n - 1] == '/';) s->root[--n] = 0;
   loom__strlcpy(s->token, o->token, sizeof s->token);
   long long pa_max = loom__tun(LOOM_TUN_PREAUTH_MAX);
   s->pa_max = pa_max < 1 ? 1 : pa_max > 1 << 20 ? 1 << 20 : (int)pa_max;
   long long auth_ms = loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS);
-  s->auth_ms = auth_ms < 1 ? 1 : auth_ms > HTTP_HEAD_TIMEOUT_MS ? HTTP_HEAD_TIMEOUT_MS
-                                                                : (unsigned)auth_ms;
+  s->auth_ms = auth_ms < 1                      ? 1
+               : auth_ms > HTTP_HEAD_TIMEOUT_MS ? HTTP_HEAD_TIMEOUT_MS
+                                                : (unsigned)auth_ms;
   if (!s->ui) {
     const char *slash = strrchr(s->root, '/');
     s->self = http__job_new(s->root, slash ? slash + 1 : s->root);
@@ -703,8 +719,7 @@ int http_start(uv_loop_t *loop, const char *bind, const char *job_dir, const cha
 void http_stop(http_server *s) {
   if (!s || s->stopping) return;
   s->stopping = true;
-  while (s->conns)
-    conn_close(s->conns);
+  while (s->conns) conn_close(s->conns);
   loom__ratelog_flush(&s->refused, "http", REFUSED);
   uv_close((uv_handle_t *)&s->tick, on_listener_closed);
   uv_close((uv_handle_t *)&s->listener, on_listener_closed);

@@ -32,8 +32,7 @@ void http__job_token(const char *dir, char out[HTTP_TOKEN_LEN + 1]) {
   char *sec = NULL;
   size_t n = 0;
   if (jobdir_read(dir, JOBDIR_SECRET, 256, &sec, &n) == 0) {
-    while (n && (sec[n - 1] == '\n' || sec[n - 1] == ' '))
-      sec[--n] = 0;
+    while (n && (sec[n - 1] == '\n' || sec[n - 1] == ' ')) sec[--n] = 0;
     if (n) {
       unsigned char mac[WIRE_MAC], nonce[WIRE_NONCE] = {0};
       wire_mac(sec, "loom-ui", nonce, mac);
@@ -59,8 +58,7 @@ http_job *http__job_new(const char *dir, const char *id) {
 }
 
 static void job_reset(http_job *j) {
-  for (size_t i = 0; i < j->nseries; i++)
-    free(j->series[i].pts);
+  for (size_t i = 0; i < j->nseries; i++) free(j->series[i].pts);
   memset(j->series, 0, HTTP_MAX_SERIES * sizeof *j->series);
   j->nseries = 0;
   for (size_t i = 0; i < HTTP_MAX_EVENTS; i++) {
@@ -272,8 +270,7 @@ json_t *http__log_tail(const http_job *j, const char *file, int n, uint64_t *siz
       got += (size_t)r;
     }
     int nls = 0;
-    for (size_t k = 0; k < got && nls <= n; k++)
-      nls += buf[k] == '\n';
+    for (size_t k = 0; k < got && nls <= n; k++) nls += buf[k] == '\n';
     if (nls > n || from == 0 || win == HTTP_MAX_LOG_TAIL) break;
   }
   /* The last n whole lines: walk back from the end. */

@@ -91,12 +91,13 @@ static void on_signal(uv_signal_t *h, int signum) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: loom ui [--port P] [--bind A] [JOB...]\n"
-             "Serves the dashboard of every job under $" JOBDIR_HOME_ENV "/jobs (or only of the JOBs\n"
-             "given: ids, unique prefixes, or `last`) until interrupted. Prints its URL,\n"
-             "with the access token from $" JOBDIR_HOME_ENV "/ui-token.\n"
-             "  --port P   listen on port P (default: any free port)\n"
-             "  --bind A   listen on address A (default 127.0.0.1; 0.0.0.0 for all)\n");
+  fprintf(f,
+          "usage: loom ui [--port P] [--bind A] [JOB...]\n"
+          "Serves the dashboard of every job under $" JOBDIR_HOME_ENV "/jobs (or only of the JOBs\n"
+          "given: ids, unique prefixes, or `last`) until interrupted. Prints its URL,\n"
+          "with the access token from $" JOBDIR_HOME_ENV "/ui-token.\n"
+          "  --port P   listen on port P (default: any free port)\n"
+          "  --bind A   listen on address A (default 127.0.0.1; 0.0.0.0 for all)\n");
 }
 
 int loom__ui_main(int argc, char **argv) {
@@ -199,8 +200,7 @@ int loom__ui_main(int argc, char **argv) {
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
 out:
-  for (size_t i = 0; i < nonly; i++)
-    free(only[i]);
+  for (size_t i = 0; i < nonly; i++) free(only[i]);
   free(only);
   free(want);
   return status;

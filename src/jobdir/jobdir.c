@@ -37,9 +37,7 @@ const char *jobdir_root(void) {
   return root;
 }
 
-const char *jobdir_name(jobdir_file f) {
-  return (unsigned)f < JOBDIR__COUNT ? files[f].path : "";
-}
+const char *jobdir_name(jobdir_file f) { return (unsigned)f < JOBDIR__COUNT ? files[f].path : ""; }
 
 int jobdir_path(const char *dir, jobdir_file f, char *out, size_t len) {
   int n = snprintf(out, len, "%s/%s", dir, jobdir_name(f));
@@ -74,8 +72,10 @@ int jobdir_create(const char *id, char *dir, size_t dirlen, char *err, size_t er
   char p[PATH_MAX + 64];
   for (int f = -1; f < JOBDIR__COUNT; f++) {
     if (f >= 0 && !files[f].mkdir) continue;
-    if (f < 0) loom__strlcpy(p, dir, sizeof p);
-    else if (jobdir_path(dir, (jobdir_file)f, p, sizeof p) < 0) return LOOM_ERANGE;
+    if (f < 0)
+      loom__strlcpy(p, dir, sizeof p);
+    else if (jobdir_path(dir, (jobdir_file)f, p, sizeof p) < 0)
+      return LOOM_ERANGE;
     /* the owner only: the secret, the dashboard token (events) and logs */
     if (loom__mkdir_p(p, 0700) < 0) {
       snprintf(err, errlen, "cannot create %s: %s (set %s to a writable directory)", p,
@@ -223,8 +223,7 @@ int jobdir_resolve(const char *root, const char *arg, char *id, size_t idlen, ch
     loom__buf_printf(&b, "'%s' matches %zu jobs:", arg, matches);
     size_t shown = 0;
     for (size_t i = first; i < n && shown < 8; i++)
-      if (!strncmp(all[i].id, arg, l))
-        loom__buf_printf(&b, "%s %s", shown++ ? "," : "", all[i].id);
+      if (!strncmp(all[i].id, arg, l)) loom__buf_printf(&b, "%s %s", shown++ ? "," : "", all[i].id);
     if (matches > shown) loom__buf_printf(&b, " and %zu more", matches - shown);
     snprintf(err, errlen, "%s; give more of the id", b.p ? b.p : "");
     loom__buf_free(&b);

@@ -19,23 +19,23 @@
 
 /* Every file and folder of a job directory: name, path inside the job
  * directory, whether jobdir_create makes it (folders only). */
-#define JOBDIR_FILES(X)                                                     \
-  X(SPEC, "spec.yaml", 0)              /* the spec, as resolved (JSON) */   \
-  X(STATE, "state.json", 0)            /* rewritten atomically */           \
-  X(EVENTS, "events.jsonl", 0)         /* one event a line, appended */     \
-  X(SECRET, "secret", 0)               /* the job's secret, 0600 */         \
-  X(COORD, "coord.json", 0)            /* the coordinator's addr and pid */ \
-  X(SUMMARY, "summary.txt", 0)         /* the end-of-job summary */         \
-  X(COORD_LOG, "coordinator.log", 0)   /* a detached coordinator's output */\
-  X(LOGS, "logs", 1)                   /* logs/<role>-<index>.log */        \
-  X(ALL_LOG, "logs/all.log", 0)        /* every task, interleaved */        \
-  X(TASKS, "tasks", 1)                 /* tasks/<role>-<index>/ */          \
-  X(TENSORBOARD, "tensorboard", 1)     /* summaries */                      \
-  X(OUTPUT, "output", 1)               /* inference output */               \
-  X(CKPT, "ckpt", 0)                   /* libloom's checkpoints */          \
-  X(PS_CKPT, "ps-ckpt", 0)             /* the parameter server's */         \
-  X(SLURM_SH, "slurm.sh", 0)           /* slurm: the batch script */        \
-  X(SLURM_JSON, "slurm.json", 0)       /* slurm: {"job_id": ...} */
+#define JOBDIR_FILES(X)                                                                            \
+  X(SPEC, "spec.yaml", 0)            /* the spec, as resolved (JSON) */                            \
+  X(STATE, "state.json", 0)          /* rewritten atomically */                                    \
+  X(EVENTS, "events.jsonl", 0)       /* one event a line, appended */                              \
+  X(SECRET, "secret", 0)             /* the job's secret, 0600 */                                  \
+  X(COORD, "coord.json", 0)          /* the coordinator's addr and pid */                          \
+  X(SUMMARY, "summary.txt", 0)       /* the end-of-job summary */                                  \
+  X(COORD_LOG, "coordinator.log", 0) /* a detached coordinator's output */                         \
+  X(LOGS, "logs", 1)                 /* logs/<role>-<index>.log */                                 \
+  X(ALL_LOG, "logs/all.log", 0)      /* every task, interleaved */                                 \
+  X(TASKS, "tasks", 1)               /* tasks/<role>-<index>/ */                                   \
+  X(TENSORBOARD, "tensorboard", 1)   /* summaries */                                               \
+  X(OUTPUT, "output", 1)             /* inference output */                                        \
+  X(CKPT, "ckpt", 0)                 /* libloom's checkpoints */                                   \
+  X(PS_CKPT, "ps-ckpt", 0)           /* the parameter server's */                                  \
+  X(SLURM_SH, "slurm.sh", 0)         /* slurm: the batch script */                                 \
+  X(SLURM_JSON, "slurm.json", 0)     /* slurm: {"job_id": ...} */
 
 typedef enum {
 #define JOBDIR__ENUM(name, path, mk) JOBDIR_##name,

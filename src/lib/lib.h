@@ -10,8 +10,7 @@
 
 /* Sets the handle's detail text and returns code, for `return
  * loom__fail(l, LOOM_EPEER, "rank %d closed its connection", r);`. */
-int loom__fail(loom_t *l, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int loom__fail(loom_t *l, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* A file descriptor that becomes readable (and stays readable) once the
  * coordinator has aborted this attempt or the connection to it is lost.
@@ -31,9 +30,8 @@ const char *loom__host(const loom_t *l);
  * NULL, *reply_json (a reference the caller decrefs) and *reply_blob (a
  * malloc'ed copy, NUL-terminated past *reply_len, that the caller frees).
  * Returns LOOM_EABORTED / LOOM_ECONN when the attempt ends while waiting. */
-int loom__call(loom_t *l, uint16_t type, json_t *req, const void *blob,
-               size_t len, int wait_ms, json_t **reply_json,
-               void **reply_blob, size_t *reply_len);
+int loom__call(loom_t *l, uint16_t type, json_t *req, const void *blob, size_t len, int wait_ms,
+               json_t **reply_json, void **reply_blob, size_t *reply_len);
 
 /* Elastic membership: the newest generation the coordinator announced
  * (read atomically by collectives while they wait), and the switch to a

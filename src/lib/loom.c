@@ -89,9 +89,7 @@ void loom__set_membership(loom_t *l, int rank, int world, int64_t generation) {
   l->generation = generation;
 }
 
-int loom__aborted(const loom_t *l) {
-  return __atomic_load_n(&l->aborted, __ATOMIC_ACQUIRE);
-}
+int loom__aborted(const loom_t *l) { return __atomic_load_n(&l->aborted, __ATOMIC_ACQUIRE); }
 
 static int env_int(const char *name, int def) {
   const char *v = getenv(name);
@@ -112,7 +110,8 @@ static void lib_abort_locked(loom_t *l, int code, const char *why) {
   loom__strlcpy(l->abort_reason, why, sizeof l->abort_reason);
   __atomic_store_n(&l->aborted, code, __ATOMIC_RELEASE);
   uint64_t one = 1;
-  if (write(l->abort_efd, &one, sizeof one) < 0) { /* counter saturated */ }
+  if (write(l->abort_efd, &one, sizeof one) < 0) { /* counter saturated */
+  }
   pthread_cond_broadcast(&l->cv);
 }
 
@@ -206,23 +205,23 @@ int loom_init(loom_t **out) {
   wire_reader_init(&l->reader, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
   l->abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   int rc = l->abort_efd < 0 ? LOOM_EIO : 0;
+  if (rc == 0) rc = wire_dial(coord, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS), &l->fd);
   if (rc == 0)
-    rc = wire_dial(coord, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS), &l->fd);
-  if (rc == 0)
-    rc = wire_client_auth(l->fd, &l->reader, l->secret,
-                          (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS));
+    rc = wire_client_auth(l->fd, &l->reader, l->secret, (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS));
   if (rc == 0) {
     wire_msg m = {.type = WIRE_HELLO,
                   .u.hello = {.task = l->task, .rank = l->rank, .pid = getpid()}};
     rc = wire_msg_send(l->fd, &m);
   }
   if (rc == 0) {
-    if (pthread_create(&l->thread, NULL, lib_reader, l) != 0) rc = LOOM_EIO;
-    else l->thread_started = true;
+    if (pthread_create(&l->thread, NULL, lib_reader, l) != 0)
+      rc = LOOM_EIO;
+    else
+      l->thread_started = true;
   }
   if (rc < 0) {
-    loom__log(LOOM_LOG_ERROR, "lib", "cannot join the job's coordinator at %s: %s",
-              coord, loom_strerror(rc));
+    loom__log(LOOM_LOG_ERROR, "lib", "cannot join the job's coordinator at %s: %s", coord,
+              loom_strerror(rc));
     loom_finish(l);
     return rc;
   }
@@ -277,10 +276,18 @@ static int lib_call(loom_t *l, wire_msg *m, uint16_t type, json_t *req, const vo
     l->pending[slot] = p;
     if (m) {
       switch (m->type) {
-      case WIRE_KV_SET: m->u.kv_set.id = (int64_t)p->id; break;
-      case WIRE_KV_GET: m->u.kv_get.id = (int64_t)p->id; break;
-      case WIRE_KV_ADD: m->u.kv_add.id = (int64_t)p->id; break;
-      default: m->u.event.id = (int64_t)p->id; break;
+      case WIRE_KV_SET:
+        m->u.kv_set.id = (int64_t)p->id;
+        break;
+      case WIRE_KV_GET:
+        m->u.kv_get.id = (int64_t)p->id;
+        break;
+      case WIRE_KV_ADD:
+        m->u.kv_add.id = (int64_t)p->id;
+        break;
+      default:
+        m->u.event.id = (int64_t)p->id;
+        break;
       }
       rc = wire_msg_send(l->fd, m);
     } else {
@@ -307,17 +314,15 @@ static int lib_call(loom_t *l, wire_msg *m, uint16_t type, json_t *req, const vo
   pthread_mutex_unlock(&l->mu);
   if (rc < 0) {
     pending_free(p);
-    if (rc == LOOM_EABORTED || rc == LOOM_ECONN)
-      return loom__fail(l, rc, "%s", why);
-    return loom__fail(l, rc, "request to the coordinator failed: %s",
-                      loom_strerror(rc));
+    if (rc == LOOM_EABORTED || rc == LOOM_ECONN) return loom__fail(l, rc, "%s", why);
+    return loom__fail(l, rc, "request to the coordinator failed: %s", loom_strerror(rc));
   }
   *rep = p;
   return 0;
 }
 
-int loom__call(loom_t *l, uint16_t type, json_t *req, const void *blob, size_t len,
-               int wait_ms, json_t **reply_json, void **reply_blob, size_t *reply_len) {
+int loom__call(loom_t *l, uint16_t type, json_t *req, const void *blob, size_t len, int wait_ms,
+               json_t **reply_json, void **reply_blob, size_t *reply_len) {
   if (reply_json) *reply_json = NULL;
   if (reply_blob) *reply_blob = NULL;
   if (reply_len) *reply_len = 0;
@@ -344,8 +349,7 @@ static int check_key(loom_t *l, const char *key) {
   if (!l || !key) return LOOM_EINVAL;
   size_t n = strlen(key);
   if (n == 0 || n > LOOM_KV_MAX_KEY)
-    return loom__fail(l, LOOM_EINVAL, "KV key must be 1..%d bytes, got %zu",
-                      LOOM_KV_MAX_KEY, n);
+    return loom__fail(l, LOOM_EINVAL, "KV key must be 1..%d bytes, got %zu", LOOM_KV_MAX_KEY, n);
   return 0;
 }
 
@@ -353,8 +357,8 @@ int loom_kv_set(loom_t *l, const char *key, const void *val, size_t len) {
   int rc = check_key(l, key);
   if (rc < 0) return rc;
   if (len > LOOM_KV_MAX_VALUE || (len && !val))
-    return loom__fail(l, LOOM_ERANGE, "KV value for '%s' is %zu bytes; at most %u",
-                      key, len, LOOM_KV_MAX_VALUE);
+    return loom__fail(l, LOOM_ERANGE, "KV value for '%s' is %zu bytes; at most %u", key, len,
+                      LOOM_KV_MAX_VALUE);
   struct pending *p;
   wire_msg m = {.type = WIRE_KV_SET, .u.kv_set.key = key, .blob = val, .blob_len = len};
   rc = lib_call(l, &m, 0, NULL, NULL, 0, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
@@ -364,8 +368,7 @@ int loom_kv_set(loom_t *l, const char *key, const void *val, size_t len) {
   return rc < 0 ? loom__fail(l, rc, "KV set '%s' refused", key) : 0;
 }
 
-int loom_kv_get(loom_t *l, const char *key, int timeout_ms, void **val,
-                size_t *len) {
+int loom_kv_get(loom_t *l, const char *key, int timeout_ms, void **val, size_t *len) {
   int rc = check_key(l, key);
   if (rc < 0) return rc;
   if (!val) return LOOM_EINVAL;
@@ -388,8 +391,7 @@ int loom_kv_get(loom_t *l, const char *key, int timeout_ms, void **val,
   }
   pending_free(p);
   if (rc == LOOM_ETIMEDOUT)
-    return loom__fail(l, rc, "KV key '%s' did not appear within %d ms", key,
-                      timeout_ms);
+    return loom__fail(l, rc, "KV key '%s' did not appear within %d ms", key, timeout_ms);
   return rc < 0 ? loom__fail(l, rc, "KV get '%s' failed", key) : 0;
 }
 
@@ -403,9 +405,7 @@ int loom_kv_add(loom_t *l, const char *key, int64_t delta, int64_t *result) {
   rc = p->rc;
   if (rc == 0 && result) *result = p->has_value ? p->value : 0;
   pending_free(p);
-  return rc < 0 ? loom__fail(l, rc, "KV add '%s': the value is not an integer",
-                             key)
-                : 0;
+  return rc < 0 ? loom__fail(l, rc, "KV add '%s': the value is not an integer", key) : 0;
 }
 
 int loom_metric(loom_t *l, const char *tag, int64_t step, double value) {
@@ -426,8 +426,7 @@ int loom_event(loom_t *l, const char *name, const char *detail_json) {
     d = json_loads(detail_json, 0, &err);
     if (!d || !json_is_object(d)) {
       json_decref(d);
-      return loom__fail(l, LOOM_EINVAL,
-                        "event detail must be a JSON object: %s (column %d)",
+      return loom__fail(l, LOOM_EINVAL, "event detail must be a JSON object: %s (column %d)",
                         err.text, err.column);
     }
   }

@@ -39,14 +39,13 @@
 #define CK_BUF (1u << 20)
 
 static int step_dir(char *out, size_t len, const char *dir, uint64_t step) {
-  return (size_t)snprintf(out, len, "%s/step-%012llu", dir,
-                          (unsigned long long)step) >= len
+  return (size_t)snprintf(out, len, "%s/step-%012llu", dir, (unsigned long long)step) >= len
              ? LOOM_ERANGE
              : 0;
 }
 
-static int shard_path(char *out, size_t len, const char *dir, uint64_t step,
-                      int shard, int nshards) {
+static int shard_path(char *out, size_t len, const char *dir, uint64_t step, int shard,
+                      int nshards) {
   return (size_t)snprintf(out, len, "%s/step-%012llu/shard-%d-of-%d.bin", dir,
                           (unsigned long long)step, shard, nshards) >= len
              ? LOOM_ERANGE
@@ -70,8 +69,7 @@ typedef struct {
 
 static void ck_put(ck_writer *w, const void *p, size_t n) {
   if (w->bad || n == 0) return;
-  if (fwrite(p, 1, n, w->f) != n || EVP_DigestUpdate(w->md, p, n) != 1)
-    w->bad = true;
+  if (fwrite(p, 1, n, w->f) != n || EVP_DigestUpdate(w->md, p, n) != 1) w->bad = true;
 }
 static void ck_u32(ck_writer *w, uint32_t v) {
   unsigned char b[4];
@@ -108,8 +106,7 @@ static void ck_var(ck_writer *w, const ps_var *v) {
   }
 }
 
-int ps_ckpt_write(const ps_state *st, const char *dir, uint64_t step,
-                  char *err, size_t errlen) {
+int ps_ckpt_write(const ps_state *st, const char *dir, uint64_t step, char *err, size_t errlen) {
   char sdir[PS_MAX_PATH + 64], path[PS_MAX_PATH + 128], tmp[PS_MAX_PATH + 160];
   if (step_dir(sdir, sizeof sdir, dir, step) < 0 ||
       shard_path(path, sizeof path, dir, step, st->shard, st->nshards) < 0) {
@@ -171,8 +168,7 @@ static int prune(const char *dir, uint64_t keep_step, int keep) {
   struct dirent *e;
   while ((e = readdir(d))) {
     long long s;
-    if (strncmp(e->d_name, "step-", 5) ||
-        loom__parse_int(e->d_name + 5, 0, LLONG_MAX, &s) < 0)
+    if (strncmp(e->d_name, "step-", 5) || loom__parse_int(e->d_name + 5, 0, LLONG_MAX, &s) < 0)
       continue;
     if (n == cap) {
       cap = cap ? cap * 2 : 16;
@@ -195,8 +191,7 @@ static int prune(const char *dir, uint64_t keep_step, int keep) {
     while ((e = readdir(sd))) {
       if (e->d_name[0] == '.') continue;
       char f[PS_MAX_PATH + 384];
-      if ((size_t)snprintf(f, sizeof f, "%s/%s", sdir, e->d_name) < sizeof f)
-        unlink(f);
+      if ((size_t)snprintf(f, sizeof f, "%s/%s", sdir, e->d_name) < sizeof f) unlink(f);
     }
     closedir(sd);
     rmdir(sdir);
@@ -205,13 +200,12 @@ static int prune(const char *dir, uint64_t keep_step, int keep) {
   return 0;
 }
 
-int ps_ckpt_commit(const char *dir, uint64_t step, int nshards, int keep,
-                   char *err, size_t errlen) {
+int ps_ckpt_commit(const char *dir, uint64_t step, int nshards, int keep, char *err,
+                   size_t errlen) {
   char path[PS_MAX_PATH + 128];
   struct stat sb;
   for (int i = 0; i < nshards; i++) {
-    if (shard_path(path, sizeof path, dir, step, i, nshards) < 0 ||
-        stat(path, &sb) < 0) {
+    if (shard_path(path, sizeof path, dir, step, i, nshards) < 0 || stat(path, &sb) < 0) {
       snprintf(err, errlen, "checkpoint %llu is missing shard %d's file %s",
                (unsigned long long)step, i, path);
       return LOOM_ENOENT;
@@ -221,8 +215,8 @@ int ps_ckpt_commit(const char *dir, uint64_t step, int nshards, int keep,
   step_dir(sdir, sizeof sdir, dir, step);
   char when[40];
   loom__wall_iso(loom__wall(), when, sizeof when);
-  json_t *m = json_pack("{s:I, s:i, s:s}", "step", (json_int_t)step, "shards",
-                        nshards, "time", when);
+  json_t *m =
+      json_pack("{s:I, s:i, s:s}", "step", (json_int_t)step, "shards", nshards, "time", when);
   char *ms = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
   json_decref(m);
   snprintf(path, sizeof path, "%s/MANIFEST.json", sdir);
@@ -244,8 +238,7 @@ int ps_ckpt_commit(const char *dir, uint64_t step, int nshards, int keep,
 
 int ps_ckpt_latest(const char *dir, uint64_t *step) {
   char path[PS_MAX_PATH + 16], *s = NULL;
-  if ((size_t)snprintf(path, sizeof path, "%s/LATEST", dir) >= sizeof path)
-    return LOOM_ERANGE;
+  if ((size_t)snprintf(path, sizeof path, "%s/LATEST", dir) >= sizeof path) return LOOM_ERANGE;
   int rc = loom__read_file(path, 64, &s, NULL);
   if (rc < 0) return rc == LOOM_ENOENT ? LOOM_ENOENT : LOOM_EIO;
   char *nl = strchr(s, '\n');
@@ -302,8 +295,7 @@ static void ck_file_free(ck_file *f) {
   memset(f, 0, sizeof *f);
 }
 
-static int ck_read_var(ck_reader *r, ck_file *cf, ps_var **out, char *err,
-                       size_t errlen) {
+static int ck_read_var(ck_reader *r, ck_file *cf, ps_var **out, char *err, size_t errlen) {
   uint32_t dl = ck_g32(r);
   if (r->bad || dl > 4096) return LOOM_EIO;
   unsigned char dbuf[4096];
@@ -343,15 +335,14 @@ static int ck_read_var(ck_reader *r, ck_file *cf, ps_var **out, char *err,
     int64_t row = ps_rows_add(&v->rows, key, &added, &cf->mem);
     if (row < 0) return (int)row;
     if (!added) return LOOM_EIO; /* a key twice */
-    if (!ck_get(r, ps_rows_at(&v->rows, (uint64_t)row),
-                v->rows.stride * sizeof(float)))
+    if (!ck_get(r, ps_rows_at(&v->rows, (uint64_t)row), v->rows.stride * sizeof(float)))
       return LOOM_EIO;
   }
   return 0;
 }
 
-static int ck_read_file(const char *path, int shard, int nshards,
-                        uint64_t step, ck_file *cf, char *err, size_t errlen) {
+static int ck_read_file(const char *path, int shard, int nshards, uint64_t step, ck_file *cf,
+                        char *err, size_t errlen) {
   memset(cf, 0, sizeof *cf);
   cf->mem.cap = UINT64_MAX;
   ck_reader r = {0};
@@ -375,12 +366,10 @@ static int ck_read_file(const char *path, int shard, int nshards,
     uint32_t ver = ck_g32(&r), fshard = ck_g32(&r), fn = ck_g32(&r);
     uint64_t fstep = ck_g64(&r);
     uint32_t nvars = ck_g32(&r);
-    if (r.bad || memcmp(magic, CK_MAGIC, 8) || ver != CK_VERSION ||
-        fshard != (uint32_t)shard || fn != (uint32_t)nshards || fstep != step ||
-        nvars > 65536)
+    if (r.bad || memcmp(magic, CK_MAGIC, 8) || ver != CK_VERSION || fshard != (uint32_t)shard ||
+        fn != (uint32_t)nshards || fstep != step || nvars > 65536)
       rc = LOOM_EIO;
-    if (rc == 0 && !(cf->vars = calloc(nvars ? nvars : 1, sizeof *cf->vars)))
-      rc = LOOM_ENOMEM;
+    if (rc == 0 && !(cf->vars = calloc(nvars ? nvars : 1, sizeof *cf->vars))) rc = LOOM_ENOMEM;
     for (uint32_t i = 0; rc == 0 && i < nvars; i++) {
       rc = ck_read_var(&r, cf, &cf->vars[i], err, errlen);
       cf->n = i + 1;
@@ -390,16 +379,17 @@ static int ck_read_file(const char *path, int shard, int nshards,
   unsigned char want[CK_DIGEST], got[CK_DIGEST];
   unsigned int dlen = 0;
   if (rc == 0 && (r.left != 0 || fread(got, 1, CK_DIGEST, r.f) != CK_DIGEST ||
-                  EVP_DigestFinal_ex(r.md, want, &dlen) != 1 ||
-                  memcmp(want, got, CK_DIGEST)))
+                  EVP_DigestFinal_ex(r.md, want, &dlen) != 1 || memcmp(want, got, CK_DIGEST)))
     rc = LOOM_EIO;
   fclose(r.f);
   free(vbuf);
   EVP_MD_CTX_free(r.md);
   if (rc < 0) {
     if (rc == LOOM_EIO)
-      snprintf(err, errlen, "%s is damaged (a length, the header or the "
-               "SHA-256 does not check out)", path);
+      snprintf(err, errlen,
+               "%s is damaged (a length, the header or the "
+               "SHA-256 does not check out)",
+               path);
     ck_file_free(cf);
   }
   return rc;
@@ -447,9 +437,10 @@ static int ck_merge(ps_state *st, ck_file *cf, char *err, size_t errlen) {
       bool added;
       int64_t row = ps_rows_add(&v->rows, key, &added, &st->mem);
       if (row < 0) {
-        snprintf(err, errlen, "shard %d ran out of memory restoring '%s' "
-                 "(LOOM_PS_MAX_MEMORY); its state is now partial", st->shard,
-                 v->d.name);
+        snprintf(err, errlen,
+                 "shard %d ran out of memory restoring '%s' "
+                 "(LOOM_PS_MAX_MEMORY); its state is now partial",
+                 st->shard, v->d.name);
         return (int)row;
       }
       memcpy(ps_rows_at(&v->rows, (uint64_t)row), ps_rows_at(&fv->rows, r),
@@ -460,8 +451,7 @@ static int ck_merge(ps_state *st, ck_file *cf, char *err, size_t errlen) {
 }
 
 /* The number of shards that wrote checkpoint step, from its manifest. */
-static int manifest_shards(const char *dir, uint64_t step, int *old, char *err,
-                           size_t errlen) {
+static int manifest_shards(const char *dir, uint64_t step, int *old, char *err, size_t errlen) {
   char sdir[PS_MAX_PATH + 64], path[PS_MAX_PATH + 128], *ms = NULL;
   if (step_dir(sdir, sizeof sdir, dir, step) < 0) return LOOM_ERANGE;
   snprintf(path, sizeof path, "%s/MANIFEST.json", sdir);
@@ -485,8 +475,8 @@ static int manifest_shards(const char *dir, uint64_t step, int *old, char *err,
 }
 
 /* Reads a shard file through, checking its header and digest only. */
-static int verify_file(const char *path, int shard, int nshards, uint64_t step,
-                       char *err, size_t errlen) {
+static int verify_file(const char *path, int shard, int nshards, uint64_t step, char *err,
+                       size_t errlen) {
   FILE *f = fopen(path, "rbe");
   struct stat sb;
   if (!f || fstat(fileno(f), &sb) < 0) {
@@ -529,13 +519,11 @@ static int verify_file(const char *path, int shard, int nshards, uint64_t step,
   free(buf);
   EVP_MD_CTX_free(md);
   if (rc == LOOM_EIO)
-    snprintf(err, errlen, "%s is damaged (its header or SHA-256 does not check out)",
-             path);
+    snprintf(err, errlen, "%s is damaged (its header or SHA-256 does not check out)", path);
   return rc;
 }
 
-int ps_ckpt_verify(const ps_state *st, const char *dir, uint64_t step, char *err,
-                   size_t errlen) {
+int ps_ckpt_verify(const ps_state *st, const char *dir, uint64_t step, char *err, size_t errlen) {
   int old, rc = manifest_shards(dir, step, &old, err, errlen);
   char path[PS_MAX_PATH + 128];
   for (int f = 0; rc == 0 && f < old; f++) {
@@ -546,8 +534,7 @@ int ps_ckpt_verify(const ps_state *st, const char *dir, uint64_t step, char *err
   return rc;
 }
 
-int ps_ckpt_load(ps_state *st, const char *dir, uint64_t step, char *err,
-                 size_t errlen) {
+int ps_ckpt_load(ps_state *st, const char *dir, uint64_t step, char *err, size_t errlen) {
   char path[PS_MAX_PATH + 128];
   int old, rc = manifest_shards(dir, step, &old, err, errlen);
   if (rc < 0) return rc;
@@ -561,8 +548,7 @@ int ps_ckpt_load(ps_state *st, const char *dir, uint64_t step, char *err,
     if ((rc = ck_read_file(path, f, old, step, &cf, err, errlen)) < 0) break;
     for (uint32_t i = 0; rc == 0 && i < cf.n; i++) {
       int at = ps_state_find(st, cf.vars[i]->d.name);
-      if (at >= 0 && !ps_decl_compatible(&st->vars[at]->d, &cf.vars[i]->d, err,
-                                         errlen))
+      if (at >= 0 && !ps_decl_compatible(&st->vars[at]->d, &cf.vars[i]->d, err, errlen))
         rc = LOOM_EINVAL;
     }
     if (rc == 0) rc = ck_merge(st, &cf, err, errlen);

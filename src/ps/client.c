@@ -104,7 +104,7 @@ typedef struct {
 } ps_call;
 
 typedef struct {
-  size_t *q, nq;  /* this shard's calls, in order */
+  size_t *q, nq;   /* this shard's calls, in order */
   size_t si, soff; /* sending q[si], soff bytes of it out */
   unsigned char shdr[PS_HDR];
   size_t ri, rhave; /* receiving q[ri]: header bytes, then payload */
@@ -139,8 +139,8 @@ static int lane_send(loom_ps_t *ps, ps_lane *ln, ps_call *calls, int s) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     if (n < 0)
-      return ps_die(ps, LOOM_ECONN, "ps shard %d (%s) is gone: %s", s,
-                    ps->links[s].addr, strerror(errno));
+      return ps_die(ps, LOOM_ECONN, "ps shard %d (%s) is gone: %s", s, ps->links[s].addr,
+                    strerror(errno));
     ln->soff += (size_t)n;
     if (ln->soff == total) ln->si++, ln->soff = 0;
   }
@@ -164,7 +164,8 @@ static int lane_recv(loom_ps_t *ps, ps_lane *ln, ps_call *calls, int s) {
     if (want && n < 0 && errno == EINTR) continue;
     if (want && n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     if (want && n <= 0)
-      return ps_die(ps, LOOM_ECONN, "ps shard %d (%s) closed the connection "
+      return ps_die(ps, LOOM_ECONN,
+                    "ps shard %d (%s) closed the connection "
                     "(the ps task died, or refused a request as malformed)",
                     s, ps->links[s].addr);
     if (!ln->in_payload) {
@@ -173,13 +174,17 @@ static int lane_recv(loom_ps_t *ps, ps_lane *ln, ps_call *calls, int s) {
       ps_hdr_get(ln->rhdr, &c->rep);
       ps_hdr *r = &c->rep;
       bool ok = r->id == c->h.id && r->op == c->h.op;
-      if (ok && r->rc < 0) ok = r->len <= PS_MAX_ERRMSG;
-      else if (ok && c->any_len) ok = r->len <= INFO_MAX;
-      else if (ok) ok = r->rc == 0 && r->len == c->dst_len;
+      if (ok && r->rc < 0)
+        ok = r->len <= PS_MAX_ERRMSG;
+      else if (ok && c->any_len)
+        ok = r->len <= INFO_MAX;
+      else if (ok)
+        ok = r->rc == 0 && r->len == c->dst_len;
       if (!ok)
-        return ps_die(ps, LOOM_EPROTO, "ps shard %d (%s) answered %s #%llu with "
-                      "op %u #%llu rc %d and %u bytes", s, ps->links[s].addr,
-                      ps_op_name(c->h.op), (unsigned long long)c->h.id, r->op,
+        return ps_die(ps, LOOM_EPROTO,
+                      "ps shard %d (%s) answered %s #%llu with "
+                      "op %u #%llu rc %d and %u bytes",
+                      s, ps->links[s].addr, ps_op_name(c->h.op), (unsigned long long)c->h.id, r->op,
                       (unsigned long long)r->id, r->rc, r->len);
       if (r->rc == 0 && c->any_len && !(c->alloc = calloc(1, r->len + 1)))
         return ps_die(ps, LOOM_ENOMEM, "out of memory");
@@ -249,9 +254,10 @@ static int ps_exec(loom_ps_t *ps, ps_call *calls, size_t n) {
     uint64_t now = loom__now_ms();
     if (now >= deadline) {
       int s = who[0];
-      rc = ps_die(ps, LOOM_ETIMEDOUT, "no reply from ps shard %d (%s) to %s within "
-                  "%d ms (LOOM_PS_TIMEOUT): is a worker stuck or gone?", s,
-                  ps->links[s].addr, ps_op_name(calls[lanes[s].q[lanes[s].ri]].h.op),
+      rc = ps_die(ps, LOOM_ETIMEDOUT,
+                  "no reply from ps shard %d (%s) to %s within "
+                  "%d ms (LOOM_PS_TIMEOUT): is a worker stuck or gone?",
+                  s, ps->links[s].addr, ps_op_name(calls[lanes[s].q[lanes[s].ri]].h.op),
                   ps->timeout_ms);
       goto out;
     }
@@ -280,8 +286,7 @@ out:
 static int first_refusal(loom_ps_t *ps, ps_call *calls, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (calls[i].rep.rc < 0)
-      return ps_fail(ps, calls[i].rep.rc, "ps shard %d: %s", calls[i].shard,
-                     calls[i].err);
+      return ps_fail(ps, calls[i].rep.rc, "ps shard %d: %s", calls[i].shard, calls[i].err);
   return 0;
 }
 
@@ -295,13 +300,16 @@ static int handshake(loom_ps_t *ps, int s, const char *secret) {
   uint64_t deadline = loom__now_ms() + (uint64_t)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS);
   int rc = wire_auth_client_fd(ps->links[s].fd, &wire_auth_ps, secret, NULL, 0, deadline);
   if (rc == LOOM_EAUTH)
-    return ps_fail(ps, LOOM_EAUTH, "ps shard %d at %s refused this process's "
+    return ps_fail(ps, LOOM_EAUTH,
+                   "ps shard %d at %s refused this process's "
                    "credentials or could not prove its own: is LOOM_SECRET this "
-                   "job's?", s, ps->links[s].addr);
+                   "job's?",
+                   s, ps->links[s].addr);
   if (rc < 0)
-    return ps_fail(ps, rc, "ps shard %d at %s does not speak the ps protocol (%s): "
-                   "is LOOM_CLUSTER's ps list right?", s, ps->links[s].addr,
-                   loom_strerror(rc));
+    return ps_fail(ps, rc,
+                   "ps shard %d at %s does not speak the ps protocol (%s): "
+                   "is LOOM_CLUSTER's ps list right?",
+                   s, ps->links[s].addr, loom_strerror(rc));
   return 0;
 }
 
@@ -346,7 +354,8 @@ static int parse_servers(loom_ps_t *ps, const char *list) {
   for (int i = 0; i < n; i++) free(addrs[i]);
   free(addrs);
   if (rc == LOOM_ENOENT)
-    return ps_fail(ps, rc, "no parameter server: the job has no ps role in "
+    return ps_fail(ps, rc,
+                   "no parameter server: the job has no ps role in "
                    "LOOM_CLUSTER (add `ps: {command: loom ps}` to the spec's roles)");
   return rc < 0 ? ps_fail(ps, rc, "bad ps address list") : 0;
 }
@@ -374,8 +383,7 @@ static int ckpt_dir_of(loom_ps_t *ps, const char *given) {
   }
   char cwd[PS_MAX_PATH];
   if (!getcwd(cwd, sizeof cwd)) return LOOM_ERANGE;
-  if ((size_t)snprintf(ps->ckpt_dir, sizeof ps->ckpt_dir, "%s/%s", cwd, d) >=
-      sizeof ps->ckpt_dir)
+  if ((size_t)snprintf(ps->ckpt_dir, sizeof ps->ckpt_dir, "%s/%s", cwd, d) >= sizeof ps->ckpt_dir)
     return LOOM_ERANGE;
   return 0;
 }
@@ -385,9 +393,8 @@ int loom_ps_connect(loom_t *l, const loom_ps_opts *opts, loom_ps_t **out) {
   *out = NULL;
   loom_ps_opts o = {0};
   if (opts) o = *opts;
-  if ((unsigned)o.mode > LOOM_PS_BOUNDED || o.staleness < 0 ||
-      o.staleness > PS_MAX_STALENESS || o.workers < 0 || o.workers > PS_MAX_WORKERS ||
-      o.timeout_ms < 0)
+  if ((unsigned)o.mode > LOOM_PS_BOUNDED || o.staleness < 0 || o.staleness > PS_MAX_STALENESS ||
+      o.workers < 0 || o.workers > PS_MAX_WORKERS || o.timeout_ms < 0)
     return l ? loom__fail(l, LOOM_EINVAL, "loom_ps_connect: bad options") : LOOM_EINVAL;
   loom_ps_t *ps = calloc(1, sizeof *ps);
   if (!ps) return LOOM_ENOMEM;
@@ -395,15 +402,16 @@ int loom_ps_connect(loom_t *l, const loom_ps_opts *opts, loom_ps_t **out) {
   ps->l = l;
   struct ps_tunables tun;
   ps_tunables_load(&tun);
-  ps->timeout_ms = o.timeout_ms ? o.timeout_ms
-                                : (int)(tun.timeout_ms > INT32_MAX ? INT32_MAX : tun.timeout_ms);
+  ps->timeout_ms =
+      o.timeout_ms ? o.timeout_ms : (int)(tun.timeout_ms > INT32_MAX ? INT32_MAX : tun.timeout_ms);
   ps->mode = o.mode;
   ps->staleness = o.staleness;
   ps->rank = o.rank_given ? o.rank : l ? loom_rank(l) : env_num("LOOM_RANK", -1);
   const char *secret = getenv("LOOM_SECRET");
   int rc = 0;
   if (!secret || !*secret) {
-    rc = ps_fail(ps, LOOM_ENOENV, "LOOM_SECRET is not set: the ps only talks to "
+    rc = ps_fail(ps, LOOM_ENOENV,
+                 "LOOM_SECRET is not set: the ps only talks to "
                  "processes of its job");
     goto fail;
   }
@@ -421,9 +429,10 @@ int loom_ps_connect(loom_t *l, const loom_ps_opts *opts, loom_ps_t **out) {
   for (int s = 0; s < ps->nshards; s++) {
     rc = wire_dial(ps->links[s].addr, ctimeout, &ps->links[s].fd);
     if (rc < 0) {
-      rc = ps_fail(ps, LOOM_ECONN, "cannot reach ps shard %d at %s within %d ms "
-                   "(LOOM_CONNECT_TIMEOUT): did the ps task start?", s,
-                   ps->links[s].addr, ctimeout);
+      rc = ps_fail(ps, LOOM_ECONN,
+                   "cannot reach ps shard %d at %s within %d ms "
+                   "(LOOM_CONNECT_TIMEOUT): did the ps task start?",
+                   s, ps->links[s].addr, ctimeout);
       goto fail;
     }
     int fl = fcntl(ps->links[s].fd, F_GETFL);
@@ -437,16 +446,19 @@ int loom_ps_connect(loom_t *l, const loom_ps_opts *opts, loom_ps_t **out) {
   }
   for (int s = 0; s < ps->nshards; s++) {
     calls[s].shard = s;
-    calls[s].h = (ps_hdr){.op = PS_OP_CONFIG, .flags = (uint16_t)o.mode,
-                          .count = (uint32_t)o.staleness, .off = (uint64_t)o.workers};
+    calls[s].h = (ps_hdr){.op = PS_OP_CONFIG,
+                          .flags = (uint16_t)o.mode,
+                          .count = (uint32_t)o.staleness,
+                          .off = (uint64_t)o.workers};
   }
   rc = run(ps, calls, (size_t)ps->nshards);
   for (int s = 0; rc == 0 && s < ps->nshards; s++) {
     ps_hdr *r = &calls[s].rep;
     if (r->var != (uint32_t)s || r->count != (uint32_t)ps->nshards)
-      rc = ps_fail(ps, LOOM_EPROTO, "%s says it is ps shard %u of %u; LOOM_CLUSTER "
-                   "has it as %d of %d", ps->links[s].addr, r->var, r->count, s,
-                   ps->nshards);
+      rc = ps_fail(ps, LOOM_EPROTO,
+                   "%s says it is ps shard %u of %u; LOOM_CLUSTER "
+                   "has it as %d of %d",
+                   ps->links[s].addr, r->var, r->count, s, ps->nshards);
   }
   if (rc == 0) {
     ps->workers = (int)calls[0].rep.off;
@@ -514,15 +526,16 @@ static int declare(loom_ps_t *ps, ps_decl *d, loom_ps_var_t **out) {
     calls[s].p1 = w.p;
     calls[s].n1 = w.len;
   }
-  if (rc == 0) rc = run(ps, calls, (size_t)ps->nshards);
-  else rc = ps_fail(ps, rc, "out of memory");
+  if (rc == 0)
+    rc = run(ps, calls, (size_t)ps->nshards);
+  else
+    rc = ps_fail(ps, rc, "out of memory");
   uint64_t total = 0;
   for (int s = 0; rc == 0 && s < ps->nshards; s++) {
     v->id[s] = calls[s].rep.var;
     v->lo[s] = calls[s].rep.off;
     v->hi[s] = calls[s].rep.step;
-    if (d->kind == PS_DENSE && (v->lo[s] > v->hi[s] || v->hi[s] > d->count))
-      rc = LOOM_EPROTO;
+    if (d->kind == PS_DENSE && (v->lo[s] > v->hi[s] || v->hi[s] > d->count)) rc = LOOM_EPROTO;
     total += v->hi[s] - v->lo[s];
   }
   /* The parts must tile the variable: shards configured alike agree. */
@@ -530,15 +543,19 @@ static int declare(loom_ps_t *ps, ps_decl *d, loom_ps_var_t **out) {
     for (int b = a + 1; rc == 0 && b < ps->nshards; b++)
       if (v->lo[a] < v->hi[b] && v->lo[b] < v->hi[a]) rc = LOOM_EPROTO;
   if (rc == LOOM_EPROTO || (rc == 0 && d->kind == PS_DENSE && total != d->count))
-    rc = ps_fail(ps, LOOM_EPROTO, "the ps shards disagree on where '%s' lives: do "
-                 "they all have the same LOOM_PS_SPLIT_BYTES?", d->name);
+    rc = ps_fail(ps, LOOM_EPROTO,
+                 "the ps shards disagree on where '%s' lives: do "
+                 "they all have the same LOOM_PS_SPLIT_BYTES?",
+                 d->name);
   free(calls);
   free(w.p);
   if (rc == 0 && fresh && ps->nvars == ps->vcap) {
     int cap = ps->vcap ? ps->vcap * 2 : 16;
     loom_ps_var_t **nv = realloc(ps->vars, (size_t)cap * sizeof *nv);
-    if (!nv) rc = ps_fail(ps, LOOM_ENOMEM, "out of memory");
-    else ps->vars = nv, ps->vcap = cap;
+    if (!nv)
+      rc = ps_fail(ps, LOOM_ENOMEM, "out of memory");
+    else
+      ps->vars = nv, ps->vcap = cap;
   }
   if (rc < 0) {
     if (fresh && v) {
@@ -567,34 +584,34 @@ static int decl_common(loom_ps_t *ps, const char *name, const loom_ps_init *init
   return 0;
 }
 
-#define PUBLIC_ENTER(ps)                                                       \
-  do {                                                                         \
-    if (!(ps)) return LOOM_EINVAL;                                             \
-    pthread_mutex_lock(&(ps)->mu);                                             \
+#define PUBLIC_ENTER(ps)                                                                           \
+  do {                                                                                             \
+    if (!(ps)) return LOOM_EINVAL;                                                                 \
+    pthread_mutex_lock(&(ps)->mu);                                                                 \
   } while (0)
-#define PUBLIC_LEAVE(ps, rc)                                                   \
-  do {                                                                         \
-    pthread_mutex_unlock(&(ps)->mu);                                           \
-    return (rc);                                                               \
+#define PUBLIC_LEAVE(ps, rc)                                                                       \
+  do {                                                                                             \
+    pthread_mutex_unlock(&(ps)->mu);                                                               \
+    return (rc);                                                                                   \
   } while (0)
 
 int loom_ps_dense(loom_ps_t *ps, const char *name, const size_t *shape, int ndim,
-                  const loom_ps_init *init, const loom_ps_opt *opt,
-                  loom_ps_var_t **var) {
+                  const loom_ps_init *init, const loom_ps_opt *opt, loom_ps_var_t **var) {
   PUBLIC_ENTER(ps);
   ps_decl d;
   int rc = decl_common(ps, name, init, opt, &d);
   if (rc == 0 && (!var || !shape || ndim < 1 || ndim > PS_MAX_DIMS))
-    rc = ps_fail(ps, LOOM_EINVAL, "'%s': give 1..%d dimensions and a place for the "
-                 "handle", name, PS_MAX_DIMS);
+    rc = ps_fail(ps, LOOM_EINVAL,
+                 "'%s': give 1..%d dimensions and a place for the "
+                 "handle",
+                 name, PS_MAX_DIMS);
   if (rc == 0) {
     d.kind = PS_DENSE;
     d.ndim = (uint32_t)ndim;
     uint64_t count = 1;
     for (int i = 0; i < ndim; i++) {
       d.shape[i] = shape[i];
-      count = shape[i] && count <= PS_MAX_COUNT / shape[i] ? count * shape[i]
-                                                           : PS_MAX_COUNT + 1;
+      count = shape[i] && count <= PS_MAX_COUNT / shape[i] ? count * shape[i] : PS_MAX_COUNT + 1;
     }
     d.count = count;
     rc = declare(ps, &d, var);
@@ -602,9 +619,8 @@ int loom_ps_dense(loom_ps_t *ps, const char *name, const size_t *shape, int ndim
   PUBLIC_LEAVE(ps, rc);
 }
 
-int loom_ps_sparse(loom_ps_t *ps, const char *name, size_t dim,
-                   const loom_ps_init *init, const loom_ps_opt *opt,
-                   loom_ps_var_t **var) {
+int loom_ps_sparse(loom_ps_t *ps, const char *name, size_t dim, const loom_ps_init *init,
+                   const loom_ps_opt *opt, loom_ps_var_t **var) {
   PUBLIC_ENTER(ps);
   ps_decl d;
   int rc = decl_common(ps, name, init, opt, &d);
@@ -620,8 +636,7 @@ int loom_ps_sparse(loom_ps_t *ps, const char *name, size_t dim,
 
 /* ---- dense -------------------------------------------------------------- */
 static int var_check(loom_ps_t *ps, const loom_ps_var_t *v, int kind, const void *buf) {
-  if (!v || !buf)
-    return ps_fail(ps, LOOM_EINVAL, "no variable or no buffer");
+  if (!v || !buf) return ps_fail(ps, LOOM_EINVAL, "no variable or no buffer");
   if (v->d.kind != (uint32_t)kind)
     return ps_fail(ps, LOOM_EINVAL, "'%s' is %s", v->d.name,
                    v->d.kind == PS_DENSE ? "dense: use loom_ps_pull/push"
@@ -630,12 +645,11 @@ static int var_check(loom_ps_t *ps, const loom_ps_var_t *v, int kind, const void
 }
 
 /* One call per PS_CHUNK of each shard's part of v. */
-static int dense_calls(loom_ps_t *ps, loom_ps_var_t *v, int op, float *out,
-                       const float *grad, ps_call **callsp, size_t *np) {
+static int dense_calls(loom_ps_t *ps, loom_ps_var_t *v, int op, float *out, const float *grad,
+                       ps_call **callsp, size_t *np) {
   const uint64_t per = PS_CHUNK / sizeof(float);
   size_t n = 0;
-  for (int s = 0; s < ps->nshards; s++)
-    n += (size_t)((v->hi[s] - v->lo[s] + per - 1) / per);
+  for (int s = 0; s < ps->nshards; s++) n += (size_t)((v->hi[s] - v->lo[s] + per - 1) / per);
   ps_call *calls = calloc(n ? n : 1, sizeof *calls);
   if (!calls) return ps_fail(ps, LOOM_ENOMEM, "out of memory");
   size_t k = 0;
@@ -644,8 +658,11 @@ static int dense_calls(loom_ps_t *ps, loom_ps_var_t *v, int op, float *out,
       uint64_t cnt = v->hi[s] - off < per ? v->hi[s] - off : per;
       ps_call *c = &calls[k++];
       c->shard = s;
-      c->h = (ps_hdr){.op = (uint16_t)op, .var = v->id[s], .count = (uint32_t)cnt,
-                      .step = (uint64_t)ps->step, .off = off};
+      c->h = (ps_hdr){.op = (uint16_t)op,
+                      .var = v->id[s],
+                      .count = (uint32_t)cnt,
+                      .step = (uint64_t)ps->step,
+                      .off = off};
       if (op == PS_OP_PULL) {
         c->dst = out + off;
         c->dst_len = cnt * sizeof(float);
@@ -662,8 +679,7 @@ static int dense_calls(loom_ps_t *ps, loom_ps_var_t *v, int op, float *out,
   return 0;
 }
 
-static int dense_io(loom_ps_t *ps, loom_ps_var_t *v, int op, float *out,
-                    const float *grad) {
+static int dense_io(loom_ps_t *ps, loom_ps_var_t *v, int op, float *out, const float *grad) {
   PUBLIC_ENTER(ps);
   int rc = var_check(ps, v, PS_DENSE, op == PS_OP_PULL ? (const void *)out : grad);
   ps_call *calls = NULL;
@@ -719,8 +735,7 @@ static void arena_trim(loom_ps_t *ps) {
   }
 }
 
-static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim,
-                      ps_groups *g) {
+static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim, ps_groups *g) {
   memset(g, 0, sizeof *g);
   size_t tsize = 16;
   while (tsize < 2 * n) tsize *= 2;
@@ -731,7 +746,9 @@ static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim,
                 m * dim * sizeof(float) + 64;
   char *p = arena(ps, need);
   if (!p) return ps_fail(ps, LOOM_ENOMEM, "out of memory for %zu keys", n);
-#define CARVE(ptr, count)                                                        (ptr) = (void *)p;                                                             p += ((count) * sizeof *(ptr) + 7) & ~(size_t)7
+#define CARVE(ptr, count)                                                                          \
+  (ptr) = (void *)p;                                                                               \
+  p += ((count) * sizeof *(ptr) + 7) & ~(size_t)7
   uint32_t *table;
   uint64_t *uniq;
   size_t *where, *slot;
@@ -772,8 +789,8 @@ static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim,
   return 0;
 }
 
-static int sparse_io(loom_ps_t *ps, loom_ps_var_t *v, const uint64_t *keys,
-                     size_t n, bool pull, float *out, const float *grad) {
+static int sparse_io(loom_ps_t *ps, loom_ps_var_t *v, const uint64_t *keys, size_t n, bool pull,
+                     float *out, const float *grad) {
   PUBLIC_ENTER(ps);
   const void *buf = pull ? (const void *)out : grad;
   int rc = var_check(ps, v, PS_SPARSE, n ? buf : (const void *)v);
@@ -818,8 +835,10 @@ static int sparse_io(loom_ps_t *ps, loom_ps_var_t *v, const uint64_t *keys,
       size_t k = b - a < per ? b - a : per;
       ps_call *cl = &calls[c++];
       cl->shard = s;
-      cl->h = (ps_hdr){.op = pull ? PS_OP_SPULL : PS_OP_SPUSH, .var = v->id[s],
-                       .count = (uint32_t)k, .step = (uint64_t)ps->step};
+      cl->h = (ps_hdr){.op = pull ? PS_OP_SPULL : PS_OP_SPUSH,
+                       .var = v->id[s],
+                       .count = (uint32_t)k,
+                       .step = (uint64_t)ps->step};
       cl->p1 = g.gk + a;
       cl->n1 = k * sizeof(uint64_t);
       if (pull) {
@@ -844,13 +863,13 @@ out:
   PUBLIC_LEAVE(ps, rc);
 }
 
-int loom_ps_sparse_pull(loom_ps_t *ps, loom_ps_var_t *var, const uint64_t *keys,
-                        size_t n, float *out) {
+int loom_ps_sparse_pull(loom_ps_t *ps, loom_ps_var_t *var, const uint64_t *keys, size_t n,
+                        float *out) {
   return sparse_io(ps, var, keys, n, true, out, NULL);
 }
 
-int loom_ps_sparse_push(loom_ps_t *ps, loom_ps_var_t *var, const uint64_t *keys,
-                        size_t n, const float *grad) {
+int loom_ps_sparse_push(loom_ps_t *ps, loom_ps_var_t *var, const uint64_t *keys, size_t n,
+                        const float *grad) {
   return sparse_io(ps, var, keys, n, false, NULL, grad);
 }
 
@@ -858,8 +877,8 @@ int loom_ps_sparse_push(loom_ps_t *ps, loom_ps_var_t *var, const uint64_t *keys,
 /* One call to every shard (or just shard 0), with path as the payload.
  * *callsp (freed by the caller) holds the replies; refusals are returned
  * as errors unless keep_refusals. */
-static int to_all(loom_ps_t *ps, int op, uint64_t step, const char *path,
-                  bool only0, ps_call **callsp, bool keep_refusals) {
+static int to_all(loom_ps_t *ps, int op, uint64_t step, const char *path, bool only0,
+                  ps_call **callsp, bool keep_refusals) {
   uint16_t flags = keep_refusals && op == PS_OP_RESTORE ? PS_F_CHECK : 0;
   int n = only0 ? 1 : ps->nshards;
   ps_call *calls = calloc((size_t)n, sizeof *calls);
@@ -867,7 +886,9 @@ static int to_all(loom_ps_t *ps, int op, uint64_t step, const char *path,
   if (!calls) return ps_fail(ps, LOOM_ENOMEM, "out of memory");
   for (int s = 0; s < n; s++) {
     calls[s].shard = s;
-    calls[s].h = (ps_hdr){.op = (uint16_t)op, .step = step, .flags = flags,
+    calls[s].h = (ps_hdr){.op = (uint16_t)op,
+                          .step = step,
+                          .flags = flags,
                           .count = op == PS_OP_COMMIT ? (uint32_t)ps->nshards : 0};
     if (path) {
       calls[s].p1 = path;
@@ -905,13 +926,15 @@ int loom_ps_save(loom_ps_t *ps, int64_t step) {
   PUBLIC_ENTER(ps);
   int rc = ps->dead;
   if (rc == 0 && !ps->ckpt_dir[0])
-    rc = ps_fail(ps, LOOM_EINVAL, "no checkpoint directory: outside a job, set "
+    rc = ps_fail(ps, LOOM_EINVAL,
+                 "no checkpoint directory: outside a job, set "
                  "loom_ps_opts.ckpt_dir or LOOM_PS_CKPT_DIR");
   if (rc == 0 && step < 0) rc = ps_fail(ps, LOOM_EINVAL, "a step is >= 0");
   if (rc == 0 && ps->mode == LOOM_PS_SYNC && step != ps->step)
-    rc = ps_fail(ps, LOOM_EINVAL, "in sync mode save the step this worker is at "
-                 "(loom_ps_clock() = %lld), not %lld", (long long)ps->step,
-                 (long long)step);
+    rc = ps_fail(ps, LOOM_EINVAL,
+                 "in sync mode save the step this worker is at "
+                 "(loom_ps_clock() = %lld), not %lld",
+                 (long long)ps->step, (long long)step);
   ps_call *calls = NULL;
   if (rc == 0) rc = to_all(ps, PS_OP_SAVE, (uint64_t)step, ps->ckpt_dir, false, &calls, false);
   free(calls);
@@ -928,7 +951,8 @@ int loom_ps_restore(loom_ps_t *ps, int64_t *step) {
   int rc = ps->dead;
   if (rc == 0 && !step) rc = ps_fail(ps, LOOM_EINVAL, "no place for the step");
   if (rc == 0 && !ps->ckpt_dir[0])
-    rc = ps_fail(ps, LOOM_EINVAL, "no checkpoint directory: outside a job, set "
+    rc = ps_fail(ps, LOOM_EINVAL,
+                 "no checkpoint directory: outside a job, set "
                  "loom_ps_opts.ckpt_dir or LOOM_PS_CKPT_DIR");
   ps_call *calls = NULL;
   uint64_t want = step && *step >= 0 ? (uint64_t)*step : PS_STEP_LATEST;
@@ -938,14 +962,17 @@ int loom_ps_restore(loom_ps_t *ps, int64_t *step) {
   if (rc == 0) {
     int none = 0;
     for (int s = 0; s < ps->nshards; s++) none += calls[s].rep.rc == LOOM_ENOENT;
-    if (none == ps->nshards) rc = ps_fail(ps, LOOM_ENOENT, "no checkpoint in %s", ps->ckpt_dir);
-    else rc = first_refusal(ps, calls, (size_t)ps->nshards);
+    if (none == ps->nshards)
+      rc = ps_fail(ps, LOOM_ENOENT, "no checkpoint in %s", ps->ckpt_dir);
+    else
+      rc = first_refusal(ps, calls, (size_t)ps->nshards);
     for (int s = 1; rc == 0 && s < ps->nshards; s++)
       if (calls[s].rep.step != calls[0].rep.step)
-        rc = ps_fail(ps, LOOM_EIO, "the ps shards found different checkpoints "
+        rc = ps_fail(ps, LOOM_EIO,
+                     "the ps shards found different checkpoints "
                      "(step %llu on shard 0, %llu on shard %d)",
-                     (unsigned long long)calls[0].rep.step,
-                     (unsigned long long)calls[s].rep.step, s);
+                     (unsigned long long)calls[0].rep.step, (unsigned long long)calls[s].rep.step,
+                     s);
   }
   if (rc == 0) {
     want = calls[0].rep.step;

@@ -36,8 +36,7 @@ float ps_init_value(const loom_ps_init *in, uint64_t key, uint64_t i) {
   }
 }
 
-void ps_init_fill(const loom_ps_init *in, uint64_t key, uint64_t first,
-                  float *out, size_t n) {
+void ps_init_fill(const loom_ps_init *in, uint64_t key, uint64_t first, float *out, size_t n) {
   if (in->kind == LOOM_PS_ZEROS || in->kind == LOOM_PS_CONSTANT) {
     float v = in->kind == LOOM_PS_ZEROS ? 0.0f : in->a;
     for (size_t i = 0; i < n; i++) out[i] = v;
@@ -46,17 +45,14 @@ void ps_init_fill(const loom_ps_init *in, uint64_t key, uint64_t first,
   for (size_t i = 0; i < n; i++) out[i] = ps_init_value(in, key, first + i);
 }
 
-int ps_opt_slots(int kind) {
-  return kind == LOOM_PS_ADAM ? 2 : kind == LOOM_PS_ADAGRAD ? 1 : 0;
-}
+int ps_opt_slots(int kind) { return kind == LOOM_PS_ADAM ? 2 : kind == LOOM_PS_ADAGRAD ? 1 : 0; }
 
 float ps_opt_slot_init(const loom_ps_opt *o, int slot) {
   return o->kind == LOOM_PS_ADAGRAD && slot == 0 ? o->initial_accumulator : 0.0f;
 }
 
-void ps_opt_apply(const loom_ps_opt *o, uint64_t t, float *restrict w,
-                  float *restrict s1, float *restrict s2,
-                  const float *restrict g, size_t n) {
+void ps_opt_apply(const loom_ps_opt *o, uint64_t t, float *restrict w, float *restrict s1,
+                  float *restrict s2, const float *restrict g, size_t n) {
   const float lr = o->lr;
   switch (o->kind) {
   case LOOM_PS_SGD:

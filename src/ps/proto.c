@@ -48,9 +48,9 @@ void ps_hdr_get(const unsigned char p[PS_HDR], ps_hdr *h) {
 }
 
 const char *ps_op_name(int op) {
-  static const char *const names[] = {
-      "?",    "config",  "declare", "pull", "push",   "sparse pull",
-      "sparse push", "step", "barrier", "save", "commit", "restore", "info"};
+  static const char *const names[] = {"?",           "config",      "declare", "pull",    "push",
+                                      "sparse pull", "sparse push", "step",    "barrier", "save",
+                                      "commit",      "restore",     "info"};
   return op > 0 && op < PS_OP__END ? names[op] : "?";
 }
 
@@ -113,8 +113,7 @@ void ps_decl_put(ps_wbuf *w, const ps_decl *d) {
   ps_put_u32(w, d->kind);
   ps_put_u32(w, d->ndim);
   ps_put_u64(w, d->count);
-  for (uint32_t i = 0; i < d->ndim && i < PS_MAX_DIMS; i++)
-    ps_put_u64(w, d->shape[i]);
+  for (uint32_t i = 0; i < d->ndim && i < PS_MAX_DIMS; i++) ps_put_u64(w, d->shape[i]);
   ps_put_u32(w, (uint32_t)d->init.kind);
   ps_put_f32(w, d->init.a);
   ps_put_f32(w, d->init.b);
@@ -169,44 +168,44 @@ int ps_decl_get(ps_rbuf *r, ps_decl *d, char *err, size_t errlen) {
   if (d->kind == PS_DENSE) {
     uint64_t prod = 1;
     for (uint32_t i = 0; i < d->ndim; i++) {
-      if (d->shape[i] == 0 || d->shape[i] > PS_MAX_COUNT ||
-          prod > PS_MAX_COUNT / d->shape[i]) {
-        snprintf(err, errlen, "'%s': every dimension is at least 1 and the "
-                 "total at most 2^40 elements", d->name);
+      if (d->shape[i] == 0 || d->shape[i] > PS_MAX_COUNT || prod > PS_MAX_COUNT / d->shape[i]) {
+        snprintf(err, errlen,
+                 "'%s': every dimension is at least 1 and the "
+                 "total at most 2^40 elements",
+                 d->name);
         return LOOM_EINVAL;
       }
       prod *= d->shape[i];
     }
     if (prod != d->count) {
-      snprintf(err, errlen, "'%s': count %llu is not the product of the shape",
-               d->name, (unsigned long long)d->count);
+      snprintf(err, errlen, "'%s': count %llu is not the product of the shape", d->name,
+               (unsigned long long)d->count);
       return LOOM_EINVAL;
     }
   } else if (d->kind == PS_SPARSE) {
-    if (d->ndim != 1 || d->count < 1 || d->count > PS_MAX_DIM ||
-        d->shape[0] != d->count) {
-      snprintf(err, errlen, "'%s': a sparse row has 1..%d floats", d->name,
-               PS_MAX_DIM);
+    if (d->ndim != 1 || d->count < 1 || d->count > PS_MAX_DIM || d->shape[0] != d->count) {
+      snprintf(err, errlen, "'%s': a sparse row has 1..%d floats", d->name, PS_MAX_DIM);
       return LOOM_EINVAL;
     }
   } else {
     snprintf(err, errlen, "'%s': unknown variable kind %u", d->name, d->kind);
     return LOOM_EINVAL;
   }
-  if ((unsigned)d->init.kind > LOOM_PS_NORMAL || !isfinite(d->init.a) ||
-      !isfinite(d->init.b) ||
+  if ((unsigned)d->init.kind > LOOM_PS_NORMAL || !isfinite(d->init.a) || !isfinite(d->init.b) ||
       (d->init.kind == LOOM_PS_UNIFORM && !(d->init.a <= d->init.b)) ||
       (d->init.kind == LOOM_PS_NORMAL && !(d->init.b >= 0))) {
-    snprintf(err, errlen, "'%s': bad initializer (uniform needs a <= b, "
-             "normal a standard deviation b >= 0)", d->name);
+    snprintf(err, errlen,
+             "'%s': bad initializer (uniform needs a <= b, "
+             "normal a standard deviation b >= 0)",
+             d->name);
     return LOOM_EINVAL;
   }
   const loom_ps_opt *o = &d->opt;
-  if ((unsigned)o->kind > LOOM_PS_ADAM || !finite_nonneg(o->lr) ||
-      !finite_nonneg(o->eps) || !finite_nonneg(o->initial_accumulator) ||
-      !finite_nonneg(o->beta1) || !(o->beta1 < 1) ||
+  if ((unsigned)o->kind > LOOM_PS_ADAM || !finite_nonneg(o->lr) || !finite_nonneg(o->eps) ||
+      !finite_nonneg(o->initial_accumulator) || !finite_nonneg(o->beta1) || !(o->beta1 < 1) ||
       !finite_nonneg(o->beta2) || !(o->beta2 < 1)) {
-    snprintf(err, errlen, "'%s': bad optimizer (lr, eps and "
+    snprintf(err, errlen,
+             "'%s': bad optimizer (lr, eps and "
              "initial_accumulator are finite and >= 0, betas in [0, 1))",
              d->name);
     return LOOM_EINVAL;
@@ -221,33 +220,30 @@ int ps_decl_get(ps_rbuf *r, ps_decl *d, char *err, size_t errlen) {
 static const char *const INIT_NAMES[] = {"zeros", "constant", "uniform", "normal"};
 static const char *const OPT_NAMES[] = {"sgd", "adagrad", "adam"};
 
-bool ps_decl_compatible(const ps_decl *a, const ps_decl *b, char *why,
-                        size_t whylen) {
+bool ps_decl_compatible(const ps_decl *a, const ps_decl *b, char *why, size_t whylen) {
   if (a->kind != b->kind) {
     snprintf(why, whylen, "'%s' is %s, declared here as %s", a->name,
-             a->kind == PS_DENSE ? "dense" : "sparse",
-             b->kind == PS_DENSE ? "dense" : "sparse");
+             a->kind == PS_DENSE ? "dense" : "sparse", b->kind == PS_DENSE ? "dense" : "sparse");
     return false;
   }
   bool shape = a->ndim == b->ndim && a->count == b->count;
-  for (uint32_t i = 0; shape && i < a->ndim; i++)
-    shape = a->shape[i] == b->shape[i];
+  for (uint32_t i = 0; shape && i < a->ndim; i++) shape = a->shape[i] == b->shape[i];
   if (!shape) {
-    snprintf(why, whylen, "'%s' exists with %llu %s; declared here with %llu",
-             a->name, (unsigned long long)a->count,
+    snprintf(why, whylen, "'%s' exists with %llu %s; declared here with %llu", a->name,
+             (unsigned long long)a->count,
              a->kind == PS_DENSE ? "elements (or another shape)" : "columns",
              (unsigned long long)b->count);
     return false;
   }
-  if (a->init.kind != b->init.kind || a->init.a != b->init.a ||
-      a->init.b != b->init.b || a->init.seed != b->init.seed) {
+  if (a->init.kind != b->init.kind || a->init.a != b->init.a || a->init.b != b->init.b ||
+      a->init.seed != b->init.seed) {
     snprintf(why, whylen, "'%s' exists with another initializer (%s)", a->name,
              INIT_NAMES[a->init.kind]);
     return false;
   }
   if (a->opt.kind != b->opt.kind) {
-    snprintf(why, whylen, "'%s' exists with optimizer %s, declared here with %s",
-             a->name, OPT_NAMES[a->opt.kind], OPT_NAMES[b->opt.kind]);
+    snprintf(why, whylen, "'%s' exists with optimizer %s, declared here with %s", a->name,
+             OPT_NAMES[a->opt.kind], OPT_NAMES[b->opt.kind]);
     return false;
   }
   return true;
@@ -269,8 +265,8 @@ static uint64_t name_hash(const char *s) { /* FNV-1a */
   return ps_mix64(h);
 }
 
-void ps_dense_part(const char *name, uint64_t count, int shard, int nshards,
-                   uint64_t split_bytes, uint64_t *lo, uint64_t *hi) {
+void ps_dense_part(const char *name, uint64_t count, int shard, int nshards, uint64_t split_bytes,
+                   uint64_t *lo, uint64_t *hi) {
   *lo = *hi = 0;
   if (nshards < 1 || shard < 0 || shard >= nshards) return;
   if (nshards == 1 || count * 4 <= split_bytes) {

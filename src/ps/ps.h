@@ -55,8 +55,8 @@ void ps_tunables_load(struct ps_tunables *t);
 #define PS_MIN_MAX_MSG (PS_CHUNK + 65536)
 #define PS_MAX_NAME 255
 #define PS_MAX_DIMS 8
-#define PS_MAX_DIM 65536           /* sparse row width */
-#define PS_MAX_COUNT (1ULL << 40)  /* dense elements */
+#define PS_MAX_DIM 65536          /* sparse row width */
+#define PS_MAX_COUNT (1ULL << 40) /* dense elements */
 #define PS_MAX_WORKERS 65536
 #define PS_MAX_STALENESS 1000000
 #define PS_MAX_ERRMSG 512
@@ -139,8 +139,7 @@ void ps_decl_put(ps_wbuf *w, const ps_decl *d);
 int ps_decl_get(ps_rbuf *r, ps_decl *d, char *err, size_t errlen);
 /* Whether two declarations name the same variable layout (kind, shape,
  * initializer, optimizer kind); hyperparameters may differ. */
-bool ps_decl_compatible(const ps_decl *a, const ps_decl *b, char *why,
-                        size_t whylen);
+bool ps_decl_compatible(const ps_decl *a, const ps_decl *b, char *why, size_t whylen);
 
 uint64_t ps_mix64(uint64_t x);
 /* The shard that holds key, out of n. */
@@ -151,21 +150,20 @@ static inline int ps_key_shard(uint64_t key, int n) {
  * nshards holds: all of it on one shard picked by the name's hash up to
  * split_bytes, else an even split (the first count % n shards get one
  * more). */
-void ps_dense_part(const char *name, uint64_t count, int shard, int nshards,
-                   uint64_t split_bytes, uint64_t *lo, uint64_t *hi);
+void ps_dense_part(const char *name, uint64_t count, int shard, int nshards, uint64_t split_bytes,
+                   uint64_t *lo, uint64_t *hi);
 
 /* ---- initializers and optimizers ----------------------------------------*/
 /* The initial value of element i of row key (dense variables: key 0). */
 float ps_init_value(const loom_ps_init *in, uint64_t key, uint64_t i);
-void ps_init_fill(const loom_ps_init *in, uint64_t key, uint64_t first,
-                  float *out, size_t n);
+void ps_init_fill(const loom_ps_init *in, uint64_t key, uint64_t first, float *out, size_t n);
 /* Optimizer slots per value: 0 (SGD), 1 (Adagrad: a), 2 (Adam: m, v). */
 int ps_opt_slots(int kind);
 /* Applies one update with gradient g to n values w and their slots s1, s2
  * (NULL where the optimizer has none). t: the update's number (1 for the
  * first), for Adam's bias correction. */
-void ps_opt_apply(const loom_ps_opt *o, uint64_t t, float *w, float *s1,
-                  float *s2, const float *g, size_t n);
+void ps_opt_apply(const loom_ps_opt *o, uint64_t t, float *w, float *s1, float *s2, const float *g,
+                  size_t n);
 /* Slot initial value (Adagrad's accumulator starts at initial_accumulator). */
 float ps_opt_slot_init(const loom_ps_opt *o, int slot);
 
@@ -195,8 +193,7 @@ void ps_rows_free(ps_rows *r, ps_mem *m);
 int64_t ps_rows_find(const ps_rows *r, uint64_t key);
 /* The rows of n keys (little-endian u64, maybe unaligned) into rows[],
  * -1 where absent; prefetches ahead, for big tables. */
-void ps_rows_find_many(const ps_rows *r, const unsigned char *keys, size_t n,
-                       int64_t *rows);
+void ps_rows_find_many(const ps_rows *r, const unsigned char *keys, size_t n, int64_t *rows);
 /* The row of key, added (uninitialized, *added set) if absent; a negative
  * LOOM_E* when memory runs out. Rows never move. */
 int64_t ps_rows_add(ps_rows *r, uint64_t key, bool *added, ps_mem *m);
@@ -217,7 +214,7 @@ typedef struct {
   float *pend;        /* SYNC: the open step's summed gradient, lazily */
   bool pend_dirty;
   /* sparse */
-  ps_rows rows;     /* stride dim * (1 + slots): w | s1 | s2 */
+  ps_rows rows;      /* stride dim * (1 + slots): w | s1 | s2 */
   ps_rows pend_rows; /* SYNC: stride dim, summed gradients */
   bool pend_touched; /* SYNC: pushed to in the open step */
   bool loading;      /* ckpt.c: already reset by the restore under way */
@@ -233,30 +230,24 @@ typedef struct {
   size_t scratch_cap;
 } ps_state;
 
-void ps_state_init(ps_state *st, int shard, int nshards, uint64_t split_bytes,
-                   uint64_t max_memory);
+void ps_state_init(ps_state *st, int shard, int nshards, uint64_t split_bytes, uint64_t max_memory);
 void ps_state_free(ps_state *st);
 /* Declares a variable or finds it (see loom_ps_dense); *id its index. */
-int ps_state_declare(ps_state *st, const ps_decl *d, uint32_t *id,
-                     char *err, size_t errlen);
+int ps_state_declare(ps_state *st, const ps_decl *d, uint32_t *id, char *err, size_t errlen);
 int ps_state_find(const ps_state *st, const char *name);
 
 /* Dense [off, off+n) (global element offsets, inside the part). */
 void ps_dense_read(const ps_var *v, uint64_t off, float *out, size_t n);
 /* Applies a gradient now; first: this push's first message to this shard
  * (Adam's t moves once per push). */
-void ps_dense_apply(ps_var *v, uint64_t off, const float *g, size_t n,
-                    bool first);
-int ps_dense_accum(ps_state *st, ps_var *v, uint64_t off, const float *g,
-                   size_t n);
+void ps_dense_apply(ps_var *v, uint64_t off, const float *g, size_t n, bool first);
+int ps_dense_accum(ps_state *st, ps_var *v, uint64_t off, const float *g, size_t n);
 /* Sparse: rows of n keys into out (n * dim), stored or initial. */
-void ps_sparse_read(ps_state *st, const ps_var *v, const unsigned char *keys,
-                    size_t n, float *out);
+void ps_sparse_read(ps_state *st, const ps_var *v, const unsigned char *keys, size_t n, float *out);
 /* keys (here and above) are n little-endian u64, maybe unaligned. */
-int ps_sparse_apply(ps_state *st, ps_var *v, const unsigned char *keys,
-                    const float *g, size_t n, bool first);
-int ps_sparse_accum(ps_state *st, ps_var *v, const unsigned char *keys,
-                    const float *g, size_t n);
+int ps_sparse_apply(ps_state *st, ps_var *v, const unsigned char *keys, const float *g, size_t n,
+                    bool first);
+int ps_sparse_accum(ps_state *st, ps_var *v, const unsigned char *keys, const float *g, size_t n);
 /* SYNC: applies every variable's summed gradients of the open step as one
  * update and clears them. */
 int ps_state_close_step(ps_state *st);
@@ -264,23 +255,19 @@ void ps_state_drop_pending(ps_state *st);
 
 /* ---- checkpoints (ckpt.c) ----------------------------------------------- */
 /* Writes this shard's file of checkpoint step under dir, atomically. */
-int ps_ckpt_write(const ps_state *st, const char *dir, uint64_t step,
-                  char *err, size_t errlen);
+int ps_ckpt_write(const ps_state *st, const char *dir, uint64_t step, char *err, size_t errlen);
 /* Shard 0, once every shard wrote: MANIFEST.json, then LATEST; prunes all
  * but the newest keep checkpoints. */
-int ps_ckpt_commit(const char *dir, uint64_t step, int nshards, int keep,
-                   char *err, size_t errlen);
+int ps_ckpt_commit(const char *dir, uint64_t step, int nshards, int keep, char *err, size_t errlen);
 /* The step LATEST names; LOOM_ENOENT if none. */
 int ps_ckpt_latest(const char *dir, uint64_t *step);
 /* Checks that the files ps_ckpt_load would read are there and whole
  * (manifest, headers, SHA-256), reading them through once. */
-int ps_ckpt_verify(const ps_state *st, const char *dir, uint64_t step, char *err,
-                   size_t errlen);
+int ps_ckpt_verify(const ps_state *st, const char *dir, uint64_t step, char *err, size_t errlen);
 /* Loads checkpoint step into st: the files of every old shard whose data
  * this shard now holds (its own when the count is the same). Variables in
  * the checkpoint replace the state's (declared ones must be compatible;
  * their hyperparameters stay); others are kept. All or nothing. */
-int ps_ckpt_load(ps_state *st, const char *dir, uint64_t step, char *err,
-                 size_t errlen);
+int ps_ckpt_load(ps_state *st, const char *dir, uint64_t step, char *err, size_t errlen);
 
 #endif

@@ -62,8 +62,7 @@ void ps_rows_free(ps_rows *r, ps_mem *m) {
 }
 
 static float *slot_at(const ps_rows *r, uint64_t row) {
-  return r->pages[row >> r->page_shift] +
-         (row & ((1ULL << r->page_shift) - 1)) * slot_floats(r);
+  return r->pages[row >> r->page_shift] + (row & ((1ULL << r->page_shift) - 1)) * slot_floats(r);
 }
 
 float *ps_rows_at(const ps_rows *r, uint64_t row) { return slot_at(r, row) + 2; }
@@ -88,8 +87,7 @@ int64_t ps_rows_find(const ps_rows *r, uint64_t key) {
   return r->index ? find_from(r, key, hash_of(key) & r->mask) : -1;
 }
 
-void ps_rows_find_many(const ps_rows *r, const unsigned char *keys, size_t n,
-                       int64_t *rows) {
+void ps_rows_find_many(const ps_rows *r, const unsigned char *keys, size_t n, int64_t *rows) {
   if (!r->index) {
     for (size_t i = 0; i < n; i++) rows[i] = -1;
     return;

@@ -58,7 +58,7 @@ typedef struct conn {
   bool parked, admitted; /* the head request waits / had its side effects */
   int rank;
   wire_auth_server auth; /* the handshake, until authed */
-  uint64_t deadline_ms; /* authenticate by then */
+  uint64_t deadline_ms;  /* authenticate by then */
   char peer[64];
   unsigned char *in; /* unread bytes: [in_off, in_len) */
   size_t in_off, in_len, in_cap;
@@ -122,8 +122,7 @@ static int out_room(conn *c, size_t n) {
 
 static void conn_flush(conn *c) {
   while (out_pending(c) && !c->closing) {
-    ssize_t n = send(c->fd, c->out + c->out_off, out_pending(c),
-                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = send(c->fd, c->out + c->out_off, out_pending(c), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) {
@@ -183,8 +182,7 @@ static ps_hdr reply_to(const ps_hdr *h) {
   return r;
 }
 
-static int reply_err(conn *c, const ps_hdr *h, int rc, const char *fmt, ...)
-    LOOM__PRINTF(4, 5);
+static int reply_err(conn *c, const ps_hdr *h, int rc, const char *fmt, ...) LOOM__PRINTF(4, 5);
 static int reply_err(conn *c, const ps_hdr *h, int rc, const char *fmt, ...) {
   char msg[PS_MAX_ERRMSG];
   va_list ap;
@@ -231,17 +229,19 @@ static uint64_t where_is(const ps_server *s, const conn *c) {
 static int h_config(ps_server *s, conn *c, const ps_hdr *h) {
   if (c->configured || h->len) return CLOSE;
   int mode = h->flags, stal = (int)h->count;
-  int workers = h->off ? (int)(h->off > PS_MAX_WORKERS ? PS_MAX_WORKERS + 1 : h->off)
-                       : s->cfg.world;
-  if (mode > LOOM_PS_BOUNDED || h->count > PS_MAX_STALENESS ||
-      h->off > PS_MAX_WORKERS)
+  int workers =
+      h->off ? (int)(h->off > PS_MAX_WORKERS ? PS_MAX_WORKERS + 1 : h->off) : s->cfg.world;
+  if (mode > LOOM_PS_BOUNDED || h->count > PS_MAX_STALENESS || h->off > PS_MAX_WORKERS)
     return reply_err(c, h, LOOM_EINVAL, "bad mode, staleness or worker count");
   if (workers < 1)
-    return reply_err(c, h, LOOM_EINVAL, "the number of workers is unknown here "
+    return reply_err(c, h, LOOM_EINVAL,
+                     "the number of workers is unknown here "
                      "(no LOOM_WORLD_SIZE on the ps): set loom_ps_opts.workers");
   if (h->rank < -1 || h->rank >= workers)
-    return reply_err(c, h, LOOM_EINVAL, "rank %d is not in 0..%d (or -1 for a "
-                     "process that only reads)", h->rank, workers - 1);
+    return reply_err(c, h, LOOM_EINVAL,
+                     "rank %d is not in 0..%d (or -1 for a "
+                     "process that only reads)",
+                     h->rank, workers - 1);
   if (!s->configured) {
     s->clock = calloc((size_t)workers, sizeof *s->clock);
     if (!s->clock) return CLOSE;
@@ -250,15 +250,16 @@ static int h_config(ps_server *s, conn *c, const ps_hdr *h) {
     s->staleness = stal;
     s->workers = workers;
     s->configured = true;
-    loom__log(LOOM_LOG_INFO, "ps", "shard %d: %s mode, %d workers, staleness %d",
-              s->cfg.shard, MODE_NAMES[mode], workers, stal);
+    loom__log(LOOM_LOG_INFO, "ps", "shard %d: %s mode, %d workers, staleness %d", s->cfg.shard,
+              MODE_NAMES[mode], workers, stal);
   } else if (mode != s->mode || workers != s->workers ||
              (mode == LOOM_PS_BOUNDED && stal != s->staleness)) {
-    return reply_err(c, h, LOOM_ESTATE, "this ps runs in %s mode for %d workers "
+    return reply_err(c, h, LOOM_ESTATE,
+                     "this ps runs in %s mode for %d workers "
                      "(staleness %d); this worker asked for %s mode, %d workers, "
                      "staleness %d: every worker must use the same options",
-                     MODE_NAMES[s->mode], s->workers, s->staleness,
-                     MODE_NAMES[mode], workers, stal);
+                     MODE_NAMES[s->mode], s->workers, s->staleness, MODE_NAMES[mode], workers,
+                     stal);
   }
   c->configured = true;
   c->rank = h->rank;
@@ -298,12 +299,13 @@ static ps_var *var_of(ps_server *s, conn *c, const ps_hdr *h, int kind) {
 }
 
 static int dense_range(ps_server *s, conn *c, const ps_hdr *h, const ps_var *v) {
-  if (h->count == 0 || (uint64_t)h->count * 4 > (uint64_t)s->tun.max_msg ||
-      h->off < v->lo || h->off > v->hi || h->count > v->hi - h->off) {
-    reply_err(c, h, LOOM_EINVAL, "elements [%llu, +%u) of '%s' are not on shard "
-              "%d, which holds [%llu, %llu)", (unsigned long long)h->off,
-              h->count, v->d.name, s->cfg.shard, (unsigned long long)v->lo,
-              (unsigned long long)v->hi);
+  if (h->count == 0 || (uint64_t)h->count * 4 > (uint64_t)s->tun.max_msg || h->off < v->lo ||
+      h->off > v->hi || h->count > v->hi - h->off) {
+    reply_err(c, h, LOOM_EINVAL,
+              "elements [%llu, +%u) of '%s' are not on shard "
+              "%d, which holds [%llu, %llu)",
+              (unsigned long long)h->off, h->count, v->d.name, s->cfg.shard,
+              (unsigned long long)v->lo, (unsigned long long)v->hi);
     return -1;
   }
   return 0;
@@ -316,7 +318,8 @@ static int push_step(ps_server *s, conn *c, const ps_hdr *h) {
     return reply_err(c, h, LOOM_EINVAL, "in sync mode only workers (rank >= 0) push");
   if (h->step > s->step) return PARK;
   if (h->step < s->step)
-    return reply_err(c, h, LOOM_ESTATE, "a push for step %llu arrived after "
+    return reply_err(c, h, LOOM_ESTATE,
+                     "a push for step %llu arrived after "
                      "that step was applied (the ps is at step %llu)",
                      (unsigned long long)h->step, (unsigned long long)s->step);
   return GO;
@@ -324,10 +327,11 @@ static int push_step(ps_server *s, conn *c, const ps_hdr *h) {
 
 static int full(ps_server *s, conn *c, const ps_hdr *h, int rc, const ps_var *v) {
   if (rc == LOOM_ERANGE)
-    return reply_err(c, h, rc, "shard %d is full: LOOM_PS_MAX_MEMORY (%llu MiB) "
+    return reply_err(c, h, rc,
+                     "shard %d is full: LOOM_PS_MAX_MEMORY (%llu MiB) "
                      "reached with '%s' at %llu rows; raise it or add ps tasks",
-                     s->cfg.shard, (unsigned long long)(s->st.mem.cap >> 20),
-                     v->d.name, (unsigned long long)v->rows.n);
+                     s->cfg.shard, (unsigned long long)(s->st.mem.cap >> 20), v->d.name,
+                     (unsigned long long)v->rows.n);
   return reply_err(c, h, rc, "shard %d: out of memory", s->cfg.shard);
 }
 
@@ -335,8 +339,7 @@ static int h_pull(ps_server *s, conn *c, const ps_hdr *h) {
   if (h->len) return CLOSE;
   ps_var *v = var_of(s, c, h, PS_DENSE);
   if (!v || dense_range(s, c, h, v) < 0) return DONE;
-  if (s->mode == LOOM_PS_SYNC && !(h->flags & PS_F_NOWAIT) && s->step < h->step)
-    return PARK;
+  if (s->mode == LOOM_PS_SYNC && !(h->flags & PS_F_NOWAIT) && s->step < h->step) return PARK;
   ps_hdr r = reply_to(h);
   r.step = s->step;
   r.off = h->off;
@@ -362,8 +365,7 @@ static int h_push(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *p
 
 /* Every key must be this shard's: a client with another shard count or a
  * bug would otherwise split a row's history over two shards. */
-static int keys_ours(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *keys,
-                     size_t n) {
+static int keys_ours(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *keys, size_t n) {
   for (size_t i = 0; i < n; i++) {
     uint64_t k;
     memcpy(&k, keys + 8 * i, 8);
@@ -383,11 +385,12 @@ static int h_spull(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *
   if (!v) return DONE;
   size_t n = h->count, dim = (size_t)v->d.count;
   if ((uint64_t)n * dim * 4 > (uint64_t)s->tun.max_msg)
-    return reply_err(c, h, LOOM_EINVAL, "a pull of %zu rows of '%s' is past "
-                     "LOOM_PS_MAX_MSG: ask for fewer keys at once", n, v->d.name);
+    return reply_err(c, h, LOOM_EINVAL,
+                     "a pull of %zu rows of '%s' is past "
+                     "LOOM_PS_MAX_MSG: ask for fewer keys at once",
+                     n, v->d.name);
   if (keys_ours(s, c, h, p, n) < 0) return DONE;
-  if (s->mode == LOOM_PS_SYNC && !(h->flags & PS_F_NOWAIT) && s->step < h->step)
-    return PARK;
+  if (s->mode == LOOM_PS_SYNC && !(h->flags & PS_F_NOWAIT) && s->step < h->step) return PARK;
   size_t bytes = n * dim * sizeof(float);
   if (out_room(c, PS_HDR + bytes) < 0) return CLOSE;
   ps_hdr r = reply_to(h);
@@ -434,18 +437,18 @@ static int h_step(ps_server *s, conn *c, const ps_hdr *h) {
   if (!c->admitted) {
     uint64_t *ck = &s->clock[c->rank];
     if (h->step != *ck)
-      return reply_err(c, h, LOOM_ESTATE, "rank %d ended step %llu, but this ps "
+      return reply_err(c, h, LOOM_ESTATE,
+                       "rank %d ended step %llu, but this ps "
                        "has it at step %llu (did every worker call "
-                       "loom_ps_restore? does a rank run twice?)", c->rank,
-                       (unsigned long long)h->step, (unsigned long long)*ck);
+                       "loom_ps_restore? does a rank run twice?)",
+                       c->rank, (unsigned long long)h->step, (unsigned long long)*ck);
     *ck = h->step + 1;
     c->admitted = true;
     s->changed = true;
     if (s->mode == LOOM_PS_SYNC) close_steps(s);
   }
   uint64_t slowest = min_clock(s);
-  if (s->mode == LOOM_PS_BOUNDED && slowest + (uint64_t)s->staleness < h->step + 1)
-    return PARK;
+  if (s->mode == LOOM_PS_BOUNDED && slowest + (uint64_t)s->staleness < h->step + 1) return PARK;
   ps_hdr r = reply_to(h);
   r.step = s->mode == LOOM_PS_SYNC ? s->step : slowest;
   send_reply(c, &r, NULL, 0);
@@ -471,8 +474,7 @@ static int h_barrier(ps_server *s, conn *c, const ps_hdr *h) {
 
 /* The directory in a SAVE, COMMIT or RESTORE payload, NUL-terminated. */
 static int dir_of(const ps_hdr *h, const unsigned char *p, char *dir) {
-  if (h->len < 2 || h->len > PS_MAX_PATH || p[0] != '/' || memchr(p, 0, h->len))
-    return -1;
+  if (h->len < 2 || h->len > PS_MAX_PATH || p[0] != '/' || memchr(p, 0, h->len)) return -1;
   memcpy(dir, p, h->len);
   dir[h->len] = 0;
   return 0;
@@ -484,9 +486,10 @@ static int h_save(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *p
   if (s->mode == LOOM_PS_SYNC) {
     if (h->step > s->step) return PARK;
     if (h->step < s->step)
-      return reply_err(c, h, LOOM_ESTATE, "cannot save step %llu: shard %d is "
-                       "already at step %llu", (unsigned long long)h->step,
-                       s->cfg.shard, (unsigned long long)s->step);
+      return reply_err(c, h, LOOM_ESTATE,
+                       "cannot save step %llu: shard %d is "
+                       "already at step %llu",
+                       (unsigned long long)h->step, s->cfg.shard, (unsigned long long)s->step);
   }
   uint64_t t0 = loom__now_ms();
   int rc = ps_ckpt_write(&s->st, dir, h->step, s->err, sizeof s->err);
@@ -500,10 +503,10 @@ static int h_commit(ps_server *s, conn *c, const ps_hdr *h, const unsigned char 
   char dir[PS_MAX_PATH + 1];
   if (dir_of(h, p, dir) < 0) return CLOSE;
   if (h->count != (uint32_t)s->cfg.nshards)
-    return reply_err(c, h, LOOM_EINVAL, "commit for %u shards; there are %d",
-                     h->count, s->cfg.nshards);
-  int rc = ps_ckpt_commit(dir, h->step, s->cfg.nshards, (int)s->tun.ckpt_keep,
-                          s->err, sizeof s->err);
+    return reply_err(c, h, LOOM_EINVAL, "commit for %u shards; there are %d", h->count,
+                     s->cfg.nshards);
+  int rc =
+      ps_ckpt_commit(dir, h->step, s->cfg.nshards, (int)s->tun.ckpt_keep, s->err, sizeof s->err);
   if (rc < 0) return reply_err(c, h, rc, "%s", s->err);
   return reply_ok(c, h);
 }
@@ -541,15 +544,16 @@ static int h_restore(ps_server *s, conn *c, const ps_hdr *h, const unsigned char
   if (!cached) {
     uint64_t step = h->step, t0 = loom__now_ms();
     int rc = step == PS_STEP_LATEST ? ps_ckpt_latest(dir, &step) : 0;
-    if (rc == 0) rc = ps_ckpt_load(&s->st, dir, step, s->restore_err, sizeof s->restore_err);
-    else snprintf(s->restore_err, sizeof s->restore_err, "no checkpoint in %.400s", dir);
+    if (rc == 0)
+      rc = ps_ckpt_load(&s->st, dir, step, s->restore_err, sizeof s->restore_err);
+    else
+      snprintf(s->restore_err, sizeof s->restore_err, "no checkpoint in %.400s", dir);
     if (rc == 0) {
       s->step = step;
       for (int i = 0; s->clock && i < s->workers; i++) s->clock[i] = step;
       s->changed = true;
-      loom__log(LOOM_LOG_INFO, "ps", "shard %d restored step %llu in %llu ms",
-                s->cfg.shard, (unsigned long long)step,
-                (unsigned long long)(loom__now_ms() - t0));
+      loom__log(LOOM_LOG_INFO, "ps", "shard %d restored step %llu in %llu ms", s->cfg.shard,
+                (unsigned long long)step, (unsigned long long)(loom__now_ms() - t0));
     }
     s->restored = true;
     s->restore_rc = rc;
@@ -567,24 +571,22 @@ static int h_info(ps_server *s, conn *c, const ps_hdr *h) {
   json_t *vars = json_array();
   for (uint32_t i = 0; i < s->st.nvars; i++) {
     ps_var *v = s->st.vars[i];
-    json_array_append_new(
-        vars, json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "name", v->d.name,
-                        "kind", v->d.kind == PS_DENSE ? "dense" : "sparse", "size",
-                        (json_int_t)v->d.count, "lo", (json_int_t)v->lo, "hi",
-                        (json_int_t)v->hi, "rows", (json_int_t)v->rows.n, "t",
-                        (json_int_t)v->t));
+    json_array_append_new(vars, json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "name", v->d.name,
+                                          "kind", v->d.kind == PS_DENSE ? "dense" : "sparse",
+                                          "size", (json_int_t)v->d.count, "lo", (json_int_t)v->lo,
+                                          "hi", (json_int_t)v->hi, "rows", (json_int_t)v->rows.n,
+                                          "t", (json_int_t)v->t));
   }
   json_t *clocks = json_array();
   for (int i = 0; s->clock && i < s->workers && i < 256; i++)
     json_array_append_new(clocks, json_integer((json_int_t)s->clock[i]));
-  json_t *j = json_pack(
-      "{s:i, s:i, s:s, s:i, s:i, s:I, s:I, s:o, s:I, s:I, s:I, s:o}", "shard",
-      s->cfg.shard, "shards", s->cfg.nshards, "mode",
-      s->configured ? MODE_NAMES[s->mode] : "unset", "staleness", s->staleness,
-      "workers", s->workers, "step", (json_int_t)s->step, "slowest",
-      (json_int_t)(s->clock ? min_clock(s) : 0), "clocks", clocks, "bytes",
-      (json_int_t)s->st.mem.used, "max_bytes", (json_int_t)s->st.mem.cap,
-      "connections", (json_int_t)s->nconns, "vars", vars);
+  json_t *j = json_pack("{s:i, s:i, s:s, s:i, s:i, s:I, s:I, s:o, s:I, s:I, s:I, s:o}", "shard",
+                        s->cfg.shard, "shards", s->cfg.nshards, "mode",
+                        s->configured ? MODE_NAMES[s->mode] : "unset", "staleness", s->staleness,
+                        "workers", s->workers, "step", (json_int_t)s->step, "slowest",
+                        (json_int_t)(s->clock ? min_clock(s) : 0), "clocks", clocks, "bytes",
+                        (json_int_t)s->st.mem.used, "max_bytes", (json_int_t)s->st.mem.cap,
+                        "connections", (json_int_t)s->nconns, "vars", vars);
   char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
   json_decref(j);
   if (!js) return CLOSE;
@@ -601,18 +603,30 @@ static int dispatch(ps_server *s, conn *c, const ps_hdr *h, const unsigned char 
     return CLOSE;
   }
   switch (h->op) {
-  case PS_OP_DECLARE: return h_declare(s, c, h, p);
-  case PS_OP_PULL: return h_pull(s, c, h);
-  case PS_OP_PUSH: return h_push(s, c, h, p);
-  case PS_OP_SPULL: return h_spull(s, c, h, p);
-  case PS_OP_SPUSH: return h_spush(s, c, h, p);
-  case PS_OP_STEP: return h_step(s, c, h);
-  case PS_OP_BARRIER: return h_barrier(s, c, h);
-  case PS_OP_SAVE: return h_save(s, c, h, p);
-  case PS_OP_COMMIT: return h_commit(s, c, h, p);
-  case PS_OP_RESTORE: return h_restore(s, c, h, p);
-  case PS_OP_INFO: return h_info(s, c, h);
-  default: return CLOSE;
+  case PS_OP_DECLARE:
+    return h_declare(s, c, h, p);
+  case PS_OP_PULL:
+    return h_pull(s, c, h);
+  case PS_OP_PUSH:
+    return h_push(s, c, h, p);
+  case PS_OP_SPULL:
+    return h_spull(s, c, h, p);
+  case PS_OP_SPUSH:
+    return h_spush(s, c, h, p);
+  case PS_OP_STEP:
+    return h_step(s, c, h);
+  case PS_OP_BARRIER:
+    return h_barrier(s, c, h);
+  case PS_OP_SAVE:
+    return h_save(s, c, h, p);
+  case PS_OP_COMMIT:
+    return h_commit(s, c, h, p);
+  case PS_OP_RESTORE:
+    return h_restore(s, c, h, p);
+  case PS_OP_INFO:
+    return h_info(s, c, h);
+  default:
+    return CLOSE;
   }
 }
 
@@ -621,10 +635,14 @@ static int dispatch(ps_server *s, conn *c, const ps_hdr *h, const unsigned char 
 
 static void pa_unlink(ps_server *s, conn *c) {
   if (!c->in_pa) return;
-  if (c->pa_prev) c->pa_prev->pa_next = c->pa_next;
-  else s->pa_head = c->pa_next;
-  if (c->pa_next) c->pa_next->pa_prev = c->pa_prev;
-  else s->pa_tail = c->pa_prev;
+  if (c->pa_prev)
+    c->pa_prev->pa_next = c->pa_next;
+  else
+    s->pa_head = c->pa_next;
+  if (c->pa_next)
+    c->pa_next->pa_prev = c->pa_prev;
+  else
+    s->pa_tail = c->pa_prev;
   c->pa_prev = c->pa_next = NULL;
   c->in_pa = false;
   s->npa--;
@@ -633,8 +651,10 @@ static void pa_unlink(ps_server *s, conn *c) {
 static void pa_push(ps_server *s, conn *c) {
   c->pa_prev = s->pa_tail;
   c->pa_next = NULL;
-  if (s->pa_tail) s->pa_tail->pa_next = c;
-  else s->pa_head = c;
+  if (s->pa_tail)
+    s->pa_tail->pa_next = c;
+  else
+    s->pa_head = c;
   s->pa_tail = c;
   c->in_pa = true;
   s->npa++;
@@ -645,8 +665,8 @@ static void pa_push(ps_server *s, conn *c) {
 static void conn_close(ps_server *s, conn *c, const char *why) {
   if (!c->closing && why) {
     if (c->authed)
-      loom__log(LOOM_LOG_WARN, "ps", "shard %d: closing the connection from %s: %s",
-                s->cfg.shard, c->peer, why);
+      loom__log(LOOM_LOG_WARN, "ps", "shard %d: closing the connection from %s: %s", s->cfg.shard,
+                c->peer, why);
     else
       loom__ratelog_warn(&s->refused, "ps", REFUSED, c->peer,
                          "shard %d: closing the unauthenticated connection from %s: %s",
@@ -672,8 +692,8 @@ static void pa_make_room(ps_server *s) {
 static bool authenticate(ps_server *s, conn *c) {
   unsigned char proof[WIRE_AUTH_MSG_MAX];
   size_t used, plen;
-  int rc = wire_auth_server_feed(&c->auth, c->in + c->in_off, c->in_len - c->in_off, &used,
-                                 proof, &plen);
+  int rc = wire_auth_server_feed(&c->auth, c->in + c->in_off, c->in_len - c->in_off, &used, proof,
+                                 &plen);
   c->in_off += used;
   if (rc == 0) return false;
   if (rc < 0) {
@@ -719,8 +739,7 @@ static void conn_work(ps_server *s, conn *c) {
     const unsigned char *p = c->in + c->in_off;
     ps_hdr h;
     ps_hdr_get(p, &h);
-    if (h.op == 0 || h.op >= PS_OP__END || h.rc != 0 ||
-        h.len > (uint64_t)s->tun.max_msg) {
+    if (h.op == 0 || h.op >= PS_OP__END || h.rc != 0 || h.len > (uint64_t)s->tun.max_msg) {
       char why[96];
       snprintf(why, sizeof why, "bad request header (op %u, %u bytes)", h.op, h.len);
       conn_close(s, c, why);
@@ -758,8 +777,7 @@ static void conn_read(ps_server *s, conn *c) {
   if (c->authed && avail >= PS_HDR) {
     uint32_t len;
     memcpy(&len, c->in + c->in_off, 4); /* little-endian host */
-    if (len <= (uint64_t)s->tun.max_msg && PS_HDR + (size_t)len > want)
-      want = PS_HDR + len;
+    if (len <= (uint64_t)s->tun.max_msg && PS_HDR + (size_t)len > want) want = PS_HDR + len;
   }
   if (c->in_cap - c->in_off < want || c->in_cap - c->in_len < 4096) {
     if (c->in_off) {
@@ -803,8 +821,7 @@ static void conn_accept(ps_server *s) {
   for (int batch = 0; batch < 256; batch++) {
     struct sockaddr_storage sa;
     socklen_t sl = sizeof sa;
-    int fd = accept4(s->cfg.listen_fd, (struct sockaddr *)&sa, &sl,
-                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(s->cfg.listen_fd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         /* The oldest waiting connection gives its descriptor back at the
@@ -938,8 +955,7 @@ int loom__ps_server_run(ps_server *s) {
     for (conn *c = s->conns; c; c = c->next) {
       short ev = 0;
       /* a parked connection reads on until its buffer is full */
-      if (out_pending(c) <= OUT_HIGH &&
-          (!c->parked || c->in_len - c->in_off < c->in_cap))
+      if (out_pending(c) <= OUT_HIGH && (!c->parked || c->in_len - c->in_off < c->in_cap))
         ev |= POLLIN;
       if (out_pending(c)) ev |= POLLOUT;
       pfd[n] = (struct pollfd){.fd = c->fd, .events = ev};
@@ -1010,7 +1026,8 @@ static bool is_loopback(const struct sockaddr *sa) {
  * name resolves to a loopback address it does not mean ("node1" at
  * 127.0.1.1 in /etc/hosts: the other hosts know it by another address). */
 static void bind_addr(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len) {
-  struct sockaddr_in any = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in any = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_ANY)};
   memcpy(ss, &any, sizeof any);
   *len = sizeof any;
@@ -1028,8 +1045,10 @@ static void bind_addr(const char *host, int port, struct sockaddr_storage *ss, s
     memcpy(ss, ai->ai_addr, ai->ai_addrlen);
     *len = ai->ai_addrlen;
   } else {
-    loom__log(LOOM_LOG_INFO, "ps", "'%s' resolves to a loopback address here; "
-              "listening on every interface", host);
+    loom__log(LOOM_LOG_INFO, "ps",
+              "'%s' resolves to a loopback address here; "
+              "listening on every interface",
+              host);
   }
   freeaddrinfo(ai);
 }
@@ -1063,14 +1082,16 @@ static int listen_on(const char *host, int port, int *out) {
 
 int loom__ps_main(int argc, char **argv) {
   if (argc > 1) {
-    fprintf(stderr, "loom ps: unexpected argument '%s' (loom ps takes none; it reads "
-            "LOOM_CLUSTER, LOOM_INDEX and LOOM_SECRET from its job)\n", argv[1]);
+    fprintf(stderr,
+            "loom ps: unexpected argument '%s' (loom ps takes none; it reads "
+            "LOOM_CLUSTER, LOOM_INDEX and LOOM_SECRET from its job)\n",
+            argv[1]);
     return 2;
   }
   const char *cl = getenv("LOOM_CLUSTER"), *secret = getenv("LOOM_SECRET");
   if (!cl || !secret || !*secret) {
     fprintf(stderr, "loom ps: LOOM_CLUSTER and LOOM_SECRET are not set: run loom ps as "
-            "the command of a job's ps role (roles: {ps: {command: loom ps}})\n");
+                    "the command of a job's ps role (roles: {ps: {command: loom ps}})\n");
     return 2;
   }
   int index = env_index("LOOM_INDEX", 0);
@@ -1081,8 +1102,10 @@ int loom__ps_main(int argc, char **argv) {
   char host[256];
   int port = 0;
   if (!me || wire_split_hostport(me, host, sizeof host, &port) < 0) {
-    fprintf(stderr, "loom ps: LOOM_CLUSTER has no ps task %d (is this the ps role? "
-            "LOOM_CLUSTER=%.200s)\n", index, cl);
+    fprintf(stderr,
+            "loom ps: LOOM_CLUSTER has no ps task %d (is this the ps role? "
+            "LOOM_CLUSTER=%.200s)\n",
+            index, cl);
     json_decref(cj);
     return 2;
   }
@@ -1093,10 +1116,10 @@ int loom__ps_main(int argc, char **argv) {
   if (!*bind_to) bind_to = host;
   int lfd;
   if (listen_on(bind_to, port, &lfd) < 0) {
-    fprintf(stderr, "loom ps: cannot listen on %s port %d: %s%s\n", bind_to, port,
-            strerror(errno),
+    fprintf(stderr, "loom ps: cannot listen on %s port %d: %s%s\n", bind_to, port, strerror(errno),
             errno == EADDRNOTAVAIL ? " (not an address of this host: set LOOM_PS_BIND, "
-                                     "e.g. LOOM_PS_BIND=0.0.0.0)" : "");
+                                     "e.g. LOOM_PS_BIND=0.0.0.0)"
+                                   : "");
     return 1;
   }
   /* hold LOOM_PS_MAX_CONNS workers, whatever the soft limit was */
@@ -1114,22 +1137,28 @@ int loom__ps_main(int argc, char **argv) {
   int sfd = signalfd(-1, &ss, SFD_CLOEXEC | SFD_NONBLOCK);
   loom_t *l = NULL;
   if (getenv("LOOM_COORD") && loom_init(&l) < 0) {
-    loom__log(LOOM_LOG_WARN, "ps", "shard %d: cannot reach the coordinator; "
-              "serving without it", index);
+    loom__log(LOOM_LOG_WARN, "ps",
+              "shard %d: cannot reach the coordinator; "
+              "serving without it",
+              index);
     l = NULL;
   }
-  ps_server_cfg cfg = {.listen_fd = lfd, .stop_fd = sfd, .abort_fd = loom__abort_fd(l),
-                       .shard = index, .nshards = nshards,
-                       .world = env_index("LOOM_WORLD_SIZE", 0), .secret = secret};
+  ps_server_cfg cfg = {.listen_fd = lfd,
+                       .stop_fd = sfd,
+                       .abort_fd = loom__abort_fd(l),
+                       .shard = index,
+                       .nshards = nshards,
+                       .world = env_index("LOOM_WORLD_SIZE", 0),
+                       .secret = secret};
   ps_server *s;
   int rc = sfd < 0 ? LOOM_EIO : loom__ps_server_new(&cfg, &s);
   if (rc == 0) {
-    fprintf(stderr, "loom ps: shard %d of %d serving on port %d (%s)\n", index, nshards,
-            port, bind_to);
+    fprintf(stderr, "loom ps: shard %d of %d serving on port %d (%s)\n", index, nshards, port,
+            bind_to);
     if (l) {
       char detail[96];
-      snprintf(detail, sizeof detail, "{\"shard\": %d, \"shards\": %d, \"port\": %d}",
-               index, nshards, port);
+      snprintf(detail, sizeof detail, "{\"shard\": %d, \"shards\": %d, \"port\": %d}", index,
+               nshards, port);
       loom_event(l, "ps_serving", detail);
     }
     rc = loom__ps_server_run(s);

@@ -55,8 +55,7 @@ int ps_state_find(const ps_state *st, const char *name) {
 }
 
 /* A new variable with its initial values, not yet in the state. */
-static int var_new(ps_state *st, const ps_decl *d, ps_var **out, char *err,
-                   size_t errlen) {
+static int var_new(ps_state *st, const ps_decl *d, ps_var **out, char *err, size_t errlen) {
   ps_var *v = calloc(1, sizeof *v);
   if (!v) return LOOM_ENOMEM;
   v->d = *d;
@@ -67,17 +66,17 @@ static int var_new(ps_state *st, const ps_decl *d, ps_var **out, char *err,
     *out = v;
     return 0;
   }
-  ps_dense_part(d->name, d->count, st->shard, st->nshards, st->split_bytes,
-                &v->lo, &v->hi);
+  ps_dense_part(d->name, d->count, st->shard, st->nshards, st->split_bytes, &v->lo, &v->hi);
   uint64_t n = v->hi - v->lo;
   if (n == 0) {
     *out = v;
     return 0;
   }
   if (ps_mem_take(&st->mem, n * sizeof(float) * (uint64_t)(1 + v->slots)) < 0) {
-    snprintf(err, errlen, "'%s' needs %llu MiB more on shard %d, past "
-             "LOOM_PS_MAX_MEMORY (%llu MiB)", d->name,
-             (unsigned long long)(dense_bytes(v) >> 20), st->shard,
+    snprintf(err, errlen,
+             "'%s' needs %llu MiB more on shard %d, past "
+             "LOOM_PS_MAX_MEMORY (%llu MiB)",
+             d->name, (unsigned long long)(dense_bytes(v) >> 20), st->shard,
              (unsigned long long)(st->mem.cap >> 20));
     free(v);
     return LOOM_ERANGE;
@@ -100,8 +99,7 @@ static int var_new(ps_state *st, const ps_decl *d, ps_var **out, char *err,
   return 0;
 }
 
-int ps_state_declare(ps_state *st, const ps_decl *d, uint32_t *id, char *err,
-                     size_t errlen) {
+int ps_state_declare(ps_state *st, const ps_decl *d, uint32_t *id, char *err, size_t errlen) {
   int at = ps_state_find(st, d->name);
   if (at >= 0) {
     ps_var *v = st->vars[at];
@@ -134,16 +132,14 @@ void ps_dense_read(const ps_var *v, uint64_t off, float *out, size_t n) {
   memcpy(out, v->w + (off - v->lo), n * sizeof(float));
 }
 
-void ps_dense_apply(ps_var *v, uint64_t off, const float *g, size_t n,
-                    bool first) {
+void ps_dense_apply(ps_var *v, uint64_t off, const float *g, size_t n, bool first) {
   if (first) v->t++;
   uint64_t o = off - v->lo;
   ps_opt_apply(&v->d.opt, v->t ? v->t : 1, v->w + o, v->s1 ? v->s1 + o : NULL,
                v->s2 ? v->s2 + o : NULL, g, n);
 }
 
-int ps_dense_accum(ps_state *st, ps_var *v, uint64_t off, const float *g,
-                   size_t n) {
+int ps_dense_accum(ps_state *st, ps_var *v, uint64_t off, const float *g, size_t n) {
   uint64_t len = v->hi - v->lo;
   if (!v->pend) {
     if (ps_mem_take(&st->mem, len * sizeof(float)) < 0) return LOOM_ERANGE;
@@ -169,8 +165,7 @@ static uint64_t key_at(const unsigned char *keys, size_t i) {
 }
 
 /* The rows of a message's keys, -1 where absent (NULL without memory). */
-static int64_t *find_rows(ps_state *st, const ps_var *v, const unsigned char *keys,
-                          size_t n) {
+static int64_t *find_rows(ps_state *st, const ps_var *v, const unsigned char *keys, size_t n) {
   if (n > st->scratch_cap) {
     size_t cap = n < 4096 ? 4096 : n;
     int64_t *p = realloc(st->scratch, cap * sizeof *p);
@@ -182,15 +177,16 @@ static int64_t *find_rows(ps_state *st, const ps_var *v, const unsigned char *ke
   return st->scratch;
 }
 
-void ps_sparse_read(ps_state *st, const ps_var *v, const unsigned char *keys,
-                    size_t n, float *out) {
+void ps_sparse_read(ps_state *st, const ps_var *v, const unsigned char *keys, size_t n,
+                    float *out) {
   size_t dim = (size_t)v->d.count;
   int64_t *rows = find_rows(st, v, keys, n);
   for (size_t i = 0; i < n; i++) {
     int64_t row = rows ? rows[i] : ps_rows_find(&v->rows, key_at(keys, i));
-    if (row >= 0) memcpy(out + i * dim, ps_rows_at(&v->rows, (uint64_t)row),
-                         dim * sizeof(float));
-    else ps_init_fill(&v->d.init, key_at(keys, i), 0, out + i * dim, dim);
+    if (row >= 0)
+      memcpy(out + i * dim, ps_rows_at(&v->rows, (uint64_t)row), dim * sizeof(float));
+    else
+      ps_init_fill(&v->d.init, key_at(keys, i), 0, out + i * dim, dim);
   }
 }
 
@@ -210,8 +206,7 @@ static int64_t row_touch(ps_state *st, ps_var *v, uint64_t key) {
 }
 
 /* The stored rows of a message's keys, made where missing. */
-static int64_t *touch_rows(ps_state *st, ps_var *v, const unsigned char *keys,
-                           size_t n, int *rc) {
+static int64_t *touch_rows(ps_state *st, ps_var *v, const unsigned char *keys, size_t n, int *rc) {
   int64_t *rows = find_rows(st, v, keys, n);
   *rc = rows ? 0 : LOOM_ENOMEM;
   for (size_t i = 0; rows && i < n; i++) {
@@ -232,8 +227,8 @@ static void row_apply(ps_var *v, uint64_t row, const float *g) {
                v->slots >= 2 ? p + 2 * dim : NULL, g, dim);
 }
 
-int ps_sparse_apply(ps_state *st, ps_var *v, const unsigned char *keys,
-                    const float *g, size_t n, bool first) {
+int ps_sparse_apply(ps_state *st, ps_var *v, const unsigned char *keys, const float *g, size_t n,
+                    bool first) {
   if (first) v->t++;
   size_t dim = (size_t)v->d.count;
   int rc;
@@ -245,8 +240,7 @@ int ps_sparse_apply(ps_state *st, ps_var *v, const unsigned char *keys,
   return rc;
 }
 
-int ps_sparse_accum(ps_state *st, ps_var *v, const unsigned char *keys,
-                    const float *g, size_t n) {
+int ps_sparse_accum(ps_state *st, ps_var *v, const unsigned char *keys, const float *g, size_t n) {
   size_t dim = (size_t)v->d.count;
   v->pend_touched = true;
   /* The stored rows are made now, so closing the step allocates nothing

@@ -28,8 +28,8 @@ enum { N_SCALAR, N_SEQ, N_MAP };
 typedef struct node node;
 struct node {
   int type;
-  char *value;  /* scalar text */
-  bool plain;   /* an unquoted scalar: may be a number or a bool */
+  char *value; /* scalar text */
+  bool plain;  /* an unquoted scalar: may be a number or a bool */
   const char *file;
   int line, col;
   node **items; /* seq: items; map: key0, val0, key1, val1, ... */
@@ -47,8 +47,7 @@ typedef struct {
   char basedir[PATH_MAX];
 } ctx;
 
-static int fail(ctx *c, const node *at, const char *fmt, ...)
-    LOOM__PRINTF(3, 4);
+static int fail(ctx *c, const node *at, const char *fmt, ...) LOOM__PRINTF(3, 4);
 static int fail(ctx *c, const node *at, const char *fmt, ...) {
   char msg[768];
   va_list ap;
@@ -56,8 +55,7 @@ static int fail(ctx *c, const node *at, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   if (at)
-    snprintf(c->err, c->errlen, "%s:%d:%d: %s", at->file, at->line, at->col,
-             msg);
+    snprintf(c->err, c->errlen, "%s:%d:%d: %s", at->file, at->line, at->col, msg);
   else
     snprintf(c->err, c->errlen, "%s: %s", c->file, msg);
   return LOOM_ESPEC;
@@ -138,8 +136,7 @@ typedef struct {
 
 static size_t table_hash(const void *owner, const char *name) {
   size_t h = 14695981039346656037u;
-  for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-    h = (h ^ *p) * 1099511628211u;
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 1099511628211u;
   return h ^ ((uintptr_t)owner * 11400714819323198485u);
 }
 
@@ -194,8 +191,7 @@ typedef struct {
 } loader;
 
 /* Fails at a libyaml mark (0-based) in the document being loaded. */
-static int fail_mark(loader *l, yaml_mark_t m, const char *fmt, ...)
-    LOOM__PRINTF(3, 4);
+static int fail_mark(loader *l, yaml_mark_t m, const char *fmt, ...) LOOM__PRINTF(3, 4);
 static int fail_mark(loader *l, yaml_mark_t m, const char *fmt, ...) {
   char msg[768];
   va_list ap;
@@ -209,7 +205,8 @@ static int fail_mark(loader *l, yaml_mark_t m, const char *fmt, ...) {
 static int too_large(loader *l) {
   snprintf(l->c->err, l->c->errlen,
            "%s: the document is too large (more than %d nodes): split the job "
-           "or move the data into files", l->file, SPEC_MAX_NODES);
+           "or move the data into files",
+           l->file, SPEC_MAX_NODES);
   return LOOM_ESPEC;
 }
 
@@ -228,8 +225,10 @@ static node *make(loader *l, int type, yaml_mark_t m, int *rc) {
  * (minutes for 100,000) on nested brackets before a check on its tree. */
 static int check_depth(loader *l, int depth, yaml_mark_t m) {
   if (depth <= SPEC_MAX_DEPTH) return 0;
-  return fail_mark(l, m, "nested too deeply (at most %d levels of lists and maps): "
-                         "flatten the spec there", SPEC_MAX_DEPTH);
+  return fail_mark(l, m,
+                   "nested too deeply (at most %d levels of lists and maps): "
+                   "flatten the spec there",
+                   SPEC_MAX_DEPTH);
 }
 
 /* Copies an anchored tree for an alias at depth, as if written out again;
@@ -274,8 +273,8 @@ static int place(loader *l, node *n, yaml_mark_t at) {
     return fail_mark(l, at, "a key must be a plain name, not a list or a map");
   slot *s = table_find(&l->keys, f->n, n->value);
   if (s && s->name)
-    return fail_mark(l, at, "duplicate key '%s' (first at line %d): keep one of them",
-                     n->value, s->val->line);
+    return fail_mark(l, at, "duplicate key '%s' (first at line %d): keep one of them", n->value,
+                     s->val->line);
   f->key = n;
   return table_add(&l->keys, f->n, n->value, n);
 }
@@ -317,8 +316,10 @@ static int on_event(loader *l, const yaml_event_t *ev, bool *done) {
                        name, name);
     for (int i = 0; i < l->depth; i++)
       if (l->open[i].n == s->val)
-        return fail_mark(l, at, "alias *%s is inside the node it names: a spec cannot "
-                                "contain itself", name);
+        return fail_mark(l, at,
+                         "alias *%s is inside the node it names: a spec cannot "
+                         "contain itself",
+                         name);
     if ((rc = copy_tree(l, s->val, l->depth, at, &n)) < 0) return rc;
     return place(l, n, at);
   }
@@ -328,8 +329,8 @@ static int on_event(loader *l, const yaml_event_t *ev, bool *done) {
     if ((rc = check_depth(l, l->depth, at)) < 0) return rc;
     if (!(n = make(l, seq ? N_SEQ : N_MAP, at, &rc))) return rc;
     if ((rc = place(l, n, at)) < 0) return rc;
-    const yaml_char_t *anchor = seq ? ev->data.sequence_start.anchor
-                                    : ev->data.mapping_start.anchor;
+    const yaml_char_t *anchor =
+        seq ? ev->data.sequence_start.anchor : ev->data.mapping_start.anchor;
     if ((rc = on_anchor(l, anchor, n, at)) < 0) return rc;
     l->open[l->depth++] = (frame){.n = n};
     return 0;
@@ -350,8 +351,7 @@ static int on_event(loader *l, const yaml_event_t *ev, bool *done) {
 /* Parses YAML text into a tree, from libyaml's events so that every limit
  * (depth, nodes) is checked as the text is read. Only the first document
  * counts; an empty one is an empty map. Aliases are expanded in place. */
-static int load_yaml(ctx *c, const char *file, const char *text, size_t len,
-                     node **out) {
+static int load_yaml(ctx *c, const char *file, const char *text, size_t len, node **out) {
   yaml_parser_t p;
   if (!yaml_parser_initialize(&p)) return LOOM_ENOMEM;
   yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
@@ -365,8 +365,8 @@ static int load_yaml(ctx *c, const char *file, const char *text, size_t len,
         snprintf(c->err, c->errlen, "%s:%zu:%zu: YAML syntax error: %s %s: fix the syntax there",
                  file, m.line + 1, m.column + 1, p.problem ? p.problem : "?", p.context);
       else
-        snprintf(c->err, c->errlen, "%s:%zu:%zu: YAML syntax error: %s: fix the syntax there",
-                 file, m.line + 1, m.column + 1, p.problem ? p.problem : "?");
+        snprintf(c->err, c->errlen, "%s:%zu:%zu: YAML syntax error: %s: fix the syntax there", file,
+                 m.line + 1, m.column + 1, p.problem ? p.problem : "?");
       rc = LOOM_ESPEC;
       break;
     }
@@ -387,7 +387,8 @@ static int load_yaml(ctx *c, const char *file, const char *text, size_t len,
 static int apply_set(ctx *c, node *root, const char *set) {
   const char *eq = strchr(set, '=');
   if (!eq || eq == set) {
-    snprintf(c->err, c->errlen, "--set %s: expected key=value, e.g. --set roles.worker.instances=4", set);
+    snprintf(c->err, c->errlen, "--set %s: expected key=value, e.g. --set roles.worker.instances=4",
+             set);
     return LOOM_ESPEC;
   }
   char *label = loom__asprintf("--set %s", set);
@@ -447,15 +448,14 @@ static const char *type_name(const node *n) {
 }
 
 static int want_str(ctx *c, const node *n, const char *what, char **out) {
-  if (n->type != N_SCALAR)
-    return fail(c, n, "%s must be a string, not %s", what, type_name(n));
+  if (n->type != N_SCALAR) return fail(c, n, "%s must be a string, not %s", what, type_name(n));
   free(*out);
   *out = strdup(n->value);
   return *out ? 0 : LOOM_ENOMEM;
 }
 
-static int want_int(ctx *c, const node *n, const char *what, long long min,
-                    long long max, int *out) {
+static int want_int(ctx *c, const node *n, const char *what, long long min, long long max,
+                    int *out) {
   long long v;
   if (n->type != N_SCALAR || !n->plain)
     return fail(c, n, "%s must be a whole number, not %s", what,
@@ -463,8 +463,7 @@ static int want_int(ctx *c, const node *n, const char *what, long long min,
   int rc = loom__parse_int(n->value, LLONG_MIN, LLONG_MAX, &v);
   if (rc < 0) return fail(c, n, "%s must be a whole number, got '%s'", what, n->value);
   if (v < min || v > max) {
-    if (max == INT_MAX)
-      return fail(c, n, "%s must be at least %lld, got %lld", what, min, v);
+    if (max == INT_MAX) return fail(c, n, "%s must be at least %lld, got %lld", what, min, v);
     return fail(c, n, "%s must be between %lld and %lld, got %lld", what, min, max, v);
   }
   *out = (int)v;
@@ -504,8 +503,7 @@ static bool name_ok(const char *s, size_t max) {
 }
 
 /* Unknown key: say which, where, and the nearest known one. */
-static int unknown_key(ctx *c, const node *k, const char *where,
-                       const char *const *known) {
+static int unknown_key(ctx *c, const node *k, const char *where, const char *const *known) {
   const char *best = NULL;
   int bestd = 1000;
   for (int i = 0; known[i]; i++) {
@@ -526,8 +524,7 @@ static int unknown_key(ctx *c, const node *k, const char *where,
   return fail(c, k, "unknown key '%s' in %s; known keys: %s", k->value, where, list);
 }
 
-static int check_keys(ctx *c, const node *m, const char *where,
-                      const char *const *known) {
+static int check_keys(ctx *c, const node *m, const char *where, const char *const *known) {
   for (int i = 0; i < m->n; i++) {
     const node *k = m->items[2 * i];
     bool ok = false;
@@ -537,8 +534,7 @@ static int check_keys(ctx *c, const node *m, const char *where,
   return 0;
 }
 
-static int want_env(ctx *c, const node *n, const char *what, spec_kv **out,
-                    int *count) {
+static int want_env(ctx *c, const node *n, const char *what, spec_kv **out, int *count) {
   if (n->type != N_MAP)
     return fail(c, n, "%s must be a map of NAME: value, not %s", what, type_name(n));
   *out = calloc((size_t)n->n + 1, sizeof **out);
@@ -548,8 +544,8 @@ static int want_env(ctx *c, const node *n, const char *what, spec_kv **out,
     const char *s = k->value;
     bool ok = *s && !(*s >= '0' && *s <= '9');
     for (; *s && ok; s++)
-      ok = (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') ||
-           (*s >= '0' && *s <= '9') || *s == '_';
+      ok = (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
+           *s == '_';
     if (!ok)
       return fail(c, k, "'%s' is not a valid environment variable name (letters, digits, _)",
                   k->value);
@@ -563,30 +559,34 @@ static int want_env(ctx *c, const node *n, const char *what, spec_kv **out,
   return 0;
 }
 
-static const char *const JOB_KEYS[] = {"name",  "backend", "queue", "retries",
-                                       "restart", "max_restarts", "retry_on",
-                                       "heartbeat_timeout", "env",
-                                       "files", "roles", "feed", NULL};
-static const char *const ROLE_KEYS[] = {"instances", "command", "vcores",
-                                        "memory", "gpus", "label", "procs",
-                                        "env", "service", "elastic", NULL};
+static const char *const JOB_KEYS[] = {"name",    "backend",      "queue",    "retries",
+                                       "restart", "max_restarts", "retry_on", "heartbeat_timeout",
+                                       "env",     "files",        "roles",    "feed",
+                                       NULL};
+static const char *const ROLE_KEYS[] = {"instances", "command", "vcores", "memory",
+                                        "gpus",      "label",   "procs",  "env",
+                                        "service",   "elastic", NULL};
 static const char *const ELASTIC_KEYS[] = {"min", "max", NULL};
 static const char *const FEED_KEYS[] = {"input", "format", "epochs", "shuffle",
-                                        "seed", "output", NULL};
+                                        "seed",  "output", NULL};
 
 static int parse_role(ctx *c, const node *k, const node *v, spec_role *r) {
   int rc;
   r->name = strdup(k->value);
   if (!r->name) return LOOM_ENOMEM;
   if (!name_ok(k->value, 32))
-    return fail(c, k, "role name '%s' is not valid: use 1-32 of a-z, 0-9, _ and -, "
-                      "starting with a letter or digit", k->value);
+    return fail(c, k,
+                "role name '%s' is not valid: use 1-32 of a-z, 0-9, _ and -, "
+                "starting with a letter or digit",
+                k->value);
   r->instances = 1;
   r->procs = 1;
   r->service = !strcmp(r->name, "ps") || !strcmp(r->name, "tensorboard");
   if (v->type != N_MAP)
-    return fail(c, v, "role '%s' must be a map with at least a command, e.g. "
-                      "{instances: 2, command: ./train}", r->name);
+    return fail(c, v,
+                "role '%s' must be a map with at least a command, e.g. "
+                "{instances: 2, command: ./train}",
+                r->name);
   char where[64];
   snprintf(where, sizeof where, "role '%s'", r->name);
   if ((rc = check_keys(c, v, where, ROLE_KEYS)) < 0) return rc;
@@ -598,17 +598,19 @@ static int parse_role(ctx *c, const node *k, const node *v, spec_role *r) {
     return rc;
   if ((n = map_get(v, "procs")) && (rc = want_int(c, n, WHAT("procs"), 1, 1024, &r->procs)) < 0)
     return rc;
-  if ((n = map_get(v, "vcores")) && (rc = want_int(c, n, WHAT("vcores"), 1, 100000, &r->vcores)) < 0)
+  if ((n = map_get(v, "vcores")) &&
+      (rc = want_int(c, n, WHAT("vcores"), 1, 100000, &r->vcores)) < 0)
     return rc;
   if ((n = map_get(v, "gpus")) && (rc = want_int(c, n, WHAT("gpus"), 0, 1024, &r->gpus)) < 0)
     return rc;
   if ((n = map_get(v, "memory")) && (rc = want_size(c, n, WHAT("memory"), &r->memory)) < 0)
     return rc;
   if (n && r->memory < (1u << 20))
-    return fail(c, n, "roles.%s.memory is %llu bytes; at least 1MiB (did you forget the unit, "
-                      "e.g. 2GiB?)", r->name, (unsigned long long)r->memory);
-  if ((n = map_get(v, "label")) && (rc = want_str(c, n, WHAT("label"), &r->label)) < 0)
-    return rc;
+    return fail(c, n,
+                "roles.%s.memory is %llu bytes; at least 1MiB (did you forget the unit, "
+                "e.g. 2GiB?)",
+                r->name, (unsigned long long)r->memory);
+  if ((n = map_get(v, "label")) && (rc = want_str(c, n, WHAT("label"), &r->label)) < 0) return rc;
   if ((n = map_get(v, "service")) && (rc = want_bool(c, n, WHAT("service"), &r->service)) < 0)
     return rc;
   if ((n = map_get(v, "env")) && (rc = want_env(c, n, WHAT("env"), &r->env, &r->nenv)) < 0)
@@ -628,8 +630,10 @@ static int parse_role(ctx *c, const node *k, const node *v, spec_role *r) {
 #undef WHAT
   n = map_get(v, "command");
   if (!n)
-    return fail(c, v, "role '%s' has no command: add e.g. `command: ./train --epochs 5` "
-                      "(a string run by /bin/sh -c, or a list exec'd directly)", r->name);
+    return fail(c, v,
+                "role '%s' has no command: add e.g. `command: ./train --epochs 5` "
+                "(a string run by /bin/sh -c, or a list exec'd directly)",
+                r->name);
   if (n->type == N_SCALAR) {
     if (!*n->value) return fail(c, n, "roles.%s.command is empty", r->name);
     r->shell = strdup(n->value);
@@ -643,10 +647,10 @@ static int parse_role(ctx *c, const node *k, const node *v, spec_role *r) {
         return fail(c, n->items[i], "each word of roles.%s.command must be a string", r->name);
       if (!(r->argv[i] = strdup(n->items[i]->value))) return LOOM_ENOMEM;
     }
-    if (!*r->argv[0]) return fail(c, n->items[0], "roles.%s.command starts with an empty word", r->name);
+    if (!*r->argv[0])
+      return fail(c, n->items[0], "roles.%s.command starts with an empty word", r->name);
   } else {
-    return fail(c, n, "roles.%s.command must be a string or a list of strings, not a map",
-                r->name);
+    return fail(c, n, "roles.%s.command must be a string or a list of strings, not a map", r->name);
   }
   return 0;
 }
@@ -666,8 +670,8 @@ static int parse_feed(ctx *c, const node *n, json_t **out) {
       const node *g = v->type == N_SCALAR ? v : v->items[i];
       if (g->type != N_SCALAR || !*g->value) return fail(c, g, "feed.input entries must be globs");
       /* relative globs start at the spec's directory */
-      char *abs = g->value[0] == '/' ? strdup(g->value)
-                                     : loom__asprintf("%s/%s", c->basedir, g->value);
+      char *abs =
+          g->value[0] == '/' ? strdup(g->value) : loom__asprintf("%s/%s", c->basedir, g->value);
       if (!abs) return LOOM_ENOMEM;
       json_array_append_new(in, json_string(abs));
       free(abs);
@@ -683,7 +687,8 @@ static int parse_feed(ctx *c, const node *n, json_t **out) {
     bool ok = !strcmp(fmt, "lines") || !strcmp(fmt, "tfrecord") || !strcmp(fmt, "idx") ||
               (!strncmp(fmt, "fixed:", 6) && loom__parse_int(fmt + 6, 1, 1 << 30, &b) == 0);
     if (!ok)
-      return fail(c, v, "feed.format '%s' is not known: use lines, tfrecord, idx or fixed:<bytes>", fmt);
+      return fail(c, v, "feed.format '%s' is not known: use lines, tfrecord, idx or fixed:<bytes>",
+                  fmt);
   }
   json_object_set_new(f, "format", json_string(fmt));
   int epochs = 1, seed = 0;
@@ -698,9 +703,10 @@ static int parse_feed(ctx *c, const node *n, json_t **out) {
   json_object_set_new(f, "seed", json_integer(seed));
   json_object_set_new(f, "shuffle", json_boolean(shuffle));
   if ((v = map_get(n, "output"))) {
-    if (v->type != N_SCALAR || !*v->value) return fail(c, v, "feed.output must be a directory path");
-    char *abs = v->value[0] == '/' ? strdup(v->value)
-                                   : loom__asprintf("%s/%s", c->basedir, v->value);
+    if (v->type != N_SCALAR || !*v->value)
+      return fail(c, v, "feed.output must be a directory path");
+    char *abs =
+        v->value[0] == '/' ? strdup(v->value) : loom__asprintf("%s/%s", c->basedir, v->value);
     if (!abs) return LOOM_ENOMEM;
     json_object_set_new(f, "output", json_string(abs));
     free(abs);
@@ -717,18 +723,22 @@ static int parse_files(ctx *c, const node *n, spec_job *s) {
     const node *k = n->items[2 * i], *v = n->items[2 * i + 1];
     const char *t = k->value;
     if (!*t || t[0] == '/' || strstr(t, "..") || strchr(t, '\n'))
-      return fail(c, k, "files target '%s' must be a relative path inside the task's "
-                        "directory (no leading / and no ..)", t);
+      return fail(c, k,
+                  "files target '%s' must be a relative path inside the task's "
+                  "directory (no leading / and no ..)",
+                  t);
     if (v->type != N_SCALAR || !*v->value)
       return fail(c, v, "the source of files.%s must be a path", t);
-    char *src = v->value[0] == '/' ? strdup(v->value)
-                                   : loom__asprintf("%s/%s", c->basedir, v->value);
+    char *src =
+        v->value[0] == '/' ? strdup(v->value) : loom__asprintf("%s/%s", c->basedir, v->value);
     if (!src) return LOOM_ENOMEM;
     char real[PATH_MAX];
     if (!realpath(src, real)) {
       int e = errno;
-      int rc = fail(c, v, "files.%s: source '%s' (%s): %s: fix the path (relative paths "
-                          "start at the spec's directory)", t, v->value, src, strerror(e));
+      int rc = fail(c, v,
+                    "files.%s: source '%s' (%s): %s: fix the path (relative paths "
+                    "start at the spec's directory)",
+                    t, v->value, src, strerror(e));
       free(src);
       return rc;
     }
@@ -751,8 +761,10 @@ static int parse_job(ctx *c, const node *root, spec_job *s) {
   if (!n) return fail(c, root, "the spec has no name: add e.g. `name: fashion-mlp` at the top");
   if ((rc = want_str(c, n, "name", &s->name)) < 0) return rc;
   if (!name_ok(s->name, 63))
-    return fail(c, n, "name '%s' is not valid: use 1-63 of a-z, 0-9, _ and -, starting "
-                      "with a letter or digit", s->name);
+    return fail(c, n,
+                "name '%s' is not valid: use 1-63 of a-z, 0-9, _ and -, starting "
+                "with a letter or digit",
+                s->name);
   s->backend = strdup(backend_default()->name);
   s->restart = strdup("job");
   if (!s->backend || !s->restart) return LOOM_ENOMEM;
@@ -803,11 +815,14 @@ static int parse_job(ctx *c, const node *root, spec_job *s) {
       snprintf(tmp, sizeof tmp, "%.*s", (int)(l - 1), v);
       ok = loom__parse_int(tmp, 1, 86400, &secs) == 0 && (ms = (uint64_t)secs * 1000, true);
     } else {
-      ok = n->plain && loom__parse_int(v, 1, 86400, &secs) == 0 && (ms = (uint64_t)secs * 1000, true);
+      ok = n->plain && loom__parse_int(v, 1, 86400, &secs) == 0 &&
+           (ms = (uint64_t)secs * 1000, true);
     }
     if (!ok)
-      return fail(c, n, "heartbeat_timeout must be a duration like 30 (seconds), 30s or 500ms, "
-                        "got '%s'", v);
+      return fail(c, n,
+                  "heartbeat_timeout must be a duration like 30 (seconds), 30s or 500ms, "
+                  "got '%s'",
+                  v);
     s->heartbeat_timeout_ms = (int)ms;
   }
   if ((n = map_get(root, "env")) && (rc = want_env(c, n, "env", &s->env, &s->nenv)) < 0) return rc;
@@ -815,10 +830,12 @@ static int parse_job(ctx *c, const node *root, spec_job *s) {
   if ((n = map_get(root, "feed")) && (rc = parse_feed(c, n, &s->feed)) < 0) return rc;
   n = map_get(root, "roles");
   if (!n)
-    return fail(c, root, "the spec has no roles: add e.g. `roles: {worker: {instances: 2, "
-                         "command: ./train}}`");
+    return fail(c, root,
+                "the spec has no roles: add e.g. `roles: {worker: {instances: 2, "
+                "command: ./train}}`");
   if (n->type != N_MAP || n->n == 0)
-    return fail(c, n, "roles must be a map with at least one role, e.g. {worker: {command: ./train}}");
+    return fail(c, n,
+                "roles must be a map with at least one role, e.g. {worker: {command: ./train}}");
   s->roles = calloc((size_t)n->n, sizeof *s->roles);
   if (!s->roles) return LOOM_ENOMEM;
   for (int i = 0; i < n->n; i++) {
@@ -832,14 +849,14 @@ static int parse_job(ctx *c, const node *root, spec_job *s) {
   bool finishing = false;
   for (int i = 0; i < s->nroles; i++) finishing |= !s->roles[i].service;
   if (!finishing)
-    return fail(c, n, "every role is a service (ps, tensorboard, or service: true): the job "
-                      "would never finish; add a role that does the work");
+    return fail(c, n,
+                "every role is a service (ps, tensorboard, or service: true): the job "
+                "would never finish; add a role that does the work");
   return 0;
 }
 
-int spec_parse(const char *name, const char *text, size_t len,
-               const char *const *sets, int nsets, spec_job **out, char *err,
-               size_t errlen) {
+int spec_parse(const char *name, const char *text, size_t len, const char *const *sets, int nsets,
+               spec_job **out, char *err, size_t errlen) {
   ctx c = {.file = name, .err = err, .errlen = errlen};
   err[0] = 0;
   *out = NULL;
@@ -872,15 +889,16 @@ int spec_parse(const char *name, const char *text, size_t len,
   return 0;
 }
 
-int spec_load(const char *path, const char *const *sets, int nsets,
-              spec_job **out, char *err, size_t errlen) {
+int spec_load(const char *path, const char *const *sets, int nsets, spec_job **out, char *err,
+              size_t errlen) {
   char *text;
   size_t len;
   int rc = loom__read_file(path, SPEC_MAX_BYTES + 1, &text, &len);
   if (rc < 0) {
     snprintf(err, errlen, "%s: cannot read the spec: %s", path,
-             rc == LOOM_ENOENT ? "no such file" : rc == LOOM_ERANGE ? "larger than 1 MiB"
-                                                                     : strerror(errno));
+             rc == LOOM_ENOENT   ? "no such file"
+             : rc == LOOM_ERANGE ? "larger than 1 MiB"
+                                 : strerror(errno));
     *out = NULL;
     return rc == LOOM_ERANGE ? LOOM_ESPEC : LOOM_EIO;
   }
@@ -963,8 +981,8 @@ json_t *spec_to_json(const spec_job *s) {
     json_object_set_new(o, "procs", json_integer(r->procs));
     json_object_set_new(o, "service", json_boolean(r->service));
     if (r->elastic_min)
-      json_object_set_new(o, "elastic", json_pack("{s:i, s:i}", "min", r->elastic_min, "max",
-                                                  r->elastic_max));
+      json_object_set_new(o, "elastic",
+                          json_pack("{s:i, s:i}", "min", r->elastic_min, "max", r->elastic_max));
     json_object_set_new(o, "env", kv_json(r->env, r->nenv));
     json_object_set_new(roles, r->name, o);
   }

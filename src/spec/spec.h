@@ -14,14 +14,14 @@ typedef struct {
 typedef struct {
   char *name;
   int instances;
-  char *shell;  /* command as a string, run by /bin/sh -c; or NULL */
-  char **argv;  /* command as a list, exec'd; NULL-terminated, or NULL */
-  int vcores;   /* 0: not constrained */
+  char *shell;     /* command as a string, run by /bin/sh -c; or NULL */
+  char **argv;     /* command as a list, exec'd; NULL-terminated, or NULL */
+  int vcores;      /* 0: not constrained */
   uint64_t memory; /* bytes; 0: not limited */
   int gpus;
   char *label;
   int procs;
-  bool service; /* the job does not wait for it; stopped at the end */
+  bool service;                 /* the job does not wait for it; stopped at the end */
   int elastic_min, elastic_max; /* 0: not elastic */
   spec_kv *env;
   int nenv;
@@ -31,7 +31,7 @@ typedef struct {
   char *path; /* the spec file, absolute */
   char *name, *backend, *queue, *restart;
   int retries, max_restarts;
-  int *retry_on;    /* exit codes that are retried (signals always are); NULL: all */
+  int *retry_on; /* exit codes that are retried (signals always are); NULL: all */
   int nretry_on;
   int heartbeat_timeout_ms; /* 0: LOOM_HEARTBEAT_TIMEOUT */
   spec_kv *env;
@@ -47,13 +47,12 @@ typedef struct {
  * top. On error returns LOOM_ESPEC (or LOOM_EIO) and writes a message
  * ("job.yaml:4:3: ...") into err. On success *out is owned by the caller
  * (spec_free). */
-int spec_load(const char *path, const char *const *sets, int nsets,
-              spec_job **out, char *err, size_t errlen);
+int spec_load(const char *path, const char *const *sets, int nsets, spec_job **out, char *err,
+              size_t errlen);
 /* Same, from text in memory (name is used in messages and to resolve
  * relative paths from the current directory). */
-int spec_parse(const char *name, const char *text, size_t len,
-               const char *const *sets, int nsets, spec_job **out, char *err,
-               size_t errlen);
+int spec_parse(const char *name, const char *text, size_t len, const char *const *sets, int nsets,
+               spec_job **out, char *err, size_t errlen);
 void spec_free(spec_job *s);
 /* The resolved spec as JSON (valid YAML), defaults filled in. */
 json_t *spec_to_json(const spec_job *s);

@@ -60,8 +60,7 @@ struct loom_summary {
 
 /* Sets the writer's (and the handle's) detail text; returns code. Called
  * with mu held, or before the writer is shared. */
-static int sum_fail(loom_summary_t *s, int code, const char *fmt, ...)
-    LOOM__PRINTF(3, 4);
+static int sum_fail(loom_summary_t *s, int code, const char *fmt, ...) LOOM__PRINTF(3, 4);
 static int sum_fail(loom_summary_t *s, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -78,8 +77,8 @@ static int sum_flush_locked(loom_summary_t *s) {
     ssize_t w = write(s->fd, s->pending.p, s->pending.len);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0)
-      return sum_fail(s, LOOM_EIO, "cannot write TensorBoard events to %s: %s",
-                      s->path, w < 0 ? strerror(errno) : "no progress");
+      return sum_fail(s, LOOM_EIO, "cannot write TensorBoard events to %s: %s", s->path,
+                      w < 0 ? strerror(errno) : "no progress");
     loom__buf_consume(&s->pending, (size_t)w);
   }
   return 0;
@@ -91,8 +90,7 @@ static void *sum_flusher(void *arg) {
   while (!s->closing) {
     struct timespec ts = loom__deadline(CLOCK_MONOTONIC, SUMMARY_FLUSH_MS);
     int rc = 0;
-    while (!s->closing && rc != ETIMEDOUT)
-      rc = pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    while (!s->closing && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&s->cv, &s->mu, &ts);
     if (s->closing) break;
     int frc = sum_flush_locked(s);
     if (frc < 0 && !s->bg_err) s->bg_err = frc;
@@ -114,8 +112,7 @@ static int sum_take_bg_err(loom_summary_t *s) {
  * nothing was queued. Called with mu held. */
 static int sum_append_locked(loom_summary_t *s, const loom__pb *ev) {
   if (ev->err == LOOM_ERANGE)
-    return sum_fail(s, LOOM_ERANGE, "summary record over %u bytes",
-                    (unsigned)SUMMARY_MAX_RECORD);
+    return sum_fail(s, LOOM_ERANGE, "summary record over %u bytes", (unsigned)SUMMARY_MAX_RECORD);
   if (ev->err) return sum_fail(s, ev->err, "cannot encode summary record");
   int rc = sum_take_bg_err(s);
   if (rc < 0) return rc;
@@ -135,16 +132,14 @@ static int sum_append_locked(loom_summary_t *s, const loom__pb *ev) {
       (rc = loom__buf_add(&s->pending, ev->buf.p, ev->buf.len)) < 0 ||
       (rc = loom__buf_add(&s->pending, tail, sizeof tail)) < 0) {
     s->pending.len = mark; /* never leave half a record queued */
-    return sum_fail(s, rc, "cannot queue a summary record: %s",
-                    loom_strerror(rc));
+    return sum_fail(s, rc, "cannot queue a summary record: %s", loom_strerror(rc));
   }
   return 0;
 }
 
 /* Queues an Event of wall time now, step and one Summary.Value (already
  * encoded in value). */
-static int sum_write_value(loom_summary_t *s, int64_t step,
-                           const loom__pb *value) {
+static int sum_write_value(loom_summary_t *s, int64_t step, const loom__pb *value) {
   loom__pb summary, ev;
   loom__pb_init(&summary, SUMMARY_MAX_RECORD);
   loom__pb_init(&ev, SUMMARY_MAX_RECORD);
@@ -181,12 +176,9 @@ static int sum_default_dir(loom_t *l, char *out, size_t len) {
   const char *role = l ? loom_role(l) : getenv("LOOM_ROLE");
   long long index = l ? loom_index(l) : -1;
   const char *ienv = getenv("LOOM_INDEX");
-  if (!l && (!ienv || loom__parse_int(ienv, 0, INT_MAX, &index) < 0))
-    index = -1;
-  if (!job_dir || !*job_dir || !role || !*role || index < 0)
-    return LOOM_ENOENV;
-  if ((size_t)snprintf(out, len, "%s/tensorboard/%s-%lld", job_dir, role,
-                       index) >= len)
+  if (!l && (!ienv || loom__parse_int(ienv, 0, INT_MAX, &index) < 0)) index = -1;
+  if (!job_dir || !*job_dir || !role || !*role || index < 0) return LOOM_ENOENV;
+  if ((size_t)snprintf(out, len, "%s/tensorboard/%s-%lld", job_dir, role, index) >= len)
     return LOOM_ERANGE;
   return 0;
 }
@@ -196,8 +188,7 @@ static int sum_default_dir(loom_t *l, char *out, size_t len) {
  * then .<pid>.<n>. */
 static int sum_create_file(loom_summary_t *s, const char *dir) {
   char host[256];
-  if (gethostname(host, sizeof host) < 0 || !host[0])
-    loom__strlcpy(host, "localhost", sizeof host);
+  if (gethostname(host, sizeof host) < 0 || !host[0]) loom__strlcpy(host, "localhost", sizeof host);
   host[sizeof host - 1] = 0;
   for (char *p = host; *p; p++)
     if (*p == '/') *p = '_';
@@ -205,24 +196,20 @@ static int sum_create_file(loom_summary_t *s, const char *dir) {
   for (int attempt = 0; attempt < 100; attempt++) {
     int n;
     if (attempt == 0)
-      n = snprintf(s->path, sizeof s->path, "%s/events.out.tfevents.%lld.%s",
-                   dir, now, host);
+      n = snprintf(s->path, sizeof s->path, "%s/events.out.tfevents.%lld.%s", dir, now, host);
     else if (attempt == 1)
-      n = snprintf(s->path, sizeof s->path, "%s/events.out.tfevents.%lld.%s.%d",
-                   dir, now, host, (int)getpid());
+      n = snprintf(s->path, sizeof s->path, "%s/events.out.tfevents.%lld.%s.%d", dir, now, host,
+                   (int)getpid());
     else
-      n = snprintf(s->path, sizeof s->path,
-                   "%s/events.out.tfevents.%lld.%s.%d.%d", dir, now, host,
+      n = snprintf(s->path, sizeof s->path, "%s/events.out.tfevents.%lld.%s.%d.%d", dir, now, host,
                    (int)getpid(), attempt);
     if (n < 0 || (size_t)n >= sizeof s->path)
-      return sum_fail(s, LOOM_ERANGE, "summary directory path too long: %s",
-                      dir);
-    s->fd = open(s->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC,
-                 0644);
+      return sum_fail(s, LOOM_ERANGE, "summary directory path too long: %s", dir);
+    s->fd = open(s->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
     if (s->fd >= 0) return 0;
     if (errno != EEXIST)
-      return sum_fail(s, LOOM_EIO, "cannot create TensorBoard event file %s: %s",
-                      s->path, strerror(errno));
+      return sum_fail(s, LOOM_EIO, "cannot create TensorBoard event file %s: %s", s->path,
+                      strerror(errno));
   }
   return sum_fail(s, LOOM_EIO, "cannot find a free event file name in %s", dir);
 }
@@ -264,8 +251,7 @@ int loom_summary_open(loom_t *l, const char *dir, loom_summary_t **out) {
 
   int rc = loom__mkdir_p(dir, 0755);
   if (rc < 0) {
-    rc = sum_fail(s, rc, "cannot create summary directory %s: %s", dir,
-                  strerror(errno));
+    rc = sum_fail(s, rc, "cannot create summary directory %s: %s", dir, strerror(errno));
     goto fail;
   }
   if ((rc = sum_create_file(s, dir)) < 0) goto fail;
@@ -296,8 +282,7 @@ fail:
 
 /* ---- values ----------------------------------------------------------- */
 
-int loom_summary_scalar(loom_summary_t *s, const char *tag, int64_t step,
-                        double value) {
+int loom_summary_scalar(loom_summary_t *s, const char *tag, int64_t step, double value) {
   if (!s) return LOOM_EINVAL;
   int rc = sum_check_tag(s, tag);
   if (rc < 0) return rc;
@@ -336,14 +321,16 @@ static size_t hist_bucket(double v) {
   size_t lo = 0, hi = hist_nlimits;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (hist_limits[mid] > v) hi = mid;
-    else lo = mid + 1;
+    if (hist_limits[mid] > v)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   return lo;
 }
 
-int loom_summary_histogram(loom_summary_t *s, const char *tag, int64_t step,
-                           const float *values, size_t n) {
+int loom_summary_histogram(loom_summary_t *s, const char *tag, int64_t step, const float *values,
+                           size_t n) {
   if (!s) return LOOM_EINVAL;
   int rc = sum_check_tag(s, tag);
   if (rc < 0) return rc;
@@ -408,8 +395,7 @@ out:
   return rc;
 }
 
-int loom_summary_text(loom_summary_t *s, const char *tag, int64_t step,
-                      const char *text) {
+int loom_summary_text(loom_summary_t *s, const char *tag, int64_t step, const char *text) {
   if (!s) return LOOM_EINVAL;
   int rc = sum_check_tag(s, tag);
   if (rc < 0) return rc;
@@ -417,8 +403,8 @@ int loom_summary_text(loom_summary_t *s, const char *tag, int64_t step,
   if (!text || len > LOOM_SUMMARY_MAX_TEXT) {
     pthread_mutex_lock(&s->mu);
     rc = sum_fail(s, text ? LOOM_ERANGE : LOOM_EINVAL,
-                  "text summary '%s' must be at most %u bytes, got %zu", tag,
-                  LOOM_SUMMARY_MAX_TEXT, len);
+                  "text summary '%s' must be at most %u bytes, got %zu", tag, LOOM_SUMMARY_MAX_TEXT,
+                  len);
     pthread_mutex_unlock(&s->mu);
     return rc;
   }
@@ -469,16 +455,11 @@ int loom_summary_close(loom_summary_t *s) {
   if (close(s->fd) < 0 && rc == 0)
     rc = sum_fail(s, LOOM_EIO, "cannot close %s: %s", s->path, strerror(errno));
   s->fd = -1;
-  if (rc < 0 && !s->l)
-    loom__log(LOOM_LOG_ERROR, "summary", "%s", s->errmsg);
+  if (rc < 0 && !s->l) loom__log(LOOM_LOG_ERROR, "summary", "%s", s->errmsg);
   sum_free(s);
   return rc;
 }
 
-const char *loom_summary_path(const loom_summary_t *s) {
-  return s ? s->path : "";
-}
+const char *loom_summary_path(const loom_summary_t *s) { return s ? s->path : ""; }
 
-const char *loom_summary_errmsg(const loom_summary_t *s) {
-  return s ? s->errmsg : "";
-}
+const char *loom_summary_errmsg(const loom_summary_t *s) { return s ? s->errmsg : ""; }

@@ -26,8 +26,8 @@ void wire_frame_free(wire_frame *f) {
   memset(f, 0, sizeof *f);
 }
 
-int wire_encode(uint16_t type, const json_t *json, const void *blob,
-                size_t blob_len, unsigned char **out, size_t *out_len) {
+int wire_encode(uint16_t type, const json_t *json, const void *blob, size_t blob_len,
+                unsigned char **out, size_t *out_len) {
   char *js = NULL;
   size_t jlen = 0;
   if (json) {
@@ -83,8 +83,7 @@ int wire_reader_pop(wire_reader *r, wire_frame *f) {
     if (r->in.len >= WIRE_HDR) {
       uint16_t type = loom__get_be16(p + 4);
       uint32_t jlen = loom__get_be32(p + 8);
-      if (type == 0 || type >= WIRE_TYPE_MAX || jlen > len - 8)
-        return LOOM_EPROTO;
+      if (type == 0 || type >= WIRE_TYPE_MAX || jlen > len - 8) return LOOM_EPROTO;
     }
     return 0;
   }
@@ -102,8 +101,7 @@ int wire_reader_pop(wire_reader *r, wire_frame *f) {
   f->raw = raw;
   if (jlen) {
     json_error_t err;
-    f->json = json_loadb((const char *)raw + WIRE_HDR, jlen,
-                         JSON_REJECT_DUPLICATES, &err);
+    f->json = json_loadb((const char *)raw + WIRE_HDR, jlen, JSON_REJECT_DUPLICATES, &err);
     if (!f->json || !json_is_object(f->json)) {
       wire_frame_free(f);
       return LOOM_EPROTO;
@@ -116,9 +114,7 @@ int wire_reader_pop(wire_reader *r, wire_frame *f) {
   return 1;
 }
 
-int wire_random(void *buf, size_t n) {
-  return RAND_bytes(buf, (int)n) == 1 ? 0 : LOOM_EIO;
-}
+int wire_random(void *buf, size_t n) { return RAND_bytes(buf, (int)n) == 1 ? 0 : LOOM_EIO; }
 
 void wire_mac(const char *secret, const char *label, const unsigned char *nonce,
               unsigned char out[WIRE_MAC]) {
@@ -128,16 +124,14 @@ void wire_mac(const char *secret, const char *label, const unsigned char *nonce,
   memcpy(msg, label, ll);
   memcpy(msg + ll, nonce, WIRE_NONCE);
   unsigned int outlen = WIRE_MAC;
-  HMAC(EVP_sha256(), secret, (int)strlen(secret), msg, ll + WIRE_NONCE, out,
-       &outlen);
+  HMAC(EVP_sha256(), secret, (int)strlen(secret), msg, ll + WIRE_NONCE, out, &outlen);
 }
 
 bool wire_mac_equal(const unsigned char *a, const unsigned char *b) {
   return CRYPTO_memcmp(a, b, WIRE_MAC) == 0;
 }
 
-int wire_split_hostport(const char *hp, char *host, size_t hostlen,
-                        int *port) {
+int wire_split_hostport(const char *hp, char *host, size_t hostlen, int *port) {
   const char *c = strrchr(hp, ':');
   if (!c || c == hp || (size_t)(c - hp) >= hostlen) return LOOM_EINVAL;
   long long p;
@@ -151,8 +145,7 @@ int wire_split_hostport(const char *hp, char *host, size_t hostlen,
 int wire_dial(const char *hostport, int timeout_ms, int *out) {
   char host[256];
   int port;
-  if (wire_split_hostport(hostport, host, sizeof host, &port) < 0)
-    return LOOM_EINVAL;
+  if (wire_split_hostport(hostport, host, sizeof host, &port) < 0) return LOOM_EINVAL;
   struct addrinfo hints = {0}, *res = NULL;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -193,8 +186,7 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
 
 int wire_send_raw(int fd, const void *buf, size_t len) { return write_all(fd, buf, len); }
 
-int wire_send(int fd, uint16_t type, const json_t *json, const void *blob,
-              size_t blob_len) {
+int wire_send(int fd, uint16_t type, const json_t *json, const void *blob, size_t blob_len) {
   unsigned char *buf;
   size_t len;
   int rc = wire_encode(type, json, blob, blob_len, &buf, &len);
@@ -228,8 +220,7 @@ int wire_recv(int fd, wire_reader *r, wire_frame *f, int timeout_ms) {
   }
 }
 
-int wire_client_auth(int fd, wire_reader *r, const char *secret,
-                     int timeout_ms) {
+int wire_client_auth(int fd, wire_reader *r, const char *secret, int timeout_ms) {
   /* The handshake reads exactly its own bytes from fd, so r holds nothing
    * of it; r is the connection's reader from here on. */
   if (r->in.len != 0) return LOOM_EPROTO;

@@ -62,7 +62,7 @@ typedef enum {
 typedef struct {
   uint16_t type;
   uint16_t flags;
-  json_t *json; /* owned by the frame; an empty object when jlen was 0 */
+  json_t *json;        /* owned by the frame; an empty object when jlen was 0 */
   unsigned char *blob; /* points into the frame's storage */
   size_t blob_len;
   unsigned char *raw; /* the storage */
@@ -71,8 +71,8 @@ typedef struct {
 void wire_frame_free(wire_frame *f);
 
 /* Encodes one frame into a malloc'ed buffer the caller owns. */
-int wire_encode(uint16_t type, const json_t *json, const void *blob,
-                size_t blob_len, unsigned char **out, size_t *out_len);
+int wire_encode(uint16_t type, const json_t *json, const void *blob, size_t blob_len,
+                unsigned char **out, size_t *out_len);
 
 /* The most bytes one read from a socket hands to a reader. */
 #define WIRE_READ_CHUNK 65536
@@ -109,8 +109,7 @@ bool wire_mac_equal(const unsigned char *a, const unsigned char *b);
 
 /* Blocking helpers for clients (libloom, CLI). fd is a connected socket. */
 int wire_dial(const char *hostport, int timeout_ms, int *fd);
-int wire_send(int fd, uint16_t type, const json_t *json, const void *blob,
-              size_t blob_len);
+int wire_send(int fd, uint16_t type, const json_t *json, const void *blob, size_t blob_len);
 /* Writes bytes already encoded (wire_encode, wire_msg_encode) in full. */
 int wire_send_raw(int fd, const void *buf, size_t len);
 /* Reads one frame, waiting at most timeout_ms (-1: forever). */
@@ -120,8 +119,7 @@ int wire_recv(int fd, wire_reader *r, wire_frame *f, int timeout_ms);
  * receives nothing of it and is the connection's reader afterwards.
  * timeout_ms -1 waits forever. LOOM_EAUTH when the server refused this
  * secret or could not prove it holds it. */
-int wire_client_auth(int fd, wire_reader *r, const char *secret,
-                     int timeout_ms);
+int wire_client_auth(int fd, wire_reader *r, const char *secret, int timeout_ms);
 /* Splits "host:port". */
 int wire_split_hostport(const char *hp, char *host, size_t hostlen, int *port);
 

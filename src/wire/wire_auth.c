@@ -12,7 +12,8 @@
 
 /* The coordinator's frame headers (wire.h): u32 len | u16 type | u16 flags
  * | u32 jlen, with no JSON and the nonce or MAC as the blob. */
-#define COORD_HDR(len, type) {0, 0, 0, (len), 0, (type), 0, 0, 0, 0, 0, 0}
+#define COORD_HDR(len, type)                                                                       \
+  { 0, 0, 0, (len), 0, (type), 0, 0, 0, 0, 0, 0 }
 static const unsigned char coord_challenge[] = COORD_HDR(8 + WIRE_NONCE, WIRE_CHALLENGE);
 static const unsigned char coord_answer[] = COORD_HDR(8 + WIRE_MAC + WIRE_NONCE, WIRE_AUTH);
 static const unsigned char coord_proof[] = COORD_HDR(8 + WIRE_MAC, WIRE_AUTH_OK);
@@ -143,8 +144,7 @@ int wire_auth_server_feed(wire_auth_server *s, const void *data, size_t n, size_
 /* ---- client --------------------------------------------------------------- */
 int wire_auth_client_answer(const wire_auth_proto *p, const char *secret, const void *ctx,
                             size_t ctx_len, const unsigned char *challenge, size_t len,
-                            unsigned char cnonce[WIRE_NONCE], unsigned char *out,
-                            size_t *out_len) {
+                            unsigned char cnonce[WIRE_NONCE], unsigned char *out, size_t *out_len) {
   if (ctx_len > WIRE_AUTH_CTX_MAX) return LOOM_EINVAL;
   if (len != wire_auth_challenge_len(p) ||
       memcmp(challenge, p->challenge_pre, p->challenge_pre_len) != 0)
@@ -198,8 +198,8 @@ int wire_auth_client_fd(int fd, const wire_auth_proto *p, const char *secret, co
   if (ch_len > sizeof ch || proof_len > sizeof proof) return LOOM_EINVAL;
   int rc = io_exact(fd, ch, ch_len, false, deadline_ms);
   if (rc < 0) return rc;
-  if ((rc = wire_auth_client_answer(p, secret, ctx, ctx_len, ch, ch_len, cnonce, ans,
-                                    &ans_len)) < 0)
+  if ((rc = wire_auth_client_answer(p, secret, ctx, ctx_len, ch, ch_len, cnonce, ans, &ans_len)) <
+      0)
     return rc;
   if ((rc = io_exact(fd, ans, ans_len, true, deadline_ms)) < 0) return rc;
   /* a server that refuses the answer closes the connection */

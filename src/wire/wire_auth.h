@@ -102,8 +102,7 @@ int wire_auth_server_feed(wire_auth_server *s, const void *data, size_t n, size_
  * LOOM_EPROTO when the challenge is not one, LOOM_EIO without randomness. */
 int wire_auth_client_answer(const wire_auth_proto *p, const char *secret, const void *ctx,
                             size_t ctx_len, const unsigned char *challenge, size_t len,
-                            unsigned char cnonce[WIRE_NONCE], unsigned char *out,
-                            size_t *out_len);
+                            unsigned char cnonce[WIRE_NONCE], unsigned char *out, size_t *out_len);
 /* 0 when proof is the server's over cnonce, LOOM_EAUTH otherwise. */
 int wire_auth_client_check(const wire_auth_proto *p, const char *secret, const void *ctx,
                            size_t ctx_len, const unsigned char cnonce[WIRE_NONCE],

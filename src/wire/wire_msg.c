@@ -45,9 +45,12 @@ typedef struct {
 
 #define U(st, mem) (offsetof(wire_msg, u) + offsetof(st, mem))
 /* each followed by the bounds: min, max */
-#define REQ(w, k, st, mem, ...) {w, k, false, U(st, mem), -1, __VA_ARGS__}
-#define OPT(w, k, st, mem, ...) {w, k, true, U(st, mem), -1, __VA_ARGS__}
-#define HAS(w, k, st, mem, ...) {w, k, true, U(st, mem), (ssize_t)(U(st, has_##mem)), __VA_ARGS__}
+#define REQ(w, k, st, mem, ...)                                                                    \
+  { w, k, false, U(st, mem), -1, __VA_ARGS__ }
+#define OPT(w, k, st, mem, ...)                                                                    \
+  { w, k, true, U(st, mem), -1, __VA_ARGS__ }
+#define HAS(w, k, st, mem, ...)                                                                    \
+  { w, k, true, U(st, mem), (ssize_t)(U(st, has_##mem)), __VA_ARGS__ }
 #define I32 INT32_MIN, INT32_MAX
 #define NAT 0, INT32_MAX
 #define I64 LLONG_MIN, LLONG_MAX
@@ -184,15 +187,33 @@ const char *wire_msg_name(uint16_t type) {
 /* What a field must be, for messages. */
 static void describe(const fld *f, char *out, size_t len) {
   switch (f->kind) {
-  case F_STR: snprintf(out, len, "a string of %lld..%lld bytes", f->min, f->max); break;
-  case F_INT: snprintf(out, len, "an integer %lld..%lld", f->min, f->max); break;
-  case F_BOOL: snprintf(out, len, "true or false"); break;
-  case F_NUM: snprintf(out, len, "a number"); break;
-  case F_OBJ: snprintf(out, len, "an object"); break;
-  case F_OBJ_STR: snprintf(out, len, "an object of strings"); break;
-  case F_FILES: snprintf(out, len, "an object of paths or {\"tar\": path}"); break;
-  case F_ARR_STR: snprintf(out, len, "an array of %lld..%lld strings", f->min, f->max); break;
-  default: snprintf(out, len, "an array of %lld..%lld process ids", f->min, f->max); break;
+  case F_STR:
+    snprintf(out, len, "a string of %lld..%lld bytes", f->min, f->max);
+    break;
+  case F_INT:
+    snprintf(out, len, "an integer %lld..%lld", f->min, f->max);
+    break;
+  case F_BOOL:
+    snprintf(out, len, "true or false");
+    break;
+  case F_NUM:
+    snprintf(out, len, "a number");
+    break;
+  case F_OBJ:
+    snprintf(out, len, "an object");
+    break;
+  case F_OBJ_STR:
+    snprintf(out, len, "an object of strings");
+    break;
+  case F_FILES:
+    snprintf(out, len, "an object of paths or {\"tar\": path}");
+    break;
+  case F_ARR_STR:
+    snprintf(out, len, "an array of %lld..%lld strings", f->min, f->max);
+    break;
+  default:
+    snprintf(out, len, "an array of %lld..%lld process ids", f->min, f->max);
+    break;
   }
 }
 
@@ -299,8 +320,10 @@ int wire_msg_decode(const wire_frame *f, wire_msg *m, char *err, size_t errlen) 
   case B_CLUSTER: {
     json_error_t je;
     m->owned = json_loadb((const char *)f->blob, f->blob_len, JSON_REJECT_DUPLICATES, &je);
-    json_t *cl = json_object_get(m->owned, "cluster"), *tf = json_object_get(m->owned, "tf_cluster");
-    if (!json_is_object(cl)) FAIL("%s: the blob must be a JSON object with a 'cluster' object", d->name);
+    json_t *cl = json_object_get(m->owned, "cluster"),
+           *tf = json_object_get(m->owned, "tf_cluster");
+    if (!json_is_object(cl))
+      FAIL("%s: the blob must be a JSON object with a 'cluster' object", d->name);
     if (tf && !json_is_object(tf)) FAIL("%s: the blob's 'tf_cluster' must be an object", d->name);
     m->u.cluster.cluster = cl;
     m->u.cluster.tf_cluster = tf;
@@ -375,8 +398,10 @@ int wire_msg_encode(const wire_msg *m, unsigned char **out, size_t *out_len) {
     if (fd->has >= 0 && !*((const bool *)((const unsigned char *)m + fd->has))) continue;
     bool missing;
     json_t *v = field_put(fd, (const unsigned char *)m + fd->off, &missing);
-    if (missing) rc = LOOM_EINVAL;
-    else if (v && json_object_set_new(j, fd->name, v) < 0) rc = LOOM_ENOMEM;
+    if (missing)
+      rc = LOOM_EINVAL;
+    else if (v && json_object_set_new(j, fd->name, v) < 0)
+      rc = LOOM_ENOMEM;
   }
   if (rc == 0 && d->blob == B_CLUSTER) {
     const wire_cluster *c = &m->u.cluster;

@@ -47,14 +47,20 @@ typedef struct { /* coord: the cluster spec, at the rendezvous or a rejoin */
   json_t *cluster, *tf_cluster; /* tf_cluster may be NULL */
 } wire_cluster;
 
-typedef struct { json_t *pids; } wire_started; /* array of integers */
-typedef struct { int64_t stream, proc; } wire_log; /* blob: lines */
+typedef struct {
+  json_t *pids;
+} wire_started; /* array of integers */
+typedef struct {
+  int64_t stream, proc;
+} wire_log; /* blob: lines */
 typedef struct {
   int64_t code, signal;
   const char *reason;
   bool lost;
 } wire_exit;
-typedef struct { int64_t grace_ms; } wire_stop;
+typedef struct {
+  int64_t grace_ms;
+} wire_stop;
 typedef struct {
   const char *reason;
   int64_t code;
@@ -92,7 +98,9 @@ typedef struct { /* blob: KV_GET's value */
   json_t *json; /* decoded: the whole object (the feed's replies carry more
                  * fields); encoded: fields sent besides these, or NULL */
 } wire_reply;
-typedef struct { const char *reason; } wire_abort;
+typedef struct {
+  const char *reason;
+} wire_abort;
 typedef struct {
   bool has_id;
   int64_t id;
@@ -100,7 +108,9 @@ typedef struct {
   int64_t step;
   double value;
 } wire_metric;
-typedef struct { int64_t generation; } wire_membership;
+typedef struct {
+  int64_t generation;
+} wire_membership;
 
 typedef struct {
   uint16_t type; /* a wire_type */
@@ -122,7 +132,7 @@ typedef struct {
     wire_abort abort;
     wire_metric metric;
     wire_membership membership;
-  } u; /* READY, HEARTBEAT: no fields */
+  } u;                       /* READY, HEARTBEAT: no fields */
   const unsigned char *blob; /* LOG, KV_SET, REPLY; borrowed */
   size_t blob_len;
   json_t *owned; /* what the decoder parsed (CLUSTER's blob) */

@@ -15,14 +15,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "commprobe: line %d: ", __LINE__);                       \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, "\n");                                                   \
-      return 1;                                                                \
-    }                                                                          \
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "commprobe: line %d: ", __LINE__);                                           \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fprintf(stderr, "\n");                                                                       \
+      return 1;                                                                                    \
+    }                                                                                              \
   } while (0)
 
 static double now(void) {

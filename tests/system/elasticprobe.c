@@ -12,9 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int sync_step(loom_t *l, int64_t *step) {
-  return loom_broadcast(l, step, sizeof *step, 0);
-}
+static int sync_step(loom_t *l, int64_t *step) { return loom_broadcast(l, step, sizeof *step, 0); }
 
 int main(int argc, char **argv) {
   loom_t *l;

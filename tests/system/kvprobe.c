@@ -7,14 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "kvprobe: %s:%d: ", __FILE__, __LINE__);                 \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, "\n");                                                   \
-      return 1;                                                                \
-    }                                                                          \
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "kvprobe: %s:%d: ", __FILE__, __LINE__);                                     \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fprintf(stderr, "\n");                                                                       \
+      return 1;                                                                                    \
+    }                                                                                              \
   } while (0)
 
 int main(void) {
@@ -44,7 +44,8 @@ int main(void) {
   }
   int64_t after;
   rc = loom_kv_add(l, "probe/count", 1, &after);
-  CHECK(rc == 0 && after >= 1 && after <= n, "kv_add: %s -> %lld", loom_strerror(rc), (long long)after);
+  CHECK(rc == 0 && after >= 1 && after <= n, "kv_add: %s -> %lld", loom_strerror(rc),
+        (long long)after);
   void *v;
   size_t len;
   rc = loom_kv_get(l, "probe/never-set", 200, &v, &len);

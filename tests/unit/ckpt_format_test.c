@@ -33,7 +33,6 @@ static void sink(int level, const char *subsys, const char *msg, void *arg) {
   loom__strlcpy(last_warning, msg, sizeof last_warning);
 }
 
-
 static void ckpt_file(const char *dir, int64_t step, char *out, size_t len) {
   snprintf(out, len, "%s/ckpt-%012lld.ckpt", dir, (long long)step);
 }
@@ -206,8 +205,8 @@ static void test_every_flip_and_truncation_is_refused(void **state) {
     model_init(&m, 7);
     int rc = loom_ckpt_restore(c, 2, m.t, 5);
     if (rc != LOOM_EIO)
-      fail_msg("flipped bit %zu (byte %zu): restore returned %d (%s)", bit,
-               bit / 8, rc, loom_ckpt_errmsg(c));
+      fail_msg("flipped bit %zu (byte %zu): restore returned %d (%s)", bit, bit / 8, rc,
+               loom_ckpt_errmsg(c));
     model_expect(&m, 7); /* untouched */
     warnings = 0;
     assert_int_equal(loom_ckpt_latest(c, &step), 0);
@@ -275,8 +274,7 @@ static void test_mismatch_is_refused_before_writing(void **state) {
   m.t[1].shape[0] = 5;
   m.t[0].dtype = LOOM_F64;
   assert_int_equal(loom_ckpt_restore(c, 3, m.t, 5), LOOM_EINVAL);
-  assert_non_null(strstr(loom_ckpt_errmsg(c),
-                         "'layer/w' in checkpoint"));
+  assert_non_null(strstr(loom_ckpt_errmsg(c), "'layer/w' in checkpoint"));
   assert_non_null(strstr(loom_ckpt_errmsg(c), "is f32 [3, 4]; the caller expects f64 [3, 4]"));
   m.t[0].dtype = LOOM_F32;
   m.t[2].ndim = 2;

@@ -57,9 +57,8 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-
-static void rank_main(const struct fcase *fc, struct shared *sh,
-                      const char *dir, int r, int abort_fd) {
+static void rank_main(const struct fcase *fc, struct shared *sh, const char *dir, int r,
+                      int abort_fd) {
   alarm(60);
   setenv("LOOM_COMM_TRANSPORT", fc->transport, 1);
   if (fc->what == STOP) setenv("LOOM_COMM_TIMEOUT_MS", "1000", 1);
@@ -67,8 +66,7 @@ static void rank_main(const struct fcase *fc, struct shared *sh,
   comm_t *c = NULL;
   char msg[256];
   if (comm_store_file(dir, &store) < 0 ||
-      comm_create(store, "f", r, WORLD, "localhost", abort_fd, &c, msg,
-                  sizeof msg) < 0)
+      comm_create(store, "f", r, WORLD, "localhost", abort_fd, &c, msg, sizeof msg) < 0)
     _exit(2);
   float *send = malloc(COUNT * sizeof *send), *recv = malloc(COUNT * sizeof *recv);
   for (size_t i = 0; i < COUNT; i++) send[i] = 1;
@@ -95,8 +93,8 @@ static void run_fail(void **state) {
   const struct fcase *fc = *state;
   char dir[] = "/tmp/loom-comm-fail-XXXXXX";
   assert_non_null(mkdtemp(dir));
-  struct shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
-                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  struct shared *sh =
+      mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   assert_true(sh != MAP_FAILED);
   int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   assert_true(efd >= 0);
@@ -116,8 +114,10 @@ static void run_fail(void **state) {
   }
   usleep(3000);
   atomic_store(&sh->event_ns, now_ns());
-  if (fc->what == KILL) kill(pids[VICTIM], SIGKILL);
-  else if (fc->what == STOP) kill(pids[VICTIM], SIGSTOP);
+  if (fc->what == KILL)
+    kill(pids[VICTIM], SIGKILL);
+  else if (fc->what == STOP)
+    kill(pids[VICTIM], SIGSTOP);
   else {
     uint64_t one = 1;
     assert_int_equal(write(efd, &one, sizeof one), sizeof one);
@@ -126,7 +126,8 @@ static void run_fail(void **state) {
   for (int r = 0; r < WORLD; r++) {
     if (fc->what == STOP && r == VICTIM) continue;
     int st = 0;
-    while (waitpid(pids[r], &st, 0) < 0 && errno == EINTR) {}
+    while (waitpid(pids[r], &st, 0) < 0 && errno == EINTR) {
+    }
     if (fc->what == KILL && r == VICTIM) {
       assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
       continue;
@@ -144,11 +145,13 @@ static void run_fail(void **state) {
   for (int r = 0; r < WORLD; r++) {
     if (r == VICTIM && fc->what != ABORT) continue;
     double ms = ((double)sh->err_ns[r] - (double)ev) / 1e6;
-    fprintf(stderr, "%s: rank %d: %s after %.0f ms (%s); next call %s in "
-                    "%.3f ms\n",
-            fc->name, r, loom_err_name(sh->rc[r]), ms, sh->msg[r],
-            loom_err_name(sh->rc2[r]), (double)sh->rc2_ns[r] / 1e6);
-    if (fc->what == ABORT) assert_int_equal(sh->rc[r], LOOM_EABORTED);
+    fprintf(stderr,
+            "%s: rank %d: %s after %.0f ms (%s); next call %s in "
+            "%.3f ms\n",
+            fc->name, r, loom_err_name(sh->rc[r]), ms, sh->msg[r], loom_err_name(sh->rc2[r]),
+            (double)sh->rc2_ns[r] / 1e6);
+    if (fc->what == ABORT)
+      assert_int_equal(sh->rc[r], LOOM_EABORTED);
     else if (fc->what == STOP) /* or a peer that timed out hung up */
       assert_true(sh->rc[r] == LOOM_ETIMEDOUT || sh->rc[r] == LOOM_EPEER);
     else
@@ -178,15 +181,13 @@ static void run_fail(void **state) {
 }
 
 static struct fcase cases[] = {
-    {"shm kill", "auto", KILL},   {"tcp kill", "tcp", KILL},
-    {"shm abort", "auto", ABORT}, {"tcp abort", "tcp", ABORT},
-    {"shm stop", "auto", STOP},   {"tcp stop", "tcp", STOP},
+    {"shm kill", "auto", KILL},  {"tcp kill", "tcp", KILL},  {"shm abort", "auto", ABORT},
+    {"tcp abort", "tcp", ABORT}, {"shm stop", "auto", STOP}, {"tcp stop", "tcp", STOP},
 };
 
 int main(void) {
   struct CMUnitTest tests[sizeof cases / sizeof cases[0]];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-    tests[i] = (struct CMUnitTest){cases[i].name, run_fail, NULL, NULL,
-                                   &cases[i]};
+    tests[i] = (struct CMUnitTest){cases[i].name, run_fail, NULL, NULL, &cases[i]};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

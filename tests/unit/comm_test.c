@@ -31,30 +31,28 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", g_rank,         \
-              __FILE__, __LINE__, #cond);                                    \
-      fprintf(stderr, __VA_ARGS__);                                          \
-      fputc('\n', stderr);                                                   \
-      return 1;                                                              \
-    }                                                                        \
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", g_rank, __FILE__, __LINE__, #cond);    \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fputc('\n', stderr);                                                                         \
+      return 1;                                                                                    \
+    }                                                                                              \
   } while (0)
 
-#define CALL(c, expr)                                                        \
-  do {                                                                       \
-    int rc_ = (expr);                                                        \
-    CHECK(rc_ == 0, "%s returned %s: %s", #expr, loom_err_name(rc_),         \
-          comm_errmsg(c));                                                   \
+#define CALL(c, expr)                                                                              \
+  do {                                                                                             \
+    int rc_ = (expr);                                                                              \
+    CHECK(rc_ == 0, "%s returned %s: %s", #expr, loom_err_name(rc_), comm_errmsg(c));              \
   } while (0)
 
 struct tcase {
   const char *name;
   const char *transport; /* LOOM_COMM_TRANSPORT */
   int world;
-  int large;  /* also a count of several MiB */
-  int mixed;  /* alternate two host names: shm and tcp pairs at once */
+  int large;       /* also a count of several MiB */
+  int mixed;       /* alternate two host names: shm and tcp pairs at once */
   const char *env; /* "NAME=VALUE NAME=VALUE": tunables for this case */
 };
 
@@ -74,9 +72,12 @@ static double expect(loom_dtype dt, loom_op op, int n, size_t i) {
   int pos = !(i & 1);
   double sum = (pos ? 1 : -1) * f * n * (n + 1) / 2;
   switch (op) {
-  case LOOM_SUM: return sum;
-  case LOOM_MAX: return pos ? n * f : -f;
-  case LOOM_MIN: return pos ? f : -n * f;
+  case LOOM_SUM:
+    return sum;
+  case LOOM_MAX:
+    return pos ? n * f : -f;
+  case LOOM_MIN:
+    return pos ? f : -n * f;
   case LOOM_AVG:
     if (dt == LOOM_F32) return (double)((float)sum / (float)n);
     if (dt == LOOM_F64) return sum / n;
@@ -87,27 +88,38 @@ static double expect(loom_dtype dt, loom_op op, int n, size_t i) {
 
 static void put(loom_dtype dt, void *b, size_t i, double v) {
   switch (dt) {
-  case LOOM_F32: ((float *)b)[i] = (float)v; break;
-  case LOOM_F64: ((double *)b)[i] = v; break;
-  case LOOM_I32: ((int32_t *)b)[i] = (int32_t)v; break;
-  case LOOM_I64: ((int64_t *)b)[i] = (int64_t)v; break;
+  case LOOM_F32:
+    ((float *)b)[i] = (float)v;
+    break;
+  case LOOM_F64:
+    ((double *)b)[i] = v;
+    break;
+  case LOOM_I32:
+    ((int32_t *)b)[i] = (int32_t)v;
+    break;
+  case LOOM_I64:
+    ((int64_t *)b)[i] = (int64_t)v;
+    break;
   }
 }
 
 static double get(loom_dtype dt, const void *b, size_t i) {
   switch (dt) {
-  case LOOM_F32: return ((const float *)b)[i];
-  case LOOM_F64: return ((const double *)b)[i];
-  case LOOM_I32: return ((const int32_t *)b)[i];
-  case LOOM_I64: return (double)((const int64_t *)b)[i];
+  case LOOM_F32:
+    return ((const float *)b)[i];
+  case LOOM_F64:
+    return ((const double *)b)[i];
+  case LOOM_I32:
+    return ((const int32_t *)b)[i];
+  case LOOM_I64:
+    return (double)((const int64_t *)b)[i];
   }
   return 0;
 }
 
 #define GUARD 12345.0
 
-static int check_allreduce(comm_t *c, int n, size_t count, loom_dtype dt,
-                           loom_op op, int inplace) {
+static int check_allreduce(comm_t *c, int n, size_t count, loom_dtype dt, loom_op op, int inplace) {
   size_t es = comm_dtype_size(dt);
   char *send = malloc((count + 1) * es), *recv = malloc((count + 1) * es);
   CHECK(send && recv, "out of memory");
@@ -118,9 +130,8 @@ static int check_allreduce(comm_t *c, int n, size_t count, loom_dtype dt,
   CALL(c, comm_allreduce(c, send, out, count, dt, op));
   for (size_t i = 0; i < count; i++) {
     double got = get(dt, out, i), want = expect(dt, op, n, i);
-    CHECK(got == want, "allreduce %s %s count %zu %s: [%zu] = %g, want %g",
-          dt_name[dt], op_name[op], count, inplace ? "in place" : "",
-          i, got, want);
+    CHECK(got == want, "allreduce %s %s count %zu %s: [%zu] = %g, want %g", dt_name[dt],
+          op_name[op], count, inplace ? "in place" : "", i, got, want);
   }
   CHECK(get(dt, out, count) == GUARD, "allreduce wrote past the end");
   free(send);
@@ -128,8 +139,8 @@ static int check_allreduce(comm_t *c, int n, size_t count, loom_dtype dt,
   return 0;
 }
 
-static int check_reduce_scatter(comm_t *c, int n, size_t count,
-                                loom_dtype dt, loom_op op, int inplace) {
+static int check_reduce_scatter(comm_t *c, int n, size_t count, loom_dtype dt, loom_op op,
+                                int inplace) {
   size_t es = comm_dtype_size(dt);
   size_t mine = loom_reduce_scatter_count(count, n, g_rank);
   size_t off = 0;
@@ -142,10 +153,8 @@ static int check_reduce_scatter(comm_t *c, int n, size_t count,
   CALL(c, comm_reduce_scatter(c, send, out, count, dt, op));
   for (size_t i = 0; i < mine; i++) {
     double got = get(dt, out, i), want = expect(dt, op, n, off + i);
-    CHECK(got == want,
-          "reduce_scatter %s %s count %zu %s: [%zu] = %g, want %g",
-          dt_name[dt], op_name[op], count, inplace ? "in place" : "", i,
-          got, want);
+    CHECK(got == want, "reduce_scatter %s %s count %zu %s: [%zu] = %g, want %g", dt_name[dt],
+          op_name[op], count, inplace ? "in place" : "", i, got, want);
   }
   if (!inplace) CHECK(get(dt, recv, mine) == GUARD, "wrote past the end");
   free(send);
@@ -153,20 +162,16 @@ static int check_reduce_scatter(comm_t *c, int n, size_t count,
   return 0;
 }
 
-static unsigned char bpat(int r, size_t j) {
-  return (unsigned char)(r * 31 + j * 7 + 1);
-}
+static unsigned char bpat(int r, size_t j) { return (unsigned char)(r * 31 + j * 7 + 1); }
 
 static int check_broadcast(comm_t *c, size_t bytes, int root) {
   unsigned char *b = malloc(bytes + 1);
   CHECK(b, "out of memory");
-  for (size_t j = 0; j < bytes; j++)
-    b[j] = g_rank == root ? bpat(root, j) : 0xee;
+  for (size_t j = 0; j < bytes; j++) b[j] = g_rank == root ? bpat(root, j) : 0xee;
   b[bytes] = 0x77;
   CALL(c, comm_broadcast(c, b, bytes, root));
   for (size_t j = 0; j < bytes; j++)
-    CHECK(b[j] == bpat(root, j), "broadcast %zu bytes from %d: [%zu] = %d",
-          bytes, root, j, b[j]);
+    CHECK(b[j] == bpat(root, j), "broadcast %zu bytes from %d: [%zu] = %d", bytes, root, j, b[j]);
   CHECK(b[bytes] == 0x77, "broadcast wrote past the end");
   free(b);
   return 0;
@@ -181,9 +186,8 @@ static int check_allgather(comm_t *c, int n, size_t bytes, int inplace) {
   CALL(c, comm_allgather(c, mine, recv, bytes));
   for (int r = 0; r < n; r++)
     for (size_t j = 0; j < bytes; j++)
-      CHECK(recv[(size_t)r * bytes + j] == bpat(r, j),
-            "allgather %zu bytes: block %d [%zu] = %d", bytes, r, j,
-            recv[(size_t)r * bytes + j]);
+      CHECK(recv[(size_t)r * bytes + j] == bpat(r, j), "allgather %zu bytes: block %d [%zu] = %d",
+            bytes, r, j, recv[(size_t)r * bytes + j]);
   CHECK(recv[n * bytes] == 0xee, "allgather wrote past the end");
   free(send);
   free(recv);
@@ -195,9 +199,8 @@ static int check_barrier(comm_t *c, int n) {
     atomic_fetch_add(g_shared, 1);
     CALL(c, comm_barrier(c));
     long v = atomic_load(g_shared);
-    CHECK(v >= n * (k + 1) && v <= n * (k + 2),
-          "barrier %ld: counter %ld, want %ld..%ld", k, v, n * (k + 1),
-          n * (k + 2));
+    CHECK(v >= n * (k + 1) && v <= n * (k + 2), "barrier %ld: counter %ld, want %ld..%ld", k, v,
+          n * (k + 1), n * (k + 2));
   }
   return 0;
 }
@@ -213,11 +216,10 @@ static int rank_body(comm_t *c, const struct tcase *tc) {
           /* The large count: every dtype and op, out of place only. */
           if (k == 5 && inplace && dt != LOOM_F32) continue;
           if (check_allreduce(c, n, counts[k], dt, op, inplace)) return 1;
-          if (check_reduce_scatter(c, n, counts[k], dt, op, inplace))
-            return 1;
+          if (check_reduce_scatter(c, n, counts[k], dt, op, inplace)) return 1;
         }
   for (int k = 0; k < ncounts; k++)
-    for (int root = 0; root < n; root += n > 1 ? n - 1 : 1)
+    for (int root = 0; root<n; root += n> 1 ? n - 1 : 1)
       if (check_broadcast(c, counts[k] * (k == 5 ? 4 : 1), root)) return 1;
   for (int k = 0; k < ncounts; k++)
     for (int inplace = 0; inplace < 2; inplace++)
@@ -225,13 +227,11 @@ static int rank_body(comm_t *c, const struct tcase *tc) {
   return check_barrier(c, n);
 }
 
-
 static void run_case(void **state) {
   const struct tcase *tc = *state;
   char dir[] = "/tmp/loom-comm-test-XXXXXX";
   assert_non_null(mkdtemp(dir));
-  g_shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
-                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  g_shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   assert_true(g_shared != MAP_FAILED);
   pid_t pids[8];
   for (int r = 0; r < tc->world; r++) {
@@ -244,8 +244,7 @@ static void run_case(void **state) {
     if (tc->env) { /* "A=1 B=2" */
       char buf[256], *save = NULL;
       snprintf(buf, sizeof buf, "%s", tc->env);
-      for (char *kv = strtok_r(buf, " ", &save); kv;
-           kv = strtok_r(NULL, " ", &save)) {
+      for (char *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
         char *eq = strchr(kv, '=');
         if (eq) *eq = 0, setenv(kv, eq + 1, 1);
       }
@@ -255,12 +254,10 @@ static void run_case(void **state) {
     char msg[256];
     int rc = comm_store_file(dir, &store);
     if (rc == 0)
-      rc = comm_create(store, "t", r, tc->world,
-                       tc->mixed && r % 2 ? "127.0.0.1" : "localhost", -1, &c,
-                       msg, sizeof msg);
+      rc = comm_create(store, "t", r, tc->world, tc->mixed && r % 2 ? "127.0.0.1" : "localhost", -1,
+                       &c, msg, sizeof msg);
     if (rc < 0) {
-      fprintf(stderr, "rank %d: comm_create: %s: %s\n", r, loom_err_name(rc),
-              msg);
+      fprintf(stderr, "rank %d: comm_create: %s: %s\n", r, loom_err_name(rc), msg);
       _exit(2);
     }
     rc = rank_body(c, tc);
@@ -271,7 +268,8 @@ static void run_case(void **state) {
   int failed = 0;
   for (int r = 0; r < tc->world; r++) {
     int st = 0;
-    while (waitpid(pids[r], &st, 0) < 0 && errno == EINTR) {}
+    while (waitpid(pids[r], &st, 0) < 0 && errno == EINTR) {
+    }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       fprintf(stderr, "%s: rank %d %s %d\n", tc->name, r,
               WIFSIGNALED(st) ? "killed by signal" : "exited with",
@@ -286,21 +284,29 @@ static void run_case(void **state) {
   assert_int_equal(dev_shm_left(pids, tc->world), 0);
 }
 
-#define CASE(name, tp, n, large, mixed)                                      \
-  {name, tp, n, large, mixed, NULL}
+#define CASE(name, tp, n, large, mixed)                                                            \
+  { name, tp, n, large, mixed, NULL }
 /* One host without the slot collectives: the algorithms over shm pairs. */
 #define PAIRS "LOOM_COMM_SHM_SLOT=0"
 /* Tiny slots, no small path: many rounds, chunks that split unevenly. */
 #define TINY "LOOM_COMM_SHM_SLOT=4096 LOOM_COMM_SHM_SMALL_BYTES=0"
 static struct tcase cases[] = {
-    CASE("shm 1", "auto", 1, 1, 0), CASE("shm 2", "auto", 2, 1, 0),
-    CASE("shm 3", "auto", 3, 0, 0), CASE("shm 4", "auto", 4, 1, 0),
-    CASE("shm 5", "auto", 5, 0, 0), CASE("shm 6", "auto", 6, 0, 0),
-    CASE("shm 7", "auto", 7, 0, 0), CASE("shm 8", "auto", 8, 1, 0),
-    CASE("tcp 2", "tcp", 2, 1, 0),  CASE("tcp 3", "tcp", 3, 0, 0),
-    CASE("tcp 4", "tcp", 4, 1, 0),  CASE("tcp 5", "tcp", 5, 0, 0),
-    CASE("tcp 6", "tcp", 6, 0, 0),  CASE("tcp 7", "tcp", 7, 0, 0),
-    CASE("tcp 8", "tcp", 8, 1, 0),  CASE("mixed 4", "auto", 4, 1, 1),
+    CASE("shm 1", "auto", 1, 1, 0),
+    CASE("shm 2", "auto", 2, 1, 0),
+    CASE("shm 3", "auto", 3, 0, 0),
+    CASE("shm 4", "auto", 4, 1, 0),
+    CASE("shm 5", "auto", 5, 0, 0),
+    CASE("shm 6", "auto", 6, 0, 0),
+    CASE("shm 7", "auto", 7, 0, 0),
+    CASE("shm 8", "auto", 8, 1, 0),
+    CASE("tcp 2", "tcp", 2, 1, 0),
+    CASE("tcp 3", "tcp", 3, 0, 0),
+    CASE("tcp 4", "tcp", 4, 1, 0),
+    CASE("tcp 5", "tcp", 5, 0, 0),
+    CASE("tcp 6", "tcp", 6, 0, 0),
+    CASE("tcp 7", "tcp", 7, 0, 0),
+    CASE("tcp 8", "tcp", 8, 1, 0),
+    CASE("mixed 4", "auto", 4, 1, 1),
     CASE("mixed 5", "auto", 5, 0, 1),
     {"shm pairs 2", "auto", 2, 1, 0, PAIRS},
     {"shm pairs 3", "auto", 3, 0, 0, PAIRS},
@@ -315,7 +321,6 @@ static struct tcase cases[] = {
 int main(void) {
   struct CMUnitTest tests[sizeof cases / sizeof cases[0]];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-    tests[i] = (struct CMUnitTest){cases[i].name, run_case, NULL, NULL,
-                                   &cases[i]};
+    tests[i] = (struct CMUnitTest){cases[i].name, run_case, NULL, NULL, &cases[i]};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

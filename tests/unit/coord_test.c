@@ -60,7 +60,7 @@ static void test_rank_order(void **state) {
   const struct {
     const char *name;
     int rank;
-  } want[] = {{"evaluator:0", 5}, {"worker:0", 1}, {"worker:1", 3}, {"ps:0", -1},
+  } want[] = {{"evaluator:0", 5}, {"worker:0", 1},  {"worker:1", 3}, {"ps:0", -1},
               {"chief:0", 0},     {"trainer:0", 6}, {"trainer:1", 9}};
   for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
     assert_string_equal(j.tasks[i].name, want[i].name);
@@ -85,9 +85,8 @@ static void test_membership_ranks_close_up(void **state) {
 /* The local backend's placement: this machine's CPU and GPU ids handed
  * out round-robin, a role's vcores and gpus at a time. */
 static void test_devices_round_robin(void **state) {
-  const role_def defs[] = {{"chief", 1, 1, 1, 1, true},
-                           {"worker", 2, 1, 2, 0, true},
-                           {"evaluator", 1, 1, 0, 3, true}};
+  const role_def defs[] = {
+      {"chief", 1, 1, 1, 1, true}, {"worker", 2, 1, 2, 0, true}, {"evaluator", 1, 1, 0, 3, true}};
   job j;
   make_job(&j, defs, 3);
   int ncpu = backend_local_cpus(), ngpu = backend_local_gpus();

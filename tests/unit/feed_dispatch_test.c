@@ -109,8 +109,9 @@ static reply_t *reply_to_last(void) {
 }
 
 static reply_t *lease_req(feed_dispatch *d, void *conn, const char *task, int max, int wait) {
-  assert_int_equal(send_req(d, conn, task, FEED_MSG_LEASE,
-                            json_pack("{s:i, s:i}", "max", max, "wait_ms", wait)), 0);
+  assert_int_equal(
+      send_req(d, conn, task, FEED_MSG_LEASE, json_pack("{s:i, s:i}", "max", max, "wait_ms", wait)),
+      0);
   return reply_to_last();
 }
 
@@ -118,12 +119,15 @@ static json_t *split_of(reply_t *r, size_t i) {
   return json_array_get(json_object_get(r->extra, "splits"), i);
 }
 
-static json_int_t ival(json_t *j, const char *k) { return json_integer_value(json_object_get(j, k)); }
+static json_int_t ival(json_t *j, const char *k) {
+  return json_integer_value(json_object_get(j, k));
+}
 
 static int done(feed_dispatch *d, void *conn, json_int_t lease_id, bool wrote) {
-  assert_int_equal(send_req(d, conn, "worker:0", FEED_MSG_DONE,
-                            json_pack("{s:I, s:i, s:b}", "lease", lease_id, "records", 2,
-                                      "wrote", wrote)), 0);
+  assert_int_equal(
+      send_req(d, conn, "worker:0", FEED_MSG_DONE,
+               json_pack("{s:I, s:i, s:b}", "lease", lease_id, "records", 2, "wrote", wrote)),
+      0);
   return reply_to_last()->rc;
 }
 
@@ -179,8 +183,8 @@ static void test_lease_and_commit(void **state) {
   s = split_of(r, 0);
   assert_int_equal(ival(s, "split"), 1);
   assert_int_equal(done(d, &A, ival(s, "lease"), true), LOOM_EIO);
-  assert_non_null(strstr(json_string_value(json_object_get(reply_to_last()->extra, "msg")),
-                         "cannot commit"));
+  assert_non_null(
+      strstr(json_string_value(json_object_get(reply_to_last()->extra, "msg")), "cannot commit"));
   r = lease_req(d, &B, "worker:1", 1, 0);
   assert_int_equal(ival(split_of(r, 0), "split"), 1);
   feed_dispatch_destroy(d);
@@ -265,7 +269,7 @@ static void test_epoch_barrier_and_end(void **state) {
   json_int_t waiting = next_id;
   for (int i = 0; i < 5; i++) assert_int_equal(done(d, &A, ids[i], false), 0);
   for (int i = 0; i < nreps; i++) assert_true(reps[i].id != waiting); /* still waiting */
-  assert_int_equal(done(d, &A, ids[5], false), 0);          /* epoch 0 complete */
+  assert_int_equal(done(d, &A, ids[5], false), 0);                    /* epoch 0 complete */
   reply_t *w = NULL;
   for (int i = 0; i < nreps; i++)
     if (reps[i].id == waiting) w = &reps[i];
@@ -284,8 +288,10 @@ static void test_epoch_barrier_and_end(void **state) {
   /* finish epoch 1: then the feed is over */
   assert_null(lease_req(d, &A, "worker:0", 1, 5000));
   json_int_t waiting_end = next_id;
-  for (size_t i = 0; i < 2; i++) assert_int_equal(done(d, &B, ival(split_of(w, i), "lease"), false), 0);
-  for (size_t i = 0; i < 4; i++) assert_int_equal(done(d, &A, ival(split_of(r, i), "lease"), false), 0);
+  for (size_t i = 0; i < 2; i++)
+    assert_int_equal(done(d, &B, ival(split_of(w, i), "lease"), false), 0);
+  for (size_t i = 0; i < 4; i++)
+    assert_int_equal(done(d, &A, ival(split_of(r, i), "lease"), false), 0);
   bool ended = false;
   for (int i = 0; i < nreps; i++)
     if (reps[i].id == waiting_end) ended = json_is_true(json_object_get(reps[i].extra, "end"));
@@ -374,16 +380,16 @@ static void test_release_gives_back(void **state) {
   feed_dispatch *d = make(NULL, false);
   reply_t *r = lease_req(d, &A, "worker:0", 2, 0);
   json_int_t l0 = ival(split_of(r, 0), "lease"), l1 = ival(split_of(r, 1), "lease");
-  assert_int_equal(send_req(d, &A, "worker:0", FEED_MSG_RELEASE,
-                            json_pack("{s:[I, I]}", "leases", l0, l1)), 0);
+  assert_int_equal(
+      send_req(d, &A, "worker:0", FEED_MSG_RELEASE, json_pack("{s:[I, I]}", "leases", l0, l1)), 0);
   assert_int_equal(reply_to_last()->rc, 0);
   assert_int_equal(status_int(d, "leased"), 0);
   r = lease_req(d, &B, "worker:1", 1, 0);
   assert_int_equal(ival(split_of(r, 0), "split"), 0);
   /* someone else's lease cannot be released or finished */
   json_int_t lb = ival(split_of(r, 0), "lease");
-  assert_int_equal(send_req(d, &A, "worker:0", FEED_MSG_RELEASE, json_pack("{s:[I]}", "leases", lb)),
-                   0);
+  assert_int_equal(
+      send_req(d, &A, "worker:0", FEED_MSG_RELEASE, json_pack("{s:[I]}", "leases", lb)), 0);
   assert_int_equal(status_int(d, "leased"), 1);
   assert_int_equal(done(d, &A, lb, false), LOOM_ESTATE);
   feed_dispatch_destroy(d);

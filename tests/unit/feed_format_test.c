@@ -102,8 +102,8 @@ static void test_fixed(void **state) {
   char err[512] = "";
   feed_recs r = {0};
   size_t used;
-  feed_parse_ctx ctx = {.path = "/data/f.bin", .base = 1000, .rec = 3, .err = err,
-                        .errlen = sizeof err};
+  feed_parse_ctx ctx = {
+      .path = "/data/f.bin", .base = 1000, .rec = 3, .err = err, .errlen = sizeof err};
   const unsigned char *buf = (const unsigned char *)"abcdefghij";
   assert_int_equal(loom__feed_fixed.parse(buf, 10, false, &ctx, &r, &used), 0);
   assert_int_equal(r.n, 3);
@@ -137,14 +137,26 @@ static const struct {
     {"u8 2x3x4", {0, 0, 0x08, 3, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4}, 16, 24, 0, NULL, 12, 16},
     {"i32 1-d", {0, 0, 0x0c, 1, 0, 0, 0, 5}, 8, 20, 0, NULL, 4, 8},
     {"f64 5x2", {0, 0, 0x0e, 2, 0, 0, 0, 5, 0, 0, 0, 2}, 12, 80, 0, NULL, 16, 12},
-    {"truncated", {0, 0, 0x08, 3, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4}, 16, 23, LOOM_ESPEC,
-     "truncated", 0, 0},
+    {"truncated",
+     {0, 0, 0x08, 3, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4},
+     16,
+     23,
+     LOOM_ESPEC,
+     "truncated",
+     0,
+     0},
     {"bad magic", {1, 0, 0x08, 1, 0, 0, 0, 1}, 8, 1, LOOM_ESPEC, "not an idx file", 0, 0},
     {"gzip", {0x1f, 0x8b, 8, 0, 0, 0, 0, 0}, 8, 10, LOOM_ESPEC, "gunzip", 0, 0},
     {"bad type", {0, 0, 0x07, 1, 0, 0, 0, 1}, 8, 1, LOOM_ESPEC, "element type 0x07", 0, 0},
     {"no dims", {0, 0, 0x08, 0}, 4, 0, LOOM_ESPEC, "0 dimensions", 0, 0},
     {"short header", {0, 0, 0x08, 3, 0, 0, 0, 2}, 8, 0, LOOM_ESPEC, "inside its idx header", 0, 0},
-    {"zero dim", {0, 0, 0x08, 2, 0, 0, 0, 2, 0, 0, 0, 0}, 12, 0, LOOM_ESPEC, "dimension 1 is 0", 0,
+    {"zero dim",
+     {0, 0, 0x08, 2, 0, 0, 0, 2, 0, 0, 0, 0},
+     12,
+     0,
+     LOOM_ESPEC,
+     "dimension 1 is 0",
+     0,
      0},
     {"too short", {0, 0}, 2, 0, LOOM_ESPEC, "too short", 0, 0},
 };

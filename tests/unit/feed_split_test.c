@@ -23,7 +23,6 @@ static char *put(const char *name, const void *data, size_t len) {
   return test_put_file(test_dir, name, data, len);
 }
 
-
 /* The records of a byte range, parsed as the reader does at a split's end,
  * appended to out as (length, bytes) so ranges can be compared. */
 static void parse_range(const feed_input *in, const char *path, uint64_t rec, uint64_t off,
@@ -38,8 +37,9 @@ static void parse_range(const feed_input *in, const char *path, uint64_t rec, ui
   char err[512] = "";
   feed_parse_ctx ctx = {.path = path, .base = off, .rec = rec, .err = err, .errlen = sizeof err};
   int rc = loom__feed_format_ops(&in->fmt)->parse(buf, len, true, &ctx, &r, &used);
-  if (rc != 0) fail_msg("range [%llu, +%llu) of %s does not parse alone: %s",
-                        (unsigned long long)off, (unsigned long long)len, path, err);
+  if (rc != 0)
+    fail_msg("range [%llu, +%llu) of %s does not parse alone: %s", (unsigned long long)off,
+             (unsigned long long)len, path, err);
   assert_int_equal(used, len);
   for (size_t i = 0; i < r.n; i++) {
     uint32_t l = loom__feed_rec_at(&r, i).len;
@@ -175,10 +175,10 @@ static void test_files_globs_and_errors(void **state) {
   snprintf(g2, sizeof g2, "%s/g/b.*", test_dir);
   const char *globs[] = {g1, g2};
   assert_int_equal(loom__feed_input_make(globs, 2, &fmt, 1 << 20, &in, err, sizeof err), 0);
-  assert_int_equal(in->nfiles, 3); /* b.txt once, though two globs match it */
+  assert_int_equal(in->nfiles, 3);           /* b.txt once, though two globs match it */
   assert_string_equal(in->files[0].path, b); /* sorted: a, b, c */
   assert_string_equal(in->files[1].path, a);
-  assert_int_equal(in->nsplits, 2);         /* the empty c.txt has none */
+  assert_int_equal(in->nsplits, 2); /* the empty c.txt has none */
   assert_int_equal(in->splits[0].file, 0);
   assert_int_equal(in->splits[1].file, 1);
   assert_int_equal(in->splits[1].len, 4);

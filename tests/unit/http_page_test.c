@@ -75,8 +75,7 @@ static void test_policy_names_each_script(void **state) {
   }
   /* and nothing else: one hash source per page */
   size_t sources = 0;
-  for (const char *p = src; (p = strstr(p, "'sha256-")); p++)
-    sources++;
+  for (const char *p = src; (p = strstr(p, "'sha256-")); p++) sources++;
   assert_int_equal(sources, named);
 }
 

@@ -113,8 +113,7 @@ static void test_initializers(void **state) {
 }
 
 /* torch.optim's formulas in double, one element. */
-static void ref_step(const loom_ps_opt *o, int t, double *w, double *s1, double *s2,
-                     double g) {
+static void ref_step(const loom_ps_opt *o, int t, double *w, double *s1, double *s2, double g) {
   switch (o->kind) {
   case LOOM_PS_SGD:
     *w -= o->lr * g;
@@ -126,16 +125,14 @@ static void ref_step(const loom_ps_opt *o, int t, double *w, double *s1, double 
   case LOOM_PS_ADAM:
     *s1 = o->beta1 * *s1 + (1 - o->beta1) * g;
     *s2 = o->beta2 * *s2 + (1 - o->beta2) * g * g;
-    *w -= o->lr / (1 - pow(o->beta1, t)) * *s1 /
-          (sqrt(*s2) / sqrt(1 - pow(o->beta2, t)) + o->eps);
+    *w -= o->lr / (1 - pow(o->beta1, t)) * *s1 / (sqrt(*s2) / sqrt(1 - pow(o->beta2, t)) + o->eps);
     break;
   }
 }
 
 static void test_optimizers_match_reference(void **state) {
   (void)state;
-  loom_ps_opt opts[] = {LOOM_PS_OPT_SGD(0.1f), LOOM_PS_OPT_ADAGRAD(0.05f),
-                        LOOM_PS_OPT_ADAM(0.01f)};
+  loom_ps_opt opts[] = {LOOM_PS_OPT_SGD(0.1f), LOOM_PS_OPT_ADAGRAD(0.05f), LOOM_PS_OPT_ADAM(0.01f)};
   opts[1].initial_accumulator = 0.1f;
   enum { N = 37, STEPS = 50 };
   for (size_t k = 0; k < LOOM__ARRAY_LEN(opts); k++) {
@@ -207,16 +204,28 @@ static void test_rows_store(void **state) {
 
 static void test_codecs(void **state) {
   (void)state;
-  ps_hdr h = {.len = 123, .op = PS_OP_SPUSH, .flags = 3, .var = 77, .rc = -9,
-              .count = 4000000000u, .rank = -1, .id = 1ULL << 60, .step = 42,
-              .off = 0xfedcba9876543210ULL}, g;
+  ps_hdr h = {.len = 123,
+              .op = PS_OP_SPUSH,
+              .flags = 3,
+              .var = 77,
+              .rc = -9,
+              .count = 4000000000u,
+              .rank = -1,
+              .id = 1ULL << 60,
+              .step = 42,
+              .off = 0xfedcba9876543210ULL},
+         g;
   unsigned char buf[PS_HDR];
   ps_hdr_put(buf, &h);
   ps_hdr_get(buf, &g);
   assert_memory_equal(&h, &g, sizeof h);
 
-  ps_decl d = {.kind = PS_DENSE, .ndim = 2, .count = 12, .shape = {3, 4},
-               .init = {LOOM_PS_NORMAL, 0, 0.1f, 9}, .opt = LOOM_PS_OPT_ADAM(0.001f)};
+  ps_decl d = {.kind = PS_DENSE,
+               .ndim = 2,
+               .count = 12,
+               .shape = {3, 4},
+               .init = {LOOM_PS_NORMAL, 0, 0.1f, 9},
+               .opt = LOOM_PS_OPT_ADAM(0.001f)};
   strcpy(d.name, "layer1/w");
   ps_wbuf w = {0};
   ps_decl_put(&w, &d);
@@ -264,12 +273,9 @@ static void test_codecs(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dense_parts_tile),
-      cmocka_unit_test(test_key_shards_even),
-      cmocka_unit_test(test_initializers),
-      cmocka_unit_test(test_optimizers_match_reference),
-      cmocka_unit_test(test_rows_store),
-      cmocka_unit_test(test_codecs),
+      cmocka_unit_test(test_dense_parts_tile), cmocka_unit_test(test_key_shards_even),
+      cmocka_unit_test(test_initializers),     cmocka_unit_test(test_optimizers_match_reference),
+      cmocka_unit_test(test_rows_store),       cmocka_unit_test(test_codecs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -79,8 +79,13 @@ static void cluster_start(cluster *c, int n, int world) {
     getsockname(fd, (struct sockaddr *)&sa, &sl);
     c->port[i] = ntohs(sa.sin_port);
     c->stop[i] = eventfd(0, EFD_CLOEXEC);
-    ps_server_cfg cfg = {.listen_fd = fd, .stop_fd = c->stop[i], .abort_fd = -1,
-                         .shard = i, .nshards = n, .world = world, .secret = SECRET};
+    ps_server_cfg cfg = {.listen_fd = fd,
+                         .stop_fd = c->stop[i],
+                         .abort_fd = -1,
+                         .shard = i,
+                         .nshards = n,
+                         .world = world,
+                         .secret = SECRET};
     assert_int_equal(loom__ps_server_new(&cfg, &c->srv[i]), 0);
     pthread_create(&c->th[i], NULL, serve, c->srv[i]);
     c->up[i] = true;
@@ -103,11 +108,16 @@ static void cluster_stop(cluster *c) {
   for (int i = 0; i < c->n; i++) shard_stop(c, i);
 }
 
-static loom_ps_t *client(cluster *c, loom_ps_mode mode, int staleness, int workers,
-                         int rank, const char *dir) {
-  loom_ps_opts o = {.mode = mode, .staleness = staleness, .workers = workers,
-                    .rank = rank, .rank_given = 1, .servers = c->list,
-                    .timeout_ms = 20000, .ckpt_dir = dir};
+static loom_ps_t *client(cluster *c, loom_ps_mode mode, int staleness, int workers, int rank,
+                         const char *dir) {
+  loom_ps_opts o = {.mode = mode,
+                    .staleness = staleness,
+                    .workers = workers,
+                    .rank = rank,
+                    .rank_given = 1,
+                    .servers = c->list,
+                    .timeout_ms = 20000,
+                    .ckpt_dir = dir};
   loom_ps_t *ps = NULL;
   int rc = loom_ps_connect(NULL, &o, &ps);
   if (rc != 0) fail_msg("connect: %s: %s", loom_err_name(rc), loom_ps_errmsg(ps));
@@ -128,14 +138,13 @@ static int setup(void **state) {
   return 0;
 }
 
-#define OK(call)                                                               \
-  do {                                                                         \
-    int rc_ = (call);                                                          \
-    if (rc_ != 0) fail_msg("%s: %s", #call, loom_err_name(rc_));               \
+#define OK(call)                                                                                   \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_ != 0) fail_msg("%s: %s", #call, loom_err_name(rc_));                                   \
   } while (0)
 
-static void close_enough(const float *a, const float *b, size_t n, double rel,
-                         const char *what) {
+static void close_enough(const float *a, const float *b, size_t n, double rel, const char *what) {
   for (size_t i = 0; i < n; i++)
     if (fabs((double)a[i] - b[i]) > rel * (1 + fabs((double)b[i])))
       fail_msg("%s[%zu] = %.9g, want %.9g", what, i, a[i], b[i]);
@@ -158,8 +167,8 @@ static void test_async_dense_matches_reference(void **state) {
       loom_ps_opt opt = LOOM_PS_OPT_ADAM(0.01f);
       loom_ps_var_t *v;
       OK(loom_ps_dense(ps, name, shape, 2, &init, &opt, &v));
-      float *w = malloc(cnt * 4), *ref = malloc(cnt * 4), *g = malloc(cnt * 4),
-            *m = calloc(cnt, 4), *s2 = calloc(cnt, 4);
+      float *w = malloc(cnt * 4), *ref = malloc(cnt * 4), *g = malloc(cnt * 4), *m = calloc(cnt, 4),
+            *s2 = calloc(cnt, 4);
       ps_init_fill(&init, 0, 0, ref, cnt);
       OK(loom_ps_pull(ps, v, w));
       assert_memory_equal(w, ref, cnt * 4);
@@ -251,8 +260,10 @@ static void test_sharding_by_hash(void **state) {
       total += rows;
     }
     assert_int_equal(total, K);
-    if (n == 1) memcpy(first, out, K * D * 4);
-    else assert_memory_equal(out, first, K * D * 4);
+    if (n == 1)
+      memcpy(first, out, K * D * 4);
+    else
+      assert_memory_equal(out, first, K * D * 4);
     loom_ps_close(ps);
     cluster_stop(&c);
   }
@@ -284,8 +295,7 @@ static const loom_ps_opt *sync_opt(int k) {
 /* The gradient worker r computes from w at step s: a least-squares pull
  * towards its own target, so it depends on the weights it read. */
 static void grad_dense(int r, int s, const float *w, float *g) {
-  for (int i = 0; i < SDN; i++)
-    g[i] = w[i] - (float)sin(0.01 * i * (r + 1) + 0.1 * s);
+  for (int i = 0; i < SDN; i++) g[i] = w[i] - (float)sin(0.01 * i * (r + 1) + 0.1 * s);
 }
 /* Sparse: rank r touches keys r, r+SW, ... and key 0 (shared: summed). */
 static int keys_of(int r, int s, uint64_t *k) {
@@ -300,8 +310,12 @@ static void grad_rows(const float *rows, int n, int r, float *g) {
 
 static void *sync_main(void *arg) {
   sync_worker *w = arg;
-  loom_ps_opts o = {.mode = LOOM_PS_SYNC, .workers = SW, .rank = w->rank,
-                    .rank_given = 1, .servers = w->c->list, .timeout_ms = 20000};
+  loom_ps_opts o = {.mode = LOOM_PS_SYNC,
+                    .workers = SW,
+                    .rank = w->rank,
+                    .rank_given = 1,
+                    .servers = w->c->list,
+                    .timeout_ms = 20000};
   loom_ps_t *ps = NULL;
   loom_ps_var_t *dv, *sv;
   float *wv = malloc(SDN * 4), *g = malloc(SDN * 4), rows[SSK * SSD], rg[SSK * SSD];
@@ -344,7 +358,8 @@ static void sync_reference(int opt, float *dense, float *table) {
   bool touched[SSK] = {false};
   ps_init_fill(&init, 0, 0, dense, SDN);
   for (int i = 0; i < SDN; i++) s1[i] = ps_opt_slot_init(o, 0);
-  for (int i = 0; i < SSK; i++) ps_init_fill(&init, (uint64_t)i * 1000003u, 0, table + i * SSD, SSD);
+  for (int i = 0; i < SSK; i++)
+    ps_init_fill(&init, (uint64_t)i * 1000003u, 0, table + i * SSD, SSD);
   for (int i = 0; i < SSK * SSD; i++) ts1[i] = ps_opt_slot_init(o, 0), ts2[i] = 0;
   for (int s = 0; s < SSTEPS; s++) {
     memset(sum, 0, SDN * 4);
@@ -390,8 +405,8 @@ static void test_sync_equals_single_process(void **state) {
       for (int r = 0; r < SW; r++) pthread_join(th[r], NULL);
       cluster_stop(&c);
       for (int r = 0; r < SW; r++)
-        if (w[r].rc) fail_msg("shards %d opt %d rank %d: %s: %s", n, opt, r,
-                              loom_err_name(w[r].rc), w[r].err);
+        if (w[r].rc)
+          fail_msg("shards %d opt %d rank %d: %s: %s", n, opt, r, loom_err_name(w[r].rc), w[r].err);
       for (int s = 0; s < SSTEPS; s++) /* everyone read the same parameters */
         for (int r = 1; r < SW; r++) assert_true(w[r].sum[s] == w[0].sum[s]);
       float dense[SDN], table[SSK * SSD];
@@ -413,8 +428,13 @@ typedef struct {
 
 static void *bound_main(void *arg) {
   bound_worker *w = arg;
-  loom_ps_opts o = {.mode = w->mode, .staleness = w->k, .workers = BW, .rank = w->rank,
-                    .rank_given = 1, .servers = w->c->list, .timeout_ms = 20000};
+  loom_ps_opts o = {.mode = w->mode,
+                    .staleness = w->k,
+                    .workers = BW,
+                    .rank = w->rank,
+                    .rank_given = 1,
+                    .servers = w->c->list,
+                    .timeout_ms = 20000};
   loom_ps_t *ps = NULL;
   int rc = loom_ps_connect(NULL, &o, &ps);
   for (int s = 0; rc == 0 && s < BSTEPS; s++) {
@@ -451,8 +471,7 @@ static int run_bounded(int mode, int k) {
       if (mode == LOOM_PS_BOUNDED)
         for (int b = 0; b < BW; b++)
           if (s - k >= 0 && w[b].called[s - k] > w[a].returned[s])
-            fail_msg("rank %d left step %d before rank %d ended step %d (K=%d)", a, s,
-                     b, s - k, k);
+            fail_msg("rank %d left step %d before rank %d ended step %d (K=%d)", a, s, b, s - k, k);
     }
   }
   return lead;
@@ -467,7 +486,6 @@ static void test_staleness_bound_honoured(void **state) {
 
 /* ---- checkpoints ------------------------------------------------------- */
 static char tmpdir[256];
-
 
 static int count_entries(const char *dir, const char *prefix) {
   DIR *d = opendir(dir);
@@ -617,8 +635,13 @@ typedef struct {
 
 static void *ck_sync_main(void *arg) {
   ck_sync_worker *w = arg;
-  loom_ps_opts o = {.mode = LOOM_PS_SYNC, .workers = 2, .rank = w->rank, .rank_given = 1,
-                    .servers = w->c->list, .timeout_ms = 20000, .ckpt_dir = w->dir};
+  loom_ps_opts o = {.mode = LOOM_PS_SYNC,
+                    .workers = 2,
+                    .rank = w->rank,
+                    .rank_given = 1,
+                    .servers = w->c->list,
+                    .timeout_ms = 20000,
+                    .ckpt_dir = w->dir};
   loom_ps_t *ps = NULL;
   loom_ps_var_t *v;
   size_t n = 64;
@@ -667,9 +690,9 @@ static void test_checkpoint_sync_resume(void **state) {
   snprintf(dir, sizeof dir, "%s/ck2", tmpdir);
   snprintf(other, sizeof other, "%s/ck2-none", tmpdir);
   float straight[64], first[64], resumed[64];
-  run_ck_sync(other, 6, false, straight);   /* 6 steps in one go */
-  run_ck_sync(dir, 5, true, first);         /* saves at 3, stops at 5 */
-  run_ck_sync(dir, 6, false, resumed);      /* a new ps: restores 3, runs 3 more */
+  run_ck_sync(other, 6, false, straight);                  /* 6 steps in one go */
+  run_ck_sync(dir, 5, true, first);                        /* saves at 3, stops at 5 */
+  run_ck_sync(dir, 6, false, resumed);                     /* a new ps: restores 3, runs 3 more */
   assert_memory_equal(resumed, straight, sizeof straight); /* 2 workers: exact */
   assert_true(memcmp(first, straight, sizeof first) != 0);
   test_rm_rf(dir);
@@ -679,7 +702,8 @@ static void test_checkpoint_sync_resume(void **state) {
 /* ---- bad peers --------------------------------------------------------- */
 static int raw_connect(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)port),
                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
   return fd;
@@ -803,8 +827,8 @@ static void test_bad_messages_refused(void **state) {
   assert_int_equal(raw_reply(fd, &r, msg, sizeof msg), 0);
   assert_int_equal(r.rc, LOOM_EINVAL);
   /* a real declaration, then reads past its end and keys of shard 1 */
-  ps_decl d = {.kind = PS_SPARSE, .ndim = 1, .count = 2, .shape = {2},
-               .opt = LOOM_PS_OPT_SGD(0.1f)};
+  ps_decl d = {
+      .kind = PS_SPARSE, .ndim = 1, .count = 2, .shape = {2}, .opt = LOOM_PS_OPT_SGD(0.1f)};
   strcpy(d.name, "t");
   ps_wbuf wb = {0};
   ps_decl_put(&wb, &d);
@@ -916,8 +940,8 @@ static void test_stuck_step_times_out(void **state) {
   (void)state;
   cluster c;
   cluster_start(&c, 1, 2);
-  loom_ps_opts o = {.mode = LOOM_PS_SYNC, .workers = 2, .rank_given = 1,
-                    .servers = c.list, .timeout_ms = 300};
+  loom_ps_opts o = {
+      .mode = LOOM_PS_SYNC, .workers = 2, .rank_given = 1, .servers = c.list, .timeout_ms = 300};
   loom_ps_t *ps = NULL;
   OK(loom_ps_connect(NULL, &o, &ps));
   size_t n = 3;

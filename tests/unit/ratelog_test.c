@@ -56,8 +56,7 @@ static void test_flood_counts(void **state) {
   assert_int_equal(nlines, 5);
   for (int i = 0; i < 5; i++) {
     char want[64];
-    snprintf(want, sizeof want, "refused a connection from 127.0.0.1 (#%d)",
-             i);
+    snprintf(want, sizeof want, "refused a connection from 127.0.0.1 (#%d)", i);
     assert_string_equal(lines[i], want);
   }
   /* still inside the window: counted, not logged */
@@ -66,9 +65,8 @@ static void test_flood_counts(void **state) {
   /* the window ended: the count first, then the message itself */
   loom__ratelog_warn_at(&rl, 1000 + 10000, "ps", WHAT, "10.0.0.9", "late");
   assert_int_equal(nlines, 7);
-  assert_string_equal(lines[5],
-                      "996 more refused connections from 10.0.0.9 in the "
-                      "last 10 s");
+  assert_string_equal(lines[5], "996 more refused connections from 10.0.0.9 in the "
+                                "last 10 s");
   assert_string_equal(lines[6], "late");
 }
 
@@ -78,16 +76,14 @@ static void test_long_flood_bounded(void **state) {
   loom__ratelog rl = {0};
   unsigned total = 0;
   for (uint64_t t = 0; t < 25000; t += 2, total++)
-    loom__ratelog_warn_at(&rl, t, "ps", WHAT, "127.0.0.1", "refused %u",
-                          total);
+    loom__ratelog_warn_at(&rl, t, "ps", WHAT, "127.0.0.1", "refused %u", total);
   loom__ratelog_flush(&rl, "ps", WHAT);
   assert_true(nlines <= 3 * (LOOM__RATELOG_BURST + 1));
   /* every event is either logged or counted */
   unsigned seen = 0;
   for (int i = 0; i < nlines; i++) {
     unsigned n;
-    if (sscanf(lines[i], "%u more " WHAT " from 127.0.0.1 in the last 10 s",
-               &n) == 1)
+    if (sscanf(lines[i], "%u more " WHAT " from 127.0.0.1 in the last 10 s", &n) == 1)
       seen += n;
     else
       seen++;
@@ -120,8 +116,7 @@ static void test_flush_and_tick(void **state) {
   assert_int_equal(nlines, 11);
   loom__ratelog_flush(&rl, "ps", WHAT);
   assert_int_equal(nlines, 12);
-  assert_string_equal(lines[11],
-                      "3 more refused connections from ::1 in the last 10 s");
+  assert_string_equal(lines[11], "3 more refused connections from ::1 in the last 10 s");
   loom__ratelog_flush(&rl, "ps", WHAT);
   assert_int_equal(nlines, 12);
 }
@@ -143,8 +138,7 @@ static void test_long_from(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_flood_counts, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_long_flood_bounded, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_long_flood_bounded, setup, teardown),
       cmocka_unit_test_setup_teardown(test_flush_and_tick, setup, teardown),
       cmocka_unit_test_setup_teardown(test_long_from, setup, teardown),
   };

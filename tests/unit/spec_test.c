@@ -20,13 +20,12 @@ static spec_job *parse_ok(const char *text) {
 }
 
 static void test_full_spec(void **state) {
-  spec_job *s = parse_ok(
-      "name: fashion-mlp\nretries: 2\nenv: {OMP_NUM_THREADS: \"1\"}\n"
-      "roles:\n"
-      "  chief: {command: ./mlp --epochs 5, vcores: 1, memory: 1.5GiB}\n"
-      "  worker: {instances: 3, procs: 2, command: [./mlp, -v], env: {A: b}}\n"
-      "  ps: {command: sleep 1}\n"
-      "  evaluator: {command: eval}\n");
+  spec_job *s = parse_ok("name: fashion-mlp\nretries: 2\nenv: {OMP_NUM_THREADS: \"1\"}\n"
+                         "roles:\n"
+                         "  chief: {command: ./mlp --epochs 5, vcores: 1, memory: 1.5GiB}\n"
+                         "  worker: {instances: 3, procs: 2, command: [./mlp, -v], env: {A: b}}\n"
+                         "  ps: {command: sleep 1}\n"
+                         "  evaluator: {command: eval}\n");
   assert_string_equal(s->name, "fashion-mlp");
   assert_int_equal(s->retries, 2);
   assert_string_equal(s->backend, "local");
@@ -63,31 +62,48 @@ static void test_sets(void **state) {
 static const struct {
   const char *text, *want;
 } BAD[] = {
-    {"name: a\nroles:\n  w: {comand: x}\n", "t.yaml:3:7: unknown key 'comand' in role 'w': did you mean 'command'?"},
-    {"name: a\nroles:\n  w: {command: x, instances: 0}\n", "t.yaml:3:30: roles.w.instances must be between 1"},
+    {"name: a\nroles:\n  w: {comand: x}\n",
+     "t.yaml:3:7: unknown key 'comand' in role 'w': did you mean 'command'?"},
+    {"name: a\nroles:\n  w: {command: x, instances: 0}\n",
+     "t.yaml:3:30: roles.w.instances must be between 1"},
     {"name: a\nroles:\n  w: {command: x, memory: 12}\n", "t.yaml:3:27: roles.w.memory is 12 bytes"},
-    {"name: a\nroles:\n  w: {command: x, memory: 3XB}\n", "t.yaml:3:27: roles.w.memory: '3XB' is not a size"},
-    {"name: a\nname: b\nroles: {w: {command: x}}\n", "t.yaml:2:1: duplicate key 'name' (first at line 1)"},
+    {"name: a\nroles:\n  w: {command: x, memory: 3XB}\n",
+     "t.yaml:3:27: roles.w.memory: '3XB' is not a size"},
+    {"name: a\nname: b\nroles: {w: {command: x}}\n",
+     "t.yaml:2:1: duplicate key 'name' (first at line 1)"},
     {"name: a\nroles: {w: {command: []}}\n", "t.yaml:2:22: roles.w.command is an empty list"},
-    {"name: a\nbackend: yarn\nroles: {w: {command: x}}\n", "t.yaml:2:10: backend 'yarn' is not known"},
-    {"name: a\nrestart: sometimes\nroles: {w: {command: x}}\n", "t.yaml:2:10: restart must be job or task"},
-    {"name: a\nfeed: {format: csv, input: x}\nroles: {w: {command: x}}\n", "t.yaml:2:16: feed.format 'csv' is not known"},
+    {"name: a\nbackend: yarn\nroles: {w: {command: x}}\n",
+     "t.yaml:2:10: backend 'yarn' is not known"},
+    {"name: a\nrestart: sometimes\nroles: {w: {command: x}}\n",
+     "t.yaml:2:10: restart must be job or task"},
+    {"name: a\nfeed: {format: csv, input: x}\nroles: {w: {command: x}}\n",
+     "t.yaml:2:16: feed.format 'csv' is not known"},
     {"name: a\nroles: {W: {command: x}}\n", "t.yaml:2:9: role name 'W' is not valid"},
-    {"name: a\nroles: {w: {command: x, shuffle: 1}}\n", "t.yaml:2:25: unknown key 'shuffle' in role 'w'"},
+    {"name: a\nroles: {w: {command: x, shuffle: 1}}\n",
+     "t.yaml:2:25: unknown key 'shuffle' in role 'w'"},
     {"name: [a]\nroles: {w: {command: x}}\n", "t.yaml:1:7: name must be a string, not a list"},
-    {"name: a\nroles: {w: {command: x, service: maybe}}\n", "t.yaml:2:34: roles.w.service must be true or false"},
+    {"name: a\nroles: {w: {command: x, service: maybe}}\n",
+     "t.yaml:2:34: roles.w.service must be true or false"},
     {"name: a\n  bad indent: x\n", "t.yaml:2:13: YAML syntax error"},
     {"", "t.yaml:1:1: the spec has no name"},
-    {"name: a\nretry_on: [0]\nroles: {w: {command: x}}\n", "t.yaml:2:12: each retry_on code must be between 1 and 255"},
-    {"name: a\nretry_on: {a: 1}\nroles: {w: {command: x}}\n", "t.yaml:2:11: retry_on must be an exit code or a list"},
-    {"name: a\nheartbeat_timeout: soon\nroles: {w: {command: x}}\n", "t.yaml:2:20: heartbeat_timeout must be a duration"},
-    {"name: a\nroles: {w: {command: x, instances: 5, elastic: {min: 2, max: 4}}}\n", "t.yaml:2:48: roles.w: elastic needs min <= instances <= max, got 2 <= 5 <= 4"},
-    {"name: a\nroles: {w: {command: x, elastic: {min: 1}}}\n", "t.yaml:2:34: roles.w.elastic needs both min and max"},
-    {"name: a\nroles: {w: {command: x, elastic: {min: 1, maxx: 2}}}\n", "t.yaml:2:43: unknown key 'maxx' in elastic: did you mean 'max'?"},
+    {"name: a\nretry_on: [0]\nroles: {w: {command: x}}\n",
+     "t.yaml:2:12: each retry_on code must be between 1 and 255"},
+    {"name: a\nretry_on: {a: 1}\nroles: {w: {command: x}}\n",
+     "t.yaml:2:11: retry_on must be an exit code or a list"},
+    {"name: a\nheartbeat_timeout: soon\nroles: {w: {command: x}}\n",
+     "t.yaml:2:20: heartbeat_timeout must be a duration"},
+    {"name: a\nroles: {w: {command: x, instances: 5, elastic: {min: 2, max: 4}}}\n",
+     "t.yaml:2:48: roles.w: elastic needs min <= instances <= max, got 2 <= 5 <= 4"},
+    {"name: a\nroles: {w: {command: x, elastic: {min: 1}}}\n",
+     "t.yaml:2:34: roles.w.elastic needs both min and max"},
+    {"name: a\nroles: {w: {command: x, elastic: {min: 1, maxx: 2}}}\n",
+     "t.yaml:2:43: unknown key 'maxx' in elastic: did you mean 'max'?"},
     {"name: a\nroles: {w: *nope}\n", "t.yaml:2:12: alias *nope has no anchor &nope before it"},
-    {"name: &a a\nbackend: &a b\nroles: {w: {command: x}}\n", "t.yaml:2:10: anchor &a is defined twice (first at line 1)"},
+    {"name: &a a\nbackend: &a b\nroles: {w: {command: x}}\n",
+     "t.yaml:2:10: anchor &a is defined twice (first at line 1)"},
     {"name: a\nroles: &r {w: *r}\n", "t.yaml:2:15: alias *r is inside the node it names"},
-    {"name: a\nroles: {&k w: {command: x}, *k : {command: y}}\n", "t.yaml:2:29: duplicate key 'w' (first at line 2)"},
+    {"name: a\nroles: {&k w: {command: x}, *k : {command: y}}\n",
+     "t.yaml:2:29: duplicate key 'w' (first at line 2)"},
     {"name: a\n[b]: c\n", "t.yaml:2:1: a key must be a plain name, not a list or a map"},
     {"name: a\n? {b: c}\n: d\n", "t.yaml:2:3: a key must be a plain name, not a list or a map"},
 };
@@ -104,9 +120,10 @@ static void test_bad_specs(void **state) {
 }
 
 static void test_restart_keys(void **state) {
-  spec_job *s = parse_ok("name: a\nrestart: task\nmax_restarts: 3\nretry_on: [75, 143]\n"
-                         "heartbeat_timeout: 500ms\n"
-                         "roles: {worker: {instances: 3, elastic: {min: 2, max: 4}, command: x}}\n");
+  spec_job *s =
+      parse_ok("name: a\nrestart: task\nmax_restarts: 3\nretry_on: [75, 143]\n"
+               "heartbeat_timeout: 500ms\n"
+               "roles: {worker: {instances: 3, elastic: {min: 2, max: 4}, command: x}}\n");
   assert_string_equal(s->restart, "task");
   assert_int_equal(s->max_restarts, 3);
   assert_int_equal(s->nretry_on, 2);
@@ -128,10 +145,12 @@ static void test_deep_and_large(void **state) {
   for (int i = 0; i < 100; i++) strcat(text, "[");
   char err[512];
   spec_job *s;
-  assert_int_equal(spec_parse("t.yaml", text, strlen(text), NULL, 0, &s, err, sizeof err), LOOM_ESPEC);
+  assert_int_equal(spec_parse("t.yaml", text, strlen(text), NULL, 0, &s, err, sizeof err),
+                   LOOM_ESPEC);
   static char big[2 << 20];
   memset(big, '#', sizeof big - 1);
-  assert_int_equal(spec_parse("t.yaml", big, sizeof big - 1, NULL, 0, &s, err, sizeof err), LOOM_ESPEC);
+  assert_int_equal(spec_parse("t.yaml", big, sizeof big - 1, NULL, 0, &s, err, sizeof err),
+                   LOOM_ESPEC);
   assert_non_null(strstr(err, "at most"));
 }
 
@@ -160,8 +179,7 @@ static void parse_fast(const char *text, int want_rc, const char *want) {
 }
 
 /* head, then open n times, mid, then close n times. */
-static char *repeat(const char *head, const char *open, int n, const char *mid,
-                    const char *close) {
+static char *repeat(const char *head, const char *open, int n, const char *mid, const char *close) {
   size_t len = strlen(head) + n * (strlen(open) + strlen(close)) + strlen(mid) + 2;
   char *t = malloc(len), *p = t;
   assert_non_null(t);
@@ -185,9 +203,9 @@ static void test_deep_fast(void **state) {
       {"[", "", "]", 100000, "t.yaml:3:38: nested too deeply (at most 32 levels"},
       {"[", "", "", 100000, "t.yaml:3:38: nested too deeply"}, /* never closed */
       {"{a: ", "b", "}", 60000, "t.yaml:3:131: nested too deeply"},
-      {"[", "x", "]", 32, "t.yaml:3:38: nested too deeply"},   /* a scalar at 33 */
-      {"[", "", "]", 33, "t.yaml:3:38: nested too deeply"},    /* a list at 33 */
-      {"[", "", "]", 32, "t.yaml:3:6: env must be a map"},     /* 32 is fine */
+      {"[", "x", "]", 32, "t.yaml:3:38: nested too deeply"}, /* a scalar at 33 */
+      {"[", "", "]", 33, "t.yaml:3:38: nested too deeply"},  /* a list at 33 */
+      {"[", "", "]", 32, "t.yaml:3:6: env must be a map"},   /* 32 is fine */
   };
   for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
     char *t = repeat(head, CASES[i].open, CASES[i].n, CASES[i].mid, CASES[i].close);
@@ -279,14 +297,10 @@ static void test_large_fast(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_full_spec),
-      cmocka_unit_test(test_sets),
-      cmocka_unit_test(test_bad_specs),
-      cmocka_unit_test(test_restart_keys),
-      cmocka_unit_test(test_deep_and_large),
-      cmocka_unit_test(test_deep_fast),
-      cmocka_unit_test(test_aliases),
-      cmocka_unit_test(test_large_fast),
+      cmocka_unit_test(test_full_spec),      cmocka_unit_test(test_sets),
+      cmocka_unit_test(test_bad_specs),      cmocka_unit_test(test_restart_keys),
+      cmocka_unit_test(test_deep_and_large), cmocka_unit_test(test_deep_fast),
+      cmocka_unit_test(test_aliases),        cmocka_unit_test(test_large_fast),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -64,8 +64,7 @@ static void test_crc32c_paths_agree(void **state) {
       uint32_t sw = loom__crc32c_sw(0, buf + align, n);
       if (hw != sw) fail_msg("align %zu len %zu: 0x%08x vs 0x%08x", align, n, hw, sw);
       size_t cut = n / 3;
-      uint32_t split = loom__crc32c(loom__crc32c(0, buf + align, cut),
-                                        buf + align + cut, n - cut);
+      uint32_t split = loom__crc32c(loom__crc32c(0, buf + align, cut), buf + align + cut, n - cut);
       assert_int_equal(split, hw);
     }
   free(buf);
@@ -110,8 +109,8 @@ static void test_varints(void **state) {
     uint8_t out[10];
     size_t n = loom__pb_encode_varint(out, VARINTS[i].v);
     if (n != VARINTS[i].len || memcmp(out, VARINTS[i].bytes, n) != 0)
-      fail_msg("varint %llu: %zu bytes, expected %zu", (unsigned long long)VARINTS[i].v,
-               n, VARINTS[i].len);
+      fail_msg("varint %llu: %zu bytes, expected %zu", (unsigned long long)VARINTS[i].v, n,
+               VARINTS[i].len);
   }
 }
 
@@ -135,9 +134,9 @@ static void test_fields(void **state) {
   loom__pb_free(&e);
 
   loom__pb_init(&e, 1024);
-  loom__pb_double(&e, 1, 1.0);   /* wall_time */
-  loom__pb_float(&e, 2, 1.0f);   /* simple_value */
-  loom__pb_varint(&e, 16, 1);    /* a two-byte key */
+  loom__pb_double(&e, 1, 1.0); /* wall_time */
+  loom__pb_float(&e, 2, 1.0f); /* simple_value */
+  loom__pb_varint(&e, 16, 1);  /* a two-byte key */
   expect_bytes(&e,
                (const unsigned char *)"\x09\x00\x00\x00\x00\x00\x00\xf0\x3f"
                                       "\x15\x00\x00\x80\x3f"
@@ -194,7 +193,6 @@ static void test_encoder_cap_is_sticky(void **state) {
 
 /* ---- the writer ---------------------------------------------------------- */
 
-
 static uint64_t le(const unsigned char *p, int n) {
   uint64_t v = 0;
   for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
@@ -212,13 +210,15 @@ static int count_records(const char *path) {
   while (off < len) {
     assert_true(len - off >= 16);
     uint64_t dlen = le(p + off, 8);
-    assert_int_equal(le(p + off + 8, 4),
-                     loom__crc32c_mask(loom__crc32c(0, p + off, 8)));
+    assert_int_equal(le(p + off + 8, 4), loom__crc32c_mask(loom__crc32c(0, p + off, 8)));
     assert_true(len - off - 16 >= dlen);
     assert_int_equal(le(p + off + 12 + dlen, 4),
                      loom__crc32c_mask(loom__crc32c(0, p + off + 12, dlen)));
     if (n == 0) /* file_version = 3 */
-      assert_non_null(memmem(p + off + 12, dlen, "\x1a\x0d" "brain.Event:2", 15));
+      assert_non_null(memmem(p + off + 12, dlen,
+                             "\x1a\x0d"
+                             "brain.Event:2",
+                             15));
     off += 16 + dlen;
     n++;
   }

@@ -27,8 +27,7 @@ static inline void test_rm_rf(const char *path) {
 }
 
 /* Writes len bytes to dir/name; returns the path (free() it). */
-static inline char *test_put_file(const char *dir, const char *name, const void *data,
-                                  size_t len) {
+static inline char *test_put_file(const char *dir, const char *name, const void *data, size_t len) {
   char *p = loom__asprintf("%s/%s", dir, name);
   FILE *f = fopen(p, "wb");
   assert_non_null(f);

@@ -48,10 +48,12 @@ static void test_table(void **state) {
     assert_non_null(i);
     assert_int_equal(strncmp(i->env, "LOOM_", 5), 0);
     assert_true(i->doc && *i->doc);
-    for (int u = 0; u < t; u++) assert_string_not_equal(i->env, loom__tun_info_of((loom__tunable)u)->env);
+    for (int u = 0; u < t; u++)
+      assert_string_not_equal(i->env, loom__tun_info_of((loom__tunable)u)->env);
     if (i->kind == LOOM_TUN_KIND_WORD) {
       /* a default with choices is one of them */
-      if (i->choices && *i->sdef) assert_int_equal(loom__tun_check((loom__tunable)t, i->sdef, NULL, NULL, 0), 0);
+      if (i->choices && *i->sdef)
+        assert_int_equal(loom__tun_check((loom__tunable)t, i->sdef, NULL, NULL, 0), 0);
     } else {
       assert_true(i->min <= i->def && i->def <= i->max);
     }
@@ -62,8 +64,10 @@ static void test_table(void **state) {
 /* One variable at a time: set it to v, read it, and what was logged. */
 static long long read_num(loom__tunable t, const char *v) {
   const char *env = loom__tun_info_of(t)->env;
-  if (v) setenv(env, v, 1);
-  else unsetenv(env);
+  if (v)
+    setenv(env, v, 1);
+  else
+    unsetenv(env);
   long long x = loom__tun(t);
   unsetenv(env);
   return x;

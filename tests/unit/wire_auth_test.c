@@ -15,8 +15,7 @@
 
 #include "wire/wire_auth.h"
 
-static const wire_auth_proto *const PROTOS[] = {&wire_auth_coord, &wire_auth_ps,
-                                                &wire_auth_comm};
+static const wire_auth_proto *const PROTOS[] = {&wire_auth_coord, &wire_auth_ps, &wire_auth_comm};
 #define NPROTOS (sizeof PROTOS / sizeof PROTOS[0])
 
 /* One whole exchange in memory; returns the server's feed result and the
@@ -28,20 +27,19 @@ static int exchange(const wire_auth_proto *sp, const char *ssecret, const char *
   unsigned char ch[WIRE_AUTH_MSG_MAX], ans[WIRE_AUTH_MSG_MAX], proof[WIRE_AUTH_MSG_MAX];
   unsigned char cn[WIRE_NONCE];
   size_t chlen, alen, plen = 0, used;
-  assert_int_equal(wire_auth_server_start(&s, sp, ssecret, sctx, sctx ? strlen(sctx) : 0, ch,
-                                          &chlen),
-                   0);
+  assert_int_equal(
+      wire_auth_server_start(&s, sp, ssecret, sctx, sctx ? strlen(sctx) : 0, ch, &chlen), 0);
   assert_int_equal(chlen, wire_auth_challenge_len(sp));
-  int rc = wire_auth_client_answer(cp, csecret, cctx, cctx ? strlen(cctx) : 0, ch, chlen, cn,
-                                   ans, &alen);
+  int rc = wire_auth_client_answer(cp, csecret, cctx, cctx ? strlen(cctx) : 0, ch, chlen, cn, ans,
+                                   &alen);
   if (rc < 0) {
     *client_rc = rc;
     return rc;
   }
   rc = wire_auth_server_feed(&s, ans, alen, &used, proof, &plen);
-  *client_rc = rc == 1 ? wire_auth_client_check(cp, csecret, cctx, cctx ? strlen(cctx) : 0, cn,
-                                                proof, plen)
-                       : LOOM_EAUTH;
+  *client_rc =
+      rc == 1 ? wire_auth_client_check(cp, csecret, cctx, cctx ? strlen(cctx) : 0, cn, proof, plen)
+              : LOOM_EAUTH;
   return rc;
 }
 
@@ -62,8 +60,7 @@ static void test_bad_secret(void **state) {
                      LOOM_EAUTH);
     assert_int_equal(crc, LOOM_EAUTH);
     /* an empty secret is a secret too: it does not match a set one */
-    assert_int_equal(exchange(PROTOS[i], "", NULL, PROTOS[i], "s3cret", NULL, &crc),
-                     LOOM_EAUTH);
+    assert_int_equal(exchange(PROTOS[i], "", NULL, PROTOS[i], "s3cret", NULL, &crc), LOOM_EAUTH);
   }
 }
 
@@ -101,15 +98,14 @@ static void test_replay_across_services(void **state) {
       wire_auth_mac("k", PROTOS[j]->label, "-c", ch + p->challenge_pre_len, NULL, 0,
                     ans + p->answer_pre_len);
       memset(ans + p->answer_pre_len + WIRE_MAC, 7, WIRE_NONCE);
-      assert_int_equal(
-          wire_auth_server_feed(&s, ans, wire_auth_answer_len(p), &used, proof, &plen),
-          LOOM_EAUTH);
+      assert_int_equal(wire_auth_server_feed(&s, ans, wire_auth_answer_len(p), &used, proof, &plen),
+                       LOOM_EAUTH);
       assert_string_equal(s.why, "its MAC is wrong (not this job's secret?)");
     }
   int crc;
-  assert_int_equal(exchange(&wire_auth_comm, "k", "rank 1 to 0", &wire_auth_comm, "k",
-                            "rank 2 to 0", &crc),
-                   LOOM_EAUTH);
+  assert_int_equal(
+      exchange(&wire_auth_comm, "k", "rank 1 to 0", &wire_auth_comm, "k", "rank 2 to 0", &crc),
+      LOOM_EAUTH);
   /* a challenge in another service's framing is not one */
   assert_int_equal(exchange(&wire_auth_coord, "k", NULL, &wire_auth_ps, "k", NULL, &crc),
                    LOOM_EPROTO);
@@ -217,7 +213,8 @@ static void *server_thread(void *arg) {
   wire_auth_server s;
   unsigned char buf[WIRE_AUTH_MSG_MAX];
   size_t len, used;
-  if (!a->silent && wire_auth_server_start(&s, &wire_auth_coord, a->secret, NULL, 0, buf, &len) == 0 &&
+  if (!a->silent &&
+      wire_auth_server_start(&s, &wire_auth_coord, a->secret, NULL, 0, buf, &len) == 0 &&
       write(a->fd, buf, len) == (ssize_t)len) {
     for (;;) {
       unsigned char in[7];

@@ -31,8 +31,12 @@ static void test_agent_messages_roundtrip(void **state) {
   wire_frame f;
   wire_msg d;
   roundtrip(&(wire_msg){.type = WIRE_REGISTER,
-                        .u.reg = {.task = "worker:0", .attempt = 2, .host = "h", .port = 4000,
-                                  .has_pid = true, .pid = 9}},
+                        .u.reg = {.task = "worker:0",
+                                  .attempt = 2,
+                                  .host = "h",
+                                  .port = 4000,
+                                  .has_pid = true,
+                                  .pid = 9}},
             &f, &d);
   assert_string_equal(d.u.reg.task, "worker:0");
   assert_int_equal(d.u.reg.attempt, 2);
@@ -44,13 +48,24 @@ static void test_agent_messages_roundtrip(void **state) {
   wire_frame_free(&f);
 
   json_t *argv = json_pack("[s, s]", "python", "train.py");
-  json_t *env = json_pack("{s:s}", "A", "1"), *files = json_pack("{s:s, s:{s:s}}", "d", "/d", "t",
-                                                                  "tar", "/t.tar");
+  json_t *env = json_pack("{s:s}", "A", "1"),
+         *files = json_pack("{s:s, s:{s:s}}", "d", "/d", "t", "tar", "/t.tar");
   wire_msg as = {.type = WIRE_ASSIGN,
-                 .u.assign = {.workdir = "/w", .job_id = "j", .job_dir = "/j", .role = "worker",
-                              .index = 3, .argv = argv, .procs = 4, .env = env, .files = files,
-                              .cpus = "0-3", .gpus = "1", .memory = 1LL << 32, .training = true,
-                              .rank_base = 12, .world_size = 16,
+                 .u.assign = {.workdir = "/w",
+                              .job_id = "j",
+                              .job_dir = "/j",
+                              .role = "worker",
+                              .index = 3,
+                              .argv = argv,
+                              .procs = 4,
+                              .env = env,
+                              .files = files,
+                              .cpus = "0-3",
+                              .gpus = "1",
+                              .memory = 1LL << 32,
+                              .training = true,
+                              .rank_base = 12,
+                              .world_size = 16,
                               .heartbeat_timeout_ms = 30000}};
   roundtrip(&as, &f, &d);
   const wire_assign *a = &d.u.assign;
@@ -71,8 +86,12 @@ static void test_agent_messages_roundtrip(void **state) {
 
   json_t *cl = json_pack("{s:[s]}", "worker", "h:1");
   wire_msg c = {.type = WIRE_CLUSTER,
-                .u.cluster = {.cluster = cl, .master_addr = "h", .has_master_port = true,
-                              .master_port = 5, .has_generation = true, .generation = 7}};
+                .u.cluster = {.cluster = cl,
+                              .master_addr = "h",
+                              .has_master_port = true,
+                              .master_port = 5,
+                              .has_generation = true,
+                              .generation = 7}};
   roundtrip(&c, &f, &d);
   assert_true(json_equal(d.u.cluster.cluster, cl));
   assert_null(d.u.cluster.tf_cluster);
@@ -89,8 +108,10 @@ static void test_agent_messages_roundtrip(void **state) {
   wire_msg_free(&d);
   wire_frame_free(&f);
 
-  roundtrip(&(wire_msg){.type = WIRE_LOG, .u.log = {.stream = 2, .proc = 1},
-                        .blob = (const unsigned char *)"a\nb\n", .blob_len = 4},
+  roundtrip(&(wire_msg){.type = WIRE_LOG,
+                        .u.log = {.stream = 2, .proc = 1},
+                        .blob = (const unsigned char *)"a\nb\n",
+                        .blob_len = 4},
             &f, &d);
   assert_int_equal(d.u.log.stream, 2);
   assert_int_equal(d.u.log.proc, 1);
@@ -114,8 +135,8 @@ static void test_agent_messages_roundtrip(void **state) {
   wire_msg_free(&d);
   wire_frame_free(&f);
 
-  roundtrip(&(wire_msg){.type = WIRE_FAIL, .u.fail = {.reason = "no such file", .code = 127}},
-            &f, &d);
+  roundtrip(&(wire_msg){.type = WIRE_FAIL, .u.fail = {.reason = "no such file", .code = 127}}, &f,
+            &d);
   assert_string_equal(d.u.fail.reason, "no such file");
   assert_int_equal(d.u.fail.code, 127);
   wire_msg_free(&d);
@@ -144,8 +165,10 @@ static void test_lib_messages_roundtrip(void **state) {
   wire_msg_free(&d);
   wire_frame_free(&f);
 
-  roundtrip(&(wire_msg){.type = WIRE_KV_SET, .u.kv_set = {.id = 1, .key = "k"},
-                        .blob = (const unsigned char *)"v", .blob_len = 1},
+  roundtrip(&(wire_msg){.type = WIRE_KV_SET,
+                        .u.kv_set = {.id = 1, .key = "k"},
+                        .blob = (const unsigned char *)"v",
+                        .blob_len = 1},
             &f, &d);
   assert_string_equal(d.u.kv_set.key, "k");
   assert_int_equal(d.blob_len, 1);
@@ -179,8 +202,12 @@ static void test_lib_messages_roundtrip(void **state) {
   /* a reply carries the feed's own fields besides its typed ones */
   json_t *extra = json_pack("{s:i}", "leased", 2);
   roundtrip(&(wire_msg){.type = WIRE_REPLY,
-                        .u.reply = {.id = 5, .rc = LOOM_ETIMEDOUT, .has_value = true,
-                                    .value = 42, .msg = "m", .json = extra}},
+                        .u.reply = {.id = 5,
+                                    .rc = LOOM_ETIMEDOUT,
+                                    .has_value = true,
+                                    .value = 42,
+                                    .msg = "m",
+                                    .json = extra}},
             &f, &d);
   assert_int_equal(d.u.reply.id, 5);
   assert_int_equal(d.u.reply.rc, LOOM_ETIMEDOUT);
@@ -225,10 +252,10 @@ static void test_encode_refuses(void **state) {
   assert_int_equal(wire_msg_encode(&(wire_msg){.type = WIRE_CTL_KILL}, &buf, &len), LOOM_EINVAL);
 }
 
-#define GOOD_ASSIGN_BUT(field, value)                                                             \
-  "{\"workdir\":\"/w\",\"job_id\":\"j\",\"job_dir\":\"/j\",\"role\":\"r\",\"index\":0,"         \
-  "\"shell\":\"x\",\"procs\":1,\"env\":{},\"files\":{},\"cpus\":\"\",\"gpus\":\"\","            \
-  "\"memory\":0,\"training\":false,\"rank_base\":0,\"world_size\":1,"                         \
+#define GOOD_ASSIGN_BUT(field, value)                                                              \
+  "{\"workdir\":\"/w\",\"job_id\":\"j\",\"job_dir\":\"/j\",\"role\":\"r\",\"index\":0,"            \
+  "\"shell\":\"x\",\"procs\":1,\"env\":{},\"files\":{},\"cpus\":\"\",\"gpus\":\"\","               \
+  "\"memory\":0,\"training\":false,\"rank_base\":0,\"world_size\":1,"                              \
   "\"heartbeat_timeout_ms\":0,\"" field "\":" value "}"
 
 static const struct {
@@ -275,24 +302,33 @@ static const struct {
      "STARTED: field 'pids' must be an array of 0..1024 process ids"},
     {WIRE_LOG, "{\"s\":3,\"p\":0}", NULL, "LOG: field 's' must be an integer 1..2"},
     {WIRE_LOG, "{\"s\":1,\"p\":1024}", NULL, "LOG: field 'p' must be an integer 0..1023"},
-    {WIRE_EXIT, "{\"code\":0,\"signal\":200}", NULL, "EXIT: field 'signal' must be an integer 0..127"},
+    {WIRE_EXIT, "{\"code\":0,\"signal\":200}", NULL,
+     "EXIT: field 'signal' must be an integer 0..127"},
     {WIRE_EXIT, "{\"code\":0,\"signal\":0,\"lost\":\"yes\"}", NULL,
      "EXIT: field 'lost' must be true or false"},
     {WIRE_STOP, "{\"grace_ms\":-1}", NULL, "STOP: field 'grace_ms' must be an integer"},
     {WIRE_FAIL, "{\"reason\":7,\"code\":1}", NULL, "FAIL: field 'reason' must be a string"},
     {WIRE_HELLO, "{\"task\":\"t\",\"rank\":1.5,\"pid\":1}", NULL,
      "HELLO: field 'rank' must be an integer"},
-    {WIRE_KV_SET, "{\"id\":1,\"key\":\"\"}", NULL, "KV_SET: field 'key' must be a string of 1..255 bytes"},
-    {WIRE_KV_GET, "{\"id\":-1,\"key\":\"k\",\"timeout_ms\":0}", NULL, "KV_GET: field 'id' must be an integer"},
+    {WIRE_KV_SET, "{\"id\":1,\"key\":\"\"}", NULL,
+     "KV_SET: field 'key' must be a string of 1..255 bytes"},
+    {WIRE_KV_GET, "{\"id\":-1,\"key\":\"k\",\"timeout_ms\":0}", NULL,
+     "KV_GET: field 'id' must be an integer"},
     {WIRE_KV_GET, "{\"id\":1,\"key\":\"k\"}", NULL, "KV_GET: field 'timeout_ms' is missing"},
-    {WIRE_KV_ADD, "{\"id\":1,\"key\":\"k\",\"delta\":1.0}", NULL, "KV_ADD: field 'delta' must be an integer"},
-    {WIRE_EVENT, "{\"id\":1,\"name\":\"e\",\"detail\":[1]}", NULL, "EVENT: field 'detail' must be an object"},
-    {WIRE_REPLY, "{\"id\":1,\"rc\":1}", NULL, "REPLY: field 'rc' must be an integer -2147483648..0"},
+    {WIRE_KV_ADD, "{\"id\":1,\"key\":\"k\",\"delta\":1.0}", NULL,
+     "KV_ADD: field 'delta' must be an integer"},
+    {WIRE_EVENT, "{\"id\":1,\"name\":\"e\",\"detail\":[1]}", NULL,
+     "EVENT: field 'detail' must be an object"},
+    {WIRE_REPLY, "{\"id\":1,\"rc\":1}", NULL,
+     "REPLY: field 'rc' must be an integer -2147483648..0"},
     {WIRE_REPLY, "{\"id\":1,\"rc\":0,\"msg\":false}", NULL, "REPLY: field 'msg' must be a string"},
     {WIRE_ABORT, "{}", NULL, "ABORT: field 'reason' is missing"},
-    {WIRE_METRIC, "{\"tag\":\"t\",\"step\":1,\"value\":\"1\"}", NULL, "METRIC: field 'value' must be a number"},
-    {WIRE_METRIC, "{\"tag\":\"\",\"step\":1,\"value\":1}", NULL, "METRIC: field 'tag' must be a string of 1..128 bytes"},
-    {WIRE_MEMBERSHIP, "{\"generation\":null}", NULL, "MEMBERSHIP: field 'generation' must be an integer"},
+    {WIRE_METRIC, "{\"tag\":\"t\",\"step\":1,\"value\":\"1\"}", NULL,
+     "METRIC: field 'value' must be a number"},
+    {WIRE_METRIC, "{\"tag\":\"\",\"step\":1,\"value\":1}", NULL,
+     "METRIC: field 'tag' must be a string of 1..128 bytes"},
+    {WIRE_MEMBERSHIP, "{\"generation\":null}", NULL,
+     "MEMBERSHIP: field 'generation' must be an integer"},
     {WIRE_CTL_KILL, "{}", NULL, "message type 50 is not one this peer decodes"},
 };
 

@@ -193,9 +193,12 @@ static void test_sizes_and_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_roundtrip_byte_by_byte), cmocka_unit_test(test_two_frames_in_one_push),
-      cmocka_unit_test(test_bad_frames),            cmocka_unit_test(test_reader_buffer_is_capped),
-      cmocka_unit_test(test_mac_is_hmac_sha256),    cmocka_unit_test(test_split_hostport),
+      cmocka_unit_test(test_roundtrip_byte_by_byte),
+      cmocka_unit_test(test_two_frames_in_one_push),
+      cmocka_unit_test(test_bad_frames),
+      cmocka_unit_test(test_reader_buffer_is_capped),
+      cmocka_unit_test(test_mac_is_hmac_sha256),
+      cmocka_unit_test(test_split_hostport),
       cmocka_unit_test(test_sizes_and_errors),
       cmocka_unit_test(test_reader_limit_follows_the_connection),
   };

@@ -88,12 +88,11 @@ static void test_frames_arrive_in_order(void **state) {
   enum { N = sizeof sizes / sizeof sizes[0] };
   unsigned char *blob = malloc(300000);
   assert_non_null(blob);
-  for (size_t i = 0; i < 300000; i++)
-    blob[i] = (unsigned char)(i * 31 + 7);
+  for (size_t i = 0; i < 300000; i++) blob[i] = (unsigned char)(i * 31 + 7);
   for (int i = 0; i < N; i++)
-    assert_int_equal(wire_uv_send((uv_stream_t *)&r.pipe, WIRE_LOG,
-                                  json_pack("{s:i}", "i", i), blob, sizes[i]),
-                     0);
+    assert_int_equal(
+        wire_uv_send((uv_stream_t *)&r.pipe, WIRE_LOG, json_pack("{s:i}", "i", i), blob, sizes[i]),
+        0);
   /* nothing is lost when json is NULL */
   assert_int_equal(wire_uv_send((uv_stream_t *)&r.pipe, WIRE_HEARTBEAT, NULL, NULL, 0), 0);
   wire_frame f[N + 1];
@@ -126,10 +125,8 @@ static void test_release_once_after_the_write(void **state) {
   assert_int_equal(c.released, 3);
   char buf[3 * sizeof msg];
   size_t have = 0;
-  while (have < sizeof buf)
-    have += pump(&r, buf + have, sizeof buf - have);
-  for (int i = 0; i < 3; i++)
-    assert_memory_equal(buf + i * sizeof msg, msg, sizeof msg);
+  while (have < sizeof buf) have += pump(&r, buf + have, sizeof buf - have);
+  for (int i = 0; i < 3; i++) assert_memory_equal(buf + i * sizeof msg, msg, sizeof msg);
   rig_close(&r);
 }
 

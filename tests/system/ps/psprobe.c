@@ -23,14 +23,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    int rc_ = (call);                                                          \
-    if (rc_ != 0) {                                                            \
-      fprintf(stderr, "psprobe: line %d: %s: %s: %s\n", __LINE__, #call,       \
-              loom_err_name(rc_), ps ? loom_ps_errmsg(ps) : "");               \
-      exit(1);                                                                 \
-    }                                                                          \
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_ != 0) {                                                                                \
+      fprintf(stderr, "psprobe: line %d: %s: %s: %s\n", __LINE__, #call, loom_err_name(rc_),       \
+              ps ? loom_ps_errmsg(ps) : "");                                                       \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static double mono(void) {
@@ -133,9 +133,12 @@ static int ckpt(loom_t *l, const char *out, int steps, int every, int sleep_ms) 
   int r = loom_rank(l), world = loom_world_size(l);
   int64_t step = -1;
   int rc = loom_ps_restore(ps, &step);
-  if (rc == LOOM_ENOENT) printf("FRESH rank=%d attempt=%d\n", r, loom_attempt(l));
-  else CHECK(rc);
-  if (rc == 0) printf("RESTORED rank=%d attempt=%d step=%lld\n", r, loom_attempt(l), (long long)step);
+  if (rc == LOOM_ENOENT)
+    printf("FRESH rank=%d attempt=%d\n", r, loom_attempt(l));
+  else
+    CHECK(rc);
+  if (rc == 0)
+    printf("RESTORED rank=%d attempt=%d step=%lld\n", r, loom_attempt(l), (long long)step);
   fflush(stdout);
   loom_ps_init init = {LOOM_PS_NORMAL, 0, 0.3f, 9};
   loom_ps_opt adam = LOOM_PS_OPT_ADAM(0.05f);
@@ -207,11 +210,14 @@ int main(int argc, char **argv) {
   loom_ps_t *ps = NULL;
   CHECK(loom_init(&l));
   int rc = 2;
-  if (argc == 3 && !strcmp(argv[1], "sync-ref")) rc = sync_ref(l, argv[2]);
+  if (argc == 3 && !strcmp(argv[1], "sync-ref"))
+    rc = sync_ref(l, argv[2]);
   else if (argc == 6 && !strcmp(argv[1], "ckpt"))
     rc = ckpt(l, argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
-  else if (argc == 2 && !strcmp(argv[1], "die")) rc = die(l);
-  else fprintf(stderr, "usage: psprobe sync-ref OUT | ckpt OUT STEPS EVERY SLEEP_MS | die\n");
+  else if (argc == 2 && !strcmp(argv[1], "die"))
+    rc = die(l);
+  else
+    fprintf(stderr, "usage: psprobe sync-ref OUT | ckpt OUT STEPS EVERY SLEEP_MS | die\n");
   loom_finish(l);
   return rc;
 }
