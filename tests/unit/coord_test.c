@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "coord/coord_int.h"
+#include "testutil.h"
 
 /* A job of roles (name, instances, procs, vcores, gpus, training). */
 typedef struct {
@@ -155,12 +156,106 @@ static void test_kv_store_accounting_and_cap(void **state) {
   unsetenv("LOOM_KV_MAX_TOTAL");
 }
 
+static json_t *load_state(const char *dir) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/state.json", dir);
+  json_error_t e;
+  json_t *j = json_load_file(p, 0, &e);
+  if (!j) fail_msg("state.json does not parse: %s (line %d)", e.text, e.line);
+  return j;
+}
+
+static const char *task_state_of(json_t *st, int i) {
+  return json_string_value(
+      json_object_get(json_array_get(json_object_get(st, "tasks"), i), "state"));
+}
+
+/* state.json mirrors the tasks, rewritten incrementally (only changed
+ * tasks re-rendered) yet always whole and equal to a fresh rendering; each
+ * event is one line of events.jsonl, there before the state that follows. */
+static void test_state_and_events_files(void **state) {
+  char *dir = test_tmpdir("coordstate");
+  const role_def defs[] = {
+      {"chief", 1, 1, 0, 0, true}, {"worker", 3, 1, 0, 0, true}, {"ps", 1, 1, 0, 0, false}};
+  job j;
+  make_job(&j, defs, 3);
+  spec_job sj = {0};
+  sj.name = "statejob";
+  sj.retries = 2;
+  coord_opts o = {.job_dir = dir, .job_id = "statejob-20261124-000000-abcd"};
+  coord *co = calloc(1, sizeof *co);
+  assert_non_null(co);
+  co->o = &o;
+  co->s = &sj;
+  co->tasks = j.tasks;
+  co->ntasks = j.ntasks;
+  co->root = -1;
+  char ep[4200];
+  snprintf(ep, sizeof ep, "%s/events.jsonl", dir);
+  co->events = fopen(ep, "a");
+  assert_non_null(co->events);
+  coord_rank_tasks(co->tasks, co->ntasks, NULL);
+  coord_state_write(co);
+  json_t *st = load_state(dir);
+  assert_string_equal(json_string_value(json_object_get(st, "name")), "statejob");
+  assert_string_equal(json_string_value(json_object_get(st, "state")), "starting");
+  assert_int_equal(json_integer_value(json_object_get(st, "retries")), 2);
+  assert_int_equal(json_array_size(json_object_get(st, "tasks")), 5);
+  for (int i = 0; i < 5; i++) assert_string_equal(task_state_of(st, i), "pending");
+  assert_int_equal(
+      json_integer_value(json_object_get(json_array_get(json_object_get(st, "tasks"), 3), "rank")),
+      3);
+  json_decref(st);
+  /* one task changes: only it is re-rendered, the file stays whole */
+  coord_task_set(co, &co->tasks[2], T_RUNNING);
+  coord_event(co, &co->tasks[2], "started", json_pack("{s:i}", "pid", 42));
+  assert_true(co->state_dirty);
+  coord_state_write(co);
+  assert_false(co->state_dirty);
+  st = load_state(dir);
+  assert_string_equal(task_state_of(st, 2), "running");
+  assert_string_equal(task_state_of(st, 1), "pending");
+  assert_string_equal(task_state_of(st, 4), "pending");
+  json_decref(st);
+  /* the event is in events.jsonl already (flushed before the state) */
+  FILE *f = fopen(ep, "r");
+  assert_non_null(f);
+  char line[4096];
+  assert_non_null(fgets(line, sizeof line, f));
+  json_error_t e;
+  json_t *ev = json_loads(line, 0, &e);
+  assert_non_null(ev);
+  assert_string_equal(json_string_value(json_object_get(ev, "event")), "started");
+  assert_string_equal(json_string_value(json_object_get(ev, "task")), "worker:1");
+  assert_int_equal(json_integer_value(json_object_get(ev, "pid")), 42);
+  assert_null(fgets(line, sizeof line, f));
+  json_decref(ev);
+  fclose(f);
+  /* every task changes many times: the last write equals the last states */
+  for (int round = 0; round < 50; round++)
+    for (int i = 0; i < co->ntasks; i++) {
+      coord_task_set(co, &co->tasks[i], (round + i) % 2 ? T_RUNNING : T_READY);
+      if (round % 7 == 0) coord_state_write(co);
+    }
+  coord_state_write(co);
+  st = load_state(dir);
+  for (int i = 0; i < co->ntasks; i++)
+    assert_string_equal(task_state_of(st, i), (49 + i) % 2 ? "running" : "ready");
+  json_decref(st);
+  fclose(co->events);
+  coord_state_free(co);
+  free(co);
+  test_rm_rf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rank_order),
       cmocka_unit_test(test_membership_ranks_close_up),
       cmocka_unit_test(test_devices_round_robin),
       cmocka_unit_test(test_kv_store_accounting_and_cap),
+      cmocka_unit_test(test_state_and_events_files),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
