@@ -7,6 +7,7 @@
 #include <cmocka.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "coord/coord_int.h"
 #include "testutil.h"
@@ -249,6 +250,101 @@ static void test_state_and_events_files(void **state) {
   free(dir);
 }
 
+/* Elastic membership: the live training tasks re-ranked and published as
+ * generation G in the KV store (what libloom's elastic API reads). */
+static void test_membership_published(void **state) {
+  const role_def defs[] = {
+      {"chief", 1, 1, 0, 0, true}, {"worker", 3, 2, 0, 0, true}, {"ps", 1, 1, 0, 0, false}};
+  job j;
+  make_job(&j, defs, 2 + 1);
+  spec_job sj = {0};
+  sj.name = "m";
+  coord_opts o = {.job_dir = "/nonexistent", .job_id = "m-1"};
+  coord *co = calloc(1, sizeof *co);
+  assert_non_null(co);
+  co->o = &o;
+  co->s = &sj;
+  co->tasks = j.tasks;
+  co->ntasks = j.ntasks;
+  co->generation = 3;
+  j.tasks[2].left = true; /* worker:1 left */
+  assert_int_equal(coord_publish_membership(co), 5);
+  assert_int_equal(co->world_size, 5);
+  kv_entry *e = coord_kv_find(co, "loom/membership/g3");
+  assert_non_null(e);
+  json_error_t err;
+  json_t *m = json_loadb((const char *)e->val, e->len, 0, &err);
+  assert_non_null(m);
+  assert_int_equal(json_integer_value(json_object_get(m, "generation")), 3);
+  assert_int_equal(json_integer_value(json_object_get(m, "world_size")), 5);
+  json_t *ranks = json_object_get(m, "ranks");
+  assert_int_equal(json_object_size(ranks), 3); /* chief, worker:0, worker:2; no ps */
+  assert_int_equal(json_integer_value(json_object_get(ranks, "chief:0")), 0);
+  assert_int_equal(json_integer_value(json_object_get(ranks, "worker:0")), 1);
+  assert_int_equal(json_integer_value(json_object_get(ranks, "worker:2")), 3);
+  assert_null(json_object_get(ranks, "worker:1"));
+  json_decref(m);
+  e = coord_kv_find(co, "loom/generation");
+  assert_non_null(e);
+  assert_string_equal((const char *)e->val, "3");
+  coord_kv_clear(co);
+  free(co);
+}
+
+/* A task's output: each line to its log (after the attempt header) and,
+ * prefixed, to logs/all.log; stderr lines kept for the root cause. */
+static void test_log_lines_reach_the_files(void **state) {
+  char *dir = test_tmpdir("coordlog");
+  char sub[4200];
+  snprintf(sub, sizeof sub, "%s/logs", dir);
+  assert_int_equal(mkdir(sub, 0700), 0);
+  const role_def defs[] = {{"worker", 2, 1, 0, 0, true}};
+  job j;
+  make_job(&j, defs, 1);
+  for (int i = 0; i < j.ntasks; i++)
+    snprintf(j.tasks[i].file, sizeof j.tasks[i].file, "worker-%d", i);
+  spec_job sj = {0};
+  sj.name = "logs";
+  coord_opts o = {.job_dir = dir, .job_id = "logs-1"};
+  coord *co = calloc(1, sizeof *co);
+  assert_non_null(co);
+  co->o = &o;
+  co->s = &sj;
+  co->tasks = j.tasks;
+  co->ntasks = j.ntasks;
+  char ap[4300];
+  snprintf(ap, sizeof ap, "%s/all.log", sub);
+  co->alllog = fopen(ap, "w");
+  assert_non_null(co->alllog);
+  task *t = &co->tasks[1];
+  coord_open_logs(co, t);
+  const char out[] = "first\nsecond\n", err[] = "boom\n";
+  wire_msg m = {.type = WIRE_LOG, .u.log = {.stream = 1, .proc = 0}};
+  m.blob = (const unsigned char *)out;
+  m.blob_len = sizeof out - 1;
+  coord_on_log(co, t, &m);
+  m.u.log.stream = 2;
+  m.blob = (const unsigned char *)err;
+  m.blob_len = sizeof err - 1;
+  coord_on_log(co, t, &m);
+  fclose(co->alllog);
+  coord_close_log(co, t);
+  char lp[4300], *txt = NULL;
+  snprintf(lp, sizeof lp, "%s/worker-1.log", sub);
+  assert_int_equal(loom__read_file(lp, 1 << 20, &txt, NULL), 0);
+  assert_non_null(strstr(txt, "=== loom: worker:1 attempt 0, "));
+  assert_non_null(strstr(txt, " ===\nfirst\nsecond\nboom\n"));
+  free(txt);
+  assert_int_equal(loom__read_file(ap, 1 << 20, &txt, NULL), 0);
+  assert_string_equal(txt, "[worker:1] first\n[worker:1] second\n[worker:1] boom\n");
+  free(txt);
+  assert_int_equal(t->ring_n, 1); /* one stderr line kept */
+  coord_ring_clear(t);
+  free(co);
+  test_rm_rf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rank_order),
@@ -256,6 +352,8 @@ int main(void) {
       cmocka_unit_test(test_devices_round_robin),
       cmocka_unit_test(test_kv_store_accounting_and_cap),
       cmocka_unit_test(test_state_and_events_files),
+      cmocka_unit_test(test_membership_published),
+      cmocka_unit_test(test_log_lines_reach_the_files),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
