@@ -283,7 +283,9 @@ int coord_on_register(coord *co, conn *c, const wire_msg *m) {
   t->agent_pid = r->has_pid ? (int)r->pid : 0;
   c->inflate = r->inflate;
   coord_task_set(co, t, T_REGISTERED);
-  coord_event(co, t, "registered", json_pack("{s:s, s:i}", "host", t->host, "port", t->port));
+  coord_event(
+      co, t, "registered",
+      json_pack("{s:s, s:i, s:s?}", "host", t->host, "port", t->port, "host_why", r->host_why));
   send_assign(co, t);
   return 0;
 }
