@@ -1,0 +1,150 @@
+"""Hosts on one machine: one job across three network namespaces joined by
+a bridge (tests/system/netns.py), its coordinator on h0 listening on h0's
+bridge address (`loom submit --bind`), its agents started by hand in each
+namespace (the external backend). Rendezvous, the KV store, collectives
+over TCP and the logs all cross a real link. Each host also has a second
+interface that reaches nothing: loom must publish the address the peers
+reach (or the one LOOM_IFACE names), never 127.x, and say which it chose."""
+import json
+import re
+import subprocess
+
+import pytest
+
+import netns
+from conftest import BUILD, LOOM
+
+pytestmark = pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))
+
+ADDR = re.compile(r"^(\d+\.\d+\.\d+\.\d+):\d+$")
+
+
+@pytest.fixture
+def hosts():
+    with netns.Hosts(3) as h:
+        yield h
+
+
+def submit(loom, hosts, spec):
+    """Submits spec with its coordinator on h0, listening on h0's bridge
+    address. Returns the job directory and the environment agents need."""
+    r = subprocess.run(hosts.exec_args(0, LOOM, "submit", spec, "--bind", hosts.addrs[0]),
+                       env=loom.env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    jd = loom.home / "jobs" / r.stdout.strip().splitlines()[-1]
+    coord = json.loads((jd / "coord.json").read_text())["addr"]
+    assert coord.startswith(hosts.addrs[0] + ":"), coord
+    return jd, dict(loom.env, LOOM_COORD=coord, LOOM_SECRET=(jd / "secret").read_text().strip(),
+                    LOOM_ATTEMPT="0", LOOM_LOG="info")
+
+
+def start_agents(hosts, env, placed, extra=None):
+    """Starts `loom agent` for each task on its host (placed: task -> host
+    index); extra: task -> more environment for that agent."""
+    procs = {}
+    for task, i in placed.items():
+        e = dict(env, LOOM_TASK=task, **(extra or {}).get(task, {}))
+        procs[task] = subprocess.Popen(hosts.exec_args(i, LOOM, "agent"), env=e,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = {}
+    for task, p in procs.items():
+        try:
+            o, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, err = p.communicate()
+        out[task] = (p.returncode, err)
+    return out
+
+
+def registered(loom, jd):
+    return {e["task"]: e for e in loom.events(jd) if e["event"] == "registered"}
+
+
+PLACED = {"chief:0": 0, "worker:0": 1, "worker:1": 2}
+
+
+def test_one_job_across_three_hosts(loom, hosts):
+    comm, kv = BUILD / "tests/system/commprobe", BUILD / "tests/system/kvprobe"
+    spec = loom.spec(f"""
+name: hosts
+backend: external
+env: {{LOOM_COMM_TRANSPORT: tcp}}
+roles:
+  chief: {{command: "{comm} && {kv} && echo CLUSTER=$LOOM_CLUSTER && echo TF=$TF_CONFIG"}}
+  worker: {{instances: 2, command: "{comm} && {kv} && echo CLUSTER=$LOOM_CLUSTER"}}
+""")
+    jd, env = submit(loom, hosts, spec)
+    agents = start_agents(hosts, env, PLACED)
+    for task, (rc, err) in agents.items():
+        assert rc == 0, f"{task}: {err}"
+    loom.wait_for(lambda: loom.state(jd)["state"] == "succeeded", what="the job succeeded")
+
+    # each agent chose its bridge address (not iso0's, listed first, nor
+    # 127.x) and said why, in its log and in the event
+    reg = registered(loom, jd)
+    for task, i in PLACED.items():
+        want = hosts.addrs[i]
+        why = f"lan0, the interface that reaches the coordinator at {hosts.addrs[0]}"
+        assert f"{task}: advertising {want} ({why})" in agents[task][1], agents[task][1]
+        assert reg[task]["host"] == want and reg[task]["host_why"] == why, reg[task]
+
+    log = (jd / "logs/all.log").read_text()
+    # collectives over TCP between every pair, results checked in closed form
+    oks = re.findall(r"COMMOK rank=(\d) world=3 pairs=(\S+)", log)
+    assert len(oks) == 3, log
+    for rank, pairs in oks:
+        assert pairs.split(",") == ["self" if k == int(rank) else "tcp" for k in range(3)], pairs
+    # the KV exchange: each rank read every other's value (0 + 7 + 14)
+    sums = sorted((e["rank"], e["sum"]) for e in loom.events(jd) if e["event"] == "probe_done")
+    assert sums == [(0, 21), (1, 21), (2, 21)], sums
+
+    # the cluster spec (the KV store's loom/cluster, LOOM_CLUSTER and
+    # TF_CONFIG as the tasks saw them) holds the bridge addresses only
+    specs = [json.loads(l.split("CLUSTER=", 1)[1]) for l in log.splitlines() if "CLUSTER=" in l]
+    tf = [json.loads(l.split("TF=", 1)[1]) for l in log.splitlines() if " TF=" in l]
+    assert len(specs) == 3 and len(tf) == 1, log
+    for cl in specs + [tf[0]["cluster"]]:
+        got = {role: [ADDR.match(a)[1] for a in addrs] for role, addrs in cl.items()}
+        assert got == {"chief": [hosts.addrs[0]], "worker": hosts.addrs[1:]}, cl
+    assert "127." not in log and "localhost" not in log
+    # the task addresses as `loom status` shows them
+    st = {t["task"]: t for t in loom.state(jd)["tasks"]}
+    for task, i in PLACED.items():
+        assert st[task]["host"] == hosts.addrs[i], st[task]
+
+
+def test_loom_iface_names_the_address(loom, hosts):
+    """LOOM_IFACE=iso0 on worker:0's host: its agent publishes iso0's
+    address, which says so; the peer that must connect to it there cannot,
+    and the job fails with that address named. An interface that does not
+    exist fails the task, naming it."""
+    comm = BUILD / "tests/system/commprobe"
+    spec = loom.spec(f"""
+name: iface
+backend: external
+env: {{LOOM_COMM_TRANSPORT: tcp, LOOM_COMM_TIMEOUT_MS: "20000"}}
+roles:
+  chief: {{command: [{comm}]}}
+  worker: {{instances: 2, command: [{comm}]}}
+""")
+    jd, env = submit(loom, hosts, spec)
+    agents = start_agents(hosts, env, PLACED, {"worker:0": {"LOOM_IFACE": "iso0"}})
+    loom.wait_for(lambda: loom.state(jd)["state"] == "failed", what="the job failed")
+    iso = hosts.iso[1]
+    assert f"worker:0: advertising {iso} (LOOM_IFACE names the interface iso0)" in \
+        agents["worker:0"][1], agents["worker:0"][1]
+    reg = registered(loom, jd)
+    assert reg["worker:0"]["host"] == iso, reg
+    assert reg["worker:0"]["host_why"] == "LOOM_IFACE names the interface iso0", reg
+    # rank 2 (worker:1) connects to rank 1 (worker:0) at the address published
+    log = (jd / "logs/all.log").read_text()
+    assert re.search(rf"rank 2: cannot connect to rank 1 at {re.escape(iso)}:\d+", log), log
+
+    # no such interface: the task fails at once, naming it
+    jd, env = submit(loom, hosts, spec)
+    agents = start_agents(hosts, env, PLACED, {"worker:1": {"LOOM_IFACE": "eth9"}})
+    loom.wait_for(lambda: loom.state(jd)["state"] == "failed", what="the job failed")
+    r = loom.run("status", jd.name)
+    assert "worker:1: exited with code 2: LOOM_IFACE=eth9: no such interface on this host" in \
+        r.stdout, r.stdout
