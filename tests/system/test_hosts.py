@@ -6,6 +6,7 @@ over TCP and the logs all cross a real link. Each host also has a second
 interface that reaches nothing: loom must publish the address the peers
 reach (or the one LOOM_IFACE names), never 127.x, and say which it chose."""
 import json
+import math
 import re
 import subprocess
 
@@ -25,11 +26,12 @@ def hosts():
         yield h
 
 
-def submit(loom, hosts, spec):
+def submit(loom, hosts, spec, env=None):
     """Submits spec with its coordinator on h0, listening on h0's bridge
     address. Returns the job directory and the environment agents need."""
     r = subprocess.run(hosts.exec_args(0, LOOM, "submit", spec, "--bind", hosts.addrs[0]),
-                       env=loom.env, capture_output=True, text=True, timeout=60)
+                       env=dict(loom.env, **(env or {})), capture_output=True, text=True,
+                       timeout=60)
     assert r.returncode == 0, r.stderr
     jd = loom.home / "jobs" / r.stdout.strip().splitlines()[-1]
     coord = json.loads((jd / "coord.json").read_text())["addr"]
@@ -148,3 +150,82 @@ roles:
     r = loom.run("status", jd.name)
     assert "worker:1: exited with code 2: LOOM_IFACE=eth9: no such interface on this host" in \
         r.stdout, r.stdout
+
+
+def test_parameter_server_and_feed_across_hosts(loom, hosts, tmp_path):
+    """The ps shards listen on their hosts' bridge addresses and serve
+    workers on the others: SYNC training across hosts ends with the values
+    the same job reaches on one host. The feed hands every record to
+    exactly one worker across hosts."""
+    probe = BUILD / "examples/ctr/psprobe"
+    ps_spec = """
+name: {name}
+backend: {backend}
+roles:
+  ps: {{instances: 2, command: [{loom}, ps]}}
+  chief: {{command: [{probe}, sync-ref, {out}]}}
+  worker: {{instances: 2, command: [{probe}, sync-ref, {out}]}}
+"""
+    far, near = tmp_path / "far.json", tmp_path / "near.json"
+    spec = loom.spec(ps_spec.format(name="psfar", backend="external", loom=LOOM, probe=probe,
+                                    out=far), "far.yaml")
+    jd, env = submit(loom, hosts, spec)
+    placed = {"ps:0": 1, "ps:1": 2, "chief:0": 0, "worker:0": 1, "worker:1": 2}
+    agents = start_agents(hosts, env, placed)
+    for task, (rc, err) in agents.items():
+        assert rc == 0, f"{task}: {err}"
+    loom.wait_for(lambda: loom.state(jd)["state"] == "succeeded", what="the ps job succeeded")
+    reg = registered(loom, jd)
+    assert {t: e["host"] for t, e in reg.items()} == {t: hosts.addrs[i] for t, i in placed.items()}
+    # each shard listened on its published address, and said so
+    log = (jd / "logs/all.log").read_text()
+    for i in (0, 1):
+        assert re.search(rf"\[ps:{i}\].*{re.escape(hosts.addrs[i + 1])}", log), log
+    spec = loom.spec(ps_spec.format(name="psnear", backend="local", loom=LOOM, probe=probe,
+                                    out=near), "near.yaml")
+    r = loom.run("run", spec, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    a, b = json.loads(far.read_text()), json.loads(near.read_text())
+    assert a.keys() == b.keys() and a["world"] == 3 and a["shards"] == 2
+
+    def close(x, y, path):
+        if isinstance(x, dict):
+            for k in x:
+                close(x[k], y[k], f"{path}.{k}")
+        elif isinstance(x, list):
+            assert len(x) == len(y), path
+            for i, (u, v) in enumerate(zip(x, y)):
+                close(u, v, f"{path}[{i}]")
+        else:
+            assert math.isclose(x, y, rel_tol=1e-5, abs_tol=1e-6), (path, x, y)
+    close(a, b, "out")
+
+    # the feed: 3 workers on 3 hosts, every record once
+    d = tmp_path / "data"
+    d.mkdir()
+    recs = []
+    for i in range(3):
+        lines = [f"f{i}-r{j:05d}" for j in range(400)]
+        (d / f"part-{i}.txt").write_text("".join(l + "\n" for l in lines))
+        recs += lines
+    feedprobe = BUILD / "examples/feed-probe/feedprobe"
+    spec = loom.spec(f"""
+name: feedfar
+backend: external
+roles:
+  worker: {{instances: 3, command: [{feedprobe}, --sleep-us, "1000"]}}
+feed: {{input: [data/*.txt], format: lines, output: out/}}
+""", "feed.yaml")
+    jd, env = submit(loom, hosts, spec, {"LOOM_FEED_SPLIT_BYTES": "1000"})
+    agents = start_agents(hosts, env, {"worker:0": 0, "worker:1": 1, "worker:2": 2})
+    for task, (rc, err) in agents.items():
+        assert rc == 0, f"{task}: {err}"
+    loom.wait_for(lambda: loom.state(jd)["state"] == "succeeded", what="the feed job succeeded")
+    got = []
+    for p in sorted((tmp_path / "out").glob("part-*")):
+        got += [l[4:].decode() for l in p.read_bytes().splitlines()]
+    assert sorted(got) == sorted(recs)
+    oks = re.findall(r"FEEDOK task=(\S+) records=(\d+)", (jd / "logs/all.log").read_text())
+    # 1 ms a record: every worker (host) gets splits before they run out
+    assert len(oks) == 3 and all(int(n) > 0 for _, n in oks), oks
+    assert sum(int(n) for _, n in oks) == len(recs), oks
