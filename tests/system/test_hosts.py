@@ -229,3 +229,25 @@ feed: {{input: [data/*.txt], format: lines, output: out/}}
     # 1 ms a record: every worker (host) gets splits before they run out
     assert len(oks) == 3 and all(int(n) > 0 for _, n in oks), oks
     assert sum(int(n) for _, n in oks) == len(recs), oks
+
+
+def test_a_loopback_address_set_by_hand_is_named(loom, hosts):
+    """An agent told LOOM_HOST=127.0.0.1 on a job that spans hosts: the
+    coordinator says at the rendezvous which task is published there."""
+    kv = BUILD / "tests/system/kvprobe"
+    spec = loom.spec(f"""
+name: lo
+backend: external
+roles:
+  worker: {{instances: 2, command: [{kv}]}}
+""")
+    jd, env = submit(loom, hosts, spec)
+    start_agents(hosts, env, {"worker:0": 1, "worker:1": 2},
+                 {"worker:1": {"LOOM_HOST": "127.0.0.1"}})
+    loom.wait_for(lambda: loom.state(jd)["state"] == "succeeded", what="the job succeeded")
+    ev = [e for e in loom.events(jd) if e["event"] == "loopback_in_cluster"]
+    assert len(ev) == 1 and ev[0]["task"] == "worker:1" and ev[0]["host"] == "127.0.0.1" and \
+        ev[0]["other_host"] == hosts.addrs[1], ev
+    assert registered(loom, jd)["worker:1"]["host_why"] == "LOOM_HOST names it"
+    assert ("worker:1 is published at 127.0.0.1, a loopback address, while worker:0 is at "
+            f"{hosts.addrs[1]}") in (jd / "coordinator.log").read_text()
