@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <libgen.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -838,6 +839,97 @@ static void on_signal(uv_signal_t *h, int sig) {
 }
 
 /* ---- before the loop: reserve, register, prepare ---------------------------- */
+/* The IPv4 address of interface name into ip. When it has none (or there
+ * is no such interface) err says so, naming it. */
+static int iface_addr(const char *name, char *ip, size_t iplen, char *err, size_t errlen) {
+  struct ifaddrs *ifs;
+  if (getifaddrs(&ifs) < 0) {
+    snprintf(err, errlen, "LOOM_IFACE=%s: cannot list this host's interfaces: %s", name,
+             strerror(errno));
+    return LOOM_EIO;
+  }
+  bool exists = false;
+  int rc = LOOM_ENOENT;
+  for (struct ifaddrs *i = ifs; i && rc < 0; i = i->ifa_next) {
+    if (strcmp(i->ifa_name, name)) continue;
+    exists = true;
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+        inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)iplen))
+      rc = 0;
+  }
+  freeifaddrs(ifs);
+  if (rc < 0)
+    snprintf(err, errlen, "LOOM_IFACE=%s: %s", name,
+             exists ? "the interface has no IPv4 address"
+                    : "no such interface on this host (`ip -brief address` lists them)");
+  return rc;
+}
+
+/* The name of the interface that holds IPv4 address ip, or "" */
+static void iface_of(const char *ip, char *name, size_t len) {
+  struct ifaddrs *ifs;
+  char buf[INET_ADDRSTRLEN];
+  name[0] = 0;
+  if (getifaddrs(&ifs) < 0) return;
+  for (struct ifaddrs *i = ifs; i && !name[0]; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+        inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, buf, sizeof buf) &&
+        !strcmp(buf, ip))
+      loom__strlcpy(name, i->ifa_name, len);
+  freeifaddrs(ifs);
+}
+
+/* Chooses the address this task is published at in the cluster spec (and
+ * its LOOM_HOST): LOOM_HOST when the backend or the user set it; else the
+ * IPv4 address of the interface LOOM_IFACE names; else the address of the
+ * interface that routes to the coordinator, which is the local address of
+ * the connection to it (what a UDP socket connected to the coordinator
+ * would tell, on the connection itself). That is a loopback address only
+ * when the coordinator is on loopback (one host). why gets the reason,
+ * for the log and the "registered" event. When LOOM_IFACE names no usable
+ * interface, err says so and the routed address is chosen meanwhile: the
+ * caller fails the task with err. fd is the coordinator connection. */
+static int choose_host(agent *a, int fd, char *why, size_t whylen, char *err, size_t errlen) {
+  const char *h = getenv("LOOM_HOST");
+  if (h && *h) {
+    loom__strlcpy(a->host, h, sizeof a->host);
+    snprintf(why, whylen, "LOOM_HOST names it");
+    return 0;
+  }
+  const char *iface = loom__tun_str(LOOM_TUN_IFACE);
+  int rc = 0;
+  if (*iface) {
+    char ip[INET_ADDRSTRLEN];
+    rc = iface_addr(iface, ip, sizeof ip, err, errlen);
+    if (rc == 0) {
+      loom__strlcpy(a->host, ip, sizeof a->host);
+      snprintf(why, whylen, "LOOM_IFACE names the interface %s", iface);
+      return 0;
+    }
+  }
+  struct sockaddr_storage me, peer;
+  socklen_t ml = sizeof me, pl = sizeof peer;
+  char mine[INET_ADDRSTRLEN], coord[INET_ADDRSTRLEN], ifn[64];
+  if (getsockname(fd, (struct sockaddr *)&me, &ml) < 0 || me.ss_family != AF_INET ||
+      getpeername(fd, (struct sockaddr *)&peer, &pl) < 0 || peer.ss_family != AF_INET ||
+      !inet_ntop(AF_INET, &((struct sockaddr_in *)&me)->sin_addr, mine, sizeof mine) ||
+      !inet_ntop(AF_INET, &((struct sockaddr_in *)&peer)->sin_addr, coord, sizeof coord)) {
+    if (gethostname(a->host, sizeof a->host) < 0)
+      loom__strlcpy(a->host, "localhost", sizeof a->host);
+    snprintf(why, whylen, "this host's name: the coordinator connection is not IPv4");
+    return rc;
+  }
+  loom__strlcpy(a->host, mine, sizeof a->host);
+  iface_of(mine, ifn, sizeof ifn);
+  if (!strncmp(coord, "127.", 4))
+    snprintf(why, whylen, "the coordinator is on loopback at %s: every task is on this host",
+             coord);
+  else
+    snprintf(why, whylen, "%s%sthe interface that reaches the coordinator at %s", ifn,
+             ifn[0] ? ", " : "", coord);
+  return rc;
+}
+
 static int reserve_port(agent *a) {
   struct sockaddr_in sa = {.sin_family = AF_INET};
   if (inet_pton(AF_INET, a->host, &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_ANY);
@@ -963,11 +1055,6 @@ int agent_main(void) {
   long long an = 0;
   if (att) loom__parse_int(att, 0, 1 << 30, &an);
   a->attempt = (int)an;
-  const char *h = getenv("LOOM_HOST");
-  if (h && *h)
-    loom__strlcpy(a->host, h, sizeof a->host);
-  else if (gethostname(a->host, sizeof a->host) < 0)
-    loom__strlcpy(a->host, "localhost", sizeof a->host);
   wire_reader_init(&a->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
 
   const char *stall = loom__tun_str(LOOM_TUN_FAULT_STALL_TASK);
@@ -980,13 +1067,12 @@ int agent_main(void) {
     agent_log("%s: cannot join the coordinator at %s: %s", task, coord, loom_strerror(rc));
     goto out;
   }
-  if (!(h && *h)) {
-    /* advertise the address the coordinator sees us at: it routes */
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET)
-      inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, a->host, sizeof a->host);
-  }
+  char why[600], iface_err[300] = "";
+  bool iface_bad = choose_host(a, fd, why, sizeof why, iface_err, sizeof iface_err) < 0;
+  if (iface_bad)
+    agent_log("%s: %s", task, iface_err);
+  else
+    loom__log(LOOM_LOG_INFO, "agent", "%s: advertising %s (%s)", task, a->host, why);
   if ((rc = reserve_port(a)) < 0) {
     agent_log("%s: cannot reserve a port: %s", task, strerror(errno));
     goto out;
@@ -998,7 +1084,8 @@ int agent_main(void) {
                             .port = a->port,
                             .has_pid = true,
                             .pid = getpid(),
-                            .inflate = true}};
+                            .inflate = true,
+                            .host_why = why}};
   rc = wire_msg_send(fd, &reg);
   wire_frame f;
   if (rc == 0) rc = wire_recv(fd, &a->rd, &f, 30000);
@@ -1009,6 +1096,10 @@ int agent_main(void) {
   }
   char err[1024] = "";
   int code = 0;
+  if (iface_bad) {
+    loom__strlcpy(err, iface_err, sizeof err);
+    code = 2;
+  }
   wire_msg am;
   if (wire_msg_decode(&f, &am, err, sizeof err) < 0) {
     wire_frame_free(&f);
@@ -1026,7 +1117,7 @@ int agent_main(void) {
   a->nprocs = procs < 1 || procs > MAX_PROCS ? 1 : (int)procs;
   a->procs = calloc((size_t)a->nprocs, sizeof *a->procs);
   const char *wd = a->as.workdir;
-  if (!a->procs || loom__mkdir_p(wd, 0755) < 0) {
+  if (!code && (!a->procs || loom__mkdir_p(wd, 0755) < 0)) {
     snprintf(err, sizeof err, "cannot create the working directory %s: %s", wd, strerror(errno));
     code = 1;
   }

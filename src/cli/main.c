@@ -10,6 +10,7 @@
 #include "ps/server.h"
 #include "wire/wire.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -27,7 +28,7 @@
 static const struct verb {
   const char *name, *args, *what, *help;
 } VERBS[] = {
-    {"run", "SPEC [--backend B] [--set key=value]...",
+    {"run", "SPEC [--backend B] [--set key=value]... [--bind A] [--advertise H]",
      "run a job and stay attached; exits with the job's status",
      "Starts the job described by SPEC (YAML) and streams every task's output,\n"
      "prefixed [role:index] (colored on a terminal), with a live status line on\n"
@@ -35,11 +36,16 @@ static const struct verb {
      "retries (a root-cause summary is printed), 2 for a usage or spec error, 3\n"
      "for a backend error, 130 when interrupted (Ctrl-C stops the whole job).\n\n"
      "  --backend B        where the job runs (listed below); overrides the spec's backend\n"
-     "  --set key=value    override a spec key, e.g. --set roles.worker.instances=4\n"},
-    {"submit", "SPEC [--backend B] [--set key=value]...", "run a job detached; prints its id",
+     "  --set key=value    override a spec key, e.g. --set roles.worker.instances=4\n"
+     "  --bind A           the coordinator listens on address A (default 127.0.0.1: agents\n"
+     "                     on other hosts, as with the external backend, need another)\n"
+     "  --advertise H      agents and tasks reach the coordinator at H (default: A; needed\n"
+     "                     when A is 0.0.0.0)\n"},
+    {"submit", "SPEC [--backend B] [--set key=value]... [--bind A] [--advertise H]",
+     "run a job detached; prints its id",
      "Like run, but the coordinator runs in the background and loom prints the\n"
      "job id once it is up. Follow it with loom status/logs/events; stop it with\n"
-     "loom kill.\n"},
+     "loom kill. --bind and --advertise as for run.\n"},
     {"status", "[JOB]", "a job's tasks and states, or all recent jobs",
      "Without JOB, one line per recent job. With JOB (an id, a unique prefix, or\n"
      "'last'), every task: state, attempt, exit code or signal, elapsed time.\n"
@@ -233,8 +239,20 @@ static int follow_job(const backend_ops *ops, const char *dir, const backend_job
 }
 
 /* ---- run / submit ---------------------------------------------------------- */
+/* 0 when --bind A (if given) is an address the coordinator can listen on
+ * and agents can be told: 1 when A is not an IP address, 2 when it is a
+ * wildcard (every interface) and no --advertise says where to reach it. */
+static int check_bind(const char *bind, const char *adv) {
+  if (!bind) return 0;
+  unsigned char buf[sizeof(struct in6_addr)];
+  bool v6 = strchr(bind, ':') != NULL;
+  if (inet_pton(v6 ? AF_INET6 : AF_INET, bind, buf) != 1) return 1;
+  bool any = v6 ? !memcmp(buf, &in6addr_any, sizeof in6addr_any) : !strcmp(bind, "0.0.0.0");
+  return any && !adv ? 2 : 0;
+}
+
 static int cmd_run(int argc, char **argv, bool detach) {
-  const char *verb = argv[1], *path = NULL, *bopt = NULL;
+  const char *verb = argv[1], *path = NULL, *bopt = NULL, *bind = NULL, *adv = NULL;
   const char *sets[64];
   int nsets = 0;
   for (int i = 2; i < argc; i++) {
@@ -242,6 +260,14 @@ static int cmd_run(int argc, char **argv, bool detach) {
       bopt = argv[++i];
     else if (!strncmp(argv[i], "--backend=", 10))
       bopt = argv[i] + 10;
+    else if (!strcmp(argv[i], "--bind") && i + 1 < argc)
+      bind = argv[++i];
+    else if (!strncmp(argv[i], "--bind=", 7))
+      bind = argv[i] + 7;
+    else if (!strcmp(argv[i], "--advertise") && i + 1 < argc)
+      adv = argv[++i];
+    else if (!strncmp(argv[i], "--advertise=", 12))
+      adv = argv[i] + 12;
     else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
       if (nsets == 64) return bad_usage(verb, "at most 64 --set");
       sets[nsets++] = argv[++i];
@@ -256,6 +282,14 @@ static int cmd_run(int argc, char **argv, bool detach) {
       return bad_usage(verb, "one spec only (got %s and %s)", path, argv[i]);
   }
   if (!path) return bad_usage(verb, "missing SPEC: loom %s job.yaml", verb);
+  int bad = check_bind(bind, adv);
+  if (bad)
+    return bad_usage(verb,
+                     bad == 1 ? "--bind %s is not an IP address"
+                              : "--bind %s "
+                                "listens on every interface: say which address agents reach the "
+                                "coordinator at with --advertise",
+                     bind);
   char err[2048];
   spec_job *s;
   int rc = spec_load(path, sets, nsets, &s, err, sizeof err);
@@ -313,7 +347,14 @@ static int cmd_run(int argc, char **argv, bool detach) {
     uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
                                      {.flags = UV_INHERIT_FD, .data.fd = lf ? fileno(lf) : 2},
                                      {.flags = UV_INHERIT_FD, .data.fd = lf ? fileno(lf) : 2}};
-    char *args[] = {exe, "coordinator", dir, bopt ? "--backend" : NULL, (char *)bopt, NULL};
+    char *args[9] = {exe, "coordinator", dir};
+    int na = 3;
+    const char *extra[][2] = {{"--backend", bopt}, {"--bind", bind}, {"--advertise", adv}};
+    for (int k = 0; k < 3; k++)
+      if (extra[k][1]) {
+        args[na++] = (char *)extra[k][0];
+        args[na++] = (char *)extra[k][1];
+      }
     uv_process_options_t o = {
         .file = exe, .args = args, .flags = UV_PROCESS_DETACHED, .stdio_count = 3, .stdio = stdio};
     rc = uv_spawn(loop, &proc, &o);
@@ -342,6 +383,8 @@ static int cmd_run(int argc, char **argv, bool detach) {
                   .spec = s,
                   .backend = bopt,
                   .self_exe = exe,
+                  .bind = bind,
+                  .advertise = adv,
                   .console = true,
                   .color = isatty(1) && !getenv("NO_COLOR"),
                   .status_line = isatty(2)};
@@ -356,8 +399,17 @@ static int cmd_run(int argc, char **argv, bool detach) {
 
 static int cmd_coordinator(int argc, char **argv) {
   if (argc < 3) return bad_usage("coordinator", "missing JOBDIR");
-  const char *dir = argv[2], *bopt = NULL;
-  if (argc >= 5 && !strcmp(argv[3], "--backend")) bopt = argv[4];
+  const char *dir = argv[2], *bopt = NULL, *bind = NULL, *adv = NULL;
+  for (int i = 3; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--backend"))
+      bopt = argv[i + 1];
+    else if (!strcmp(argv[i], "--bind"))
+      bind = argv[i + 1];
+    else if (!strcmp(argv[i], "--advertise"))
+      adv = argv[i + 1];
+    else
+      return bad_usage("coordinator", "unknown option %s", argv[i]);
+  }
   char p[PATH_MAX + 32], err[2048], exe[PATH_MAX];
   jobdir_path(dir, JOBDIR_SPEC, p, sizeof p);
   spec_job *s;
@@ -386,11 +438,15 @@ static int cmd_coordinator(int argc, char **argv) {
     if (prev) o.first_attempt = (int)json_integer_value(json_object_get(prev, "attempt")) + 1;
     json_decref(prev);
   }
-  char bind[128], adv[256];
-  if (ops && ops->coord_address) {
-    ops->coord_address(bind, sizeof bind, adv, sizeof adv);
+  char bbuf[128], abuf[256];
+  if (bind || adv) {
+    /* the user's --bind / --advertise, through submit */
     o.bind = bind;
     o.advertise = adv;
+  } else if (ops && ops->coord_address) {
+    ops->coord_address(bbuf, sizeof bbuf, abuf, sizeof abuf);
+    o.bind = bbuf;
+    o.advertise = abuf;
   }
   setsid();
   int rc = coord_run(&o);

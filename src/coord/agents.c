@@ -178,6 +178,34 @@ static void send_cluster(coord *co, task *only) {
     if (sf[k]) coord_shared_put(sf[k]);
 }
 
+static bool loopback_host(const char *h) {
+  return !strncmp(h, "127.", 4) || !strcmp(h, "localhost") || !strcmp(h, "::1");
+}
+
+/* A cluster spec that spans hosts cannot hold a loopback address: peers on
+ * other hosts would dial themselves. Agents choose a loopback address only
+ * when the coordinator is on loopback, so one there was set by hand
+ * (LOOM_HOST): say so at the rendezvous, naming it and a task elsewhere. */
+static void check_hosts(coord *co) {
+  const task *lo = NULL, *far = NULL;
+  for (int i = 0; i < co->ntasks && !(lo && far); i++) {
+    const task *t = &co->tasks[i];
+    if (loopback_host(t->host)) {
+      if (!lo) lo = t;
+    } else if (!far) {
+      far = t;
+    }
+  }
+  if (!lo || !far) return;
+  coord_event(co, NULL, "loopback_in_cluster",
+              json_pack("{s:s, s:s, s:s, s:s}", "task", lo->name, "host", lo->host, "other",
+                        far->name, "other_host", far->host));
+  loom__log(LOOM_LOG_WARN, "coord",
+            "%s is published at %s, a loopback address, while %s is at %s: tasks on other hosts "
+            "cannot reach it; unset LOOM_HOST for its agent, or set LOOM_IFACE",
+            lo->name, lo->host, far->name, far->host);
+}
+
 int coord_on_agent(coord *co, conn *c, const wire_msg *m) {
   task *t = c->task;
   switch (m->type) {
@@ -218,6 +246,7 @@ int coord_on_agent(coord *co, conn *c, const wire_msg *m) {
       for (int i = 0; i < co->ntasks; i++) coord_task_set(co, &co->tasks[i], T_RUNNING);
       coord_event(co, NULL, "rendezvous_done",
                   json_pack("{s:f, s:i}", "elapsed_s", now - co->t_attempt, "tasks", co->ntasks));
+      check_hosts(co);
       send_cluster(co, NULL);
       coord_publish_membership(co);
     }
@@ -283,7 +312,9 @@ int coord_on_register(coord *co, conn *c, const wire_msg *m) {
   t->agent_pid = r->has_pid ? (int)r->pid : 0;
   c->inflate = r->inflate;
   coord_task_set(co, t, T_REGISTERED);
-  coord_event(co, t, "registered", json_pack("{s:s, s:i}", "host", t->host, "port", t->port));
+  coord_event(
+      co, t, "registered",
+      json_pack("{s:s, s:i, s:s?}", "host", t->host, "port", t->port, "host_why", r->host_why));
   send_assign(co, t);
   return 0;
 }

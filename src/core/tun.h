@@ -44,6 +44,9 @@
     "oldest is closed for a new one")                                                              \
   N(CONNECT_TIMEOUT_MS, "LOOM_CONNECT_TIMEOUT", 10000, 1, 3600000, MS,                             \
     "connecting to the coordinator or a peer gives up after this long")                            \
+  W(IFACE, "LOOM_IFACE", "", NULL,                                                                 \
+    "agents: publish this interface's IPv4 address in the cluster spec (default: the one "         \
+    "that reaches the coordinator)")                                                               \
   N(LAUNCH_RETRIES, "LOOM_LAUNCH_RETRIES", 3, 0, 100, COUNT,                                       \
     "Slurm: launches of a task tried again when srun fails before its agent registered")           \
   N(LAUNCH_RETRY_MS, "LOOM_LAUNCH_RETRY_MS", 500, 0, 30000, MS,                                    \

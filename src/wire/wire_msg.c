@@ -67,6 +67,7 @@ static const fld F_REGISTER[] = {
     REQ("port", F_INT, wire_register, port, 1, 65535),
     HAS("pid", F_INT, wire_register, pid, NAT),
     OPT("inflate", F_BOOL, wire_register, inflate, 0, 0),
+    OPT("host_why", F_STR, wire_register, host_why, 1, 512),
 };
 static const fld F_ASSIGN[] = {
     REQ("workdir", F_STR, wire_assign, workdir, PATH),

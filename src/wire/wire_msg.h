@@ -22,7 +22,8 @@ typedef struct { /* agent: who it is and where its task will listen */
   const char *host;
   bool has_pid;
   int64_t pid;
-  bool inflate; /* it takes a deflated cluster spec (blob_encoding "deflate") */
+  bool inflate;         /* it takes a deflated cluster spec (blob_encoding "deflate") */
+  const char *host_why; /* optional: why it advertises host, for people */
 } wire_register;
 
 typedef struct { /* coord: what the agent is to run */

@@ -44,6 +44,17 @@ static void test_agent_messages_roundtrip(void **state) {
   assert_int_equal(d.u.reg.port, 4000);
   assert_true(d.u.reg.has_pid);
   assert_int_equal(d.u.reg.pid, 9);
+  assert_null(d.u.reg.host_why); /* optional: an older agent sends none */
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(&(wire_msg){.type = WIRE_REGISTER,
+                        .u.reg = {.task = "worker:1",
+                                  .host = "10.77.0.2",
+                                  .port = 4001,
+                                  .host_why = "lan0, the interface that reaches the coordinator"}},
+            &f, &d);
+  assert_string_equal(d.u.reg.host_why, "lan0, the interface that reaches the coordinator");
   wire_msg_free(&d);
   wire_frame_free(&f);
 
