@@ -158,6 +158,9 @@ static void stop_procs(agent *a, uint64_t grace_ms) {
   if (!a->stopping) {
     a->stopping = true;
     kill_all(a, SIGTERM);
+    /* the loop's clock is the time this turn began: without an update the
+     * SIGKILL could come up to a turn's length before the grace is over */
+    uv_update_time(&a->loop);
     uv_timer_start(&a->grace, grace_expired, grace_ms, 0);
   }
   if (a->running == 0 && a->open_pipes == 0 && a->conn_open && !a->exited_sent) {
