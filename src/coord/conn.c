@@ -17,8 +17,6 @@
 #include <uv.h>
 
 static void conn_handle_closed(uv_handle_t *h);
-static void preauth_remove(conn *c);
-static void preauth_add(conn *c);
 static void on_frame(coord *co, conn *c, wire_frame *f);
 static void alloc_cb(uv_handle_t *h, size_t size, uv_buf_t *buf);
 static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
@@ -73,32 +71,6 @@ static void conn_handle_closed(uv_handle_t *h) {
  * oldest is closed, so that idle connections held by anyone on the network
  * can never keep a peer that holds the secret out. Their closes are logged
  * through a rate limiter: a flood gives a few lines and a count. */
-static void preauth_remove(conn *c) {
-  coord *co = c->co;
-  if (!c->pa_prev && co->pa_oldest != c) return; /* not queued */
-  if (c->pa_prev)
-    c->pa_prev->pa_next = c->pa_next;
-  else
-    co->pa_oldest = c->pa_next;
-  if (c->pa_next)
-    c->pa_next->pa_prev = c->pa_prev;
-  else
-    co->pa_newest = c->pa_prev;
-  c->pa_next = c->pa_prev = NULL;
-  co->npreauth--;
-}
-
-static void preauth_add(conn *c) {
-  coord *co = c->co;
-  c->pa_prev = co->pa_newest;
-  c->pa_next = NULL;
-  if (co->pa_newest)
-    co->pa_newest->pa_next = c;
-  else
-    co->pa_oldest = c;
-  co->pa_newest = c;
-  co->npreauth++;
-}
 
 /* Closes c. why is NULL when the close is expected (the job is over, the
  * peer hung up after its work, the coordinator stops it on purpose);
@@ -108,7 +80,7 @@ void coord_conn_close(conn *c, const char *why) {
   if (c->closing) return;
   c->closing = true;
   coord *co = c->co;
-  preauth_remove(c);
+  loom__fifo_remove(&c->co->preauth, &c->pa);
   if (why && c->kind == C_AUTH)
     loom__ratelog_warn(&co->rl_refused, "coord", "refused connections", c->from,
                        "closed a connection from %s before it authenticated: %s", c->from, why);
@@ -219,7 +191,7 @@ static bool authenticate(conn *c, const char *data, size_t len, size_t *used) {
     coord_conn_close(c, why);
     return false;
   }
-  preauth_remove(c);
+  loom__fifo_remove(&c->co->preauth, &c->pa);
   c->kind = C_CTL; /* until it says who it is */
   wire_reader_limit(&c->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
   uv_timer_stop(&c->timer);
@@ -317,9 +289,10 @@ void coord_on_connection(uv_stream_t *server, int status) {
   }
   /* room for every agent still awaited (all of them dial at once when a
    * large job starts) on top of the budget */
-  if (co->npreauth >= (int)loom__tun(LOOM_TUN_PREAUTH_MAX) + co->nawaited && co->pa_oldest)
-    coord_conn_close(co->pa_oldest, "evicted: too many connections waiting to authenticate");
-  preauth_add(c);
+  if (co->preauth.n && co->preauth.n >= (size_t)(loom__tun(LOOM_TUN_PREAUTH_MAX) + co->nawaited))
+    coord_conn_close(loom__fifo_oldest(&co->preauth),
+                     "evicted: too many connections waiting to authenticate");
+  loom__fifo_push(&co->preauth, &c->pa, c);
   uv_tcp_nodelay(&c->tcp, 1);
   c->last_rx = loom__now_ms();
   uv_timer_start(&c->timer, auth_expired, (uint64_t)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS), 0);

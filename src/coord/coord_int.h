@@ -6,6 +6,7 @@
 
 #include "coord/coord.h"
 #include "backend/backend.h"
+#include "core/fifo.h"
 #include "core/ratelog.h"
 #include "feed/dispatch.h"
 #include "http/http.h"
@@ -88,9 +89,9 @@ struct conn {
   char who[96];
   bool closing;
   conn *next, *prev;
-  conn *pa_next, *pa_prev; /* the queue of connections not yet authenticated */
-  char from[64];           /* the peer's address, for the log */
-  bool inflate;            /* an agent that takes its CLUSTER blob deflated */
+  loom__fifo_link pa; /* in the queue of connections not yet authenticated */
+  char from[64];      /* the peer's address, for the log */
+  bool inflate;       /* an agent that takes its CLUSTER blob deflated */
 };
 
 typedef struct kv_entry {
@@ -130,8 +131,7 @@ struct coord {
   struct task *log_newest, *log_oldest; /* tasks whose log file is open, newest first */
   int nlogs_open;
   conn *conns;
-  conn *pa_oldest, *pa_newest; /* not yet authenticated, oldest first */
-  int npreauth;
+  loom__fifo preauth;       /* connections not yet authenticated, oldest first */
   int nawaited;             /* tasks launched whose agent has not registered yet (T_LAUNCHED) */
   int nunfinished;          /* tasks of finishing (not service) roles not T_SUCCEEDED */
   bool any_elastic;         /* a role is elastic: its tasks may leave */

@@ -25,6 +25,7 @@
  * logged through a rate limiter (core/ratelog.h). */
 #include "http/http_int.h"
 #include "jobdir/jobdir.h"
+#include "core/fifo.h"
 #include "core/ratelog.h"
 
 #include <openssl/crypto.h>
@@ -48,8 +49,8 @@ struct http_server {
   size_t nonly;
   conn *conns;
   int nconns;
-  conn *pa_head, *pa_tail; /* before the token check, oldest first */
-  int npa, nauthed, pa_max;
+  loom__fifo pa; /* connections before the token check, oldest first */
+  int nauthed, pa_max;
   unsigned auth_ms;
   loom__ratelog refused;
   uv_timer_t tick; /* reports a flood of refusals that stopped */
@@ -64,8 +65,8 @@ struct conn {
   uv_shutdown_t sd;
   http_server *s;
   conn *prev, *next;
-  conn *pa_prev, *pa_next; /* in the pre-authentication queue */
-  bool in_pa, authed;
+  loom__fifo_link pa; /* in the pre-authentication queue */
+  bool authed;
   char peer[64];
   bool closing, answered, draining;
   size_t drained;
@@ -96,22 +97,6 @@ static void on_conn_closed(uv_handle_t *h) {
 
 #define REFUSED "refused connections"
 
-static void pa_unlink(conn *c) {
-  http_server *s = c->s;
-  if (!c->in_pa) return;
-  if (c->pa_prev)
-    c->pa_prev->pa_next = c->pa_next;
-  else
-    s->pa_head = c->pa_next;
-  if (c->pa_next)
-    c->pa_next->pa_prev = c->pa_prev;
-  else
-    s->pa_tail = c->pa_prev;
-  c->pa_prev = c->pa_next = NULL;
-  c->in_pa = false;
-  s->npa--;
-}
-
 static void conn_close(conn *c) {
   if (c->closing) return;
   c->closing = true;
@@ -121,7 +106,7 @@ static void conn_close(conn *c) {
     c->s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   c->s->nconns--;
-  pa_unlink(c);
+  loom__fifo_remove(&c->s->pa, &c->pa);
   if (c->authed) c->s->nauthed--;
   uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
   uv_close((uv_handle_t *)&c->timer, on_conn_closed);
@@ -317,7 +302,7 @@ static int admit(conn *c, const char *const *tokens, size_t n, bool *from_query)
   int deny = check_access(c->s, &c->req, tokens, n, from_query);
   if (deny || c->authed) return deny;
   if (c->s->nauthed >= HTTP_MAX_CONNS) return 503;
-  pa_unlink(c);
+  loom__fifo_remove(&c->s->pa, &c->pa);
   c->authed = true;
   c->s->nauthed++;
   return 0;
@@ -556,7 +541,7 @@ static void on_reject_closed(uv_handle_t *h) {
 
 /* Closes the oldest connection that has not shown a token yet. */
 static void evict_oldest(http_server *s, const char *why) {
-  conn *old = s->pa_head;
+  conn *old = loom__fifo_oldest(&s->pa);
   if (!old) return;
   refused(s, old->peer, "closed the connection", why);
   conn_close(old);
@@ -585,7 +570,7 @@ static void on_connection(uv_stream_t *server, int status) {
     refused(s, "?", "refused a connection", "too many open");
     return;
   }
-  if (s->npa >= s->pa_max) {
+  if (s->pa.n >= (size_t)s->pa_max) {
     char why[96];
     snprintf(why, sizeof why, "evicted: LOOM_PREAUTH_MAX (%d) connections wait for their request",
              s->pa_max);
@@ -606,14 +591,7 @@ static void on_connection(uv_stream_t *server, int status) {
   if (s->conns) s->conns->prev = c;
   s->conns = c;
   s->nconns++;
-  c->pa_prev = s->pa_tail;
-  if (s->pa_tail)
-    s->pa_tail->pa_next = c;
-  else
-    s->pa_head = c;
-  s->pa_tail = c;
-  c->in_pa = true;
-  s->npa++;
+  loom__fifo_push(&s->pa, &c->pa, c);
   snprintf(c->peer, sizeof c->peer, "?");
   if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 ||
       uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {

@@ -24,6 +24,7 @@
 #include "ps/server.h"
 #include "lib/lib.h"
 #include "ps/ps.h"
+#include "core/fifo.h"
 #include "core/ratelog.h"
 #include "wire/wire.h"
 #include "wire/wire_auth.h"
@@ -66,8 +67,7 @@ typedef struct conn {
   size_t out_off, out_len, out_cap;
   uint64_t bar_target; /* the barrier generation it waits for, or 0 */
   struct conn *next;
-  struct conn *pa_prev, *pa_next; /* in the pre-authentication queue */
-  bool in_pa;
+  loom__fifo_link pa; /* in the pre-authentication queue */
 } conn;
 
 struct ps_server {
@@ -87,8 +87,8 @@ struct ps_server {
   char restore_err[PS_MAX_ERRMSG];
   conn *conns;
   size_t nconns;
-  conn *pa_head, *pa_tail; /* not authenticated yet, oldest first */
-  size_t npa, nauthed, pa_max;
+  loom__fifo pa; /* connections not authenticated yet, oldest first */
+  size_t nauthed, pa_max;
   uint64_t accept_paused_until; /* out of descriptors: wait a little */
   loom__ratelog refused;
   bool changed; /* the step, a clock or the barrier moved */
@@ -633,33 +633,6 @@ static int dispatch(ps_server *s, conn *c, const ps_hdr *h, const unsigned char 
 /* ---- connections ------------------------------------------------------- */
 #define REFUSED "refused connections"
 
-static void pa_unlink(ps_server *s, conn *c) {
-  if (!c->in_pa) return;
-  if (c->pa_prev)
-    c->pa_prev->pa_next = c->pa_next;
-  else
-    s->pa_head = c->pa_next;
-  if (c->pa_next)
-    c->pa_next->pa_prev = c->pa_prev;
-  else
-    s->pa_tail = c->pa_prev;
-  c->pa_prev = c->pa_next = NULL;
-  c->in_pa = false;
-  s->npa--;
-}
-
-static void pa_push(ps_server *s, conn *c) {
-  c->pa_prev = s->pa_tail;
-  c->pa_next = NULL;
-  if (s->pa_tail)
-    s->pa_tail->pa_next = c;
-  else
-    s->pa_head = c;
-  s->pa_tail = c;
-  c->in_pa = true;
-  s->npa++;
-}
-
 /* Closes c once this turn of the loop is over. A connection that never
  * authenticated is anyone's: its warning goes through the rate limiter. */
 static void conn_close(ps_server *s, conn *c, const char *why) {
@@ -672,14 +645,14 @@ static void conn_close(ps_server *s, conn *c, const char *why) {
                          "shard %d: closing the unauthenticated connection from %s: %s",
                          s->cfg.shard, c->peer, why);
   }
-  pa_unlink(s, c);
+  loom__fifo_remove(&s->pa, &c->pa);
   c->closing = true;
 }
 
 /* Makes room for one more unauthenticated connection: evicts the oldest. */
 static void pa_make_room(ps_server *s) {
-  while (s->pa_head && s->npa >= s->pa_max) {
-    conn *old = s->pa_head;
+  while (s->pa.n && s->pa.n >= s->pa_max) {
+    conn *old = loom__fifo_oldest(&s->pa);
     char why[96];
     snprintf(why, sizeof why, "evicted: LOOM_PREAUTH_MAX (%zu) connections wait to authenticate",
              s->pa_max);
@@ -716,7 +689,7 @@ static bool authenticate(ps_server *s, conn *c) {
   memcpy(c->out + c->out_len, proof, plen);
   c->out_len += plen;
   conn_flush(c);
-  pa_unlink(s, c);
+  loom__fifo_remove(&s->pa, &c->pa);
   c->authed = true;
   s->nauthed++;
   return true;
@@ -807,7 +780,7 @@ static void conn_read(ps_server *s, conn *c) {
 
 static void conn_free(ps_server *s, conn *c) {
   if (c->bar_target > s->bar_gen && s->bar_arrived > 0) s->bar_arrived--;
-  pa_unlink(s, c);
+  loom__fifo_remove(&s->pa, &c->pa);
   if (c->authed) s->nauthed--;
   close(c->fd);
   free(c->in);
@@ -827,7 +800,7 @@ static void conn_accept(ps_server *s) {
         /* The oldest waiting connection gives its descriptor back at the
          * end of this turn; until then the listener rests. */
         pa_make_room(s);
-        if (s->npa) conn_close(s, s->pa_head, "evicted: out of file descriptors");
+        if (s->pa.n) conn_close(s, loom__fifo_oldest(&s->pa), "evicted: out of file descriptors");
         s->accept_paused_until = loom__now_ms() + 50;
         loom__ratelog_warn(&s->refused, "ps", REFUSED, "?",
                            "shard %d: cannot accept a connection: %s", s->cfg.shard,
@@ -855,7 +828,7 @@ static void conn_accept(ps_server *s) {
     c->next = s->conns;
     s->conns = c;
     s->nconns++;
-    pa_push(s, c);
+    loom__fifo_push(&s->pa, &c->pa, c);
     unsigned char ch[WIRE_AUTH_MSG_MAX];
     size_t chlen;
     if (wire_auth_server_start(&c->auth, &wire_auth_ps, s->secret, NULL, 0, ch, &chlen) < 0 ||
@@ -987,8 +960,9 @@ int loom__ps_server_run(ps_server *s) {
     }
     now = loom__now_ms();
     /* the queue is in order of arrival: the expired are at its head */
-    while (s->pa_head && now >= s->pa_head->deadline_ms)
-      conn_close(s, s->pa_head, "did not authenticate in time");
+    conn *old;
+    while ((old = loom__fifo_oldest(&s->pa)) && now >= old->deadline_ms)
+      conn_close(s, old, "did not authenticate in time");
     loom__ratelog_tick(&s->refused, "ps", REFUSED);
     unpark(s);
     for (conn **pp = &s->conns; *pp;) {
