@@ -38,14 +38,6 @@ int coord_conn_send_shared(conn *c, shared_frame *sf) {
   return wire_uv_write((uv_stream_t *)&c->tcp, sf->buf, sf->len, coord_shared_put, sf);
 }
 
-int coord_conn_send(conn *c, uint16_t type, json_t *json, const void *blob, size_t len) {
-  if (!c || c->closing) {
-    json_decref(json);
-    return LOOM_ECONN;
-  }
-  return wire_uv_send((uv_stream_t *)&c->tcp, type, json, blob, len);
-}
-
 int coord_conn_send_msg(conn *c, const wire_msg *m) {
   if (!c || c->closing) return LOOM_ECONN;
   unsigned char *buf;

@@ -197,7 +197,6 @@ void coord_state_free(coord *co);
 /* conn.c */
 void coord_conn_close(conn *c, const char *why);
 int coord_conn_send_shared(conn *c, shared_frame *sf);
-int coord_conn_send(conn *c, uint16_t type, json_t *json, const void *blob, size_t len);
 /* Encodes m and queues it on c. */
 int coord_conn_send_msg(conn *c, const wire_msg *m);
 void coord_on_connection(uv_stream_t *server, int status);
