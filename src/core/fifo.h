@@ -51,6 +51,8 @@ static inline void loom__fifo_remove(loom__fifo *q, loom__fifo_link *l) {
 }
 
 /* The owner of the oldest link, or NULL when the queue is empty. */
-static inline void *loom__fifo_oldest(const loom__fifo *q) { return q->head ? q->head->owner : NULL; }
+static inline void *loom__fifo_oldest(const loom__fifo *q) {
+  return q->head ? q->head->owner : NULL;
+}
 
 #endif
