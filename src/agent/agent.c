@@ -548,6 +548,11 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
   }
   make_cgroup(a);
   a->started_ms = loom__now_ms();
+  /* the usage baseline is the start (no ticks yet): the first sample is
+   * reported 3 s after it, not 3 s after the first heartbeat tick */
+  a->cpu_ticks = 0;
+  a->usage_t0 = (double)a->started_ms / 1000.0;
+  a->last_usage = a->started_ms;
   json_t *pids = json_array();
   int rc = 0;
   for (int i = 0; i < a->nprocs; i++) {

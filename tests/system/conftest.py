@@ -271,6 +271,23 @@ def loom_pids_of(home: Path):
     return out
 
 
+# The TensorFlow environment (scripts/setup-tf.sh; scripts/test.sh makes it
+# and exports LOOM_TF_PYTHON). Its tests run in the normal pass only: an
+# ASan runtime preloaded into TensorFlow's interpreter costs minutes per job
+# and tests loom's C code no further than the other tests do.
+TF_PYTHON = Path(os.environ.get("LOOM_TF_PYTHON", ROOT / ".venv-tf" / "bin" / "python"))
+
+
+@pytest.fixture
+def tf_python():
+    """The TensorFlow environment's interpreter, for a task's command."""
+    if SANITIZED:
+        pytest.skip("TensorFlow under loom runs in the normal pass")
+    if not TF_PYTHON.exists():
+        pytest.skip(f"no TensorFlow environment at {TF_PYTHON}: run scripts/setup-tf.sh")
+    return TF_PYTHON
+
+
 @pytest.fixture
 def loom(tmp_path):
     assert LOOM.exists(), f"build loom first: {LOOM} is missing"

@@ -181,8 +181,10 @@ def test_agents_report_cpu_and_memory_of_each_task(loom):
 name: metrics
 roles:
   worker: {{command: [python3, {burn}]}}
-  chief: {{command: "sleep 8"}}
+  chief: {{command: "sleep 10"}}
 """)
+    # the chief outlives the worker's 8 s loop, so the worker is never
+    # stopped early by the job's end, however late its agent started
     r = loom.run("run", spec)
     assert r.returncode == 0, r.stdout + r.stderr
     m = {}
