@@ -56,7 +56,8 @@ typedef struct {
 struct agent {
   uv_loop_t loop;
   uv_tcp_t conn;
-  uv_timer_t hb, grace, drain, linger;
+  uv_timer_t hb, grace, drain, linger, porthold;
+  uint64_t porthold_ms; /* the port watch's next interval */
   uv_signal_t sigs[3];
   wire_reader rd;
   json_t *assign; /* the ASSIGN frame's JSON, which as borrows from */
@@ -362,6 +363,12 @@ static void proc_exited(uv_process_t *p, int64_t status, int sig) {
   a->running--;
   uv_close((uv_handle_t *)p, proc_closed);
   if ((status != 0 || sig != 0) && !a->have_fail) {
+    if (a->reserve_fd >= 0 && sig == 0) /* it may have tried a plain bind of its port */
+      agent_log("%s: the task failed while its port %d was still held for it "
+                "(LOOM_PORT_HOLD=listen): a command that binds the port without "
+                "SO_REUSEADDR or SO_REUSEPORT gets 'Address already in use'; "
+                "LOOM_PORT_HOLD=start lets the port go before the command starts",
+                a->task, a->port);
     a->have_fail = true;
     a->fail_code = (int)status;
     a->fail_sig = sig;
@@ -369,6 +376,66 @@ static void proc_exited(uv_process_t *p, int64_t status, int sig) {
   }
   if (a->running == 0) uv_timer_start(&a->drain, drain_expired, 500, 0);
   maybe_finish(a);
+}
+
+/* ---- holding the reserved port ------------------------------------------ */
+/* The reservation is a bound, never listening socket with SO_REUSEADDR and
+ * SO_REUSEPORT: the kernel gives its port to no bind(0) (the usual way a
+ * program picks a "free" port, and the race TensorFlow #21492 describes),
+ * and no plain bind of it succeeds, while the task's own bind (gRPC sets
+ * SO_REUSEPORT, most servers SO_REUSEADDR) does. It is let go once a socket
+ * in this network namespace listens on the port (the task has it), when
+ * the task ends, or, with LOOM_PORT_HOLD=start, just before the command
+ * starts. */
+
+/* Whether a TCP socket in LISTEN state has local port `port` in one of
+ * /proc/self/net/tcp, tcp6 (this process's network namespace). */
+static bool port_listened(int port) {
+  static const char *files[] = {"/proc/self/net/tcp", "/proc/self/net/tcp6"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    FILE *f = fopen(files[i], "re");
+    if (!f) continue;
+    char line[512];
+    bool found = false;
+    if (!fgets(line, sizeof line, f)) line[0] = 0; /* the header */
+    while (!found && fgets(line, sizeof line, f)) {
+      /* "  N: ADDR:PORT REMADDR:PORT ST ..." with hex port and state */
+      char *colon = strchr(line, ':');
+      char *loc = colon ? strchr(colon + 1, ':') : NULL;
+      unsigned lport, st;
+      if (loc && sscanf(loc + 1, "%x %*s %x", &lport, &st) == 2)
+        found = (int)lport == port && st == 0x0A; /* TCP_LISTEN */
+    }
+    fclose(f);
+    if (found) return true;
+  }
+  return false;
+}
+
+static void release_port(agent *a, const char *why) {
+  if (a->reserve_fd < 0) return;
+  close(a->reserve_fd);
+  a->reserve_fd = -1;
+  uv_timer_stop(&a->porthold);
+  if (getenv("LOOM_DEBUG")) agent_log("%s: port %d let go: %s", a->task, a->port, why);
+}
+
+/* Looks for the task's listener every 10 ms at first, then less often (at
+ * most every 500 ms): a server binds early, a task that never listens
+ * costs a file read a half-second. */
+static void porthold_tick(uv_timer_t *t) {
+  agent *a = t->data;
+  if (a->reserve_fd < 0) return;
+  if (a->running == 0) {
+    release_port(a, "the task ended");
+    return;
+  }
+  if (port_listened(a->port)) {
+    release_port(a, "the task listens on it");
+    return;
+  }
+  a->porthold_ms = a->porthold_ms * 2 > 500 ? 500 : a->porthold_ms * 2;
+  uv_timer_start(&a->porthold, porthold_tick, a->porthold_ms, 0);
 }
 
 /* ---- starting the command --------------------------------------------- */
@@ -542,7 +609,7 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
       args[k++] = (char *)json_string_value(json_array_get(argvj, i));
   }
   args[k] = NULL;
-  if (a->reserve_fd >= 0) {
+  if (a->reserve_fd >= 0 && !strcmp(loom__tun_str(LOOM_TUN_PORT_HOLD), "start")) {
     close(a->reserve_fd); /* hand the reserved port over to the command */
     a->reserve_fd = -1;
   }
@@ -601,6 +668,10 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
     for (int s = 0; s < 2; s++) uv_read_start((uv_stream_t *)&u->out[s].pipe, out_alloc, out_read);
   }
   free(args);
+  if (a->reserve_fd >= 0 && a->running > 0) {
+    a->porthold_ms = 10;
+    uv_timer_start(&a->porthold, porthold_tick, a->porthold_ms, 0);
+  }
   send_msg(a, &(wire_msg){.type = WIRE_STARTED, .u.started.pids = pids});
   json_decref(pids);
   return rc;
@@ -938,17 +1009,44 @@ static int choose_host(agent *a, int fd, char *why, size_t whylen, char *err, si
   return rc;
 }
 
-static int reserve_port(agent *a) {
-  struct sockaddr_in sa = {.sin_family = AF_INET};
-  if (inet_pton(AF_INET, a->host, &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_ANY);
+/* Binds the reservation socket (see "holding the reserved port") to port
+ * (0: any free one); -1 when that fails. */
+static int reserve_bind(const char *host, int port) {
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_ANY);
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return LOOM_EIO;
-  int one = 1;
+  if (fd < 0) return -1;
+  int one = 1; /* both, so that the task can bind it while we hold it */
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  socklen_t len = sizeof sa;
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
-      getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
     close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* A restarted task asks for the port it had (LOOM_PREV_PORT, from the
+ * coordinator), so that peers holding its old address find it again; any
+ * free port when that one is taken. */
+static int reserve_port(agent *a) {
+  long long prev = 0;
+  const char *pv = getenv("LOOM_PREV_PORT");
+  int fd = -1;
+  if (pv && loom__parse_int(pv, 1, 65535, &prev) < 0) prev = 0;
+  unsetenv("LOOM_PREV_PORT"); /* the coordinator's word to us, not the task's */
+  if (prev) {
+    fd = reserve_bind(a->host, (int)prev);
+    if (fd < 0)
+      agent_log("%s: port %lld, this task's before its restart, is taken (%s); another one "
+                "is published",
+                a->task, prev, strerror(errno));
+  }
+  if (fd < 0) fd = reserve_bind(a->host, 0);
+  struct sockaddr_in sa;
+  socklen_t len = sizeof sa;
+  if (fd < 0 || getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+    if (fd >= 0) close(fd);
     return LOOM_EIO;
   }
   a->reserve_fd = fd;
@@ -1152,7 +1250,8 @@ int agent_main(void) {
   uv_timer_init(&a->loop, &a->grace);
   uv_timer_init(&a->loop, &a->drain);
   uv_timer_init(&a->loop, &a->linger);
-  a->hb.data = a->grace.data = a->drain.data = a->linger.data = a;
+  uv_timer_init(&a->loop, &a->porthold);
+  a->hb.data = a->grace.data = a->drain.data = a->linger.data = a->porthold.data = a;
   uint64_t hb = (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_MS);
   uv_timer_start(&a->hb, hb_tick, hb, hb);
   int sigs[3] = {SIGTERM, SIGINT, SIGHUP};

@@ -295,7 +295,12 @@ static int cmd_run(int argc, char **argv, bool detach) {
   int rc = spec_load(path, sets, nsets, &s, err, sizeof err);
   if (rc < 0) {
     fprintf(stderr, "loom: %s\n", err);
-    return rc == LOOM_ESPEC ? EXIT_USAGE : EXIT_USAGE;
+    return EXIT_USAGE;
+  }
+  for (const char *w = s->warning; w && *w;) { /* one located warning a line */
+    size_t l = strcspn(w, "\n");
+    fprintf(stderr, "loom: warning: %.*s\n", (int)l, w);
+    w += l + (w[l] == '\n');
   }
   const char *bname = bopt ? bopt : s->backend;
   const backend_ops *ops = backend_find(bname);

@@ -141,9 +141,9 @@ static void rdv_expired(uv_timer_t *tm) {
 }
 
 static char **make_env(coord *co, task *t) {
-  static const char *const strip[] = {
-      "LOOM_COORD=",  "LOOM_SECRET=",  "LOOM_TASK=", "LOOM_ATTEMPT=",
-      "LOOM_JOB_ID=", "LOOM_JOB_DIR=", "LOOM_HOST=", NULL};
+  static const char *const strip[] = {"LOOM_COORD=",   "LOOM_SECRET=",    "LOOM_TASK=",
+                                      "LOOM_ATTEMPT=", "LOOM_JOB_ID=",    "LOOM_JOB_DIR=",
+                                      "LOOM_HOST=",    "LOOM_PREV_PORT=", NULL};
   extern char **environ;
   int n = 0;
   while (environ[n]) n++;
@@ -163,6 +163,7 @@ static char **make_env(coord *co, task *t) {
   env[k++] = loom__asprintf("LOOM_JOB_ID=%s", co->o->job_id);
   env[k++] = loom__asprintf("LOOM_JOB_DIR=%s", co->o->job_dir);
   if (host) env[k++] = loom__asprintf("LOOM_HOST=%s", host);
+  if (t->prev_port) env[k++] = loom__asprintf("LOOM_PREV_PORT=%d", t->prev_port);
   return env;
 }
 
@@ -232,6 +233,7 @@ static void attempt_start(coord *co) {
     t->restarts = 0;
     t->restart_pending = false;
     t->left = false;
+    t->prev_port = 0;
     coord_task_reset(co, t);
   }
   for (int i = 0; i < co->ntasks && co->jstate == J_RENDEZVOUS; i++)

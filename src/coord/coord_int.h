@@ -54,6 +54,7 @@ typedef struct task {
   int state, attempt;
   char host[256];
   int port, agent_pid;
+  int prev_port; /* a restarted task's port before the restart: asked for again */
   json_t *pids;
   int exit_code, sig;
   bool have_exit;

@@ -118,7 +118,11 @@ void coord_maybe_restart(coord *co, task *t) {
   if (co->jstate != J_RUNNING) return;
   t->restarts++;
   t->attempt++;
+  /* the restarted task asks for its old port, so peers that keep the
+   * address they were given (TensorFlow's cluster spec) find it again */
+  int port = t->port;
   coord_task_reset(co, t);
+  t->prev_port = port;
   coord_launch_task(co, t);
 }
 

@@ -44,6 +44,9 @@
     "oldest is closed for a new one")                                                              \
   N(CONNECT_TIMEOUT_MS, "LOOM_CONNECT_TIMEOUT", 10000, 1, 3600000, MS,                             \
     "connecting to the coordinator or a peer gives up after this long")                            \
+  W(PORT_HOLD, "LOOM_PORT_HOLD", "listen", "listen|start",                                         \
+    "agents: keep the task's reserved port bound until the task listens on it (listen), or "       \
+    "let it go just before the command starts (start)")                                            \
   W(IFACE, "LOOM_IFACE", "", NULL,                                                                 \
     "agents: publish this interface's IPv4 address in the cluster spec (default: the one "         \
     "that reaches the coordinator)")                                                               \

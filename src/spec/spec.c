@@ -534,6 +534,14 @@ static int check_keys(ctx *c, const node *m, const char *where, const char *cons
   return 0;
 }
 
+/* What loom sets for each task (README, "What a task sees"): a spec may
+ * not set these in env. */
+static const char *const TASK_OWN_ENV[] = {
+    "TF_CONFIG",  "RANK",        "WORLD_SIZE",      "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
+    "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",     "LOOM_CLUSTER",    "LOOM_ROLE",
+    "LOOM_INDEX", "LOOM_RANK",   "LOOM_WORLD_SIZE", "LOOM_LOCAL_RANK", "LOOM_PORT",
+    "LOOM_TASK",  "LOOM_COORD",  "LOOM_SECRET",     "LOOM_ATTEMPT",    NULL};
+
 static int want_env(ctx *c, const node *n, const char *what, spec_kv **out, int *count) {
   if (n->type != N_MAP)
     return fail(c, n, "%s must be a map of NAME: value, not %s", what, type_name(n));
@@ -551,6 +559,14 @@ static int want_env(ctx *c, const node *n, const char *what, spec_kv **out, int 
                   k->value);
     if (v->type != N_SCALAR)
       return fail(c, v, "the value of %s must be a string, not %s", k->value, type_name(v));
+    for (const char *const *o = TASK_OWN_ENV; *o; o++)
+      if (!strcmp(k->value, *o))
+        return fail(c, k,
+                    "%s.%s: loom sets %s for each task from the cluster it placed (the "
+                    "addresses it reserved, the task's own type, index and rank); a value "
+                    "here would point the task elsewhere. Remove it (LOOM_CLUSTER has every "
+                    "role's addresses for a command that builds its own)",
+                    what, k->value, k->value);
     (*out)[i].key = strdup(k->value);
     (*out)[i].value = strdup(v->value);
     if (!(*out)[i].key || !(*out)[i].value) return LOOM_ENOMEM;
@@ -751,6 +767,60 @@ static int parse_files(ctx *c, const node *n, spec_job *s) {
   return 0;
 }
 
+/* Adds a located warning to s->warning (one per line). */
+static int warn(ctx *c, spec_job *s, const node *at, const char *fmt, ...) LOOM__PRINTF(4, 5);
+static int warn(ctx *c, spec_job *s, const node *at, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  char *w = loom__asprintf("%s%s%s:%d:%d: %s", s->warning ? s->warning : "", s->warning ? "\n" : "",
+                           at ? at->file : c->file, at ? at->line : 0, at ? at->col : 0, msg);
+  if (!w) return LOOM_ENOMEM;
+  free(s->warning);
+  s->warning = w;
+  return 0;
+}
+
+/* TensorFlow's rules for the cluster in TF_CONFIG (tf.distribute's
+ * cluster-spec check: "There must be at most one 'chief' job", the same
+ * for 'evaluator'), applied at submit rather than as a stack trace in a
+ * running task. An evaluator with no chief is allowed (worker 0 writes the
+ * checkpoints under MultiWorkerMirroredStrategy) but is said. */
+static int tf_rules(ctx *c, const node *roles, spec_job *s) {
+  static const char *const one[] = {"chief", "evaluator"};
+  for (size_t i = 0; i < sizeof one / sizeof *one; i++) {
+    const spec_role *r = spec_role_find(s, one[i]);
+    if (!r || r->instances <= 1) continue;
+    const node *rn = map_get(roles, one[i]), *in = rn ? map_get(rn, "instances") : NULL;
+    return fail(c, in ? in : rn,
+                "roles.%s.instances: %d, but TensorFlow allows at most one %s in a cluster "
+                "(\"There must be at most one '%s' job\"); run more as another role",
+                one[i], r->instances, one[i], one[i]);
+  }
+  const spec_role *ev = spec_role_find(s, "evaluator");
+  if (ev && !spec_role_find(s, "chief")) {
+    const node *rn = map_get(roles, "evaluator");
+    int rc = warn(c, s, rn,
+                  "roles.evaluator: the job has an evaluator but no chief: TensorFlow's "
+                  "evaluator evaluates the checkpoints the chief writes (Estimator refuses such "
+                  "a cluster; under MultiWorkerMirroredStrategy worker 0 writes them)");
+    if (rc < 0) return rc;
+  }
+  for (int i = 0; i < s->nroles; i++) {
+    const spec_role *r = &s->roles[i];
+    if (!r->shell || !strstr(r->shell, "TF_CONFIG=")) continue;
+    const node *rn = map_get(roles, r->name), *cn = rn ? map_get(rn, "command") : NULL;
+    int rc = warn(c, s, cn ? cn : rn,
+                  "roles.%s.command sets TF_CONFIG itself: that replaces the one loom made "
+                  "from the ports it reserved for the job (LOOM_CLUSTER has them)",
+                  r->name);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
 static int parse_job(ctx *c, const node *root, spec_job *s) {
   int rc;
   if (root->type != N_MAP)
@@ -843,6 +913,7 @@ static int parse_job(ctx *c, const node *root, spec_job *s) {
     s->nroles++;
     if (rc < 0) return rc;
   }
+  if ((rc = tf_rules(c, n, s)) < 0) return rc;
   long long total = 0;
   for (int i = 0; i < s->nroles; i++) total += (long long)s->roles[i].instances;
   if (total > 100000) return fail(c, n, "the job has %lld tasks; at most 100000", total);
@@ -917,6 +988,7 @@ static void kv_free(spec_kv *kv, int n) {
 
 void spec_free(spec_job *s) {
   if (!s) return;
+  free(s->warning);
   for (int i = 0; i < s->nroles; i++) {
     spec_role *r = &s->roles[i];
     free(r->name);

@@ -40,7 +40,8 @@ typedef struct {
   int nfiles;
   spec_role *roles;
   int nroles;
-  json_t *feed; /* as written, validated; NULL if absent */
+  json_t *feed;  /* as written, validated; NULL if absent */
+  char *warning; /* what is allowed but likely wrong, located; NULL if nothing */
 } spec_job;
 
 /* Parses and validates the spec at path, applying overrides ("a.b=c") on

@@ -45,6 +45,11 @@ roles:
     line = next(l for l in out if l.startswith("[chief:0] CLUSTER"))
     cluster = json.loads(line.split(" ", 2)[2])
     assert cluster["worker"][1] == f'{rejoined[-1]["host"]}:{rejoined[-1]["port"]}'
+    # a restarted task asks for its old port and gets it back (nothing else
+    # took it): peers that keep the address they were given (TensorFlow's
+    # ClusterCoordinator) find it again
+    ports = [e["port"] for e in events(loom, "registered") if e["task"] == "worker:1"]
+    assert len(ports) == 3 and len(set(ports)) == 1, ports
     # the restart needed no stop of the others
     assert events(loom, "stopped") == [] and events(loom, "attempt_failed") == []
 

@@ -31,6 +31,15 @@ CASES = [
      "No such file"),
     ("name: x\nroles:\n  ps: {command: x}\n", "3:3", "every role is a service"),
     ("- a\n- b\n", "1:1", "a job spec is a map"),
+    # TensorFlow's rules, at submit (issue 19.6)
+    ("name: x\nroles:\n  chief: {command: x}\n  evaluator: {instances: 2, command: x}\n",
+     "4:26", "TensorFlow allows at most one evaluator"),
+    ("name: x\nroles:\n  chief: {instances: 2, command: x}\n", "3:22",
+     "TensorFlow allows at most one chief"),
+    ("name: x\nenv: {TF_CONFIG: '{}'}\nroles:\n  w: {command: x}\n", "2:7",
+     "env.TF_CONFIG: loom sets TF_CONFIG for each task"),
+    ("name: x\nroles:\n  w: {command: x, env: {MASTER_PORT: '1'}}\n", "3:25",
+     "roles.w.env.MASTER_PORT: loom sets MASTER_PORT"),
 ]
 
 
@@ -99,3 +108,24 @@ def test_hostile_spec_refused_fast(loom, body, where):
     assert f"{spec}:{where}" in r.stderr, r.stderr
     assert took < 1.0, f"took {took:.1f} s of CPU"
     assert loom.jobs() == []
+
+
+def test_tensorflow_rules_that_are_warnings(loom):
+    """An evaluator with no chief, and a command that sets TF_CONFIG itself,
+    are allowed but said at submit, located, before the job runs."""
+    spec = loom.spec("name: x\nroles:\n  worker: {command: 'TF_CONFIG={} true'}\n"
+                     "  evaluator: {command: 'true'}\n")
+    r = loom.run("run", spec)
+    assert r.returncode == 0, r.stderr
+    warns = [l for l in r.stderr.splitlines() if l.startswith("loom: warning: ")]
+    assert warns == [
+        f"loom: warning: {spec}:4:14: roles.evaluator: the job has an evaluator but no "
+        "chief: TensorFlow's evaluator evaluates the checkpoints the chief writes (Estimator "
+        "refuses such a cluster; under MultiWorkerMirroredStrategy worker 0 writes them)",
+        f"loom: warning: {spec}:3:21: roles.worker.command sets TF_CONFIG itself: that "
+        "replaces the one loom made from the ports it reserved for the job (LOOM_CLUSTER has "
+        "them)"], r.stderr
+    ok = loom.spec("name: y\nroles:\n  chief: {command: 'true'}\n"
+                   "  evaluator: {command: 'true'}\n", name="ok.yaml")
+    r = loom.run("run", ok)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
