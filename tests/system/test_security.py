@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import pytest
+from conftest import LOOM
 
 AUTH_TIMEOUT = 5.0  # LOOM_AUTH_TIMEOUT's default, seconds
 
@@ -264,3 +264,90 @@ def test_a_flood_of_failed_handshakes_gives_a_count_not_a_line_each(loom):
     assert len(lines) <= 5 + 2, lines[:20]
     counts = [int(m) for m in re.findall(r"(\d+) more refused connections from 127\.0\.0\.1 in the last 10 s", err)]
     assert counts and sum(counts) + len([l for l in lines if "failed authentication" in l]) == n, (counts, n)
+
+
+# ---- the job secret stays secret (issue 17.3) -----------------------------
+
+def secret_of(job_dir):
+    s = (job_dir / "secret").read_text().strip()
+    assert re.fullmatch(r"[0-9a-f]{64}", s), s
+    return s
+
+
+def leaks(secret, texts):
+    """The names of the texts that hold the secret or any 16 hex digits of it
+    (a cut copy is a leak too; 16 random hex digits match by chance once in
+    2^64)."""
+    parts = [secret[i:i + 16] for i in range(0, len(secret) - 15, 4)]
+    return [name for name, t in texts if any(p in t for p in parts)]
+
+
+def job_files(job_dir):
+    """Every file loom wrote in the job directory but `secret` itself (task
+    working directories hold what the tasks wrote, not loom)."""
+    out = []
+    for p in sorted(job_dir.rglob("*")):
+        rel = p.relative_to(job_dir)
+        if p.is_file() and rel.parts != ("secret",) and rel.parts[0] != "tasks":
+            out.append((str(rel), p.read_bytes().decode("utf-8", "replace")))
+    return out
+
+
+def loom_ps_lines():
+    """`ps` as anyone on the host sees it: the command line of every loom
+    process (coordinator, agents, ps shards, tasks' shells)."""
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [("ps " + l.split(None, 1)[0], l) for l in out.splitlines()[1:]]
+
+
+def test_the_secret_never_appears_in_what_loom_shows(loom):
+    """Logs, events, state, the dashboard's pages and API, `loom status`,
+    `events`, `logs`, the console, and `ps` of every process while the job
+    runs: the secret is in none of them (only in the 0600 `secret` file and
+    the tasks' own environment, which they need to authenticate)."""
+    spec = loom.spec("""
+name: secrets
+restart: task
+max_restarts: 1
+roles:
+  chief: {command: 'echo chief up; sleep 4'}
+  worker:
+    instances: 2
+    command: 'echo "worker $LOOM_INDEX attempt $LOOM_ATTEMPT"; if [ $LOOM_INDEX = 1 ] && [ $LOOM_ATTEMPT = 0 ]; then exit 3; fi; sleep 3'
+  ps: {command: [LOOM, ps]}
+""".replace("LOOM", str(LOOM)))
+    p = loom.popen("run", spec)
+    jd = loom.wait_for(lambda: loom.jobs() and loom.jobs()[-1], what="the job directory")
+    loom.wait_for(lambda: (jd / "secret").exists() and (jd / "state.json").exists(),
+                  what="the job's secret and state")
+    secret = secret_of(jd)
+    seen = []
+    loom.wait_running(timeout=20)
+    seen += loom_ps_lines()
+    url = json.loads((jd / "state.json").read_text())["dashboard"]
+    base, token = url.split("/?token=")
+    import urllib.request
+    for path in ("/", "/api/job", "/api/tasks", "/api/metrics", "/api/events",
+                 "/api/logs?task=worker:1", "/metrics"):
+        sep = "&" if "?" in path else "?"
+        try:
+            with urllib.request.urlopen(f"{base}{path}{sep}token={token}", timeout=10) as r:
+                seen.append((f"dashboard {path}", r.read().decode("utf-8", "replace")))
+        except urllib.error.HTTPError as e:
+            assert e.code == 404, (path, e.code)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, out + err
+    seen += [("loom run stdout", out), ("loom run stderr", err)]
+    job = jd.name
+    for args in (("status", job), ("events", job), ("logs", job), ("logs", job, "--task",
+                                                                       "worker:1")):
+        r = loom.run(*args)
+        assert r.returncode == 0, (args, r.stderr)
+        seen += [(f"loom {' '.join(args)}", r.stdout + r.stderr)]
+    files = job_files(jd)
+    assert any(n == "events.jsonl" for n, _ in files) and any(n == "state.json" for n, _ in files)
+    assert any(n.startswith("logs/") for n, _ in files), [n for n, _ in files]
+    seen += files
+    assert not leaks(secret, seen)
+    # the check itself can fail: a text with the secret in it is caught
+    assert leaks(secret, [("planted", f"x{secret[5:40]}y"), ("ok", "x")]) == ["planted"]

@@ -424,3 +424,42 @@ roles:
     # then it ran: a later line says so, and status follows
     assert err.index("is PENDING") < err.index("is RUNNING"), err
     assert re.search(r"state\s+succeeded", sloom.run("status", waiter).stdout)
+
+
+def test_the_secret_is_not_in_what_slurm_shows(sloom, cluster):
+    """Slurm's listings of the job (scontrol show job -d, its steps, squeue
+    with every field, the batch script it keeps) and `ps` on the node hold
+    no part of the job secret (issue 17.3)."""
+    from test_security import job_files, leaks, loom_ps_lines, secret_of
+    spec = sloom.spec("""
+name: ssecret
+backend: slurm
+roles:
+  chief: {command: 'sleep 4'}
+  worker: {instances: 2, command: 'sleep 4'}
+""")
+    r = sloom.run("submit", spec, timeout=30)
+    assert r.returncode == 0, r.stderr
+    jd = sloom.job_dir()
+    secret = secret_of(jd)
+    sloom.wait_running(timeout=30, what="running in Slurm")
+    ids = subprocess.run(["squeue", "-h", "-o", "%A"], env=cluster.env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert ids, "the job is not in Slurm's queue"
+
+    def slurm(*args):
+        r = subprocess.run(list(args), env=cluster.env, capture_output=True, text=True)
+        assert r.returncode == 0, (args, r.stderr)
+        return (" ".join(args), r.stdout)
+    seen = [slurm("squeue", "-o", "%all"), slurm("squeue", "-s", "-o", "%all"),
+            slurm("scontrol", "show", "steps")]
+    for i in ids:
+        seen += [slurm("scontrol", "show", "job", "-d", i)]
+    first = min(ids, key=int)  # a heterogeneous job's leader holds the script
+    seen += [slurm("scontrol", "write", "batch_script", first, "-")]
+    assert any("sleep 4" in t or "loom" in t for _, t in seen[-1:]), seen[-1]
+    seen += loom_ps_lines()
+    sloom.wait_for(lambda: sloom.state()["state"] == "succeeded", timeout=60,
+                   what="the job to succeed")
+    seen += job_files(jd)
+    assert not leaks(secret, seen)
