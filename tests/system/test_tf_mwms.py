@@ -137,7 +137,9 @@ def test_mwms_chief_and_two_workers(loom, tf_python, example):
             one["per_replica_batch"], one["records"]) == (1, STEPS, BATCH, BATCH, TRAIN_RECORDS)
     assert one["sum_check"]["exact"] and one["sum_check"]["got_first"] == 1000.0
     acc, acc1 = res["chief-0"]["test_accuracy"], one["test_accuracy"]
-    print(f"test accuracy: loom 3 processes {acc:.4f}, one process {acc1:.4f}")
+    took = re.search(r"succeeded in ([\d.]+s)", r.stdout + r.stderr)
+    print(f"test accuracy: loom 3 processes {acc:.4f}, one process {acc1:.4f}; the job "
+          f"{took[1] if took else '?'}, training {res['chief-0']['train_s']:.1f}s")
     assert res["chief-0"]["test_examples"] == 10000
     assert acc > 0.84 and acc1 > 0.84, (acc, acc1)  # it learned
     assert abs(acc - acc1) <= 0.01, (acc, acc1)
