@@ -378,6 +378,7 @@ static void hb_tick(uv_timer_t *tm) {
   loom__ratelog_tick(&co->rl_refused, "coord", "refused connections");
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
+    if (t->metrics_unsaid) coord_metrics_dropped(co, t, false);
     conn *c = t->agent;
     if (!c) continue;
     if (c->last_rx && now - c->last_rx > limit && !coord_terminal(t)) {

@@ -57,6 +57,9 @@
     "a task's longer output lines are cut")                                                        \
   N(KV_MAX_TOTAL, "LOOM_KV_MAX_TOTAL", 256 * LOOM__MIB, 1, 1LL << 40, BYTES,                       \
     "all of a job's KV store")                                                                     \
+  N(METRIC_RATE, "LOOM_METRIC_RATE", 100, 1, 1 << 20, COUNT,                                       \
+    "coordinator: metrics kept per task and second (10 s of them in a burst); the rest are "       \
+    "dropped and counted")                                                                         \
   W(CGROUP_ROOT, "LOOM_CGROUP_ROOT", "", NULL,                                                     \
     "local: make memory cgroups under this directory (v2 or a v1 memory hierarchy) instead "       \
     "of the delegated one; none: the rlimit only")                                                 \
