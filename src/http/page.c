@@ -37,7 +37,9 @@
   "20px;background:#1d2330;color:#fff}\n"                                                          \
   "header h1{font-size:18px;margin:0;font-weight:600}\n"                                           \
   "header a{color:#9cc0ff}\n"                                                                      \
-  "#meta,#conn{color:#b9c1d0;font-size:13px}\n"                                                    \
+  "#meta,#conn,#tb{color:#b9c1d0;font-size:13px}\n"                                                \
+  "header code{color:#e8ecf3;background:#2b3342;padding:1px 6px;border-radius:4px;font:12px "      \
+  "ui-monospace,Menlo,Consolas,monospace;user-select:all}\n"                                       \
   "#conn.bad{color:#ffb4a8}\n"                                                                     \
   "main{padding:14px 20px;display:grid;gap:14px}\n"                                                \
   "section{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px "    \
@@ -135,7 +137,8 @@ const char http__job_page[] = PAGE_HEAD
     "<title>loom</title>\n" PAGE_STYLE "</head>\n"
     "<body>\n"
     "<header><a id=\"back\" hidden>all jobs</a><h1 id=\"title\">loom</h1><span "
-    "id=\"state\"></span><span id=\"meta\"></span><span id=\"conn\">loading…</span></header>\n"
+    "id=\"state\"></span><span id=\"meta\"></span><span id=\"tb\"></span><span "
+    "id=\"conn\">loading…</span></header>\n"
     "<main>\n"
     "<div id=\"root\"></div>\n"
     "<section><h2>Tasks</h2>\n"
@@ -293,8 +296,8 @@ const char http__job_page[] = PAGE_HEAD
     "    return sys(a) - sys(b) || (a < b ? -1 : a > b ? 1 : 0);\n"
     "  });\n"
     "  if (!tags.length) {\n"
-    "    box.replaceChildren(el(\"p\", {class: \"empty\"}, \"no metrics yet: loom_metric() from "
-    "tasks, CPU and memory from agents\"));\n"
+    "    box.replaceChildren(el(\"p\", {class: \"empty\"}, \"no metrics yet: loom_metric() and "
+    "loom/summary.h scalars from tasks, CPU and memory from agents\"));\n"
     "    return;\n"
     "  }\n"
     "  const keep = {};\n"
@@ -342,9 +345,35 @@ const char http__job_page[] = PAGE_HEAD
     "  if (j.started) bits.push((j.finished ? \"ran \" : \"running \") + dur(end - j.started));\n"
     "  if (j.exit_status !== undefined) bits.push(\"exit status \" + j.exit_status);\n"
     "  document.getElementById(\"meta\").textContent = bits.join(\" · \");\n"
+    "  renderTensorBoard(j);\n"
     "  const rc = document.getElementById(\"root\");\n"
     "  rc.textContent = j.root_cause ? \"root cause: \" + (j.root_cause.task ? j.root_cause.task + "
     "\": \" : \"\") + j.root_cause.message : \"\";\n"
+    "}\n"
+    "\n"
+    "/* The tensorboard role's link while it runs; else, where summaries were\n"
+    " * written, the command that serves them. */\n"
+    "function shq(s) { return /^[A-Za-z0-9_@%+=:,.\\/-]+$/.test(s) ? s : \"'\" + "
+    "s.replace(/'/g, \"'\\\\''\") + \"'\"; }\n"
+    "function renderTensorBoard(j) {\n"
+    "  const tb = document.getElementById(\"tb\");\n"
+    "  const runs = j.tensorboard_runs_total || 0;\n"
+    "  const live = j.tensorboard && !j.finished && /^https?:\\/\\//.test(j.tensorboard);\n"
+    "  const key = [live, j.tensorboard, runs, j.tensorboard_logdir].join(\"|\");\n"
+    "  if (tb.dataset.key === key) return;\n"
+    "  tb.dataset.key = key;\n"
+    "  tb.replaceChildren();\n"
+    "  if (live) {\n"
+    "    tb.appendChild(el(\"a\", {id: \"tb-link\", href: j.tensorboard, target: \"_blank\", rel: "
+    "\"noopener\"}, \"TensorBoard\"));\n"
+    "  } else if ((j.tensorboard || runs) && j.tensorboard_logdir) {\n"
+    "    const runWord = runs + \" run\" + (runs === 1 ? \"\" : \"s\");\n"
+    "    tb.appendChild(document.createTextNode((j.tensorboard ? \"TensorBoard stopped with the "
+    "job (\" "
+    ": \"TensorBoard summaries (\") + runWord + \"): \"));\n"
+    "    tb.appendChild(el(\"code\", {id: \"tb-cmd\"}, \"tensorboard --logdir \" + "
+    "shq(j.tensorboard_logdir)));\n"
+    "  }\n"
     "}\n"
     "\n"
     "function renderTasks(t) {\n"
