@@ -516,6 +516,7 @@ static void start_timers(coord *co) {
   uv_timer_start(&co->hb_timer, hb_tick, (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_MS),
                  (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_MS));
   uv_timer_start(&co->flush_timer, coord_flush_tick, 250, 250);
+  co->metric_rate = loom__tun(LOOM_TUN_METRIC_RATE);
   uv_signal_init(&co->loop, &co->sigint);
   uv_signal_init(&co->loop, &co->sigterm);
   uv_signal_init(&co->loop, &co->sighup);

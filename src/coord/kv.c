@@ -125,7 +125,7 @@ int coord_kv_store(coord *co, const char *key, const void *val, size_t len) {
 void coord_metrics_dropped(coord *co, task *t, bool force) {
   uint64_t now = loom__now_ms();
   if (!t->metrics_unsaid || (!force && now - t->dropped_said_ms < METRIC_DROP_SAY_MS)) return;
-  long long rate = loom__tun(LOOM_TUN_METRIC_RATE);
+  long long rate = co->metric_rate;
   coord_event(co, t, "metrics_dropped",
               json_pack("{s:I, s:I, s:I, s:s}", "dropped", (json_int_t)t->metrics_unsaid, "total",
                         (json_int_t)t->metrics_dropped, "rate", (json_int_t)rate, "why",
@@ -143,7 +143,7 @@ void coord_metrics_dropped(coord *co, task *t, bool force) {
 int coord_on_metric(coord *co, task *t, const wire_metric *m, const char *source) {
   if (t && !strcmp(source, "user")) {
     uint64_t now = loom__now_ms();
-    double rate = (double)loom__tun(LOOM_TUN_METRIC_RATE), burst = rate * METRIC_BURST_S;
+    double rate = (double)co->metric_rate, burst = rate * METRIC_BURST_S;
     if (t->metric_ms == 0)
       t->metric_tokens = burst;
     else
