@@ -98,7 +98,13 @@ LOOM_EXPORT int loom_event(loom_t *l, const char *name, const char *detail_json)
 
 /* Records a metric value for this task at a step (a training step, an
  * epoch...): the coordinator keeps it in the event log and serves it to the
- * dashboard (/api/metrics, /metrics). Does not wait for the coordinator. */
+ * dashboard (/api/metrics, /metrics), which charts each tag. tag is 1..
+ * LOOM_METRIC_MAX_TAG bytes; value must be finite (LOOM_EINVAL otherwise).
+ * Does not wait for the coordinator. The coordinator keeps at most
+ * LOOM_METRIC_RATE metrics per task and second (a burst of 10 s worth) and
+ * counts the rest in a "metrics_dropped" event; loom/summary.h's scalars
+ * reach it through this call, thinned per tag. */
+#define LOOM_METRIC_MAX_TAG 128
 LOOM_EXPORT int loom_metric(loom_t *l, const char *tag, int64_t step, double value);
 
 #ifdef __cplusplus

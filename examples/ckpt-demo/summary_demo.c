@@ -14,7 +14,9 @@
  *   text "notes"            at s = 0: TEXT
  * prints the event file's path, then "written" once everything is queued;
  * with --hold it waits that long before closing, without flushing, so a
- * test can see the writer's periodic flush. */
+ * test can see the writer's periodic flush. Inside a loom job it opens the
+ * writer with the job's handle, so the scalars also reach the dashboard
+ * (as loom_metric would send them, thinned per LOOM_SUMMARY_METRIC_MS). */
 #include <loom.h>
 #include <loom/summary.h>
 #include <math.h>
@@ -59,10 +61,18 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  loom_t *l = NULL;
+  int rc;
+  if (getenv("LOOM_COORD") && (rc = loom_init(&l)) != 0) {
+    fprintf(stderr, "summary-demo: cannot join the job: %s\n", loom_strerror(rc));
+    return 1;
+  }
   loom_summary_t *s;
-  int rc = loom_summary_open(NULL, dir, &s);
+  rc = loom_summary_open(l, dir, &s);
   if (rc != 0) {
-    fprintf(stderr, "summary-demo: cannot open a writer: %s\n", loom_strerror(rc));
+    fprintf(stderr, "summary-demo: cannot open a writer: %s\n",
+            l ? loom_errmsg(l) : loom_strerror(rc));
+    if (l) loom_finish(l);
     return 1;
   }
   printf("%s\n", loom_summary_path(s));
@@ -79,6 +89,7 @@ int main(int argc, char **argv) {
   if (rc != 0) {
     fprintf(stderr, "summary-demo: %s: %s\n", loom_strerror(rc), loom_summary_errmsg(s));
     loom_summary_close(s);
+    if (l) loom_finish(l);
     return 1;
   }
   printf("written\n");
@@ -87,7 +98,8 @@ int main(int argc, char **argv) {
     struct timespec ts = {(time_t)hold, (long)((hold - (double)(time_t)hold) * 1e9)};
     nanosleep(&ts, NULL);
   }
-  rc = loom_summary_close(s);
+  rc = loom_summary_close(s); /* before loom_finish: the writer uses the handle */
+  if (l) loom_finish(l);
   if (rc != 0) {
     fprintf(stderr, "summary-demo: close: %s\n", loom_strerror(rc));
     return 1;

@@ -20,9 +20,12 @@
  * checkpoint there: rank 0 restores it and broadcasts it. Since the
  * schedule, the shuffles and the update depend only on the options and the
  * epoch, a resumed run continues exactly as the interrupted one would have.
- * Rank 0 also writes loss, accuracy and throughput per epoch as TensorBoard
- * scalars (loom/summary.h; --summary DIR, or inside a job the task's
- * tensorboard/ run).
+ * Rank 0 also writes TensorBoard summaries (loom/summary.h; --summary DIR,
+ * or inside a job the task's tensorboard/ run): the global batch's loss and
+ * accuracy every step, loss, accuracy and throughput per epoch, histograms
+ * of the weights per epoch, and the run's configuration as text. Inside a
+ * job the writer has the job's handle, so the scalars also reach loom's
+ * dashboard as live charts.
  *
  * --save writes the final parameters (rank 0) as:
  *   offset 0   8 bytes   magic "LOOMMLP1"
@@ -644,11 +647,40 @@ static int ckpt_resume(Comm *comm, loom_ckpt_t *c, Model *m, const int64_t confi
   return 0;
 }
 
-/* Rank 0's scalars for one epoch, at the step it ended on. Returns 0 or -1
- * after printing why. */
-static int write_summaries(loom_summary_t *s, long step, int epoch, double train_loss,
-                           double train_accuracy, double test_loss, double test_accuracy,
-                           double samples_per_s) {
+static int summary_failed(loom_summary_t *s) {
+  fprintf(stderr, "mlp: cannot write TensorBoard summaries: %s\n", loom_summary_errmsg(s));
+  return -1;
+}
+
+/* Rank 0's text summary "config" at the start: the run's settings as a
+ * Markdown table. Returns 0 or -1 after printing why. */
+static int write_config_summary(loom_summary_t *s, long step, const Options *o, const Model *m,
+                                int world, int train_n) {
+  char text[1024];
+  snprintf(text, sizeof text,
+           "| setting | value |\n| --- | --- |\n"
+           "| model | %d-%d-%d-%d (%zu parameters) |\n"
+           "| processes | %d |\n| global batch | %d |\n| training examples | %d |\n"
+           "| epochs | %d |\n| peak learning rate | %g |\n| momentum | %g |\n| seed | %llu |\n",
+           NUM_INPUTS, m->h1, m->h2, NUM_CLASSES, m->num_parameters, world, o->batch, train_n,
+           o->epochs, (double)o->lr, (double)o->momentum, (unsigned long long)o->seed);
+  return loom_summary_text(s, "config", step, text) == 0 ? 0 : summary_failed(s);
+}
+
+/* Rank 0's scalars for one step: the global batch's mean loss and
+ * accuracy. Returns 0 or -1 after printing why. */
+static int write_step_summaries(loom_summary_t *s, long step, double loss, double accuracy) {
+  if (loom_summary_scalar(s, "train/step_loss", step, loss) != 0 ||
+      loom_summary_scalar(s, "train/step_accuracy", step, accuracy) != 0)
+    return summary_failed(s);
+  return 0;
+}
+
+/* Rank 0's summaries for one epoch, at the step it ended on: scalars, and
+ * a histogram of each layer's weights. Returns 0 or -1 after printing why. */
+static int write_summaries(loom_summary_t *s, const Model *m, long step, int epoch,
+                           double train_loss, double train_accuracy, double test_loss,
+                           double test_accuracy, double samples_per_s) {
   const struct {
     const char *tag;
     double value;
@@ -660,12 +692,21 @@ static int write_summaries(loom_summary_t *s, long step, int epoch, double train
       {"throughput/samples_per_s", samples_per_s},
       {"epoch", epoch},
   };
-  for (size_t i = 0; i < sizeof(scalars) / sizeof(scalars[0]); i++) {
-    if (loom_summary_scalar(s, scalars[i].tag, step, scalars[i].value) != 0) {
-      fprintf(stderr, "mlp: cannot write TensorBoard summaries: %s\n", loom_summary_errmsg(s));
-      return -1;
-    }
-  }
+  for (size_t i = 0; i < sizeof(scalars) / sizeof(scalars[0]); i++)
+    if (loom_summary_scalar(s, scalars[i].tag, step, scalars[i].value) != 0)
+      return summary_failed(s);
+  const struct {
+    const char *tag;
+    const float *w;
+    size_t n;
+  } weights[] = {
+      {"weights/w1", m->params.w1, m->param_sizes[0]},
+      {"weights/w2", m->params.w2, m->param_sizes[2]},
+      {"weights/w3", m->params.w3, m->param_sizes[4]},
+  };
+  for (size_t i = 0; i < sizeof(weights) / sizeof(weights[0]); i++)
+    if (loom_summary_histogram(s, weights[i].tag, step, weights[i].w, weights[i].n) != 0)
+      return summary_failed(s);
   return 0;
 }
 
@@ -688,8 +729,10 @@ static void usage(FILE *out) {
       "  --save PATH      write the final parameters (rank 0)",
       "  --json           print a final JSON line (rank 0)",
       "  --verbose        every rank logs, not only rank 0",
-      "  --summary DIR    TensorBoard scalars each epoch (rank 0; inside a",
-      "                   job by default, in the task's tensorboard/ run)",
+      "  --summary DIR    TensorBoard summaries: loss and accuracy each step",
+      "                   and epoch, weight histograms, the configuration",
+      "                   (rank 0; inside a job by default, in the task's",
+      "                   tensorboard/ run, the scalars also on loom's dashboard)",
       "  --ckpt DIR       checkpoint each epoch (rank 0) and resume from the",
       "                   newest one at start (inside a job by default, in",
       "                   the job's ckpt/ directory)",
@@ -942,6 +985,9 @@ int main(int argc, char **argv) {
            NUM_CLASSES, model.num_parameters, opt.batch, (double)opt.lr, (double)opt.momentum);
   fflush(stdout);
 
+  if (summary != NULL && !joining &&
+      write_config_summary(summary, step, &opt, &model, comm.world, train.n) != 0)
+    goto out;
   order = malloc((size_t)train.n * sizeof(int));
   if (order == NULL) goto out;
   double train_time = 0.0, samples = 0.0;
@@ -993,6 +1039,9 @@ int main(int argc, char **argv) {
       seen += Bg;
       epoch_steps++;
       step++;
+      if (summary != NULL && write_step_summaries(summary, step, (double)stats[STAT_LOSS],
+                                                  (double)stats[STAT_CORRECT] / Bg) != 0)
+        goto out;
       if (opt.max_steps >= 0 && step >= opt.max_steps) {
         stopped = 1;
         break;
@@ -1010,7 +1059,7 @@ int main(int argc, char **argv) {
              seen / dt);
       fflush(stdout);
     }
-    if (summary != NULL && write_summaries(summary, step, epoch + 1, loss_sum / seen,
+    if (summary != NULL && write_summaries(summary, &model, step, epoch + 1, loss_sum / seen,
                                            correct / seen, test_loss, accuracy, seen / dt) != 0)
       goto out;
     // only whole epochs: a resumed run starts at an epoch's beginning

@@ -16,7 +16,15 @@
  * is returned by the call that meets it, or (met in the background) by the
  * next call, and a value call that returns an error has not queued its
  * value. loom_summary_errmsg() says what went wrong. Calls on one writer
- * are thread-safe. */
+ * are thread-safe.
+ *
+ * A writer opened with a handle also sends its scalars to the job's
+ * coordinator (loom_metric), so loom's dashboard charts them live, per
+ * task: per tag at most one every LOOM_SUMMARY_METRIC_MS (200 ms; 0: all
+ * of them, -1: none), the newest value in between sent once the interval
+ * has passed, and every tag's last value by loom_summary_close() at the
+ * latest. Tags longer than LOOM_METRIC_MAX_TAG, and tags past a writer's
+ * 256th, stay in the file only. The file always has every value. */
 #ifndef LOOM_SUMMARY_H
 #define LOOM_SUMMARY_H
 
@@ -38,7 +46,9 @@ typedef struct loom_summary loom_summary_t;
  * owns and releases with loom_summary_close(). dir NULL means this task's
  * run, $LOOM_JOB_DIR/tensorboard/<role>-<index>/ (LOOM_ENOENV outside a
  * job); another dir is created if missing. l may be NULL; when given it
- * also names the task and receives the error detail (loom_errmsg). */
+ * also names the task, receives the error detail (loom_errmsg) and carries
+ * the scalars to the dashboard, and must outlive the writer (close the
+ * writer before loom_finish). */
 LOOM_EXPORT int loom_summary_open(loom_t *l, const char *dir, loom_summary_t **s);
 
 /* A scalar: one point of the chart named tag at step. TensorBoard stores it

@@ -1,6 +1,8 @@
-"""The libloom handle: identity, the coordinator's KV store and events."""
+"""The libloom handle: identity, the coordinator's KV store, events and
+metrics."""
 import ctypes
 import json
+import math
 
 from ._lib import check, lib, libc
 
@@ -66,3 +68,19 @@ class Loom:
     def event(self, name: str, **detail):
         d = json.dumps(detail).encode() if detail else None
         check(lib.loom_event(self.handle, name.encode(), d), self.handle)
+
+    def metric(self, tag: str, step: int, value: float):
+        """Records value at step under tag for this task (loom_metric): the
+        job's dashboard charts each tag, a line per task, and keeps it in
+        events.jsonl. tag is 1..128 bytes; value a finite number (NaN and
+        infinities are refused: JSON has none). Does not wait for the
+        coordinator, which keeps at most LOOM_METRIC_RATE (100) metrics per
+        task and second over a 10 s burst; call it every few steps from a
+        fast loop."""
+        t = tag.encode()
+        v = float(value)
+        if not 1 <= len(t) <= 128:
+            raise ValueError(f"metric tag must be 1..128 bytes, got {len(t)}: {tag!r}")
+        if not math.isfinite(v):
+            raise ValueError(f"metric {tag!r} at step {step}: {v} is not finite")
+        check(lib.loom_metric(self.handle, t, int(step), v), self.handle)

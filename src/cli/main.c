@@ -469,6 +469,46 @@ static const char *job_state_str(const char *dir, json_t *st) {
   return s;
 }
 
+/* `loom status`'s tboard line: the tensorboard role's URL while it runs;
+ * once it is stopped (services end with the job), or with no such role,
+ * how to serve the summaries the job wrote, which stay in its directory. */
+static void print_tensorboard(const char *dir, json_t *st) {
+  const char *url = json_string_value(json_object_get(st, "tensorboard"));
+  bool serving = false;
+  json_t *t;
+  size_t k;
+  json_array_foreach(json_object_get(st, "tasks"), k, t) {
+    const char *role = json_string_value(json_object_get(t, "role"));
+    const char *state = json_string_value(json_object_get(t, "state"));
+    if (role && state && !strcmp(role, "tensorboard") && !strcmp(state, "running")) serving = true;
+  }
+  const char *js = job_state_str(dir, st);
+  serving = serving && (!strcmp(js, "running") || !strcmp(js, "stopping"));
+  size_t runs = 0;
+  json_decref(jobdir_tensorboard_runs(dir, 0, &runs));
+  if (url && serving) {
+    printf("tboard   %s\n", url);
+    return;
+  }
+  if (!url && runs == 0) return;
+  char *logdir = jobdir_apath(dir, JOBDIR_TENSORBOARD);
+  if (!logdir) return;
+  /* the path, quoted for a shell where it needs to be */
+  bool plain = strspn(logdir, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+                              "_@%+=:,./-") == strlen(logdir);
+  printf("tboard   ");
+  if (url) printf("%s stopped with the job; ", url);
+  printf("%zu run%s: tensorboard --logdir %s", runs, runs == 1 ? "" : "s", plain ? "" : "'");
+  for (const char *c = logdir; *c; c++) {
+    if (*c == '\'' && !plain)
+      fputs("'\\''", stdout);
+    else
+      putchar(*c);
+  }
+  printf("%s\n", plain ? "" : "'");
+  free(logdir);
+}
+
 /* The job as its cluster manager sees it, for a backend whose coordinator
  * runs there; false for others (or when the job has none). */
 static bool backend_state(const char *dir, backend_job *bj) {
@@ -610,10 +650,9 @@ static int cmd_status(int argc, char **argv) {
          (long long)json_integer_value(json_object_get(st, "attempt")),
          (long long)json_integer_value(json_object_get(st, "retries")), el, dir);
   const char *dash = json_string_value(json_object_get(st, "dashboard"));
-  const char *tb = json_string_value(json_object_get(st, "tensorboard"));
   if (in_manager && !json) printf("cluster  %s\n", bj.what);
   if (dash) printf("web      %s\n", dash);
-  if (tb) printf("tboard   %s\n", tb);
+  print_tensorboard(dir, st);
   json_t *rc = json_object_get(st, "root_cause");
   if (rc)
     printf("cause    %s%s%s\n", json_string_value(json_object_get(rc, "task")) ?: "",

@@ -380,6 +380,7 @@ static void hb_tick(uv_timer_t *tm) {
   loom__ratelog_tick(&co->rl_refused, "coord", "refused connections");
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
+    if (t->metrics_unsaid) coord_metrics_dropped(co, t, false);
     conn *c = t->agent;
     if (!c) continue;
     if (c->last_rx && now - c->last_rx > limit && !coord_terminal(t)) {
@@ -517,6 +518,7 @@ static void start_timers(coord *co) {
   uv_timer_start(&co->hb_timer, hb_tick, (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_MS),
                  (uint64_t)loom__tun(LOOM_TUN_HEARTBEAT_MS));
   uv_timer_start(&co->flush_timer, coord_flush_tick, 250, 250);
+  co->metric_rate = loom__tun(LOOM_TUN_METRIC_RATE);
   uv_signal_init(&co->loop, &co->sigint);
   uv_signal_init(&co->loop, &co->sigterm);
   uv_signal_init(&co->loop, &co->sighup);

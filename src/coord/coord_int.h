@@ -73,6 +73,11 @@ typedef struct task {
   int launch_tries;      /* launches of this task attempt that failed before its agent registered */
   bool relaunch_pending; /* relaunch_timer runs: the launch is tried again when it fires */
   uv_timer_t relaunch_timer;
+  /* user metrics: a token bucket of LOOM_METRIC_RATE a second, 10 s deep */
+  double metric_tokens;
+  uint64_t metric_ms;       /* when the bucket was last filled; 0: never */
+  uint64_t metrics_dropped; /* in all, and not yet in a metrics_dropped event */
+  uint64_t metrics_unsaid, dropped_said_ms;
   char *sj; /* this task's entry in state.json, as last written */
   size_t sj_len;
   bool sj_stale; /* changed since: rendered again at the next rewrite */
@@ -154,6 +159,7 @@ struct coord {
   json_t *staged_files; /* target -> node-local copy, when the backend staged them */
   http_server *http;
   char dashboard[512], tensorboard[400];
+  long long metric_rate; /* LOOM_METRIC_RATE, read once */
 };
 
 /* A frame encoded once and written to many connections. */
@@ -184,6 +190,9 @@ void coord_on_log(coord *co, task *t, const wire_msg *m);
 
 /* state.c */
 void coord_event(coord *co, task *t, const char *name, json_t *extra);
+/* The same for an event that changes no state (a metric): state.json is
+ * not rewritten for it. */
+void coord_event_log(coord *co, task *t, const char *name, json_t *extra);
 void coord_state_write(coord *co);
 void coord_task_set(coord *co, task *t, int st);
 bool coord_terminal(const task *t);
@@ -208,6 +217,9 @@ void coord_reply(conn *c, json_int_t id, int rc, json_t *extra, const void *blob
 /* m is f decoded, or NULL for the feed's requests (decoded by the feed). */
 int coord_on_client(coord *co, conn *c, wire_frame *f, const wire_msg *m);
 int coord_on_metric(coord *co, task *t, const wire_metric *m, const char *source);
+/* Writes t's metrics_dropped event for the metrics dropped since the last
+ * one, if any, when force or 10 s have passed since it. */
+void coord_metrics_dropped(coord *co, task *t, bool force);
 void coord_kv_drop_waiters(coord *co, conn *c);
 void coord_kv_clear(coord *co);
 void coord_feed_reply(void *c, json_int_t id, int rc, json_t *extra, const void *blob, size_t len);

@@ -119,12 +119,48 @@ int coord_kv_store(coord *co, const char *key, const void *val, size_t len) {
   return 0;
 }
 
+#define METRIC_BURST_S 10        /* the bucket holds this many seconds of metrics */
+#define METRIC_DROP_SAY_MS 10000 /* at most one metrics_dropped event per task this often */
+
+void coord_metrics_dropped(coord *co, task *t, bool force) {
+  uint64_t now = loom__now_ms();
+  if (!t->metrics_unsaid || (!force && now - t->dropped_said_ms < METRIC_DROP_SAY_MS)) return;
+  long long rate = co->metric_rate;
+  coord_event(co, t, "metrics_dropped",
+              json_pack("{s:I, s:I, s:I, s:s}", "dropped", (json_int_t)t->metrics_unsaid, "total",
+                        (json_int_t)t->metrics_dropped, "rate", (json_int_t)rate, "why",
+                        "more metrics than LOOM_METRIC_RATE a second"));
+  t->metrics_unsaid = 0;
+  t->dropped_said_ms = now;
+}
+
 /* A metric from a task (libloom) or about it (its agent's CPU and memory
- * reports): one "metric" event in events.jsonl, which the dashboard reads. */
+ * reports): one "metric" event in events.jsonl, which the dashboard reads.
+ * A task's own metrics pass a token bucket, LOOM_METRIC_RATE a second and
+ * 10 s of them deep, so that no task can grow events.jsonl (and the
+ * coordinator's work) faster than that; the rest are counted, in a
+ * metrics_dropped event at most every 10 s and in the task's state. */
 int coord_on_metric(coord *co, task *t, const wire_metric *m, const char *source) {
-  coord_event(co, t, "metric",
-              json_pack("{s:s, s:I, s:f, s:s}", "tag", m->tag, "step", (json_int_t)m->step, "value",
-                        m->value, "source", source));
+  if (t && !strcmp(source, "user")) {
+    uint64_t now = loom__now_ms();
+    double rate = (double)co->metric_rate, burst = rate * METRIC_BURST_S;
+    if (t->metric_ms == 0)
+      t->metric_tokens = burst;
+    else
+      t->metric_tokens += rate * (double)(now - t->metric_ms) / 1000.0;
+    if (t->metric_tokens > burst) t->metric_tokens = burst;
+    t->metric_ms = now;
+    if (t->metric_tokens < 1.0) {
+      t->metrics_dropped++;
+      t->metrics_unsaid++;
+      coord_metrics_dropped(co, t, t->dropped_said_ms == 0);
+      return 0;
+    }
+    t->metric_tokens -= 1.0;
+  }
+  coord_event_log(co, t, "metric",
+                  json_pack("{s:s, s:I, s:f, s:s}", "tag", m->tag, "step", (json_int_t)m->step,
+                            "value", m->value, "source", source));
   return 0;
 }
 

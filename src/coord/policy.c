@@ -23,6 +23,7 @@ static void relaunch_due(uv_timer_t *tm);
  * retry_on and deaths by signal), otherwise the attempt stops. */
 void coord_task_exited(coord *co, task *t, int code, int sig, const char *reason, bool lost) {
   if (coord_terminal(t)) return;
+  coord_metrics_dropped(co, t, true); /* before the exit's events */
   if (lost) coord_kill_task_groups(co, t);
   t->have_exit = !lost;
   t->exit_code = code;

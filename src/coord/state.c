@@ -29,6 +29,12 @@ static int state_render(coord *co, loom__buf *b);
 
 /* ---- events and state ----------------------------------------------------- */
 void coord_event(coord *co, task *t, const char *name, json_t *extra) {
+  coord_event_log(co, t, name, extra);
+  if (t) t->sj_stale = true;
+  co->state_dirty = true;
+}
+
+void coord_event_log(coord *co, task *t, const char *name, json_t *extra) {
   json_t *e = json_object();
   json_object_set_new(e, "t", json_real(loom__wall()));
   json_object_set_new(e, "job", json_string(co->o->job_id));
@@ -53,8 +59,6 @@ void coord_event(coord *co, task *t, const char *name, json_t *extra) {
     }
   }
   json_decref(e);
-  if (t) t->sj_stale = true;
-  co->state_dirty = true;
 }
 
 /* The loop's prepare handle: the events of this turn reach the file in one
@@ -89,6 +93,8 @@ static json_t *task_json(const task *t) {
     }
   }
   if (t->reason[0]) json_object_set_new(j, "reason", json_string(t->reason));
+  if (t->metrics_dropped)
+    json_object_set_new(j, "metrics_dropped", json_integer((json_int_t)t->metrics_dropped));
   if (t->t_launch > 0) json_object_set_new(j, "launched", json_real(t->t_launch));
   if (t->t_start > 0) json_object_set_new(j, "started", json_real(t->t_start));
   if (t->t_end > 0) json_object_set_new(j, "finished", json_real(t->t_end));

@@ -60,6 +60,9 @@
     "a task's longer output lines are cut")                                                        \
   N(KV_MAX_TOTAL, "LOOM_KV_MAX_TOTAL", 256 * LOOM__MIB, 1, 1LL << 40, BYTES,                       \
     "all of a job's KV store")                                                                     \
+  N(METRIC_RATE, "LOOM_METRIC_RATE", 100, 1, 1 << 20, COUNT,                                       \
+    "coordinator: metrics kept per task and second (10 s of them in a burst); the rest are "       \
+    "dropped and counted")                                                                         \
   W(CGROUP_ROOT, "LOOM_CGROUP_ROOT", "", NULL,                                                     \
     "local: make memory cgroups under this directory (v2 or a v1 memory hierarchy) instead "       \
     "of the delegated one; none: the rlimit only")                                                 \
@@ -130,7 +133,11 @@
   N(FEED_CHUNK, "LOOM_FEED_CHUNK", LOOM__MIB, 1, LOOM__GIB, BYTES,                                 \
     "bytes read and parsed at a time")                                                             \
   N(FEED_MAX_RECORD, "LOOM_FEED_MAX_RECORD", 256 * LOOM__MIB, 1, 1LL << 40, BYTES,                 \
-    "the largest record (and the largest shuffled split) a reader holds")
+    "the largest record (and the largest shuffled split) a reader holds")                          \
+  /* ---- summaries (libloom) ---- */                                                              \
+  N(SUMMARY_METRIC_MS, "LOOM_SUMMARY_METRIC_MS", 200, -1, 3600000, MS,                             \
+    "a summary scalar also goes to the dashboard at most this often per tag (the latest "          \
+    "value in between goes later); 0: every one; -1: none")
 
 typedef enum {
 #define LOOM__TUN_ENUM_N(name, env, def, min, max, kind, doc) LOOM_TUN_##name,

@@ -226,6 +226,15 @@ static void api_job(http_job *j, http_resp *r) {
     if (!dup) json_array_append_new(tags, json_string(j->series[i].tag));
   }
   json_object_set_new(o, "metric_tags", tags);
+  /* TensorBoard: the role's URL (from state.json, while it runs), the runs
+   * written, and where they are for a TensorBoard started by hand. */
+  size_t nruns = 0;
+  json_t *runs = jobdir_tensorboard_runs(j->dir, 100, &nruns);
+  if (runs) json_object_set_new(o, "tensorboard_runs", runs);
+  json_object_set_new(o, "tensorboard_runs_total", json_integer((json_int_t)nruns));
+  char *tbdir = jobdir_apath(j->dir, JOBDIR_TENSORBOARD);
+  if (tbdir) json_object_set_new(o, "tensorboard_logdir", json_string(tbdir));
+  free(tbdir);
   json_object_set_new(o, "events_total", json_integer((json_int_t)j->ev_total));
   json_object_set_new(o, "metrics_total", json_integer((json_int_t)j->metric_total));
   json_object_set_new(o, "now", json_real(loom__wall()));

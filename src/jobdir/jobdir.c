@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,42 @@ json_t *jobdir_read_json(const char *dir, jobdir_file f, size_t max) {
   }
   free(s);
   return o;
+}
+
+static int name_cmp(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+json_t *jobdir_tensorboard_runs(const char *dir, size_t max, size_t *total) {
+  enum { MAX_SORTED = 4096 }; /* names sorted; past these, only counted */
+  char p[PATH_MAX];
+  if (total) *total = 0;
+  json_t *arr = json_array();
+  if (!arr) return NULL;
+  if (jobdir_path(dir, JOBDIR_TENSORBOARD, p, sizeof p) < 0) return arr;
+  DIR *d = opendir(p);
+  if (!d) return arr;
+  char **names = malloc(MAX_SORTED * sizeof *names);
+  size_t n = 0, all = 0;
+  struct dirent *e;
+  while (names && (e = readdir(d))) {
+    struct stat st;
+    if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+        !S_ISDIR(st.st_mode))
+      continue;
+    all++;
+    if (n < MAX_SORTED && (names[n] = strdup(e->d_name))) n++;
+  }
+  closedir(d);
+  if (names) qsort(names, n, sizeof *names, name_cmp);
+  for (size_t i = 0; i < n; i++) {
+    json_t *v = i < max ? json_string(names[i]) : NULL; /* NULL: not UTF-8 */
+    if (v) json_array_append_new(arr, v);
+    free(names[i]);
+  }
+  free(names);
+  if (total) *total = all;
+  return arr;
 }
 
 bool jobdir_valid_id(const char *s) {

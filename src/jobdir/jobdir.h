@@ -80,6 +80,11 @@ FILE *jobdir_fopen(const char *dir, jobdir_file f, bool append);
 int jobdir_read(const char *dir, jobdir_file f, size_t max, char **out, size_t *len);
 /* f as a JSON object, or NULL when missing, too long or not an object. */
 json_t *jobdir_read_json(const char *dir, jobdir_file f, size_t max);
+/* The TensorBoard runs of job directory dir: the names of the folders in
+ * its tensorboard/ (one per task that wrote summaries), sorted, at most
+ * max of them, as a JSON array (empty when there are none); *total (when
+ * not NULL) gets how many there are. NULL when out of memory. */
+json_t *jobdir_tensorboard_runs(const char *dir, size_t max, size_t *total);
 
 /* One job of a listing. */
 typedef struct {

@@ -409,7 +409,7 @@ int loom_kv_add(loom_t *l, const char *key, int64_t delta, int64_t *result) {
 }
 
 int loom_metric(loom_t *l, const char *tag, int64_t step, double value) {
-  if (!l || !tag || !*tag || strlen(tag) > 128) return LOOM_EINVAL;
+  if (!l || !tag || !*tag || strlen(tag) > LOOM_METRIC_MAX_TAG) return LOOM_EINVAL;
   if (!isfinite(value)) return LOOM_EINVAL; /* JSON has no NaN or infinity */
   wire_msg m = {.type = WIRE_METRIC, .u.metric = {.tag = tag, .step = step, .value = value}};
   pthread_mutex_lock(&l->mu);

@@ -18,7 +18,17 @@
  *
  * Records collect in a buffer that the caller's thread writes out before it
  * would pass SUMMARY_FLUSH_BYTES, and a background thread every
- * SUMMARY_FLUSH_MS. */
+ * SUMMARY_FLUSH_MS.
+ *
+ * A writer opened with a handle also sends its scalars to the coordinator
+ * as metrics (loom_metric), so that the dashboard charts them: at most one
+ * per tag every LOOM_SUMMARY_METRIC_MS, as a training loop may write a
+ * scalar every few microseconds. A value that comes sooner is kept as the
+ * tag's pending one, replaced by any later one, and sent once the interval
+ * has passed: by the next scalar of that tag, the background thread, a
+ * flush, or at the latest on close, so the last value of every tag always
+ * arrives. Sends happen with mu held (the lock order is the writer's mu,
+ * then the handle's), so a tag's values arrive in the order written. */
 #include "core/core.h"
 #include "core/bytes.h"
 #include "lib/lib.h"
@@ -44,6 +54,19 @@
  * less than SUMMARY_FLUSH_BYTES, or one record. */
 #define SUMMARY_MAX_RECORD (LOOM_SUMMARY_MAX_TEXT + (64u << 10))
 #define SUMMARY_MAX_PENDING (SUMMARY_FLUSH_BYTES + SUMMARY_MAX_RECORD + 64)
+/* Tags a writer forwards to the coordinator; scalars of further tags stay
+ * in the file only. */
+#define SUMMARY_FWD_MAX_TAGS 256
+
+/* One tag's forwarding: when its last value went, and the newest value
+ * not sent yet. */
+typedef struct {
+  char tag[LOOM_METRIC_MAX_TAG + 1];
+  uint64_t sent_ms;
+  bool pending;
+  int64_t step;
+  double value;
+} sum_fwd;
 
 struct loom_summary {
   loom_t *l; /* not owned; may be NULL */
@@ -56,6 +79,10 @@ struct loom_summary {
   loom__buf pending; /* framed records not yet written */
   int bg_err;        /* an error the flusher met, for the next call */
   char errmsg[512];
+  /* forwarding scalars as metrics: only with l, and every_ms >= 0 */
+  long long fwd_every_ms;
+  sum_fwd *fwd; /* SUMMARY_FWD_MAX_TAGS of them, allocated on first use */
+  size_t nfwd;
 };
 
 /* Sets the writer's (and the handle's) detail text; returns code. Called
@@ -68,6 +95,52 @@ static int sum_fail(loom_summary_t *s, int code, const char *fmt, ...) {
   va_end(ap);
   if (s->l) loom__fail(s->l, code, "%s", s->errmsg);
   return code;
+}
+
+/* ---- scalars to the dashboard ------------------------------------------ */
+
+/* Sends e's pending value. The coordinator being gone is no error of the
+ * summary's (the file has the value): the result is ignored. Called with mu
+ * held. */
+static void fwd_send_locked(loom_summary_t *s, sum_fwd *e, uint64_t now) {
+  (void)loom_metric(s->l, e->tag, e->step, e->value);
+  e->sent_ms = now;
+  e->pending = false;
+}
+
+/* Sends every pending value whose interval has passed (all of them when
+ * all). Called with mu held. */
+static void fwd_drain_locked(loom_summary_t *s, bool all) {
+  uint64_t now = loom__now_ms();
+  for (size_t i = 0; i < s->nfwd; i++) {
+    sum_fwd *e = &s->fwd[i];
+    if (e->pending && (all || now - e->sent_ms >= (uint64_t)s->fwd_every_ms))
+      fwd_send_locked(s, e, now);
+  }
+}
+
+/* The scalar (tag, step, value) for the dashboard: sent now if its tag's
+ * interval has passed, else kept as the tag's pending value. Tags longer
+ * than a metric's, and tags past the first SUMMARY_FWD_MAX_TAGS, are not
+ * forwarded. Called with mu held. */
+static void fwd_scalar_locked(loom_summary_t *s, const char *tag, int64_t step, double value) {
+  size_t n = strlen(tag);
+  if (n > LOOM_METRIC_MAX_TAG || !isfinite(value)) return;
+  sum_fwd *e = NULL;
+  for (size_t i = 0; i < s->nfwd && !e; i++)
+    if (!memcmp(s->fwd[i].tag, tag, n + 1)) e = &s->fwd[i];
+  uint64_t now = loom__now_ms();
+  if (!e) {
+    if (!s->fwd && !(s->fwd = calloc(SUMMARY_FWD_MAX_TAGS, sizeof *s->fwd))) return;
+    if (s->nfwd == SUMMARY_FWD_MAX_TAGS) return;
+    e = &s->fwd[s->nfwd++];
+    memcpy(e->tag, tag, n + 1);
+    e->sent_ms = now - (uint64_t)s->fwd_every_ms; /* the first value goes at once */
+  }
+  e->step = step;
+  e->value = value;
+  e->pending = true;
+  if (now - e->sent_ms >= (uint64_t)s->fwd_every_ms) fwd_send_locked(s, e, now);
 }
 
 /* Writes the whole buffer out. A short write keeps what is left for the
@@ -94,6 +167,7 @@ static void *sum_flusher(void *arg) {
     if (s->closing) break;
     int frc = sum_flush_locked(s);
     if (frc < 0 && !s->bg_err) s->bg_err = frc;
+    fwd_drain_locked(s, false);
   }
   pthread_mutex_unlock(&s->mu);
   return NULL;
@@ -138,8 +212,10 @@ static int sum_append_locked(loom_summary_t *s, const loom__pb *ev) {
 }
 
 /* Queues an Event of wall time now, step and one Summary.Value (already
- * encoded in value). */
-static int sum_write_value(loom_summary_t *s, int64_t step, const loom__pb *value) {
+ * encoded in value). A scalar's tag and value (fwd_tag not NULL) also go to
+ * the dashboard once it is queued. */
+static int sum_write_value(loom_summary_t *s, int64_t step, const loom__pb *value,
+                           const char *fwd_tag, double fwd_value) {
   loom__pb summary, ev;
   loom__pb_init(&summary, SUMMARY_MAX_RECORD);
   loom__pb_init(&ev, SUMMARY_MAX_RECORD);
@@ -149,6 +225,7 @@ static int sum_write_value(loom_summary_t *s, int64_t step, const loom__pb *valu
   loom__pb_message(&ev, 5, &summary);
   pthread_mutex_lock(&s->mu);
   int rc = sum_append_locked(s, &ev);
+  if (rc == 0 && fwd_tag && s->fwd_every_ms >= 0) fwd_scalar_locked(s, fwd_tag, step, fwd_value);
   pthread_mutex_unlock(&s->mu);
   loom__pb_free(&summary);
   loom__pb_free(&ev);
@@ -217,6 +294,7 @@ static int sum_create_file(loom_summary_t *s, const char *dir) {
 static void sum_free(loom_summary_t *s) {
   if (s->fd >= 0) close(s->fd);
   loom__buf_free(&s->pending);
+  free(s->fwd);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
   free(s);
@@ -241,6 +319,7 @@ int loom_summary_open(loom_t *l, const char *dir, loom_summary_t **out) {
   if (!s) return LOOM_ENOMEM;
   s->l = l;
   s->fd = -1;
+  s->fwd_every_ms = l ? loom__tun(LOOM_TUN_SUMMARY_METRIC_MS) : -1;
   loom__buf_init(&s->pending, SUMMARY_MAX_PENDING);
   pthread_mutex_init(&s->mu, NULL);
   pthread_condattr_t ca;
@@ -290,7 +369,8 @@ int loom_summary_scalar(loom_summary_t *s, const char *tag, int64_t step, double
   loom__pb_init(&v, SUMMARY_MAX_RECORD);
   loom__pb_string(&v, 1, tag);
   loom__pb_float(&v, 2, (float)value);
-  rc = sum_write_value(s, step, &v);
+  /* the dashboard gets the value TensorBoard shows: the float */
+  rc = sum_write_value(s, step, &v, tag, (double)(float)value);
   loom__pb_free(&v);
   return rc;
 }
@@ -385,7 +465,7 @@ int loom_summary_histogram(loom_summary_t *s, const char *tag, int64_t step, con
   loom__pb_packed_double(&histo, 7, out_counts, k);
   loom__pb_string(&v, 1, tag);
   loom__pb_message(&v, 5, &histo);
-  rc = sum_write_value(s, step, &v);
+  rc = sum_write_value(s, step, &v, NULL, 0);
   loom__pb_free(&histo);
   loom__pb_free(&v);
 out:
@@ -422,7 +502,7 @@ int loom_summary_text(loom_summary_t *s, const char *tag, int64_t step, const ch
   loom__pb_string(&v, 1, tag);
   loom__pb_message(&v, 8, &tensor);
   loom__pb_message(&v, 9, &meta);
-  rc = sum_write_value(s, step, &v);
+  rc = sum_write_value(s, step, &v, NULL, 0);
   loom__pb_free(&shape);
   loom__pb_free(&tensor);
   loom__pb_free(&plugin);
@@ -438,6 +518,7 @@ int loom_summary_flush(loom_summary_t *s) {
   pthread_mutex_lock(&s->mu);
   int rc = sum_take_bg_err(s);
   int frc = sum_flush_locked(s);
+  fwd_drain_locked(s, false);
   pthread_mutex_unlock(&s->mu);
   return rc < 0 ? rc : frc;
 }
@@ -449,6 +530,9 @@ int loom_summary_close(loom_summary_t *s) {
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
   if (s->flusher_started) pthread_join(s->flusher, NULL);
+  pthread_mutex_lock(&s->mu);
+  fwd_drain_locked(s, true); /* every tag's last value, whatever its interval */
+  pthread_mutex_unlock(&s->mu);
   int rc = sum_take_bg_err(s);
   int frc = sum_flush_locked(s);
   if (rc == 0) rc = frc;

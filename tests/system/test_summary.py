@@ -15,7 +15,8 @@ shows them as opaque strings), and the histogram buckets are recomputed
 with TensorFlow's bucketing.
 
 Programs: examples/ckpt-demo/summary-demo (closed-form values) and
-examples/fashion-mnist/mlp (loss, accuracy and throughput from rank 0).
+examples/fashion-mnist/mlp (loss, accuracy, throughput, weight histograms
+and its configuration from rank 0).
 """
 
 import json
@@ -464,15 +465,48 @@ def need_mlp():
         pytest.skip("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
 
 
-def check_mlp_scalars(run_dir, output, epochs, steps_per_epoch):
+def check_mlp_scalars(run_dir, output, epochs, steps_per_epoch, batch, world, hidden=(256, 128)):
+    """The demo's summaries against its own printed figures: per epoch
+    scalars and weight histograms, per step loss and accuracy (whose mean
+    over an epoch is that epoch's), and the configuration text."""
     files = event_files(run_dir)
     assert len(files) == 1, files
-    sc = scalars(decode_file(files[0]))
+    entries = decode_file(files[0])
+    sc = scalars(entries)
     lines = EPOCH_RE.findall(output)
     assert len(lines) == epochs, output
     tags = ["train/loss", "train/accuracy", "test/loss", "test/accuracy",
             "throughput/samples_per_s", "epoch"]
-    assert sorted(sc) == sorted(tags), sorted(sc)
+    per_step = ["train/step_loss", "train/step_accuracy"]
+    assert sorted(sc) == sorted(tags + per_step), sorted(sc)
+    n = epochs * steps_per_epoch
+    for tag in per_step:
+        assert sorted(sc[tag]) == list(range(1, n + 1)), (tag, sorted(sc[tag]))
+    for s in range(1, n + 1):
+        assert abs(sc["train/step_accuracy"][s] * batch - round(sc["train/step_accuracy"][s] * batch)) < 1e-3
+        assert 0 < sc["train/step_loss"][s] < 10
+    for e in range(epochs):
+        steps = range(e * steps_per_epoch + 1, (e + 1) * steps_per_epoch + 1)
+        end = (e + 1) * steps_per_epoch
+        for tag, whole in (("train/step_loss", "train/loss"), ("train/step_accuracy", "train/accuracy")):
+            mean = sum(sc[tag][s] for s in steps) / steps_per_epoch
+            assert abs(mean - sc[whole][end]) < 1e-5, (tag, e, mean, sc[whole][end])
+    sizes = {"weights/w1": hidden[0] * 784, "weights/w2": hidden[1] * hidden[0],
+             "weights/w3": 10 * hidden[1]}
+    histos = {}
+    for step, tag, kind, h, _ in entries:
+        if kind == "histo":
+            histos.setdefault(tag, {})[step] = h
+    assert sorted(histos) == sorted(sizes), sorted(histos)
+    for tag, by_step in histos.items():
+        assert sorted(by_step) == [e * steps_per_epoch for e in range(1, epochs + 1)], tag
+        for h in by_step.values():
+            assert get(h, 3) == ("f64", float(sizes[tag]))  # every weight counted
+            assert -3 < get(h, 1)[1] < 0 < get(h, 2)[1] < 3
+    texts = [(s, tag, v) for s, tag, kind, v, _ in entries if kind == "tensor"]
+    assert [(s, tag) for s, tag, _ in texts] == [(0, "config")], texts
+    text = pb_get(texts[0][2][2], 8, 8).decode()
+    assert f"| processes | {world} |" in text and f"| global batch | {batch} |" in text, text
     for ep, steps, tl, ta, vl, va, rate in lines:
         step = int(ep) * steps_per_epoch
         assert int(steps) == steps_per_epoch
@@ -499,7 +533,7 @@ def test_mlp_job_writes_scalars_from_rank_0(loom, tmp_path):
     assert p.returncode == 0, out[-3000:]
     tb = loom.job_dir() / "tensorboard"
     assert sorted(x.name for x in tb.iterdir()) == ["chief-0"], "only rank 0 writes"
-    check_mlp_scalars(tb / "chief-0", out, 2, 8)
+    check_mlp_scalars(tb / "chief-0", out, 2, 8, 256, 2)
 
 
 def test_mlp_summary_flag_outside_a_job(tmp_path):
@@ -510,4 +544,4 @@ def test_mlp_summary_flag_outside_a_job(tmp_path):
                         "--summary", str(tmp_path / "tb")],
                        capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
-    check_mlp_scalars(tmp_path / "tb", p.stdout, 2, 4)
+    check_mlp_scalars(tmp_path / "tb", p.stdout, 2, 4, 250, 1)

@@ -120,6 +120,44 @@ static void test_create_and_paths(void **state) {
   assert_int_equal(jobdir_create("", dir, sizeof dir, err, sizeof err), LOOM_EINVAL);
 }
 
+/* The runs of tensorboard/: its folders only (not files, links or hidden
+ * names), sorted, at most max listed, all counted. */
+static void test_tensorboard_runs(void **state) {
+  (void)state;
+  char dir[4096], err[512], p[4300];
+  assert_int_equal(jobdir_create("tb-20261124-101010-abcd", dir, sizeof dir, err, sizeof err), 0);
+  size_t total = 99;
+  json_t *runs = jobdir_tensorboard_runs(dir, 10, &total);
+  assert_non_null(runs);
+  assert_int_equal(json_array_size(runs), 0);
+  assert_int_equal(total, 0);
+  json_decref(runs);
+  static const char *const made[] = {"worker-1", "chief-0", "tf-0", "worker-0"};
+  for (size_t i = 0; i < LOOM__ARRAY_LEN(made); i++) {
+    snprintf(p, sizeof p, "%s/tensorboard/%s", dir, made[i]);
+    assert_int_equal(mkdir(p, 0755), 0);
+  }
+  snprintf(p, sizeof p, "%s/tensorboard/.hidden", dir);
+  assert_int_equal(mkdir(p, 0755), 0);
+  snprintf(p, sizeof p, "%s/tensorboard/events.out.tfevents.1.host", dir);
+  int fd = open(p, O_CREAT | O_WRONLY, 0600);
+  assert_true(fd >= 0);
+  close(fd);
+  snprintf(p, sizeof p, "%s/tensorboard/link", dir);
+  assert_int_equal(symlink(dir, p), 0);
+  runs = jobdir_tensorboard_runs(dir, 10, &total);
+  assert_int_equal(total, 4);
+  assert_int_equal(json_array_size(runs), 4);
+  static const char *const sorted[] = {"chief-0", "tf-0", "worker-0", "worker-1"};
+  for (size_t i = 0; i < 4; i++)
+    assert_string_equal(json_string_value(json_array_get(runs, i)), sorted[i]);
+  json_decref(runs);
+  runs = jobdir_tensorboard_runs(dir, 2, NULL);
+  assert_int_equal(json_array_size(runs), 2);
+  assert_string_equal(json_string_value(json_array_get(runs, 1)), "tf-0");
+  json_decref(runs);
+}
+
 static void test_list_order(void **state) {
   (void)state;
   jobdir_entry *all;
@@ -200,6 +238,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_home, each_setup, each_teardown),
       cmocka_unit_test_setup_teardown(test_create_and_paths, each_setup, each_teardown),
+      cmocka_unit_test_setup_teardown(test_tensorboard_runs, each_setup, each_teardown),
       cmocka_unit_test_setup_teardown(test_list_order, each_setup, each_teardown),
       cmocka_unit_test_setup_teardown(test_resolve, each_setup, each_teardown),
   };
