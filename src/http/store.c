@@ -116,13 +116,15 @@ static void add_metric(http_job *j, json_t *o) {
   if (!task || !tag || !*tag || !json_is_integer(step) || !json_is_number(val)) return;
   http_series *s = series_get(j, task, tag, src ? src : "");
   if (!s) return;
-  if (s->n == s->cap && s->cap < HTTP_MAX_POINTS) {
-    /* Not yet wrapped (head == n): growing keeps the order. */
+  if (s->n == s->cap && s->head == 0 && s->cap < HTTP_MAX_POINTS) {
+    /* Full and in order (pts[0] the oldest, head back at 0): grow, and the
+     * next point goes after the last, not over the oldest. */
     size_t cap = s->cap * 2 < HTTP_MAX_POINTS ? s->cap * 2 : HTTP_MAX_POINTS;
     http_point *np = realloc(s->pts, cap * sizeof *np);
     if (np) {
       s->pts = np;
       s->cap = cap;
+      s->head = s->n;
     }
   }
   http_point *p = &s->pts[s->head];

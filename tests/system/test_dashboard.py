@@ -602,3 +602,33 @@ def test_page_in_headless_chromium(loom, tmp_path):
         print(f"loom ui screenshot: {shot}")
     finally:
         stop_ui(u)
+
+
+def test_a_series_is_whole_and_in_order_at_every_length(loom):
+    """A (task, tag) series grows its ring from 64 points to 2000: at every
+    length, across each growth and past the cap, the dashboard serves
+    exactly the last min(n, 2000) points in order (a growth once wrote the
+    next point over the oldest and served unwritten slots: garbage on the
+    charts of any series of 65 to 2000 points)."""
+    jd = loom.home / "jobs" / "grow-20260101-000000-abcd"
+    (jd / "logs").mkdir(parents=True)
+    (jd / "spec.yaml").write_text(json.dumps({"name": "grow", "roles": {"worker": {"command": "x"}}}))
+    (jd / "state.json").write_text(json.dumps({
+        "job": jd.name, "name": "grow", "state": "running", "attempt": 0,
+        "tasks": [{"task": "worker:0", "role": "worker", "index": 0, "state": "running"}]}))
+    lengths = [1, 63, 64, 65, 127, 128, 129, 200, 257, 1024, 1999, 2000, 2001, 4100]
+    ev = [json.dumps({"t": 1.0 + i, "task": "worker:0", "attempt": 0, "event": "metric",
+                      "tag": f"s{n}", "step": i, "value": i * 0.5, "source": "user"})
+          for n in lengths for i in range(n)]
+    (jd / "events.jsonl").write_text("\n".join(ev) + "\n")
+    p, base, token = start_ui(loom)
+    try:
+        for n in lengths:
+            s = api(base, f"job/{jd.name}/api/metrics?tag=s{n}", token)["series"]
+            pts = s[0]["points"]
+            want = list(range(max(0, n - 2000), n))
+            assert [q[0] for q in pts] == want, (n, pts[:3], pts[-3:])
+            assert [q[1] for q in pts] == [i * 0.5 for i in want], n
+            assert s[0]["total"] == n
+    finally:
+        stop_ui(p)
