@@ -19,8 +19,6 @@ import signal
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from conftest import LIBLOOM, ROOT
 
 SPEC = ROOT / "examples" / "tf-ps" / "job.yaml"
