@@ -71,6 +71,7 @@ struct agent {
   bool started, stopping, exited_sent, conn_open, have_fail;
   bool out_paused; /* the tasks' output is not read: the coordinator is behind */
   bool lingering;  /* sent everything; waiting for the coordinator to close */
+  bool saw_inuse;  /* the task said "Address already in use" while its port was held */
   int fail_code, fail_sig;
   char lost_reason[160];
   int exit_status;
@@ -253,6 +254,9 @@ static void log_written(void *owner) {
 
 static void send_log(outpipe *o, const void *p, size_t n, const char *mark) {
   agent *a = o->a;
+  /* a bind refused while we hold the port: said if the task then fails */
+  if (a->reserve_fd >= 0 && !a->saw_inuse && memmem(p, n, "ddress already in use", 21))
+    a->saw_inuse = true;
   if (!a->conn_open) return;
   loom__buf b;
   loom__buf_init(&b, n + 256);
@@ -363,11 +367,11 @@ static void proc_exited(uv_process_t *p, int64_t status, int sig) {
   a->running--;
   uv_close((uv_handle_t *)p, proc_closed);
   if ((status != 0 || sig != 0) && !a->have_fail) {
-    if (a->reserve_fd >= 0 && sig == 0) /* it may have tried a plain bind of its port */
+    if (a->saw_inuse) /* it may have tried a plain bind of its port */
       agent_log("%s: the task failed while its port %d was still held for it "
-                "(LOOM_PORT_HOLD=listen): a command that binds the port without "
-                "SO_REUSEADDR or SO_REUSEPORT gets 'Address already in use'; "
-                "LOOM_PORT_HOLD=start lets the port go before the command starts",
+                "(LOOM_PORT_HOLD=listen) and said 'Address already in use': a command that "
+                "binds its port without SO_REUSEADDR or SO_REUSEPORT gets that while loom "
+                "holds it; LOOM_PORT_HOLD=start lets the port go before the command starts",
                 a->task, a->port);
     a->have_fail = true;
     a->fail_code = (int)status;

@@ -68,7 +68,8 @@ void coord_task_exited(coord *co, task *t, int code, int sig, const char *reason
     snprintf(why, sizeof why, "exited with code %d%s%s", code, reason ? ": " : "",
              reason ? reason : "");
   bool retryable = lost || spec_retryable(co->s, code, sig);
-  bool can_restart = retryable && co->jstate == J_RUNNING && !strcmp(co->s->restart, "task") &&
+  bool can_restart = retryable && co->jstate == J_RUNNING &&
+                     !strcmp(spec_role_restart(co->s, t->role), "task") &&
                      t->restarts < co->s->max_restarts;
   if (co->jstate == J_RUNNING && t->role->elastic_min > 0 && retryable &&
       coord_live_members(co, t->role, t) >= t->role->elastic_min) {

@@ -188,6 +188,7 @@ typedef struct {
   node *root;
   table keys;    /* key -> its key node, per map */
   table anchors; /* anchor -> its node; names owned */
+  bool doc_ended; /* the spec's document has ended: only the stream's end may follow */
 } loader;
 
 /* Fails at a libyaml mark (0-based) in the document being loaded. */
@@ -339,7 +340,15 @@ static int on_event(loader *l, const yaml_event_t *ev, bool *done) {
   case YAML_MAPPING_END_EVENT:
     l->depth--;
     return 0;
+  case YAML_DOCUMENT_START_EVENT:
+    if (l->doc_ended)
+      return fail_mark(l, at,
+                       "a second YAML document starts here: a spec is one document (remove "
+                       "the '---' and what follows, or merge it into the first)");
+    return 0;
   case YAML_DOCUMENT_END_EVENT:
+    l->doc_ended = true; /* read on: trailing text is an error, not ignored */
+    return 0;
   case YAML_STREAM_END_EVENT:
     *done = true;
     return 0;
@@ -349,8 +358,9 @@ static int on_event(loader *l, const yaml_event_t *ev, bool *done) {
 }
 
 /* Parses YAML text into a tree, from libyaml's events so that every limit
- * (depth, nodes) is checked as the text is read. Only the first document
- * counts; an empty one is an empty map. Aliases are expanded in place. */
+ * (depth, nodes) is checked as the text is read. A spec is one document
+ * (a second one, or text after the first, is an error); an empty one is an
+ * empty map. Aliases are expanded in place. */
 static int load_yaml(ctx *c, const char *file, const char *text, size_t len, node **out) {
   yaml_parser_t p;
   if (!yaml_parser_initialize(&p)) return LOOM_ENOMEM;
@@ -579,9 +589,9 @@ static const char *const JOB_KEYS[] = {"name",    "backend",      "queue",    "r
                                        "restart", "max_restarts", "retry_on", "heartbeat_timeout",
                                        "env",     "files",        "roles",    "feed",
                                        NULL};
-static const char *const ROLE_KEYS[] = {"instances", "command", "vcores", "memory",
-                                        "gpus",      "label",   "procs",  "env",
-                                        "service",   "elastic", NULL};
+static const char *const ROLE_KEYS[] = {"instances", "command", "vcores",  "memory",
+                                        "gpus",      "label",   "procs",   "env",
+                                        "service",   "elastic", "restart", NULL};
 static const char *const ELASTIC_KEYS[] = {"min", "max", NULL};
 static const char *const FEED_KEYS[] = {"input", "format", "epochs", "shuffle",
                                         "seed",  "output", NULL};
@@ -629,6 +639,11 @@ static int parse_role(ctx *c, const node *k, const node *v, spec_role *r) {
   if ((n = map_get(v, "label")) && (rc = want_str(c, n, WHAT("label"), &r->label)) < 0) return rc;
   if ((n = map_get(v, "service")) && (rc = want_bool(c, n, WHAT("service"), &r->service)) < 0)
     return rc;
+  if ((n = map_get(v, "restart"))) {
+    if ((rc = want_str(c, n, WHAT("restart"), &r->restart)) < 0) return rc;
+    if (strcmp(r->restart, "job") && strcmp(r->restart, "task"))
+      return fail(c, n, "roles.%s.restart must be job or task, got '%s'", r->name, r->restart);
+  }
   if ((n = map_get(v, "env")) && (rc = want_env(c, n, WHAT("env"), &r->env, &r->nenv)) < 0)
     return rc;
   if ((n = map_get(v, "elastic"))) {
@@ -996,6 +1011,7 @@ void spec_free(spec_job *s) {
     for (int j = 0; r->argv && r->argv[j]; j++) free(r->argv[j]);
     free(r->argv);
     free(r->label);
+    free(r->restart);
     kv_free(r->env, r->nenv);
   }
   free(s->roles);
@@ -1046,6 +1062,7 @@ json_t *spec_to_json(const spec_job *s) {
       for (int k = 0; r->argv[k]; k++) json_array_append_new(a, json_string(r->argv[k]));
       json_object_set_new(o, "command", a);
     }
+    if (r->restart) json_object_set_new(o, "restart", json_string(r->restart));
     if (r->vcores) json_object_set_new(o, "vcores", json_integer(r->vcores));
     if (r->memory) json_object_set_new(o, "memory", json_integer((json_int_t)r->memory));
     json_object_set_new(o, "gpus", json_integer(r->gpus));
@@ -1068,6 +1085,10 @@ bool spec_retryable(const spec_job *s, int code, int sig) {
   for (int i = 0; i < s->nretry_on; i++)
     if (s->retry_on[i] == code) return true;
   return false;
+}
+
+const char *spec_role_restart(const spec_job *s, const spec_role *r) {
+  return r->restart ? r->restart : s->restart;
 }
 
 const spec_role *spec_role_find(const spec_job *s, const char *name) {

@@ -23,6 +23,7 @@ typedef struct {
   int procs;
   bool service;                 /* the job does not wait for it; stopped at the end */
   int elastic_min, elastic_max; /* 0: not elastic */
+  char *restart;                /* "job" or "task"; NULL: the job's restart */
   spec_kv *env;
   int nenv;
 } spec_role;
@@ -58,6 +59,8 @@ void spec_free(spec_job *s);
 /* The resolved spec as JSON (valid YAML), defaults filled in. */
 json_t *spec_to_json(const spec_job *s);
 const spec_role *spec_role_find(const spec_job *s, const char *name);
+/* The restart policy of role r's tasks: its own, else the job's. */
+const char *spec_role_restart(const spec_job *s, const spec_role *r);
 /* Whether a task that ended with (code, sig) may be restarted or retried. */
 bool spec_retryable(const spec_job *s, int code, int sig);
 /* Training roles: chief and worker, or when neither exists every role that

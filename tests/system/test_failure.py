@@ -331,3 +331,28 @@ roles:
     assert ("root cause: small:0 (attempt 0) killed by signal 9 (SIGKILL): out of memory: the "
             "task reached its memory limit of 64 MiB (cgroup v2 memory.max)") in r.stderr, r.stderr
     assert loom_cgroups(base) == []
+
+
+def test_a_held_port_and_a_plain_bind(loom):
+    """The agent holds a task's port until the task listens: a bind with
+    SO_REUSEADDR gets it, a plain bind gets 'Address already in use' and
+    the agent says why and what to do; LOOM_PORT_HOLD=start lets the port
+    go before the command starts (the plain bind then works)."""
+    bind = ("python3 -c 'import os, socket; s = socket.socket(); {opt}"
+            "s.bind((os.environ[\"LOOM_HOST\"], int(os.environ[\"LOOM_PORT\"]))); s.listen(); "
+            "print(\"bound\", s.getsockname()[1])'")
+    spec = loom.spec(f"""
+name: held
+roles:
+  chief: {{command: "{bind.format(opt='s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); ').replace('"', chr(92) + '"')}"}}
+  worker: {{command: "{bind.format(opt='').replace('"', chr(92) + '"')}"}}
+""")
+    r = loom.run("run", spec)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "root cause: worker:0" in r.stderr and "Address already in use" in r.stderr, r.stderr
+    assert "said 'Address already in use'" in r.stderr and "LOOM_PORT_HOLD=start" in r.stderr
+    chief = [e for e in loom.events() if e["event"] == "registered" and e["task"] == "chief:0"]
+    assert f"[chief:0] bound {chief[0]['port']}" in r.stdout, r.stdout
+    r = loom.run("run", spec, env={"LOOM_PORT_HOLD": "start"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "said 'Address already in use'" not in r.stderr

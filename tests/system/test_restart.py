@@ -124,3 +124,34 @@ roles:
     assert p.returncode == 1
     assert "worker:1" in err and "no heartbeat from its agent" in err
     assert 1.5 < time.time() - t0 < 8
+
+
+def test_a_role_may_have_its_own_restart_policy(loom):
+    """restart: task for the job, restart: job for the ps role (TensorFlow's
+    ParameterServerStrategy: a worker comes back alone, a lost ps loses its
+    variables and fails the attempt): the worker restarts alone, the ps's
+    failure fails the attempt and the job retries."""
+    spec = loom.spec("""
+name: rrole
+restart: task
+max_restarts: 2
+retries: 1
+roles:
+  chief: {command: 'sleep 3'}
+  worker: {command: 'echo "w $LOOM_ATTEMPT"; if [ $LOOM_ATTEMPT = 0 ]; then exit 3; fi; sleep 2'}
+  ps:
+    restart: job
+    command: 'echo "ps $LOOM_ATTEMPT"; if [ $LOOM_ATTEMPT = 0 ]; then sleep 1; exit 4; fi; sleep 30'
+""")
+    r = loom.run("run", spec, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ev = loom.events()
+    restarting = [e["task"] for e in ev if e["event"] == "restarting"]
+    assert restarting == ["worker:0"], restarting  # the ps never restarts alone
+    failed = [e for e in ev if e["event"] == "attempt_failed"]
+    assert len(failed) == 1 and "ps:0" in json.dumps(failed[0]), failed
+    assert loom.state()["attempt"] == 1
+    # the role's policy is kept in the job directory's spec (a detached
+    # coordinator reads it from there)
+    assert "restart: job" in (loom.job_dir() / "spec.yaml").read_text() or \
+        '"restart": "job"' in (loom.job_dir() / "spec.yaml").read_text()

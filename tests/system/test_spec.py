@@ -31,6 +31,8 @@ CASES = [
      "No such file"),
     ("name: x\nroles:\n  ps: {command: x}\n", "3:3", "every role is a service"),
     ("- a\n- b\n", "1:1", "a job spec is a map"),
+    ("name: x\nroles:\n  w: {command: x}\n---\nbogus: 1\n", "4:1",
+     "a second YAML document starts here: a spec is one document"),
     # TensorFlow's rules, at submit (issue 19.6)
     ("name: x\nroles:\n  chief: {command: x}\n  evaluator: {instances: 2, command: x}\n",
      "4:26", "TensorFlow allows at most one evaluator"),
@@ -129,3 +131,14 @@ def test_tensorflow_rules_that_are_warnings(loom):
                    "  evaluator: {command: 'true'}\n", name="ok.yaml")
     r = loom.run("run", ok)
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+
+
+def test_set_with_trailing_text_is_refused(loom):
+    """--set's value is one YAML value: text after it is an error, not
+    silently dropped (roles.w.command="echo" there ran plain echo)."""
+    spec = loom.spec("name: x\nroles:\n  w: {command: 'true'}\n")
+    for val in ('"echo" there', "[echo, a] b"):
+        r = loom.run("run", spec, "--set", f"roles.w.command={val}")
+        assert r.returncode == 2, (val, r.stderr)
+        assert f"--set roles.w.command={val}:1:" in r.stderr and "YAML syntax error" in r.stderr
+    assert loom.jobs() == []
