@@ -17,11 +17,9 @@ for every role, switched on TF_CONFIG's task type.
 Data: Debian's dataset-fashion-mnist, read on each worker by tf.data
 straight from the gzipped IDX files (nothing is shipped from the chief).
 
-Restarted tasks keep their first address: loom's `restart: task` gives a
-restarted task a new port, while TensorFlow's ClusterCoordinator waits for
-a failed worker to come back at the address it had. So the first task to
-start publishes the attempt's cluster in loom's KV store (`tfps/cluster`),
-and every task serves at, and connects to, the addresses given there.
+A worker restarted alone (`restart: task`) comes back at the address it
+had: loom gives a restarted task the port it had, and TensorFlow's
+ClusterCoordinator waits for a failed worker at that address.
 """
 import argparse
 import gzip
@@ -51,31 +49,6 @@ def parse_args():
     ap.add_argument("--eval-examples", type=int, default=2000)
     ap.add_argument("--poll", type=float, default=0.5, help="evaluator: seconds between looks")
     return ap.parse_args()
-
-
-def pin_cluster(cfg):
-    """The cluster every task of this loom attempt uses: the one the first
-    task to start saw (see the module's docstring). Outside a loom job, or
-    without the loom package, TF_CONFIG as it is."""
-    try:
-        import loom
-    except ImportError:
-        return cfg
-    if "LOOM_COORD" not in os.environ:
-        return cfg
-    mine = cfg["cluster"]
-    with loom.Loom() as l:
-        if l.kv_add("tfps/pin", 1) == 1:
-            l.kv_set("tfps/cluster", json.dumps(mine).encode())
-            first = mine
-        else:
-            first = json.loads(l.kv_get("tfps/cluster", 60000))
-    if first != mine:
-        t = cfg["task"]
-        log(f"loom gave {t['type']}:{t['index']} the address "
-            f"{mine[t['type']][t['index']]}; keeping the attempt's first cluster, where it is "
-            f"{first[t['type']][t['index']]}")
-    return dict(cfg, cluster=first)
 
 
 # ---- data: Fashion-MNIST from the IDX files --------------------------------
@@ -289,9 +262,6 @@ def main():
     a = parse_args()
     cfg = json.loads(os.environ["TF_CONFIG"])
     role = cfg["task"]["type"]
-    if role in ("ps", "worker", "chief"):
-        cfg = pin_cluster(cfg)
-        os.environ["TF_CONFIG"] = json.dumps(cfg)
     import numpy as np
     import tensorflow as tf
     tf.get_logger().setLevel("ERROR")  # keeps worker failures, drops retracing warnings

@@ -186,9 +186,9 @@ def test_ps_killed_fails_the_attempt_and_the_retry_resumes(loom, tf_python):
                       timeout=60, what="attempt 0 to fail")
         return latest_checkpoint(loom.job_dir())
 
-    # loom's restart policy is the job's: with restart=job (its default) a
-    # failed task fails the attempt, and retries: 1 in job.yaml retries it
-    r, jd, _, last = run_job(loom, tf_python, steps, "restart=job", kill=("ps:1", 100),
+    # job.yaml: restart: task for the job, restart: job for the ps role, so
+    # a lost ps fails the attempt, and retries: 1 retries it
+    r, jd, _, last = run_job(loom, tf_python, steps, kill=("ps:1", 100),
                              then=last_of_attempt0)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert "attempt 1 failed: ps:1: killed by signal 9 (SIGKILL)" in r.stderr
