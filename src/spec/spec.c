@@ -186,8 +186,8 @@ typedef struct {
   frame open[SPEC_MAX_DEPTH + 1]; /* nodes at depth 0..SPEC_MAX_DEPTH */
   int depth;                      /* how many are open */
   node *root;
-  table keys;    /* key -> its key node, per map */
-  table anchors; /* anchor -> its node; names owned */
+  table keys;     /* key -> its key node, per map */
+  table anchors;  /* anchor -> its node; names owned */
   bool doc_ended; /* the spec's document has ended: only the stream's end may follow */
 } loader;
 
