@@ -341,18 +341,20 @@ def test_a_held_port_and_a_plain_bind(loom):
     bind = ("python3 -c 'import os, socket; s = socket.socket(); {opt}"
             "s.bind((os.environ[\"LOOM_HOST\"], int(os.environ[\"LOOM_PORT\"]))); s.listen(); "
             "print(\"bound\", s.getsockname()[1])'")
-    spec = loom.spec(f"""
-name: held
-roles:
-  chief: {{command: "{bind.format(opt='s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); ').replace('"', chr(92) + '"')}"}}
-  worker: {{command: "{bind.format(opt='').replace('"', chr(92) + '"')}"}}
-""")
-    r = loom.run("run", spec)
+
+    def job(name, opt):
+        cmd = bind.format(opt=opt).replace('"', '\\"')
+        return loom.spec(f'name: {name}\nroles:\n  worker: {{command: "{cmd}"}}\n',
+                         name=f"{name}.yaml")
+    r = loom.run("run", job("reuse", "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "))
+    assert r.returncode == 0, r.stdout + r.stderr
+    port = [e for e in loom.events() if e["event"] == "registered"][0]["port"]
+    assert f"[worker:0] bound {port}" in r.stdout, r.stdout
+    plain = job("plain", "")
+    r = loom.run("run", plain)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "root cause: worker:0" in r.stderr and "Address already in use" in r.stderr, r.stderr
     assert "said 'Address already in use'" in r.stderr and "LOOM_PORT_HOLD=start" in r.stderr
-    chief = [e for e in loom.events() if e["event"] == "registered" and e["task"] == "chief:0"]
-    assert f"[chief:0] bound {chief[0]['port']}" in r.stdout, r.stdout
-    r = loom.run("run", spec, env={"LOOM_PORT_HOLD": "start"})
+    r = loom.run("run", plain, env={"LOOM_PORT_HOLD": "start"})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "said 'Address already in use'" not in r.stderr
+    assert "said 'Address already in use'" not in r.stderr and "[worker:0] bound" in r.stdout
