@@ -3,7 +3,7 @@
 # loom's yarn backend and for its tests. Hadoop 3.5.0 comes from Maven
 # Central through hadoop/pom.xml (no Hadoop install needed: java and mvn).
 #
-#   scripts/yarn-cluster.sh start [DIR]    # prints: export HADOOP_CONF_DIR=DIR/conf
+#   scripts/yarn-cluster.sh start [--hdfs] [DIR]  # prints: export HADOOP_CONF_DIR=DIR/conf
 #   scripts/yarn-cluster.sh status [DIR]
 #   scripts/yarn-cluster.sh stop [DIR]
 #
@@ -17,8 +17,11 @@
 # countable resource yarn.io/gpu (scheduling only: no real GPU);
 # timeouts are low so that a broken client fails in seconds. It returns
 # when the RM's REST API lists both nodes RUNNING, or fails naming what it
-# waited for. `stop` stops exactly the processes `start` recorded in
-# DIR/pids and waits until they are gone.
+# waited for. With --hdfs it also formats and starts a NameNode and two
+# DataNodes (replication 2, each its own JVM) and makes hdfs://127.0.0.1:PORT
+# the default filesystem; it then also waits until the NameNode has both
+# DataNodes live and has left safe mode. `stop` stops exactly the
+# processes `start` recorded in DIR/pids and waits until they are gone.
 #
 # Environment: LOOM_YARN_START_TIMEOUT (seconds, default 180) bounds each
 # wait of `start`; LOOM_YARN_CLASSPATH (a file) skips Maven.
@@ -54,7 +57,7 @@ say() { echo "yarn-cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 usage() {
-  echo "usage: scripts/yarn-cluster.sh start|stop|status [DIR]" >&2
+  echo "usage: scripts/yarn-cluster.sh start [--hdfs] [DIR] | stop [DIR] | status [DIR]" >&2
   exit 2
 }
 
@@ -115,7 +118,7 @@ write_xml() {
 write_conf() {
   local d=$1
   mkdir -p "$d/conf" "$d/logs" "$d/pids" "$d/tmp" "$d/labels"
-  mapfile -t P < <(free_ports 11)
+  mapfile -t P < <(free_ports 19)
   RM_PORT=${P[0]}
   RM_SCHED=${P[1]}
   RM_TRACKER=${P[2]}
@@ -123,8 +126,10 @@ write_conf() {
   RM_WEB=${P[4]}
   printf 'rm %s\nscheduler %s\ntracker %s\nadmin %s\nweb %s\n' "$RM_PORT" "$RM_SCHED" \
     "$RM_TRACKER" "$RM_ADMIN" "$RM_WEB" >"$d/ports"
+  local fs=file:///
+  [ "$HDFS" = 1 ] && fs=hdfs://127.0.0.1:${P[11]}
   write_xml "$d/conf/core-site.xml" <<EOF
-fs.defaultFS=file:///
+fs.defaultFS=$fs
 hadoop.security.authentication=simple
 hadoop.tmp.dir=$d/tmp
 ipc.client.connect.max.retries=3
@@ -183,12 +188,15 @@ log4j.appender.console.layout=org.apache.log4j.PatternLayout
 log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %p %c{2}: %m%n
 log4j.logger.org.apache.hadoop.util.NativeCodeLoader=ERROR
 EOF
+  rm -f "$d/conf/hdfs-site.xml"
+  [ "$HDFS" = 1 ] && write_hdfs_conf "$d"
   local i
   for i in 1 2; do
     local nd="$d/nm$i" k=$((i - 1))
     mkdir -p "$nd/conf" "$nd/local" "$nd/logs"
     cp "$d/conf/core-site.xml" "$d/conf/capacity-scheduler.xml" "$d/conf/log4j.properties" \
       "$nd/conf/"
+    [ "$HDFS" = 1 ] && cp "$d/conf/hdfs-site.xml" "$nd/conf/"
     local base=$((5 + 3 * k))
     {
       # the common part, less its closing tag, then this NM's own
@@ -212,6 +220,44 @@ EOF
   done
 }
 
+# HDFS: the NameNode's (and every client's) hdfs-site.xml in DIR/conf, and
+# each DataNode's own, with its ports and data directory.
+write_hdfs_conf() {
+  local d=$1
+  mkdir -p "$d/hdfs/name"
+  printf 'namenode %s\nnamenode-web %s\n' "${P[11]}" "${P[12]}" >>"$d/ports"
+  write_xml "$d/conf/hdfs-site.xml" <<EOF
+dfs.replication=2
+dfs.namenode.rpc-address=127.0.0.1:${P[11]}
+dfs.namenode.http-address=127.0.0.1:${P[12]}
+dfs.namenode.name.dir=file://$d/hdfs/name
+dfs.namenode.safemode.extension=0
+dfs.namenode.datanode.registration.ip-hostname-check=false
+dfs.heartbeat.interval=1
+dfs.namenode.heartbeat.recheck-interval=10000
+dfs.http.policy=HTTP_ONLY
+dfs.webhdfs.enabled=true
+EOF
+  local i
+  for i in 1 2; do
+    local dd="$d/dn$i" base=$((13 + 3 * (i - 1)))
+    mkdir -p "$dd/conf" "$dd/data"
+    cp "$d/conf/core-site.xml" "$d/conf/log4j.properties" "$dd/conf/"
+    {
+      sed '$d' "$d/conf/hdfs-site.xml"
+      write_xml /dev/stdout <<EOF | sed -n '/<property>/p'
+dfs.datanode.data.dir=file://$dd/data
+dfs.datanode.address=127.0.0.1:${P[$base]}
+dfs.datanode.http.address=127.0.0.1:${P[$((base + 1))]}
+dfs.datanode.ipc.address=127.0.0.1:${P[$((base + 2))]}
+dfs.datanode.hostname=127.0.0.1
+EOF
+      echo '</configuration>'
+    } >"$dd/conf/hdfs-site.xml"
+    echo "dn$i ${P[$base]}" >>"$d/ports"
+  done
+}
+
 port_of() { awk -v k="$2" '$1 == k {print $2}' "$1/ports"; }
 
 # Whether pid file $1 names a live process of this cluster (its command
@@ -222,14 +268,15 @@ alive() {
   [ -n "$pid" ] && grep -qzxF -- "-Dloom.yarn.dir=$DIR" "/proc/$pid/cmdline" 2>/dev/null
 }
 
-# Starts a daemon: name, heap, configuration directory, main class.
+# Starts a daemon: name, heap, configuration directory, main class, and
+# what else goes first on its classpath.
 launch() {
-  local name=$1 heap=$2 conf=$3 cls=$4
+  local name=$1 heap=$2 conf=$3 cls=$4 extra=${5:-}
   (
     export HADOOP_CONF_DIR="$conf" HADOOP_LOG_DIR="$DIR/logs"
     cd "$DIR"
     exec setsid java "-Xmx$heap" "${JAVA_FAST[@]}" "${JAVA_OPENS[@]}" "-Dloom.yarn.dir=$DIR" \
-      "-Dhadoop.log.dir=$DIR/logs" "-Dyarn.log.dir=$DIR/logs" -cp "$conf:$CP" "$cls" \
+      "-Dhadoop.log.dir=$DIR/logs" "-Dyarn.log.dir=$DIR/logs" -cp "$conf:$extra$CP" "$cls" \
       </dev/null >"$DIR/logs/$name.log" 2>&1
   ) &
   echo $! >"$DIR/pids/$name.pid"
@@ -304,11 +351,23 @@ stop_some() {
 
 # NodeManagers first: they unregister from a live ResourceManager at once,
 # but retry for yarn.resourcemanager.connect.max-wait.ms without one.
+# The NameNode: both DataNodes live, and out of safe mode.
+hdfs_ready() {
+  local web
+  web=$(port_of "$DIR" namenode-web)
+  curl -sf --max-time 5 "http://127.0.0.1:$web/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo" 2>/dev/null |
+    "$PY" -c '
+import json, sys
+b = json.load(sys.stdin)["beans"][0]
+live = json.loads(b.get("LiveNodes") or "{}")
+sys.exit(0 if len(live) == 2 and not b.get("Safemode") else 1)'
+}
+
 stop_all() {
   STOPPED=()
   local nms=()
   local f
-  for f in "$DIR"/pids/nm*.pid; do [ -e "$f" ] && nms+=("$f"); done
+  for f in "$DIR"/pids/nm*.pid "$DIR"/pids/dn*.pid; do [ -e "$f" ] && nms+=("$f"); done
   [ ${#nms[@]} -gt 0 ] && stop_some "${nms[@]}"
   for f in "$DIR"/pids/*.pid; do [ -e "$f" ] && stop_some "$f"; done
   if [ ${#STOPPED[@]} -gt 0 ]; then say "stopped ${#STOPPED[@]} processes (${STOPPED[*]})"; fi
@@ -328,8 +387,28 @@ cmd_start() {
   say "ResourceManager starting on 127.0.0.1:$RM_PORT (web http://127.0.0.1:$RM_WEB), log $DIR/logs/rm.log"
   # nm2 has no label: it may register at once
   launch nm2 256m "$DIR/nm2/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
+  local hdfs_daemons=""
+  if [ "$HDFS" = 1 ]; then
+    # formatting (a JVM of its own) overlaps with the RM's start
+    HADOOP_CONF_DIR="$DIR/conf" timeout "$TIMEOUT" java -Xmx256m "${JAVA_FAST[@]}" "${JAVA_OPENS[@]}" \
+      -cp "$DIR/conf:$CP" org.apache.hadoop.hdfs.server.namenode.NameNode -format -force \
+      -nonInteractive >"$DIR/logs/nn-format.log" 2>&1 || {
+      tail_log nn-format
+      stop_all
+      die "could not format the NameNode (its log: $DIR/logs/nn-format.log)"
+    }
+    # The HDFS daemons' web servers want webapps/<name> on the classpath,
+    # which Hadoop's tarball has and its jars do not: empty ones serve
+    # their servlets (JMX, WebHDFS), without the static pages.
+    mkdir -p "$DIR/hdfs/www/webapps/hdfs" "$DIR/hdfs/www/webapps/datanode"
+    launch nn 384m "$DIR/conf" org.apache.hadoop.hdfs.server.namenode.NameNode "$DIR/hdfs/www:"
+    launch dn1 256m "$DIR/dn1/conf" org.apache.hadoop.hdfs.server.datanode.DataNode "$DIR/hdfs/www:"
+    launch dn2 256m "$DIR/dn2/conf" org.apache.hadoop.hdfs.server.datanode.DataNode "$DIR/hdfs/www:"
+    hdfs_daemons="nn dn1 dn2"
+    say "NameNode starting on hdfs://127.0.0.1:$(port_of "$DIR" namenode), log $DIR/logs/nn.log"
+  fi
   wait_for "the ResourceManager's REST API to say STARTED (http://127.0.0.1:$RM_WEB/ws/v1/cluster/info)" \
-    rm_started "rm nm2"
+    rm_started "rm nm2 $hdfs_daemons"
   # A label must be in the cluster before an NM reports it.
   HADOOP_CONF_DIR="$DIR/conf" timeout "$TIMEOUT" java -Xmx128m "${JAVA_FAST[@]}" \
     -cp "$DIR/conf:$CP" org.apache.hadoop.yarn.client.cli.RMAdminCLI \
@@ -340,9 +419,15 @@ cmd_start() {
   }
   launch nm1 256m "$DIR/nm1/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
   wait_for "2 RUNNING NodeManagers, one labelled gpu with yarn.io/gpu 2 (http://127.0.0.1:$RM_WEB/ws/v1/cluster/nodes)" \
-    nodes_ready "rm nm1 nm2"
+    nodes_ready "rm nm1 nm2 $hdfs_daemons"
+  if [ "$HDFS" = 1 ]; then
+    wait_for "the NameNode to have 2 live DataNodes and leave safe mode (http://127.0.0.1:$(port_of "$DIR" namenode-web)/jmx)" \
+      hdfs_ready "nn dn1 dn2"
+  fi
   trap - INT TERM
-  say "ready in $((SECONDS - t0))s: ResourceManager 127.0.0.1:$RM_PORT, NodeManagers nm1 (gpu) and nm2; stop with: scripts/yarn-cluster.sh stop $DIR"
+  local with=""
+  [ "$HDFS" = 1 ] && with=", HDFS hdfs://127.0.0.1:$(port_of "$DIR" namenode) (2 DataNodes)"
+  say "ready in $((SECONDS - t0))s: ResourceManager 127.0.0.1:$RM_PORT, NodeManagers nm1 (gpu) and nm2$with; stop with: scripts/yarn-cluster.sh stop $DIR"
   echo "export HADOOP_CONF_DIR=$DIR/conf"
 }
 
@@ -355,6 +440,9 @@ cmd_status() {
     if alive "$f"; then echo "$name running (pid $(cat "$f"))"; n=$((n + 1)); else echo "$name not running"; fi
   done
   echo "ResourceManager 127.0.0.1:$(port_of "$DIR" rm), web http://127.0.0.1:$(port_of "$DIR" web)"
+  if [ -n "$(port_of "$DIR" namenode)" ]; then
+    echo "NameNode hdfs://127.0.0.1:$(port_of "$DIR" namenode), web http://127.0.0.1:$(port_of "$DIR" namenode-web)"
+  fi
   if json=$(rest nodes 2>/dev/null); then
     "$PY" -c '
 import json, sys
@@ -371,7 +459,14 @@ for n in (json.loads(sys.argv[1]).get("nodes") or {}).get("node") or []:
 
 [ $# -ge 1 ] || usage
 VERB=$1
-DIR=${2:-$(default_dir)}
+shift
+HDFS=0
+if [ "$VERB" = start ] && [ "${1:-}" = --hdfs ]; then
+  HDFS=1
+  shift
+fi
+[ $# -le 1 ] || usage
+DIR=${1:-$(default_dir)}
 mkdir -p "$DIR"
 DIR=$(cd "$DIR" && pwd)
 case $VERB in

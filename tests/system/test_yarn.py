@@ -1,19 +1,22 @@
 """loom against a real Apache Hadoop YARN (3.5.0 from Maven Central: a
-ResourceManager and two NodeManagers as separate JVMs, started for this
-module by scripts/yarn-cluster.sh in a directory of its own and stopped
-after it, no JVM of it left): `loom check --backend yarn` reports what the
+ResourceManager and two NodeManagers as separate JVMs, and HDFS beside it,
+started for this module by `scripts/yarn-cluster.sh start --hdfs` in a
+directory of its own and stopped after it, no JVM of it left): the
+script's HDFS stores a file on both DataNodes; `loom check --backend yarn` reports what the
 ResourceManager's REST API says, specs YARN could never run are refused
 with figures before anything is submitted, a spec that fits is told that
 launching is not built yet, and a ResourceManager that cannot be reached,
 or does not answer, is a backend error within seconds."""
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -47,6 +50,8 @@ class Yarn:
         self.conf = d / "conf"
         ports = dict(l.split() for l in (d / "ports").read_text().splitlines())
         self.rm_port = int(ports["rm"])
+        self.nn_port = int(ports["namenode"])
+        self.nn_web = f"http://127.0.0.1:{ports['namenode-web']}"
         self.web = f"http://127.0.0.1:{ports['web']}"
         self.nm_ports = [int(ports["nm1"]), int(ports["nm2"])]
 
@@ -62,13 +67,13 @@ class Yarn:
 def yarn(tmp_path_factory):
     d = tmp_path_factory.mktemp("yarn")
     t0 = time.monotonic()
-    r = subprocess.run(["bash", str(SCRIPT), "start", str(d)], capture_output=True, text=True,
-                       timeout=400)
+    r = subprocess.run(["bash", str(SCRIPT), "start", "--hdfs", str(d)], capture_output=True,
+                       text=True, timeout=400)
     took = time.monotonic() - t0
     try:
         assert r.returncode == 0, f"yarn-cluster.sh start failed:\n{r.stderr[-4000:]}"
         assert r.stdout.strip() == f"export HADOOP_CONF_DIR={d}/conf", r.stdout
-        print(f"\nYARN cluster up in {took:.1f}s")
+        print(f"\nYARN and HDFS up in {took:.1f}s")
         yield Yarn(d)
     finally:
         s = subprocess.run(["bash", str(SCRIPT), "stop", str(d)], capture_output=True, text=True,
@@ -87,6 +92,36 @@ def yloom(loom, yarn):
     yield loom
     # loom submitted nothing, whatever it said
     assert len(yarn.apps()) == before, yarn.apps()
+
+
+def test_the_script_gives_hdfs_too(yarn):
+    """For what comes next (issue 16): the NameNode with both DataNodes live,
+    the default filesystem, and a file stored with both its replicas."""
+    core = (yarn.conf / "core-site.xml").read_text()
+    assert f"<name>fs.defaultFS</name><value>hdfs://127.0.0.1:{yarn.nn_port}</value>" in core
+    q = "jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo"
+    with urllib.request.urlopen(f"{yarn.nn_web}/{q}", timeout=10) as r:
+        info = json.load(r)["beans"][0]
+    assert len(json.loads(info["LiveNodes"])) == 2 and not info["Safemode"], info
+    data = b"loom on hdfs\n" * 1000
+    me = pwd.getpwuid(os.getuid()).pw_name  # the NameNode's user: its superuser
+    url = f"{yarn.nn_web}/webhdfs/v1/loom-test/a.txt?user.name={me}"
+    # WebHDFS: the NameNode redirects a create to a DataNode
+    req = urllib.request.Request(url + "&op=CREATE&overwrite=true", method="PUT")
+    try:
+        urllib.request.urlopen(req, timeout=10)
+        raise AssertionError("no redirect to a DataNode")
+    except urllib.error.HTTPError as e:
+        assert e.code == 307, e
+        dn = e.headers["Location"]
+    req = urllib.request.Request(dn, data=data, method="PUT")
+    assert urllib.request.urlopen(req, timeout=30).status == 201
+    with urllib.request.urlopen(url + "&op=OPEN", timeout=30) as r:
+        assert r.read() == data
+    blocks = [p for i in (1, 2) for p in (yarn.dir / f"dn{i}" / "data").rglob("blk_*")
+              if not p.name.endswith(".meta")]
+    assert sorted(p.parent.parts[len(yarn.dir.parts)] for p in blocks) == ["dn1", "dn2"], blocks
+    assert all(p.read_bytes() == data for p in blocks)
 
 
 def rest_nodes(yarn):
