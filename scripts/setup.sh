@@ -10,6 +10,7 @@ PKGS=(build-essential cmake pkg-config git
       libuv1-dev libyaml-dev libjansson-dev libssl-dev zlib1g-dev libcmocka-dev
       libopenblas-dev dataset-fashion-mnist
       python3-torch python3-numpy python3-pytest protobuf-compiler
+      libprotobuf-c-dev protobuf-c-compiler
       openmpi-bin libopenmpi-dev procps iproute2 chromium
       slurmctld slurmd slurm-client munge
       clang libclang-rt-14-dev clang-format)
@@ -18,6 +19,10 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
 done
+# The YARN tests and scripts/yarn-cluster.sh run Apache Hadoop from Maven
+# Central (hadoop/pom.xml): a JDK (17) and Maven, unless some are there.
+command -v java >/dev/null || missing+=(default-jdk-headless)
+command -v mvn >/dev/null || missing+=(maven)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

@@ -11,10 +11,11 @@
 extern const backend_ops loom__backend_local;
 extern const backend_ops loom__backend_external;
 extern const backend_ops loom__backend_slurm;
+extern const backend_ops loom__backend_yarn;
 
 /* Every backend, the default first. */
 static const backend_ops *const backends[] = {&loom__backend_local, &loom__backend_slurm,
-                                              &loom__backend_external};
+                                              &loom__backend_yarn, &loom__backend_external};
 
 const backend_ops *backend_find(const char *name) {
   for (size_t i = 0; name && i < LOOM__ARRAY_LEN(backends); i++)
@@ -50,6 +51,7 @@ int backend_create(const char *name, const spec_job *s, uv_loop_t *loop, int nta
                    backend_exit_cb on_exit, void *arg, backend **out) {
   const backend_ops *ops = backend_find(name);
   if (!ops) return LOOM_EINVAL;
+  if (!ops->create) return LOOM_ENOTSUP; /* check_only */
   backend *b = calloc(1, sizeof *b);
   if (!b) return LOOM_ENOMEM;
   b->ops = ops;

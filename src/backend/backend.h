@@ -1,6 +1,6 @@
 /* backend.h: how loom gets a job's tasks placed on a cluster manager. A
  * backend is one table of operations, one file per cluster manager
- * (local.c, external.c, slurm.c), registered in backend.c, covering the
+ * (local.c, external.c, slurm.c, yarn.c), registered in backend.c, covering the
  * job's whole life: the client half (check, probe, submit, follow,
  * cancel) runs in `loom run/submit/status/kill/check`; the coordinator
  * half (create, place, launch, signal, stage, destroy) runs in the job's
@@ -58,6 +58,11 @@ typedef struct {
    * same job directory (Slurm's requeue): the coordinator then continues
    * the attempt numbers of the state.json it finds. */
   bool requeues;
+  /* Non-NULL for a backend that checks specs and its cluster (check,
+   * probe) but cannot launch jobs yet: why, for people. `loom run` and
+   * `loom submit` stop after the check, exit 2, saying so; the coordinator
+   * half and submit are then NULL. */
+  const char *check_only;
 
   /* ---- client half: in `loom run/submit/status/kill/check` ---- */
 
@@ -138,7 +143,7 @@ struct backend {
 const backend_ops *backend_find(const char *name);
 /* The backend of a spec that names none. */
 const backend_ops *backend_default(void);
-/* Every registered name, ", "-separated ("local, slurm, external"). */
+/* Every registered name, ", "-separated ("local, slurm, yarn, external"). */
 const char *backend_names(void);
 /* The backend a job directory's job ran on (its spec.yaml), or NULL. */
 const backend_ops *backend_of_job(const char *job_dir);

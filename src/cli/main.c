@@ -33,8 +33,10 @@ static const struct verb {
      "Starts the job described by SPEC (YAML) and streams every task's output,\n"
      "prefixed [role:index] (colored on a terminal), with a live status line on\n"
      "a terminal. Exits 0 when the job succeeded, 1 when a task failed past its\n"
-     "retries (a root-cause summary is printed), 2 for a usage or spec error, 3\n"
-     "for a backend error, 130 when interrupted (Ctrl-C stops the whole job).\n\n"
+     "retries (a root-cause summary is printed), 2 for a usage or spec error (also\n"
+     "resources the cluster can never give, and a backend that can check a spec\n"
+     "but not launch it yet), 3 for a backend error, 130 when interrupted (Ctrl-C\n"
+     "stops the whole job).\n\n"
      "  --backend B        where the job runs (listed below); overrides the spec's backend\n"
      "  --set key=value    override a spec key, e.g. --set roles.worker.instances=4\n"
      "  --bind A           the coordinator listens on address A (default 127.0.0.1: agents\n"
@@ -322,6 +324,11 @@ static int cmd_run(int argc, char **argv, bool detach) {
     fprintf(stderr, "loom: %s: cannot run on backend %s: %s\n", path, bname, err);
     spec_free(s);
     return rc == LOOM_ERESOURCE ? EXIT_USAGE : EXIT_INFRA;
+  }
+  if (ops->check_only) {
+    fprintf(stderr, "loom: %s: the spec fits backend %s, but %s\n", path, bname, ops->check_only);
+    spec_free(s);
+    return EXIT_USAGE;
   }
   char id[160], dir[PATH_MAX], secret[80], exe[PATH_MAX];
   if (self_exe(exe, sizeof exe) < 0 || jobs_create(s, id, dir, secret, err, sizeof err) < 0) {
@@ -896,7 +903,7 @@ static int cmd_check(int argc, char **argv) {
       return bad_usage("check", "unknown argument %s", argv[i]);
   }
   int bad = 0;
-  char p[PATH_MAX + 64], msg[512];
+  char p[PATH_MAX + 64], msg[8192];
   loom__strlcpy(p, jobdir_root(), sizeof p);
   bool dirok = loom__mkdir_p(p, 0700) == 0 && access(p, W_OK) == 0;
   printf("%s job directory %s%s\n", dirok ? "ok  " : "FAIL", p, dirok ? "" : " is not writable");

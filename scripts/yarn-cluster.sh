@@ -1,0 +1,477 @@
+#!/usr/bin/env bash
+# yarn-cluster.sh: a real Apache Hadoop YARN on this machine, for trying
+# loom's yarn backend and for its tests. Hadoop 3.5.0 comes from Maven
+# Central through hadoop/pom.xml (no Hadoop install needed: java and mvn).
+#
+#   scripts/yarn-cluster.sh start [--hdfs] [DIR]  # prints: export HADOOP_CONF_DIR=DIR/conf
+#   scripts/yarn-cluster.sh status [DIR]
+#   scripts/yarn-cluster.sh stop [DIR]
+#
+# DIR defaults to $LOOM_HOME/yarn, or /tmp/loom-yarn-$USER without
+# LOOM_HOME. `start` writes the configuration into DIR and starts a
+# ResourceManager and two NodeManagers, each its own JVM (the classes
+# bin/yarn runs) with its own configuration directory and log under DIR,
+# on 127.0.0.1 and on ports picked free at start (DIR/ports). The
+# CapacityScheduler with node labels: nm1 is labelled `gpu` (a
+# non-exclusive label, in the queue's accessible labels) and has 2 of the
+# countable resource yarn.io/gpu (scheduling only: no real GPU);
+# timeouts are low so that a broken client fails in seconds. It returns
+# when the RM's REST API lists both nodes RUNNING, or fails naming what it
+# waited for. With --hdfs it also formats and starts a NameNode and two
+# DataNodes (replication 2, each its own JVM) and makes hdfs://127.0.0.1:PORT
+# the default filesystem; it then also waits until the NameNode has both
+# DataNodes live and has left safe mode. `stop` stops exactly the
+# processes `start` recorded in DIR/pids and waits until they are gone.
+#
+# Environment: LOOM_YARN_START_TIMEOUT (seconds, default 180) bounds each
+# wait of `start`; LOOM_YARN_CLASSPATH (a file) skips Maven.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+POM="$ROOT/hadoop/pom.xml"
+PY=${PYTHON:-python3}
+TIMEOUT=${LOOM_YARN_START_TIMEOUT:-180}
+
+# The two NodeManagers: memory (MB), vcores, yarn.io/gpu, node label.
+NM_MB=(3072 4096)
+NM_VCORES=(2 4)
+NM_GPUS=(2 0)
+NM_LABEL=(gpu "")
+
+# JDK 17 closes what Hadoop's RPC and web layers reflect into.
+JAVA_OPENS=(--add-opens=java.base/java.lang=ALL-UNNAMED
+            --add-opens=java.base/java.lang.reflect=ALL-UNNAMED
+            --add-opens=java.base/java.io=ALL-UNNAMED
+            --add-opens=java.base/java.net=ALL-UNNAMED
+            --add-opens=java.base/java.nio=ALL-UNNAMED
+            --add-opens=java.base/java.util=ALL-UNNAMED
+            --add-opens=java.base/java.util.concurrent=ALL-UNNAMED
+            --add-opens=java.base/sun.nio.ch=ALL-UNNAMED
+            --add-opens=java.base/sun.security.x509=ALL-UNNAMED
+            --add-exports=java.base/sun.net.dns=ALL-UNNAMED
+            --add-exports=java.base/sun.net.util=ALL-UNNAMED)
+# Small heaps, quick start on a busy machine (C1 only, serial GC).
+JAVA_FAST=(-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xss512k -Djava.net.preferIPv4Stack=true)
+
+say() { echo "yarn-cluster: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+usage() {
+  echo "usage: scripts/yarn-cluster.sh start [--hdfs] [DIR] | stop [DIR] | status [DIR]" >&2
+  exit 2
+}
+
+default_dir() {
+  if [ -n "${LOOM_HOME:-}" ]; then echo "$LOOM_HOME/yarn"; else echo "/tmp/loom-yarn-${USER:-$(id -un)}"; fi
+}
+
+# The Hadoop classpath: resolved by Maven once per pom, cached.
+classpath() {
+  if [ -n "${LOOM_YARN_CLASSPATH:-}" ]; then cat "$LOOM_YARN_CLASSPATH"; return; fi
+  command -v java >/dev/null || die "java is not installed (a JDK 17: default-jdk-headless)"
+  local sum cache
+  sum=$(sha256sum "$POM" | cut -c1-16)
+  cache="${XDG_CACHE_HOME:-$HOME/.cache}/loom/hadoop-classpath-$sum.txt"
+  if [ -s "$cache" ]; then
+    local ok=1 jar
+    local IFS=:
+    for jar in $(cat "$cache"); do [ -e "$jar" ] || { ok=0; break; }; done
+    if [ $ok = 1 ]; then cat "$cache"; return; fi
+  fi
+  command -v mvn >/dev/null || die "mvn is not installed (Maven resolves Hadoop from Maven Central)"
+  mkdir -p "$(dirname "$cache")"
+  say "resolving Hadoop's jars with Maven ($POM; about 120 MB into ~/.m2 the first time)"
+  mvn -q -B -f "$POM" dependency:build-classpath -Dmdep.outputFile="$cache.tmp" >&2 ||
+    die "mvn could not resolve $POM (is Maven Central reachable?)"
+  mv "$cache.tmp" "$cache"
+  cat "$cache"
+}
+
+# n free TCP ports on 127.0.0.1, one a line.
+free_ports() {
+  "$PY" - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print("\n".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}
+
+# Writes a Hadoop configuration file: name=value lines on stdin.
+write_xml() {
+  {
+    echo '<?xml version="1.0"?>'
+    echo '<!-- written by scripts/yarn-cluster.sh -->'
+    echo '<configuration>'
+    local line
+    while IFS= read -r line; do
+      [ -z "$line" ] && continue
+      printf '  <property><name>%s</name><value>%s</value></property>\n' "${line%%=*}" "${line#*=}"
+    done
+    echo '</configuration>'
+  } >"$1"
+}
+
+write_conf() {
+  local d=$1
+  mkdir -p "$d/conf" "$d/logs" "$d/pids" "$d/tmp" "$d/labels"
+  mapfile -t P < <(free_ports 19)
+  RM_PORT=${P[0]}
+  RM_SCHED=${P[1]}
+  RM_TRACKER=${P[2]}
+  RM_ADMIN=${P[3]}
+  RM_WEB=${P[4]}
+  printf 'rm %s\nscheduler %s\ntracker %s\nadmin %s\nweb %s\n' "$RM_PORT" "$RM_SCHED" \
+    "$RM_TRACKER" "$RM_ADMIN" "$RM_WEB" >"$d/ports"
+  local fs=file:///
+  [ "$HDFS" = 1 ] && fs=hdfs://127.0.0.1:${P[11]}
+  write_xml "$d/conf/core-site.xml" <<EOF
+fs.defaultFS=$fs
+hadoop.security.authentication=simple
+hadoop.tmp.dir=$d/tmp
+ipc.client.connect.max.retries=3
+ipc.client.connect.retry.interval=500
+ipc.client.connect.max.retries.on.timeouts=3
+EOF
+  # what the RM, the NMs and every client read
+  write_xml "$d/conf/yarn-site.xml" <<EOF
+yarn.resourcemanager.hostname=127.0.0.1
+yarn.resourcemanager.address=127.0.0.1:$RM_PORT
+yarn.resourcemanager.scheduler.address=127.0.0.1:$RM_SCHED
+yarn.resourcemanager.resource-tracker.address=127.0.0.1:$RM_TRACKER
+yarn.resourcemanager.admin.address=127.0.0.1:$RM_ADMIN
+yarn.resourcemanager.webapp.address=127.0.0.1:$RM_WEB
+yarn.http.policy=HTTP_ONLY
+yarn.resourcemanager.scheduler.class=org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler
+yarn.scheduler.minimum-allocation-mb=64
+yarn.scheduler.minimum-allocation-vcores=1
+yarn.scheduler.include-port-in-node-name=true
+yarn.resource-types=yarn.io/gpu
+yarn.node-labels.enabled=true
+yarn.node-labels.configuration-type=distributed
+yarn.node-labels.fs-store.root-dir=file://$d/labels
+yarn.resourcemanager.connect.max-wait.ms=20000
+yarn.resourcemanager.connect.retry-interval.ms=500
+yarn.client.nodemanager-connect.max-wait-ms=20000
+yarn.client.nodemanager-connect.retry-interval-ms=500
+yarn.nm.liveness-monitor.expiry-interval-ms=10000
+yarn.am.liveness-monitor.expiry-interval-ms=10000
+yarn.resourcemanager.nodemanagers.heartbeat-interval-ms=500
+yarn.resourcemanager.recovery.enabled=false
+yarn.timeline-service.enabled=false
+yarn.resourcemanager.system-metrics-publisher.enabled=false
+yarn.nodemanager.vmem-check-enabled=false
+yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage=100
+yarn.nodemanager.node-labels.resync-interval-ms=5000
+yarn.nodemanager.delete.debug-delay-sec=600
+yarn.log-aggregation-enable=false
+EOF
+  write_xml "$d/conf/capacity-scheduler.xml" <<EOF
+yarn.scheduler.capacity.resource-calculator=org.apache.hadoop.yarn.util.resource.DominantResourceCalculator
+yarn.scheduler.capacity.maximum-am-resource-percent=0.5
+yarn.scheduler.capacity.root.queues=default
+yarn.scheduler.capacity.root.default.capacity=100
+yarn.scheduler.capacity.root.default.maximum-capacity=100
+yarn.scheduler.capacity.root.accessible-node-labels.gpu.capacity=100
+yarn.scheduler.capacity.root.default.accessible-node-labels=gpu
+yarn.scheduler.capacity.root.default.accessible-node-labels.gpu.capacity=100
+EOF
+  cat >"$d/conf/log4j.properties" <<'EOF'
+# every daemon logs to its stderr, which yarn-cluster.sh sends to DIR/logs/
+log4j.rootLogger=INFO,console
+log4j.appender.console=org.apache.log4j.ConsoleAppender
+log4j.appender.console.target=System.err
+log4j.appender.console.layout=org.apache.log4j.PatternLayout
+log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %p %c{2}: %m%n
+log4j.logger.org.apache.hadoop.util.NativeCodeLoader=ERROR
+EOF
+  rm -f "$d/conf/hdfs-site.xml"
+  [ "$HDFS" = 1 ] && write_hdfs_conf "$d"
+  local i
+  for i in 1 2; do
+    local nd="$d/nm$i" k=$((i - 1))
+    mkdir -p "$nd/conf" "$nd/local" "$nd/logs"
+    cp "$d/conf/core-site.xml" "$d/conf/capacity-scheduler.xml" "$d/conf/log4j.properties" \
+      "$nd/conf/"
+    [ "$HDFS" = 1 ] && cp "$d/conf/hdfs-site.xml" "$nd/conf/"
+    local base=$((5 + 3 * k))
+    {
+      # the common part, less its closing tag, then this NM's own
+      sed '$d' "$d/conf/yarn-site.xml"
+      write_xml /dev/stdout <<EOF | sed -n '/<property>/p'
+yarn.nodemanager.address=127.0.0.1:${P[$base]}
+yarn.nodemanager.localizer.address=127.0.0.1:${P[$((base + 1))]}
+yarn.nodemanager.webapp.address=127.0.0.1:${P[$((base + 2))]}
+yarn.nodemanager.hostname=127.0.0.1
+yarn.nodemanager.local-dirs=$nd/local
+yarn.nodemanager.log-dirs=$nd/logs
+yarn.nodemanager.resource.memory-mb=${NM_MB[$k]}
+yarn.nodemanager.resource.cpu-vcores=${NM_VCORES[$k]}
+yarn.nodemanager.resource-type.yarn.io/gpu=${NM_GPUS[$k]}
+yarn.nodemanager.node-labels.provider=config
+yarn.nodemanager.node-labels.provider.configured-node-partition=${NM_LABEL[$k]}
+EOF
+      echo '</configuration>'
+    } >"$nd/conf/yarn-site.xml"
+    echo "nm$i ${P[$base]}" >>"$d/ports"
+  done
+}
+
+# HDFS: the NameNode's (and every client's) hdfs-site.xml in DIR/conf, and
+# each DataNode's own, with its ports and data directory.
+write_hdfs_conf() {
+  local d=$1
+  mkdir -p "$d/hdfs/name"
+  printf 'namenode %s\nnamenode-web %s\n' "${P[11]}" "${P[12]}" >>"$d/ports"
+  write_xml "$d/conf/hdfs-site.xml" <<EOF
+dfs.replication=2
+dfs.namenode.rpc-address=127.0.0.1:${P[11]}
+dfs.namenode.http-address=127.0.0.1:${P[12]}
+dfs.namenode.name.dir=file://$d/hdfs/name
+dfs.namenode.safemode.extension=0
+dfs.namenode.datanode.registration.ip-hostname-check=false
+dfs.heartbeat.interval=1
+dfs.namenode.heartbeat.recheck-interval=10000
+dfs.http.policy=HTTP_ONLY
+dfs.webhdfs.enabled=true
+EOF
+  local i
+  for i in 1 2; do
+    local dd="$d/dn$i" base=$((13 + 3 * (i - 1)))
+    mkdir -p "$dd/conf" "$dd/data"
+    cp "$d/conf/core-site.xml" "$d/conf/log4j.properties" "$dd/conf/"
+    {
+      sed '$d' "$d/conf/hdfs-site.xml"
+      write_xml /dev/stdout <<EOF | sed -n '/<property>/p'
+dfs.datanode.data.dir=file://$dd/data
+dfs.datanode.address=127.0.0.1:${P[$base]}
+dfs.datanode.http.address=127.0.0.1:${P[$((base + 1))]}
+dfs.datanode.ipc.address=127.0.0.1:${P[$((base + 2))]}
+dfs.datanode.hostname=127.0.0.1
+EOF
+      echo '</configuration>'
+    } >"$dd/conf/hdfs-site.xml"
+    echo "dn$i ${P[$base]}" >>"$d/ports"
+  done
+}
+
+port_of() { awk -v k="$2" '$1 == k {print $2}' "$1/ports"; }
+
+# Whether pid file $1 names a live process of this cluster (its command
+# line carries -Dloom.yarn.dir=DIR: a recycled pid is never ours).
+alive() {
+  local pid
+  pid=$(cat "$1" 2>/dev/null) || return 1
+  [ -n "$pid" ] && grep -qzxF -- "-Dloom.yarn.dir=$DIR" "/proc/$pid/cmdline" 2>/dev/null
+}
+
+# Starts a daemon: name, heap, configuration directory, main class, and
+# what else goes first on its classpath.
+launch() {
+  local name=$1 heap=$2 conf=$3 cls=$4 extra=${5:-}
+  (
+    export HADOOP_CONF_DIR="$conf" HADOOP_LOG_DIR="$DIR/logs"
+    cd "$DIR"
+    exec setsid java "-Xmx$heap" "${JAVA_FAST[@]}" "${JAVA_OPENS[@]}" "-Dloom.yarn.dir=$DIR" \
+      "-Dhadoop.log.dir=$DIR/logs" "-Dyarn.log.dir=$DIR/logs" -cp "$conf:$extra$CP" "$cls" \
+      </dev/null >"$DIR/logs/$name.log" 2>&1
+  ) &
+  echo $! >"$DIR/pids/$name.pid"
+}
+
+tail_log() { say "last lines of $DIR/logs/$1.log:"; tail -n "${2:-15}" "$DIR/logs/$1.log" >&2 || true; }
+
+# Waits until command $2 succeeds, at most TIMEOUT seconds, while the
+# daemons named in $3 live; $1 says what is waited for.
+wait_for() {
+  local what=$1 check=$2 daemons=$3 start=$SECONDS d
+  while ! eval "$check"; do
+    for d in $daemons; do
+      if ! alive "$DIR/pids/$d.pid"; then
+        tail_log "$d" 25
+        stop_all
+        die "$d exited while waiting for $what (its log: $DIR/logs/$d.log)"
+      fi
+    done
+    if [ $((SECONDS - start)) -ge "$TIMEOUT" ]; then
+      for d in $daemons; do tail_log "$d"; done
+      stop_all
+      die "timed out after ${TIMEOUT}s waiting for $what (LOOM_YARN_START_TIMEOUT)"
+    fi
+    sleep 0.5
+  done
+}
+
+rest() { curl -sf --max-time 5 "http://127.0.0.1:$(port_of "$DIR" web)/ws/v1/cluster/$1"; }
+
+rm_started() { rest info 2>/dev/null | grep -q '"state":"STARTED"'; }
+
+# The RM's nodes: "RUNNING nodes, of which with label gpu and yarn.io/gpu 2".
+nodes_ready() {
+  rest nodes 2>/dev/null | "$PY" -c '
+import json, sys
+nodes = (json.load(sys.stdin).get("nodes") or {}).get("node") or []
+run = [n for n in nodes if n.get("state") == "RUNNING"]
+def gpus(n):
+    for r in (n.get("totalResource") or {}).get("resourceInformations", {}).get("resourceInformation", []):
+        if r.get("name") == "yarn.io/gpu":
+            return r.get("value")
+    return 0
+gpu = [n for n in run if "gpu" in (n.get("nodeLabels") or []) and gpus(n) == 2]
+sys.exit(0 if len(run) == 2 and len(gpu) == 1 else 1)'
+}
+
+# Stops the processes in pid files $@: SIGTERM, then SIGKILL for what
+# still lives after STOP_GRACE seconds; returns when all are gone.
+STOP_GRACE=15
+stop_some() {
+  local f name start=$SECONDS left killed=0
+  for f in "$@"; do
+    [ -e "$f" ] && alive "$f" && { kill -TERM "$(cat "$f")" 2>/dev/null || true; STOPPED+=("$(cat "$f")"); }
+  done
+  while :; do
+    left=()
+    for f in "$@"; do [ -e "$f" ] && alive "$f" && left+=("$f"); done
+    [ ${#left[@]} -eq 0 ] && break
+    if [ $killed = 0 ] && [ $((SECONDS - start)) -ge $STOP_GRACE ]; then
+      for f in "${left[@]}"; do
+        name=$(basename "$f" .pid)
+        say "$name did not stop within ${STOP_GRACE}s of SIGTERM: SIGKILL"
+        kill -KILL "$(cat "$f")" 2>/dev/null || true
+      done
+      killed=1
+    fi
+    sleep 0.2
+  done
+  rm -f "$@"
+}
+
+# NodeManagers first: they unregister from a live ResourceManager at once,
+# but retry for yarn.resourcemanager.connect.max-wait.ms without one.
+# The NameNode: both DataNodes live, and out of safe mode.
+hdfs_ready() {
+  local web
+  web=$(port_of "$DIR" namenode-web)
+  curl -sf --max-time 5 "http://127.0.0.1:$web/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo" 2>/dev/null |
+    "$PY" -c '
+import json, sys
+b = json.load(sys.stdin)["beans"][0]
+live = json.loads(b.get("LiveNodes") or "{}")
+sys.exit(0 if len(live) == 2 and not b.get("Safemode") else 1)'
+}
+
+stop_all() {
+  STOPPED=()
+  local nms=()
+  local f
+  for f in "$DIR"/pids/nm*.pid "$DIR"/pids/dn*.pid; do [ -e "$f" ] && nms+=("$f"); done
+  [ ${#nms[@]} -gt 0 ] && stop_some "${nms[@]}"
+  for f in "$DIR"/pids/*.pid; do [ -e "$f" ] && stop_some "$f"; done
+  if [ ${#STOPPED[@]} -gt 0 ]; then say "stopped ${#STOPPED[@]} processes (${STOPPED[*]})"; fi
+}
+
+cmd_start() {
+  local f
+  for f in "$DIR"/pids/*.pid; do
+    [ -e "$f" ] && alive "$f" && die "a cluster already runs in $DIR (scripts/yarn-cluster.sh stop $DIR)"
+  done
+  CP=$(classpath)
+  local t0=$SECONDS
+  write_conf "$DIR"
+  # interrupted half-way: nothing stays
+  trap 'stop_all; exit 130' INT TERM
+  launch rm 384m "$DIR/conf" org.apache.hadoop.yarn.server.resourcemanager.ResourceManager
+  say "ResourceManager starting on 127.0.0.1:$RM_PORT (web http://127.0.0.1:$RM_WEB), log $DIR/logs/rm.log"
+  # nm2 has no label: it may register at once
+  launch nm2 256m "$DIR/nm2/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
+  local hdfs_daemons=""
+  if [ "$HDFS" = 1 ]; then
+    # formatting (a JVM of its own) overlaps with the RM's start
+    HADOOP_CONF_DIR="$DIR/conf" timeout "$TIMEOUT" java -Xmx256m "${JAVA_FAST[@]}" "${JAVA_OPENS[@]}" \
+      -cp "$DIR/conf:$CP" org.apache.hadoop.hdfs.server.namenode.NameNode -format -force \
+      -nonInteractive >"$DIR/logs/nn-format.log" 2>&1 || {
+      tail_log nn-format
+      stop_all
+      die "could not format the NameNode (its log: $DIR/logs/nn-format.log)"
+    }
+    # The HDFS daemons' web servers want webapps/<name> on the classpath,
+    # which Hadoop's tarball has and its jars do not: empty ones serve
+    # their servlets (JMX, WebHDFS), without the static pages.
+    mkdir -p "$DIR/hdfs/www/webapps/hdfs" "$DIR/hdfs/www/webapps/datanode"
+    launch nn 384m "$DIR/conf" org.apache.hadoop.hdfs.server.namenode.NameNode "$DIR/hdfs/www:"
+    launch dn1 256m "$DIR/dn1/conf" org.apache.hadoop.hdfs.server.datanode.DataNode "$DIR/hdfs/www:"
+    launch dn2 256m "$DIR/dn2/conf" org.apache.hadoop.hdfs.server.datanode.DataNode "$DIR/hdfs/www:"
+    hdfs_daemons="nn dn1 dn2"
+    say "NameNode starting on hdfs://127.0.0.1:$(port_of "$DIR" namenode), log $DIR/logs/nn.log"
+  fi
+  wait_for "the ResourceManager's REST API to say STARTED (http://127.0.0.1:$RM_WEB/ws/v1/cluster/info)" \
+    rm_started "rm nm2 $hdfs_daemons"
+  # A label must be in the cluster before an NM reports it.
+  HADOOP_CONF_DIR="$DIR/conf" timeout "$TIMEOUT" java -Xmx128m "${JAVA_FAST[@]}" \
+    -cp "$DIR/conf:$CP" org.apache.hadoop.yarn.client.cli.RMAdminCLI \
+    -addToClusterNodeLabels "gpu(exclusive=false)" >"$DIR/logs/rmadmin.log" 2>&1 || {
+    tail_log rmadmin
+    stop_all
+    die "could not add the node label gpu to the cluster (RMAdminCLI -addToClusterNodeLabels)"
+  }
+  launch nm1 256m "$DIR/nm1/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
+  wait_for "2 RUNNING NodeManagers, one labelled gpu with yarn.io/gpu 2 (http://127.0.0.1:$RM_WEB/ws/v1/cluster/nodes)" \
+    nodes_ready "rm nm1 nm2 $hdfs_daemons"
+  if [ "$HDFS" = 1 ]; then
+    wait_for "the NameNode to have 2 live DataNodes and leave safe mode (http://127.0.0.1:$(port_of "$DIR" namenode-web)/jmx)" \
+      hdfs_ready "nn dn1 dn2"
+  fi
+  trap - INT TERM
+  local with=""
+  [ "$HDFS" = 1 ] && with=", HDFS hdfs://127.0.0.1:$(port_of "$DIR" namenode) (2 DataNodes)"
+  say "ready in $((SECONDS - t0))s: ResourceManager 127.0.0.1:$RM_PORT, NodeManagers nm1 (gpu) and nm2$with; stop with: scripts/yarn-cluster.sh stop $DIR"
+  echo "export HADOOP_CONF_DIR=$DIR/conf"
+}
+
+cmd_status() {
+  [ -f "$DIR/ports" ] || die "no cluster in $DIR"
+  local f n=0 name json
+  for f in "$DIR"/pids/*.pid; do
+    [ -e "$f" ] || continue
+    name=$(basename "$f" .pid)
+    if alive "$f"; then echo "$name running (pid $(cat "$f"))"; n=$((n + 1)); else echo "$name not running"; fi
+  done
+  echo "ResourceManager 127.0.0.1:$(port_of "$DIR" rm), web http://127.0.0.1:$(port_of "$DIR" web)"
+  if [ -n "$(port_of "$DIR" namenode)" ]; then
+    echo "NameNode hdfs://127.0.0.1:$(port_of "$DIR" namenode), web http://127.0.0.1:$(port_of "$DIR" namenode-web)"
+  fi
+  if json=$(rest nodes 2>/dev/null); then
+    "$PY" -c '
+import json, sys
+for n in (json.loads(sys.argv[1]).get("nodes") or {}).get("node") or []:
+    t = n["totalResource"]
+    print("node %s %s %d MB %d vcores labels [%s]" % (n["id"], n["state"], t["memory"],
+          t["vCores"], ",".join(n.get("nodeLabels") or [])))' "$json"
+  else
+    echo "the ResourceManager does not answer"
+  fi
+  echo "export HADOOP_CONF_DIR=$DIR/conf"
+  [ $n -gt 0 ]
+}
+
+[ $# -ge 1 ] || usage
+VERB=$1
+shift
+HDFS=0
+if [ "$VERB" = start ] && [ "${1:-}" = --hdfs ]; then
+  HDFS=1
+  shift
+fi
+[ $# -le 1 ] || usage
+DIR=${1:-$(default_dir)}
+mkdir -p "$DIR"
+DIR=$(cd "$DIR" && pwd)
+case $VERB in
+start) cmd_start ;;
+stop) stop_all ;;
+status) cmd_status ;;
+*) usage ;;
+esac

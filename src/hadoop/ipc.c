@@ -1,0 +1,441 @@
+/* ipc.c: Hadoop IPC framing and a blocking client (see ipc.h). Every
+ * byte from the server is untrusted: a frame's length is checked against
+ * HIPC_MAX_FRAME before anything is allocated, and every delimited
+ * message's length against what the frame holds. */
+#include "hadoop/ipc.h"
+
+#include "IpcConnectionContext.pb-c.h"
+#include "ProtobufRpcEngine2.pb-c.h"
+#include "RpcHeader.pb-c.h"
+#include "core/bytes.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ---- framing ----------------------------------------------------------- */
+
+size_t hipc_varint_put(uint8_t *p, uint32_t v) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    p[n++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  p[n++] = (uint8_t)v;
+  return n;
+}
+
+size_t hipc_varint_get(const uint8_t *p, size_t n, uint32_t *v) {
+  uint32_t r = 0;
+  for (size_t i = 0; i < n && i < 5; i++) {
+    if (i == 4 && p[i] > 0x0f) return 0; /* more than 32 bits */
+    r |= (uint32_t)(p[i] & 0x7f) << (7 * i);
+    if (!(p[i] & 0x80)) {
+      *v = r;
+      return i + 1;
+    }
+  }
+  return 0;
+}
+
+/* Appends msg, preceded by its varint length. */
+static int put_delimited(loom__buf *out, const ProtobufCMessage *msg) {
+  if (!protobuf_c_message_check(msg)) return LOOM_EINVAL; /* a required field unset */
+  size_t n = protobuf_c_message_get_packed_size(msg);
+  if (n > HIPC_MAX_FRAME) return LOOM_ERANGE;
+  uint8_t vb[5];
+  int rc = loom__buf_add(out, vb, hipc_varint_put(vb, (uint32_t)n));
+  if (rc < 0) return rc;
+  uint8_t *tmp = malloc(n ? n : 1);
+  if (!tmp) return LOOM_ENOMEM;
+  protobuf_c_message_pack(msg, tmp);
+  rc = loom__buf_add(out, tmp, n);
+  free(tmp);
+  return rc;
+}
+
+/* Appends a frame of the given messages: a 4-byte length, then each
+ * delimited. */
+static int put_frame(loom__buf *out, const ProtobufCMessage *const *msgs, int n) {
+  size_t at = out->len;
+  uint8_t len[4] = {0};
+  int rc = loom__buf_add(out, len, 4);
+  for (int i = 0; i < n && rc == 0; i++) rc = put_delimited(out, msgs[i]);
+  if (rc < 0) {
+    out->len = at;
+    return rc;
+  }
+  loom__put_be32((unsigned char *)out->p + at, (uint32_t)(out->len - at - 4));
+  return 0;
+}
+
+static void request_header(Hadoop__Common__RpcRequestHeaderProto *h, int32_t call_id,
+                           const uint8_t client_id[16]) {
+  hadoop__common__rpc_request_header_proto__init(h);
+  h->has_rpckind = 1;
+  h->rpckind = HADOOP__COMMON__RPC_KIND_PROTO__RPC_PROTOCOL_BUFFER;
+  h->has_rpcop = 1;
+  h->rpcop = HADOOP__COMMON__RPC_REQUEST_HEADER_PROTO__OPERATION_PROTO__RPC_FINAL_PACKET;
+  h->callid = call_id;
+  h->clientid.data = (uint8_t *)client_id;
+  h->clientid.len = 16;
+  h->has_retrycount = 1;
+  h->retrycount = -1;
+}
+
+int hipc_encode_preamble(loom__buf *out, const char *protocol, const char *user,
+                         const uint8_t client_id[16]) {
+  /* "hrpc", version, service class 0, auth protocol 0 (none: SIMPLE) */
+  const uint8_t pre[7] = {'h', 'r', 'p', 'c', HIPC_VERSION, 0, 0};
+  size_t at = out->len;
+  int rc = loom__buf_add(out, pre, sizeof pre);
+  if (rc < 0) return rc;
+  Hadoop__Common__RpcRequestHeaderProto h;
+  request_header(&h, HIPC_CALL_CONTEXT, client_id);
+  Hadoop__Common__UserInformationProto ui = HADOOP__COMMON__USER_INFORMATION_PROTO__INIT;
+  ui.effectiveuser = (char *)user;
+  Hadoop__Common__IpcConnectionContextProto ctx =
+      HADOOP__COMMON__IPC_CONNECTION_CONTEXT_PROTO__INIT;
+  ctx.userinfo = &ui;
+  ctx.protocol = (char *)protocol;
+  const ProtobufCMessage *msgs[] = {&h.base, &ctx.base};
+  if ((rc = put_frame(out, msgs, 2)) < 0) out->len = at;
+  return rc;
+}
+
+int hipc_encode_call(loom__buf *out, int32_t call_id, const uint8_t client_id[16],
+                     const char *protocol, const char *method, const ProtobufCMessage *req) {
+  Hadoop__Common__RpcRequestHeaderProto h;
+  request_header(&h, call_id, client_id);
+  Hadoop__Common__RequestHeaderProto rh = HADOOP__COMMON__REQUEST_HEADER_PROTO__INIT;
+  rh.methodname = (char *)method;
+  rh.declaringclassprotocolname = (char *)protocol;
+  rh.clientprotocolversion = 1;
+  const ProtobufCMessage *msgs[] = {&h.base, &rh.base, req};
+  return put_frame(out, msgs, 3);
+}
+
+int hipc_frame_length(const uint8_t hdr[4], uint32_t *len, char *err, size_t errlen) {
+  *len = loom__get_be32(hdr);
+  if (*len <= HIPC_MAX_FRAME) return 0;
+  bool text = true;
+  for (int i = 0; i < 4; i++) text &= hdr[i] >= 0x20 && hdr[i] < 0x7f;
+  if (text)
+    snprintf(err, errlen,
+             "the reply does not look like Hadoop IPC: it starts with \"%c%c%c%c\" (another "
+             "protocol on that port?)",
+             hdr[0], hdr[1], hdr[2], hdr[3]);
+  else
+    snprintf(err, errlen, "a reply frame of %u bytes announced, more than the %u allowed", *len,
+             HIPC_MAX_FRAME);
+  return LOOM_EPROTO;
+}
+
+/* Copies a string from the server: at most the first line, printable
+ * ASCII only (others become '?'), cut to outlen. */
+static void copy_printable(char *out, size_t outlen, const char *s) {
+  size_t n = 0;
+  for (; s && *s && *s != '\n' && *s != '\r' && n + 1 < outlen; s++)
+    out[n++] = (*s >= 0x20 && *s < 0x7f) ? *s : '?';
+  out[n] = 0;
+}
+
+int hipc_decode_response(const uint8_t *frame, size_t len,
+                         const ProtobufCMessageDescriptor *body_desc, hipc_response *out, char *err,
+                         size_t errlen) {
+  memset(out, 0, sizeof *out);
+  uint32_t hlen;
+  size_t vn = hipc_varint_get(frame, len, &hlen);
+  if (!vn || hlen > len - vn) {
+    snprintf(err, errlen, "a reply whose header length is %s (the frame has %zu bytes)",
+             vn ? "past its end" : "not a varint", len);
+    return LOOM_EPROTO;
+  }
+  Hadoop__Common__RpcResponseHeaderProto *h =
+      hadoop__common__rpc_response_header_proto__unpack(NULL, hlen, frame + vn);
+  if (!h) {
+    snprintf(err, errlen, "a reply whose header is not an RpcResponseHeaderProto (%u bytes)", hlen);
+    return LOOM_EPROTO;
+  }
+  out->header = &h->base;
+  out->call_id = h->callid;
+  switch (h->status) {
+  case HADOOP__COMMON__RPC_RESPONSE_HEADER_PROTO__RPC_STATUS_PROTO__SUCCESS:
+    out->status = 0;
+    break;
+  case HADOOP__COMMON__RPC_RESPONSE_HEADER_PROTO__RPC_STATUS_PROTO__ERROR:
+    out->status = 1;
+    break;
+  default:
+    out->status = 2;
+    break;
+  }
+  copy_printable(out->exception, sizeof out->exception, h->exceptionclassname);
+  copy_printable(out->message, sizeof out->message, h->errormsg);
+  if (out->status != 0) return 0;
+  const uint8_t *p = frame + vn + hlen;
+  size_t left = len - vn - hlen;
+  uint32_t blen;
+  vn = hipc_varint_get(p, left, &blen);
+  if (!vn || blen > left - vn) {
+    snprintf(err, errlen, "a reply to call %u whose response length is %s", h->callid,
+             vn ? "past the frame's end" : "missing or not a varint");
+    hipc_response_free(out);
+    return LOOM_EPROTO;
+  }
+  out->body = protobuf_c_message_unpack(body_desc, NULL, blen, p + vn);
+  if (!out->body) {
+    snprintf(err, errlen, "a reply to call %u that is not a %s (%u bytes)", h->callid,
+             body_desc->name, blen);
+    hipc_response_free(out);
+    return LOOM_EPROTO;
+  }
+  return 0;
+}
+
+void hipc_response_free(hipc_response *r) {
+  if (r->header) protobuf_c_message_free_unpacked(r->header, NULL);
+  if (r->body) protobuf_c_message_free_unpacked(r->body, NULL);
+  r->header = r->body = NULL;
+}
+
+/* ---- the blocking client --------------------------------------------- */
+
+struct hipc_client {
+  int fd;
+  char peer[2600];
+  char protocol[256];
+  uint8_t client_id[16];
+  int32_t next_call;
+  char exception[256];
+};
+
+static int remaining(uint64_t deadline) {
+  uint64_t now = loom__now_ms();
+  return now >= deadline ? 0 : (int)(deadline - now);
+}
+
+/* Waits until fd is ready for events, at most until deadline. 0 ready,
+ * LOOM_ETIMEDOUT, or LOOM_ECONN (errno set). */
+static int wait_fd(int fd, short events, uint64_t deadline) {
+  for (;;) {
+    struct pollfd p = {.fd = fd, .events = events};
+    int r = poll(&p, 1, remaining(deadline));
+    if (r > 0) return 0;
+    if (r == 0) return LOOM_ETIMEDOUT;
+    if (errno != EINTR) return LOOM_ECONN;
+  }
+}
+
+static int send_all(hipc_client *c, const void *buf, size_t n, uint64_t deadline, const char *what,
+                    char *err, size_t errlen) {
+  const char *p = buf;
+  while (n) {
+    ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+    if (w > 0) {
+      p += w;
+      n -= (size_t)w;
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      int rc = wait_fd(c->fd, POLLOUT, deadline);
+      if (rc == LOOM_ETIMEDOUT) {
+        snprintf(err, errlen, "%s: could not send %s within the timeout", c->peer, what);
+        return rc;
+      }
+      if (rc == 0) continue;
+    }
+    snprintf(err, errlen, "%s: sending %s failed: %s", c->peer, what, strerror(errno));
+    return LOOM_ECONN;
+  }
+  return 0;
+}
+
+static int recv_all(hipc_client *c, void *buf, size_t n, uint64_t deadline, int timeout_ms,
+                    const char *what, char *err, size_t errlen) {
+  char *p = buf;
+  while (n) {
+    ssize_t r = recv(c->fd, p, n, 0);
+    if (r > 0) {
+      p += r;
+      n -= (size_t)r;
+      continue;
+    }
+    if (r == 0) {
+      snprintf(err, errlen, "%s closed the connection while loom waited for %s", c->peer, what);
+      return LOOM_ECONN;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      int rc = wait_fd(c->fd, POLLIN, deadline);
+      if (rc == LOOM_ETIMEDOUT) {
+        snprintf(err, errlen, "%s: no %s within %d ms", c->peer, what, timeout_ms);
+        return rc;
+      }
+      if (rc == 0) continue;
+    }
+    snprintf(err, errlen, "%s: reading %s failed: %s", c->peer, what, strerror(errno));
+    return LOOM_ECONN;
+  }
+  return 0;
+}
+
+/* A non-blocking socket connected to ai within the deadline, or -1 with
+ * *why set (an errno, or ETIMEDOUT). */
+static int connect_one(const struct addrinfo *ai, uint64_t deadline, int *why) {
+  int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+  if (fd < 0) {
+    *why = errno;
+    return -1;
+  }
+  if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS) {
+    *why = errno;
+    close(fd);
+    return -1;
+  }
+  int rc = wait_fd(fd, POLLOUT, deadline);
+  int soerr = 0;
+  socklen_t sl = sizeof soerr;
+  if (rc == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+  }
+  *why = rc == LOOM_ETIMEDOUT ? ETIMEDOUT : soerr ? soerr : errno;
+  close(fd);
+  return -1;
+}
+
+int hipc_connect(const char *host, int port, const char *peer, const char *protocol,
+                 const char *user, int timeout_ms, hipc_client **out, char *err, size_t errlen) {
+  *out = NULL;
+  uint64_t deadline = loom__now_ms() + (uint64_t)timeout_ms;
+  char ports[16];
+  snprintf(ports, sizeof ports, "%d", port);
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  int g = getaddrinfo(host, ports, &hints, &res);
+  if (g != 0) {
+    snprintf(err, errlen, "%s: cannot resolve %s: %s", peer, host, gai_strerror(g));
+    return LOOM_ECONN;
+  }
+  int fd = -1, why = 0;
+  for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
+    fd = connect_one(ai, deadline, &why);
+  freeaddrinfo(res);
+  if (fd < 0) {
+    if (why == ETIMEDOUT)
+      snprintf(err, errlen, "%s: no connection within %d ms", peer, timeout_ms);
+    else
+      snprintf(err, errlen, "%s: cannot connect: %s", peer, strerror(why));
+    return why == ETIMEDOUT ? LOOM_ETIMEDOUT : LOOM_ECONN;
+  }
+  hipc_client *c = calloc(1, sizeof *c);
+  if (!c) {
+    close(fd);
+    return LOOM_ENOMEM;
+  }
+  c->fd = fd;
+  loom__strlcpy(c->peer, peer, sizeof c->peer);
+  loom__strlcpy(c->protocol, protocol, sizeof c->protocol);
+  if (RAND_bytes(c->client_id, sizeof c->client_id) != 1) {
+    for (size_t i = 0; i < sizeof c->client_id; i++) c->client_id[i] = (uint8_t)rand();
+  }
+  loom__buf b;
+  loom__buf_init(&b, 1 << 16);
+  int rc = hipc_encode_preamble(&b, protocol, user, c->client_id);
+  if (rc == 0)
+    rc = send_all(c, b.p, b.len, deadline, "the connection header", err, errlen);
+  else
+    snprintf(err, errlen, "%s: cannot encode the connection header", peer);
+  loom__buf_free(&b);
+  if (rc < 0) {
+    hipc_close(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+int hipc_call(hipc_client *c, const char *method, const ProtobufCMessage *req,
+              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, int timeout_ms,
+              char *err, size_t errlen) {
+  *resp = NULL;
+  c->exception[0] = 0;
+  if (c->fd < 0) {
+    snprintf(err, errlen, "%s: %s: the connection was closed after an earlier error", c->peer,
+             method);
+    return LOOM_ECONN;
+  }
+  uint64_t deadline = loom__now_ms() + (uint64_t)timeout_ms;
+  int32_t id = c->next_call++;
+  loom__buf b;
+  loom__buf_init(&b, HIPC_MAX_FRAME);
+  int rc = hipc_encode_call(&b, id, c->client_id, c->protocol, method, req);
+  char what[160];
+  snprintf(what, sizeof what, "the %s call", method);
+  if (rc < 0)
+    snprintf(err, errlen, "%s: cannot encode %s (%s)", c->peer, what, loom_strerror(rc));
+  else
+    rc = send_all(c, b.p, b.len, deadline, what, err, errlen);
+  loom__buf_free(&b);
+  uint8_t hdr[4];
+  uint32_t len = 0;
+  uint8_t *frame = NULL;
+  snprintf(what, sizeof what, "reply to %s", method);
+  if (rc == 0) rc = recv_all(c, hdr, 4, deadline, timeout_ms, what, err, errlen);
+  if (rc == 0) {
+    char why[256];
+    if ((rc = hipc_frame_length(hdr, &len, why, sizeof why)) < 0)
+      snprintf(err, errlen, "%s: %s: %s", c->peer, method, why);
+  }
+  if (rc == 0 && !(frame = malloc(len ? len : 1))) rc = LOOM_ENOMEM;
+  if (rc == 0) rc = recv_all(c, frame, len, deadline, timeout_ms, what, err, errlen);
+  hipc_response r = {0};
+  if (rc == 0) {
+    char why[256];
+    if ((rc = hipc_decode_response(frame, len, resp_desc, &r, why, sizeof why)) < 0)
+      snprintf(err, errlen, "%s: %s: %s", c->peer, method, why);
+  }
+  free(frame);
+  /* a connection-level error (refused connection context, SASL wanted)
+   * comes as call -1, Hadoop's INVALID_CALL_ID */
+  if (rc == 0 && r.call_id != (uint32_t)id && !(r.status != 0 && r.call_id == UINT32_MAX)) {
+    snprintf(err, errlen, "%s: %s: a reply to call %u where call %d was waited for", c->peer,
+             method, r.call_id, id);
+    rc = LOOM_EPROTO;
+  } else if (rc == 0 && r.status != 0) {
+    loom__strlcpy(c->exception, r.exception, sizeof c->exception);
+    snprintf(err, errlen, "%s: %s failed%s: %s%s%s", c->peer, method,
+             r.status == 2 ? " (fatal: connection closed)" : "",
+             r.exception[0] ? r.exception : "an error without an exception class",
+             r.message[0] ? ": " : "", r.message);
+    rc = LOOM_EPEER;
+  } else if (rc == 0) {
+    *resp = r.body;
+    r.body = NULL;
+  }
+  bool fatal = rc < 0 && !(rc == LOOM_EPEER && r.status == 1);
+  hipc_response_free(&r);
+  if (fatal && c->fd >= 0) {
+    close(c->fd);
+    c->fd = -1;
+  }
+  return rc;
+}
+
+const char *hipc_exception(const hipc_client *c) { return c->exception; }
+
+void hipc_close(hipc_client *c) {
+  if (!c) return;
+  if (c->fd >= 0) close(c->fd);
+  free(c);
+}

@@ -1,0 +1,113 @@
+/* ipc.h: Hadoop IPC (the RPC of the ResourceManager, NodeManagers and
+ * NameNode), as a client. Two layers:
+ *
+ * - framing, with no I/O: the connection preamble, a call's frame and a
+ *   reply's decoding, so that a blocking client (below) and an event-loop
+ *   one (the application master's, to come) share them, and a fuzzer can
+ *   drive the decoder. Messages are protobuf-c's, generated at build time
+ *   from the .proto files in src/hadoop/proto/.
+ * - a blocking client: one connection, one call at a time, every wait
+ *   bounded, every error naming the peer, the call and what was waited
+ *   for.
+ *
+ * On the wire (Hadoop's ipc.Client and ipc.Server, protocol version 9):
+ * the client sends "hrpc", the version, the service class and the auth
+ * protocol (0: none, SIMPLE authentication), then frames of a 4-byte
+ * big-endian length and varint-delimited messages: first the connection
+ * context (RpcRequestHeaderProto with call id -3, IpcConnectionContextProto
+ * naming the user and the protocol), then each call (RpcRequestHeaderProto,
+ * RequestHeaderProto naming the method, the request). A reply frame is an
+ * RpcResponseHeaderProto, then on success the response message.
+ *
+ * TODO(AM slice, issue 14): SASL (auth protocol 0xDF, RpcSaslProto frames
+ * with call id -33, TOKEN / DIGEST-MD5 with qop=auth) goes between the
+ * preamble and the connection context: the ApplicationMasterProtocol (the
+ * AMRMToken) and every NodeManager (NMTokens) require it even on a
+ * cluster with SIMPLE authentication. ApplicationClientProtocol does not. */
+#ifndef LOOM_HADOOP_IPC_H
+#define LOOM_HADOOP_IPC_H
+
+#include "core/core.h"
+#include <protobuf-c/protobuf-c.h>
+
+#define HIPC_VERSION 9
+/* The largest reply frame accepted (Hadoop's ipc.maximum.response.length
+ * is 128 MiB; a cluster's node list is far below this). */
+#define HIPC_MAX_FRAME (64u << 20)
+/* Hadoop's call ids that are not calls. */
+#define HIPC_CALL_CONTEXT (-3)
+#define HIPC_CALL_PING (-4)
+#define HIPC_CALL_SASL (-33)
+
+/* ---- framing ----------------------------------------------------------- */
+
+/* Appends the preamble and the connection context frame for protocol
+ * (the Java interface name, "org.apache.hadoop.yarn.api.ApplicationClientProtocolPB")
+ * as user to out. client_id is the connection's 16 random bytes. */
+int hipc_encode_preamble(loom__buf *out, const char *protocol, const char *user,
+                         const uint8_t client_id[16]);
+/* Appends one call's frame: method of protocol with request req. */
+int hipc_encode_call(loom__buf *out, int32_t call_id, const uint8_t client_id[16],
+                     const char *protocol, const char *method, const ProtobufCMessage *req);
+
+/* A decoded reply frame. The caller owns header and body
+ * (hipc_response_free). */
+typedef struct {
+  ProtobufCMessage *header; /* Hadoop__Common__RpcResponseHeaderProto */
+  uint32_t call_id;
+  int status; /* 0 success, 1 error, 2 fatal: the call failed and the connection is done */
+  /* on error: the remote exception's class and first line of its message,
+   * printable characters only; "" when the server sent none */
+  char exception[256];
+  char message[512];
+  ProtobufCMessage *body; /* on success: the response (of body_desc), else NULL */
+} hipc_response;
+
+/* The length a reply frame announces in its first 4 bytes, checked
+ * against HIPC_MAX_FRAME. Returns 0, or LOOM_EPROTO with err saying what
+ * the bytes look like (another protocol on that port). */
+int hipc_frame_length(const uint8_t hdr[4], uint32_t *len, char *err, size_t errlen);
+/* Decodes a reply frame's len bytes (after its length): the header and,
+ * when it says success, a body of body_desc. Every length in it is
+ * checked against what is there. Returns 0 with *out filled (also for a
+ * remote error: see status), or LOOM_EPROTO (err says what is malformed)
+ * or LOOM_ENOMEM. */
+int hipc_decode_response(const uint8_t *frame, size_t len,
+                         const ProtobufCMessageDescriptor *body_desc, hipc_response *out, char *err,
+                         size_t errlen);
+void hipc_response_free(hipc_response *r);
+
+/* Varints as protobuf writes them (the delimiters between messages).
+ * hipc_varint_get returns the bytes it read, or 0 when p[0..n) holds no
+ * complete varint of at most 32 bits. */
+size_t hipc_varint_put(uint8_t *p, uint32_t v);
+size_t hipc_varint_get(const uint8_t *p, size_t n, uint32_t *v);
+
+/* ---- the blocking client --------------------------------------------- */
+
+typedef struct hipc_client hipc_client;
+
+/* Connects to host:port and sends the preamble and connection context for
+ * protocol as user. peer names the server in messages ("the
+ * ResourceManager at 127.0.0.1:8032"). Waits at most timeout_ms. Returns 0
+ * with *out made, or LOOM_ECONN / LOOM_ETIMEDOUT with err saying what
+ * failed (refused, no answer, unknown host). */
+int hipc_connect(const char *host, int port, const char *peer, const char *protocol,
+                 const char *user, int timeout_ms, hipc_client **out, char *err, size_t errlen);
+/* Calls method with req and waits at most timeout_ms for its reply, a
+ * message of resp_desc that *resp then holds (the caller frees it with
+ * protobuf_c_message_free_unpacked). Returns 0, or:
+ * LOOM_EPEER: the server answered with an exception: err names the call,
+ * the exception class and message (hipc_exception() gives the class);
+ * LOOM_ETIMEDOUT, LOOM_ECONN: no answer in time, connection lost;
+ * LOOM_EPROTO: the reply is malformed. After anything but 0 or a
+ * non-fatal LOOM_EPEER the connection is closed and further calls fail. */
+int hipc_call(hipc_client *c, const char *method, const ProtobufCMessage *req,
+              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, int timeout_ms,
+              char *err, size_t errlen);
+/* The class of the exception of the last call that failed with
+ * LOOM_EPEER ("org.apache.hadoop.ipc.StandbyException"), or "". */
+const char *hipc_exception(const hipc_client *c);
+void hipc_close(hipc_client *c);
+
+#endif
