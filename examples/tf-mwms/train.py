@@ -70,6 +70,22 @@ def read_idx(path):
         return np.fromfile(f, np.uint8).reshape(dims)
 
 
+def dashboard(who):
+    """metric(tag, step, value) for loom's dashboard (Loom.metric: a live
+    chart per tag, a line per task); does nothing outside a loom job."""
+    if "LOOM_COORD" not in os.environ:
+        return lambda *_: None
+    import loom
+    handle = loom.Loom()
+
+    def metric(tag, step, value):
+        try:
+            handle.metric(tag, step, value)
+        except (loom.LoomError, ValueError) as e:
+            log(who, f"metric {tag} not sent: {e}")
+    return metric
+
+
 def log(who, msg):
     print(f"{who}: {msg}", flush=True)
 
@@ -208,6 +224,7 @@ def main(argv=None):
                 shutil.rmtree(os.path.dirname(path), ignore_errors=True)
             return path
 
+    dash = dashboard(who)
     writer = None
     if a.tb_dir:
         writer = tf.summary.create_file_writer(os.path.join(a.tb_dir, f"{role}-{index}"))
@@ -258,6 +275,8 @@ def main(argv=None):
                 tf.summary.scalar("loss", mean)
                 tf.summary.scalar("learning_rate", float(lr(step - 1)))
                 tf.summary.scalar("samples_per_s", rate)
+        dash("loss", step, mean)
+        dash("samples_per_s", step, rate)
         if step % ckpt_every == 0 and step < a.steps:
             save(step)
     train_s = time.time() - t_train
@@ -302,6 +321,7 @@ def main(argv=None):
         if writer:
             with writer.as_default(step=step):
                 tf.summary.scalar("test_accuracy", result["test_accuracy"])
+        dash("test_accuracy", step, result["test_accuracy"])
         log(who, f"test accuracy {result['test_accuracy']:.4f} on {len(test)} images after "
             f"{step} steps of {a.batch}")
     if writer:

@@ -32,6 +32,22 @@ DATA = "/usr/share/datasets/fashion-mnist"
 HIDDEN = 128
 
 
+def dashboard():
+    """metric(tag, step, value) for loom's dashboard (Loom.metric: a live
+    chart per tag, a line per task); does nothing outside a loom job."""
+    if "LOOM_COORD" not in os.environ:
+        return lambda *_: None
+    import loom
+    handle = loom.Loom()
+
+    def metric(tag, step, value):
+        try:
+            handle.metric(tag, step, value)
+        except (loom.LoomError, ValueError) as e:
+            log(f"metric {tag} not sent: {e}")
+    return metric
+
+
 def log(*a):
     print(f"[tf-ps {os.environ.get('LOOM_TASK', '?')}]", *a, flush=True)
 
@@ -168,6 +184,7 @@ def chief(tf, resolver, a):
         return loss
 
     losses, saved, saved_at = [], [], []
+    dash = dashboard()
     done = resumed
     while done < a.steps:
         n = min(a.ckpt_every - done % a.ckpt_every, a.steps - done)
@@ -176,6 +193,7 @@ def chief(tf, resolver, a):
         chunk = [float(r.fetch()) for r in rvs]
         done = int(step.numpy())
         losses.append(sum(chunk) / len(chunk))
+        dash("loss", done, losses[-1])
         path = mgr.save(checkpoint_number=done)
         saved.append(done)
         saved_at.append(round(time.time() - t0, 3))
@@ -218,6 +236,7 @@ def evaluator(tf, np, a):
     ckpt = tf.train.Checkpoint(model=model, step=step)
     tb = os.path.join(os.environ.get("LOOM_TENSORBOARD_DIR", a.out), "evaluator-0")
     writer = tf.summary.create_file_writer(tb)
+    dash = dashboard()
     job = os.environ.get("LOOM_JOB_ID")
     log(f"watching {a.ckpt_dir}; metrics to {metrics}, summaries to {tb}")
     while True:
@@ -246,6 +265,8 @@ def evaluator(tf, np, a):
             with writer.as_default():
                 tf.summary.scalar("eval/loss", loss, step=s)
                 tf.summary.scalar("eval/accuracy", acc, step=s)
+            dash("eval/loss", s, loss)
+            dash("eval/accuracy", s, acc)
             writer.flush()
             seen.add(latest)
             log(f"checkpoint {os.path.basename(latest)}: step {s}, loss {loss:.4f}, "

@@ -143,6 +143,14 @@ def test_mwms_chief_and_two_workers(loom, tf_python, example):
     assert res["chief-0"]["test_examples"] == 10000
     assert acc > 0.84 and acc1 > 0.84, (acc, acc1)  # it learned
     assert abs(acc - acc1) <= 0.01, (acc, acc1)
+    # the loss and the test accuracy reached loom's dashboard (Loom.metric)
+    dash = {}
+    for e in loom.events():
+        if e["event"] == "metric" and e.get("source") == "user":
+            dash.setdefault((e["task"], e["tag"]), []).append((e["step"], e["value"]))
+    assert dash[("chief:0", "test_accuracy")] == [(STEPS, pytest.approx(acc, abs=1e-9))], dash
+    for t in ("chief:0", "worker:0", "worker:1"):
+        assert [s for s, _ in dash[(t, "loss")]][-1] == STEPS, dash.get((t, "loss"))
 
     # checkpoints: the chief's, the last two kept; no worker's temporary copy left
     ckpt = job / "ckpt"

@@ -138,6 +138,14 @@ def test_variables_on_both_ps_and_evaluator_metrics(loom, tf_python):
     assert [s for s, _ in summ["eval/accuracy"]] == steps
     assert [round(v, 4) for _, v in summ["eval/accuracy"]] == [round(m["accuracy"], 4)
                                                               for m in ms]
+    # the chief's loss and the evaluator's metrics reached loom's dashboard
+    dash = {}
+    for e in loom.events():
+        if e["event"] == "metric" and e.get("source") == "user":
+            dash.setdefault((e["task"], e["tag"]), []).append((e["step"], e["value"]))
+    assert [s for s, _ in dash[("chief:0", "loss")]] == [50, 100, 150, 200], dash
+    assert [(s, round(v, 6)) for s, v in dash[("evaluator:0", "eval/accuracy")]] == \
+        [(m["step"], round(m["accuracy"], 6)) for m in ms]
     # the chief and the evaluator finished; workers and ps were stopped as services
     st = {t["task"]: t for t in loom.state()["tasks"]}
     assert st["chief:0"]["state"] == "succeeded" and st["evaluator:0"]["state"] == "succeeded"
