@@ -6,6 +6,7 @@
 #ifndef LOOM_CORE_BYTES_H
 #define LOOM_CORE_BYTES_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 static inline uint16_t loom__get_be16(const unsigned char *p) {
@@ -54,6 +55,33 @@ static inline void loom__put_le32(unsigned char *p, uint32_t v) {
 static inline void loom__put_le64(unsigned char *p, uint64_t v) {
   loom__put_le32(p, (uint32_t)v);
   loom__put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Protocol Buffers' base-128 varint (TensorBoard's event records, Hadoop
+ * IPC's delimited messages). loom__varint_put writes v in 1 to 10 bytes and
+ * returns how many; loom__varint_get32 reads one of at most 32 bits from
+ * p[0..n) and returns the bytes it read, or 0 when p holds no complete one
+ * or it is wider than 32 bits. */
+static inline size_t loom__varint_put(unsigned char out[10], uint64_t v) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    out[n++] = (unsigned char)(v | 0x80);
+    v >>= 7;
+  }
+  out[n++] = (unsigned char)v;
+  return n;
+}
+static inline size_t loom__varint_get32(const unsigned char *p, size_t n, uint32_t *v) {
+  uint32_t r = 0;
+  for (size_t i = 0; i < n && i < 5; i++) {
+    if (i == 4 && p[i] > 0x0f) return 0; /* more than 32 bits */
+    r |= (uint32_t)(p[i] & 0x7f) << (7 * i);
+    if (!(p[i] & 0x80)) {
+      *v = r;
+      return i + 1;
+    }
+  }
+  return 0;
 }
 
 #endif

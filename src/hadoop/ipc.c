@@ -23,36 +23,13 @@
 
 /* ---- framing ----------------------------------------------------------- */
 
-size_t hipc_varint_put(uint8_t *p, uint32_t v) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    p[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  p[n++] = (uint8_t)v;
-  return n;
-}
-
-size_t hipc_varint_get(const uint8_t *p, size_t n, uint32_t *v) {
-  uint32_t r = 0;
-  for (size_t i = 0; i < n && i < 5; i++) {
-    if (i == 4 && p[i] > 0x0f) return 0; /* more than 32 bits */
-    r |= (uint32_t)(p[i] & 0x7f) << (7 * i);
-    if (!(p[i] & 0x80)) {
-      *v = r;
-      return i + 1;
-    }
-  }
-  return 0;
-}
-
 /* Appends msg, preceded by its varint length. */
 static int put_delimited(loom__buf *out, const ProtobufCMessage *msg) {
   if (!protobuf_c_message_check(msg)) return LOOM_EINVAL; /* a required field unset */
   size_t n = protobuf_c_message_get_packed_size(msg);
   if (n > HIPC_MAX_FRAME) return LOOM_ERANGE;
-  uint8_t vb[5];
-  int rc = loom__buf_add(out, vb, hipc_varint_put(vb, (uint32_t)n));
+  uint8_t vb[10];
+  int rc = loom__buf_add(out, vb, loom__varint_put(vb, n));
   if (rc < 0) return rc;
   uint8_t *tmp = malloc(n ? n : 1);
   if (!tmp) return LOOM_ENOMEM;
@@ -153,7 +130,7 @@ int hipc_decode_response(const uint8_t *frame, size_t len,
                          size_t errlen) {
   memset(out, 0, sizeof *out);
   uint32_t hlen;
-  size_t vn = hipc_varint_get(frame, len, &hlen);
+  size_t vn = loom__varint_get32(frame, len, &hlen);
   if (!vn || hlen > len - vn) {
     snprintf(err, errlen, "a reply whose header length is %s (the frame has %zu bytes)",
              vn ? "past its end" : "not a varint", len);
@@ -184,7 +161,7 @@ int hipc_decode_response(const uint8_t *frame, size_t len,
   const uint8_t *p = frame + vn + hlen;
   size_t left = len - vn - hlen;
   uint32_t blen;
-  vn = hipc_varint_get(p, left, &blen);
+  vn = loom__varint_get32(p, left, &blen);
   if (!vn || blen > left - vn) {
     snprintf(err, errlen, "a reply to call %u whose response length is %s", h->callid,
              vn ? "past the frame's end" : "missing or not a varint");

@@ -77,11 +77,8 @@ int hipc_decode_response(const uint8_t *frame, size_t len,
                          size_t errlen);
 void hipc_response_free(hipc_response *r);
 
-/* Varints as protobuf writes them (the delimiters between messages).
- * hipc_varint_get returns the bytes it read, or 0 when p[0..n) holds no
- * complete varint of at most 32 bits. */
-size_t hipc_varint_put(uint8_t *p, uint32_t v);
-size_t hipc_varint_get(const uint8_t *p, size_t n, uint32_t *v);
+/* The varints between messages: core/bytes.h (loom__varint_put,
+ * loom__varint_get32). */
 
 /* ---- the blocking client --------------------------------------------- */
 

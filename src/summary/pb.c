@@ -1,6 +1,7 @@
 /* pb.c: protocol buffers encoding for TensorBoard's events (see pb.h).
  * Fixed-width values go out little-endian whatever the host. */
 #include "summary/pb.h"
+#include "core/bytes.h"
 
 #include <string.h>
 
@@ -14,16 +15,6 @@ void loom__pb_free(loom__pb *e) {
   e->err = 0;
 }
 
-size_t loom__pb_encode_varint(uint8_t out[10], uint64_t v) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    out[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  out[n++] = (uint8_t)v;
-  return n;
-}
-
 static void pb_raw(loom__pb *e, const void *data, size_t n) {
   if (e->err) return;
   e->err = loom__buf_add(&e->buf, data, n);
@@ -31,7 +22,7 @@ static void pb_raw(loom__pb *e, const void *data, size_t n) {
 
 static void pb_raw_varint(loom__pb *e, uint64_t v) {
   uint8_t tmp[10];
-  pb_raw(e, tmp, loom__pb_encode_varint(tmp, v));
+  pb_raw(e, tmp, loom__varint_put(tmp, v));
 }
 
 static void pb_key(loom__pb *e, int field, int wire_type) {

@@ -26,10 +26,6 @@ typedef struct {
 void loom__pb_init(loom__pb *e, size_t max);
 void loom__pb_free(loom__pb *e);
 
-/* Writes the varint encoding of v (1 to 10 bytes) to out; returns its
- * length. Negative int64 values are their two's complement: 10 bytes. */
-size_t loom__pb_encode_varint(uint8_t out[10], uint64_t v);
-
 /* One field each: key (field << 3 | wire type), then the value. */
 void loom__pb_varint(loom__pb *e, int field, uint64_t v);
 void loom__pb_double(loom__pb *e, int field, double v);

@@ -7,6 +7,7 @@
  * an error with one, non-printable exception text. The committed corpus
  * holds real replies of Hadoop 3.5.0's ResourceManager (and a
  * NodeManager's refusal of SIMPLE authentication). */
+#include "core/bytes.h"
 #include "hadoop/ipc.h"
 #include "yarn_service_protos.pb-c.h"
 
@@ -57,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   }
   uint32_t v;
-  (void)hipc_varint_get(frame, len, &v);
+  (void)loom__varint_get32(frame, len, &v);
   free(frame);
   return 0;
 }
