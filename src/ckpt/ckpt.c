@@ -33,6 +33,7 @@
 #include "lib/lib.h"
 #include "core/crc32c.h"
 #include "loom/ckpt.h"
+#include "ckpt/ckpt.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -827,16 +828,13 @@ static const char *names_str(const ckpt_file *f, char *buf, size_t len) {
   return f->count ? buf : "none";
 }
 
-static int ckpt_restore_locked(loom_ckpt_t *c, int64_t step, loom_tensor *t, size_t n) {
-  char path[PATH_MAX];
-  int fd;
-  int rc = ckpt_open_step(c, step, path, sizeof path, &fd);
-  if (rc < 0) return rc;
+/* Restores t from the checkpoint of step open on fd (path: for messages).
+ * Called with mu held. */
+static int ckpt_restore_fd(loom_ckpt_t *c, const char *path, int fd, int64_t step, loom_tensor *t,
+                           size_t n) {
   ckpt_file f;
-  if ((rc = ckpt_check(c, path, fd, step, &f)) < 0) {
-    close(fd);
-    return rc;
-  }
+  int rc = ckpt_check(c, path, fd, step, &f);
+  if (rc < 0) return rc;
   const ckpt_entry **sorted = malloc((f.count ? f.count : 1) * sizeof *sorted);
   const ckpt_entry **match = malloc((n ? n : 1) * sizeof *match);
   if (!sorted || !match) {
@@ -891,6 +889,15 @@ out:
   free(sorted);
   free(match);
   ckpt_file_free(&f);
+  return rc;
+}
+
+static int ckpt_restore_locked(loom_ckpt_t *c, int64_t step, loom_tensor *t, size_t n) {
+  char path[PATH_MAX];
+  int fd;
+  int rc = ckpt_open_step(c, step, path, sizeof path, &fd);
+  if (rc < 0) return rc;
+  rc = ckpt_restore_fd(c, path, fd, step, t, n);
   close(fd);
   return rc;
 }
@@ -907,4 +914,49 @@ int loom_ckpt_restore(loom_ckpt_t *c, int64_t step, loom_tensor *t, size_t n) {
     rc = ckpt_restore_locked(c, step, t, n);
   pthread_mutex_unlock(&c->mu);
   return rc;
+}
+
+/* ---- for the fuzz harness ----------------------------------------------- */
+
+void loom__ckpt_tensors_free(loom_tensor *t, size_t n) {
+  for (size_t i = 0; t && i < n; i++) {
+    free((char *)t[i].name);
+    free(t[i].data);
+  }
+  free(t);
+}
+
+int loom__ckpt_restore_all_fd(loom_ckpt_t *c, int fd, int64_t step, loom_tensor **out,
+                              size_t *count) {
+  *out = NULL;
+  *count = 0;
+  if (!c) return LOOM_EINVAL;
+  pthread_mutex_lock(&c->mu);
+  char path[64];
+  snprintf(path, sizeof path, "(fd %d)", fd);
+  ckpt_file f;
+  int rc = ckpt_check(c, path, fd, step, &f);
+  loom_tensor *t = NULL;
+  if (rc == 0 && !(t = calloc(f.count ? f.count : 1, sizeof *t)))
+    rc = ckpt_fail(c, LOOM_ENOMEM, "out of memory");
+  for (uint32_t i = 0; rc == 0 && i < f.count; i++) {
+    const ckpt_entry *en = &f.entries[i];
+    t[i].dtype = DTYPES[dtype_index_of_code(en->dtype)].dt;
+    t[i].ndim = en->ndim;
+    memcpy(t[i].shape, en->shape, sizeof t[i].shape);
+    t[i].name = strndup(en->name, en->name_len);
+    t[i].data = malloc(en->bytes ? (size_t)en->bytes : 1);
+    if (!t[i].name || !t[i].data) rc = ckpt_fail(c, LOOM_ENOMEM, "out of memory");
+  }
+  size_t n = t ? f.count : 0;
+  ckpt_file_free(&f);
+  if (rc == 0) rc = ckpt_restore_fd(c, path, fd, step, t, n);
+  pthread_mutex_unlock(&c->mu);
+  if (rc < 0) {
+    loom__ckpt_tensors_free(t, n);
+    return rc;
+  }
+  *out = t;
+  *count = n;
+  return 0;
 }
