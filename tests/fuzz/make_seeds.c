@@ -1,8 +1,10 @@
 /* make_seeds.c: writes the seed corpora of the spec_parse, feed_format,
- * ps_proto and ckpt harnesses, each input made by loom's own encoders
- * (spec_to_json, the summary writer's TFRecord framing, ps_hdr_put and
- * ps_decl_put, ps_ckpt_write and ps_ckpt_commit, loom_ckpt_save), so that
- * the fuzzers start from what loom really reads:
+ * ps_proto, ckpt and wire_auth harnesses, each input made by loom's own
+ * encoders (spec_to_json, the summary writer's TFRecord framing,
+ * ps_hdr_put and ps_decl_put, ps_ckpt_write and ps_ckpt_commit,
+ * loom_ckpt_save, wire_auth_server_start and, in the harness,
+ * wire_auth_client_answer), so that the fuzzers start from what loom
+ * really reads:
  *   build/tests/fuzz/fuzz_make_seeds tests/fuzz/corpus
  * (then commit what changed). Each harness's comment says how it reads
  * its input; the first byte or bytes select what the rest is. */
@@ -11,6 +13,7 @@
 #include "loom/summary.h"
 #include "ps/ps.h"
 #include "spec/spec.h"
+#include "wire/wire_auth.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -263,18 +266,48 @@ static void ckpt_seeds(const char *tmp) {
   free(b);
 }
 
+/* ---- wire_auth: service and piece size, mode, then the bytes ------------ */
+static void auth_seeds(void) {
+  static const char *const NAMES[] = {"coord", "ps", "comm"};
+  const wire_auth_proto *const protos[] = {&wire_auth_coord, &wire_auth_ps, &wire_auth_comm};
+  unsigned char b[2 + WIRE_AUTH_MSG_MAX + 16];
+  char name[64];
+  for (int i = 0; i < 3; i++) {
+    size_t alen = wire_auth_answer_len(protos[i]);
+    /* XORed onto the real answer: all zeros is the answer itself */
+    memset(b, 0, sizeof b);
+    b[0] = (unsigned char)(i | 7 << 2), b[1] = 1;
+    snprintf(name, sizeof name, "%s_right", NAMES[i]);
+    put("wire_auth", name, b, 2 + alen + 16, NULL, 0); /* and the service's bytes after it */
+    b[2 + protos[i]->answer_pre_len + 3] = 0x40;
+    snprintf(name, sizeof name, "%s_bad_mac", NAMES[i]);
+    put("wire_auth", name, b, 2 + alen, NULL, 0);
+    /* a challenge as the server writes it, for the client's side */
+    wire_auth_server s;
+    size_t n;
+    if (wire_auth_server_start(&s, protos[i], "x", NULL, 0, b + 2, &n) < 0) fail("no randomness");
+    b[0] = (unsigned char)i, b[1] = 2;
+    snprintf(name, sizeof name, "%s_challenge", NAMES[i]);
+    put("wire_auth", name, b, 2 + n, NULL, 0);
+  }
+  static const char junk[] = "\x05\x00GET / HTTP/1.1\r\n\r\n";
+  put("wire_auth", "http_instead", junk, sizeof junk - 1, NULL, 0);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: fuzz_make_seeds CORPUS_DIR (tests/fuzz/corpus)\n");
     return 2;
   }
   out_dir = argv[1];
+  mkdir(out_dir, 0755);
   char tmp[] = "/tmp/loom-seeds-XXXXXX";
   if (!mkdtemp(tmp)) return 1;
   spec_seeds();
   feed_seeds(tmp);
   ps_seeds();
   ckpt_seeds(tmp);
+  auth_seeds();
   char cmd[256];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
   return system(cmd) == 0 ? 0 : 1;
