@@ -341,6 +341,26 @@ static int ck_read_var(ck_reader *r, ck_file *cf, ps_var **out, char *err, size_
   return 0;
 }
 
+static int cmp_var_names(const void *a, const void *b) {
+  return strcmp((*(ps_var *const *)a)->d.name, (*(ps_var *const *)b)->d.name);
+}
+
+/* Sets *twice to the name of a variable the file holds twice, or NULL.
+ * Merging a second declaration of a name into the first's variable would
+ * mix two layouts (another optimizer's slots, another row width). */
+static int ck_twice(const ck_file *cf, const char **twice) {
+  *twice = NULL;
+  if (cf->n < 2) return 0;
+  ps_var **v = malloc(cf->n * sizeof *v);
+  if (!v) return LOOM_ENOMEM;
+  memcpy(v, cf->vars, cf->n * sizeof *v);
+  qsort(v, cf->n, sizeof *v, cmp_var_names);
+  for (uint32_t i = 1; i < cf->n && !*twice; i++)
+    if (!strcmp(v[i - 1]->d.name, v[i]->d.name)) *twice = v[i]->d.name;
+  free(v);
+  return 0;
+}
+
 /* Reads one shard file of size bytes from f (its name for messages). */
 static int ck_read_stream(FILE *f, uint64_t size, const char *path, int shard, int nshards,
                           uint64_t step, ck_file *cf, char *err, size_t errlen) {
@@ -374,14 +394,19 @@ static int ck_read_stream(FILE *f, uint64_t size, const char *path, int shard, i
                   EVP_DigestFinal_ex(r.md, want, &dlen) != 1 || memcmp(want, got, CK_DIGEST)))
     rc = LOOM_EIO;
   EVP_MD_CTX_free(r.md);
-  if (rc < 0) {
+  const char *twice = NULL;
+  if (rc == 0) rc = ck_twice(cf, &twice);
+  if (twice) {
+    snprintf(err, errlen, "%s is damaged: it holds variable '%.300s' twice", path, twice);
+    rc = LOOM_EIO;
+  } else if (rc < 0) {
     if (rc == LOOM_EIO)
       snprintf(err, errlen,
                "%s is damaged (a length, the header or the "
                "SHA-256 does not check out)",
                path);
-    ck_file_free(cf);
   }
+  if (rc < 0) ck_file_free(cf);
   return rc;
 }
 
