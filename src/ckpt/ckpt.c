@@ -281,6 +281,31 @@ static int pread_full(int fd, void *buf, size_t n, uint64_t off) {
   return 0;
 }
 
+static int cmp_entries(const void *a, const void *b) {
+  const ckpt_entry *x = *(const ckpt_entry *const *)a;
+  const ckpt_entry *y = *(const ckpt_entry *const *)b;
+  size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+  int r = memcmp(x->name, y->name, n);
+  if (r) return r;
+  return (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+/* Sets *twice to the index of a tensor whose name another one has too,
+ * or -1: a restore finds tensors by name, so a table names each once
+ * (saves refuse two tensors of one name). 0 or LOOM_ENOMEM. */
+static int ckpt_twice(const ckpt_file *f, int64_t *twice) {
+  *twice = -1;
+  if (f->count < 2) return 0;
+  const ckpt_entry **v = malloc(f->count * sizeof *v);
+  if (!v) return LOOM_ENOMEM;
+  for (uint32_t i = 0; i < f->count; i++) v[i] = &f->entries[i];
+  qsort(v, f->count, sizeof *v, cmp_entries);
+  for (uint32_t i = 1; i < f->count && *twice < 0; i++)
+    if (cmp_entries(&v[i - 1], &v[i]) == 0) *twice = v[i] - f->entries;
+  free(v);
+  return 0;
+}
+
 /* Reads and checks the file open on fd, which should hold step: size,
  * header, checksum (unless the handle verified this very file already),
  * table. On success f holds the parsed table for the caller to free. */
@@ -390,7 +415,7 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step, ck
       en->name_len = (size_t)get_le(p, 2);
       p += 2;
       if (en->name_len == 0 || en->name_len > LOOM_CKPT_MAX_NAME ||
-          (size_t)(end - p) < en->name_len + 2)
+          (size_t)(end - p) < en->name_len + 2 || memchr(p, 0, en->name_len))
         why = "bad tensor name";
     }
     if (!why) {
@@ -428,6 +453,19 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step, ck
                      "checkpoint %s is corrupt: table has bytes past its "
                      "%u tensors",
                      path, count);
+  }
+  int64_t twice;
+  if (ckpt_twice(f, &twice) < 0) {
+    ckpt_file_free(f);
+    return ckpt_fail(c, LOOM_ENOMEM, "out of memory for a checkpoint table");
+  }
+  if (twice >= 0) {
+    const ckpt_entry *en = &f->entries[twice];
+    int rc = ckpt_fail(c, LOOM_EIO,
+                       "checkpoint %s is corrupt: tensor %lld: another tensor is named '%.*s'",
+                       path, (long long)twice, (int)en->name_len, en->name);
+    ckpt_file_free(f);
+    return rc;
   }
   c->verified.valid = true;
   c->verified.step = step;
@@ -795,15 +833,6 @@ int loom_ckpt_verify(loom_ckpt_t *c, int64_t step) {
 }
 
 /* ---- restore ------------------------------------------------------------ */
-
-static int cmp_entries(const void *a, const void *b) {
-  const ckpt_entry *x = *(const ckpt_entry *const *)a;
-  const ckpt_entry *y = *(const ckpt_entry *const *)b;
-  size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
-  int r = memcmp(x->name, y->name, n);
-  if (r) return r;
-  return (x->name_len > y->name_len) - (x->name_len < y->name_len);
-}
 
 static const ckpt_entry *find_entry(const ckpt_entry *const *sorted, size_t n, const char *name) {
   ckpt_entry key = {.name = name, .name_len = strlen(name)};
