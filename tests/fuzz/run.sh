@@ -7,7 +7,7 @@
 #
 #   name=<harness> runs=<inputs executed> seconds=<wall time> crashes=<0|1>
 #
-# A finding (crash, sanitizer report, abort, leak, timeout of 10 s on one
+# A finding (crash, sanitizer report, abort, leak, 60 s or more on one
 # input, out of memory) stops that harness with its input saved in
 # build-fuzz/artifacts/<name>/ and the log's end on stderr; the run then
 # stops with exit 1, or with KEEP_GOING=1 goes on to the next harness and
@@ -38,7 +38,7 @@ for n in "${names[@]}"; do
   t0=$EPOCHREALTIME
   rc=0
   (cd build-fuzz && ./tests/fuzz/${n}_fuzz -max_total_time=$SECONDS_EACH -runs=$RUNS \
-     -max_len=20000 -timeout=10 -print_final_stats=1 -artifact_prefix=artifacts/$n/ \
+     -max_len=20000 -timeout=60 -print_final_stats=1 -artifact_prefix=artifacts/$n/ \
      corpus/$n ../tests/fuzz/corpus/$n) >$log 2>&1 || rc=$?
   t1=$EPOCHREALTIME
   # libFuzzer's own count, printed at the end whatever happened
