@@ -33,6 +33,7 @@
 #include "lib/lib.h"
 #include "core/crc32c.h"
 #include "loom/ckpt.h"
+#include "ckpt/ckpt.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -280,6 +281,31 @@ static int pread_full(int fd, void *buf, size_t n, uint64_t off) {
   return 0;
 }
 
+static int cmp_entries(const void *a, const void *b) {
+  const ckpt_entry *x = *(const ckpt_entry *const *)a;
+  const ckpt_entry *y = *(const ckpt_entry *const *)b;
+  size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+  int r = memcmp(x->name, y->name, n);
+  if (r) return r;
+  return (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+/* Sets *twice to the index of a tensor whose name another one has too,
+ * or -1: a restore finds tensors by name, so a table names each once
+ * (saves refuse two tensors of one name). 0 or LOOM_ENOMEM. */
+static int ckpt_twice(const ckpt_file *f, int64_t *twice) {
+  *twice = -1;
+  if (f->count < 2) return 0;
+  const ckpt_entry **v = malloc(f->count * sizeof *v);
+  if (!v) return LOOM_ENOMEM;
+  for (uint32_t i = 0; i < f->count; i++) v[i] = &f->entries[i];
+  qsort(v, f->count, sizeof *v, cmp_entries);
+  for (uint32_t i = 1; i < f->count && *twice < 0; i++)
+    if (cmp_entries(&v[i - 1], &v[i]) == 0) *twice = v[i] - f->entries;
+  free(v);
+  return 0;
+}
+
 /* Reads and checks the file open on fd, which should hold step: size,
  * header, checksum (unless the handle verified this very file already),
  * table. On success f holds the parsed table for the caller to free. */
@@ -389,7 +415,7 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step, ck
       en->name_len = (size_t)get_le(p, 2);
       p += 2;
       if (en->name_len == 0 || en->name_len > LOOM_CKPT_MAX_NAME ||
-          (size_t)(end - p) < en->name_len + 2)
+          (size_t)(end - p) < en->name_len + 2 || memchr(p, 0, en->name_len))
         why = "bad tensor name";
     }
     if (!why) {
@@ -427,6 +453,19 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step, ck
                      "checkpoint %s is corrupt: table has bytes past its "
                      "%u tensors",
                      path, count);
+  }
+  int64_t twice;
+  if (ckpt_twice(f, &twice) < 0) {
+    ckpt_file_free(f);
+    return ckpt_fail(c, LOOM_ENOMEM, "out of memory for a checkpoint table");
+  }
+  if (twice >= 0) {
+    const ckpt_entry *en = &f->entries[twice];
+    int rc = ckpt_fail(c, LOOM_EIO,
+                       "checkpoint %s is corrupt: tensor %lld: another tensor is named '%.*s'",
+                       path, (long long)twice, (int)en->name_len, en->name);
+    ckpt_file_free(f);
+    return rc;
   }
   c->verified.valid = true;
   c->verified.step = step;
@@ -795,15 +834,6 @@ int loom_ckpt_verify(loom_ckpt_t *c, int64_t step) {
 
 /* ---- restore ------------------------------------------------------------ */
 
-static int cmp_entries(const void *a, const void *b) {
-  const ckpt_entry *x = *(const ckpt_entry *const *)a;
-  const ckpt_entry *y = *(const ckpt_entry *const *)b;
-  size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
-  int r = memcmp(x->name, y->name, n);
-  if (r) return r;
-  return (x->name_len > y->name_len) - (x->name_len < y->name_len);
-}
-
 static const ckpt_entry *find_entry(const ckpt_entry *const *sorted, size_t n, const char *name) {
   ckpt_entry key = {.name = name, .name_len = strlen(name)};
   const ckpt_entry *kp = &key;
@@ -827,16 +857,13 @@ static const char *names_str(const ckpt_file *f, char *buf, size_t len) {
   return f->count ? buf : "none";
 }
 
-static int ckpt_restore_locked(loom_ckpt_t *c, int64_t step, loom_tensor *t, size_t n) {
-  char path[PATH_MAX];
-  int fd;
-  int rc = ckpt_open_step(c, step, path, sizeof path, &fd);
-  if (rc < 0) return rc;
+/* Restores t from the checkpoint of step open on fd (path: for messages).
+ * Called with mu held. */
+static int ckpt_restore_fd(loom_ckpt_t *c, const char *path, int fd, int64_t step, loom_tensor *t,
+                           size_t n) {
   ckpt_file f;
-  if ((rc = ckpt_check(c, path, fd, step, &f)) < 0) {
-    close(fd);
-    return rc;
-  }
+  int rc = ckpt_check(c, path, fd, step, &f);
+  if (rc < 0) return rc;
   const ckpt_entry **sorted = malloc((f.count ? f.count : 1) * sizeof *sorted);
   const ckpt_entry **match = malloc((n ? n : 1) * sizeof *match);
   if (!sorted || !match) {
@@ -891,6 +918,15 @@ out:
   free(sorted);
   free(match);
   ckpt_file_free(&f);
+  return rc;
+}
+
+static int ckpt_restore_locked(loom_ckpt_t *c, int64_t step, loom_tensor *t, size_t n) {
+  char path[PATH_MAX];
+  int fd;
+  int rc = ckpt_open_step(c, step, path, sizeof path, &fd);
+  if (rc < 0) return rc;
+  rc = ckpt_restore_fd(c, path, fd, step, t, n);
   close(fd);
   return rc;
 }
@@ -907,4 +943,49 @@ int loom_ckpt_restore(loom_ckpt_t *c, int64_t step, loom_tensor *t, size_t n) {
     rc = ckpt_restore_locked(c, step, t, n);
   pthread_mutex_unlock(&c->mu);
   return rc;
+}
+
+/* ---- for the fuzz harness ----------------------------------------------- */
+
+void loom__ckpt_tensors_free(loom_tensor *t, size_t n) {
+  for (size_t i = 0; t && i < n; i++) {
+    free((char *)t[i].name);
+    free(t[i].data);
+  }
+  free(t);
+}
+
+int loom__ckpt_restore_all_fd(loom_ckpt_t *c, int fd, int64_t step, loom_tensor **out,
+                              size_t *count) {
+  *out = NULL;
+  *count = 0;
+  if (!c) return LOOM_EINVAL;
+  pthread_mutex_lock(&c->mu);
+  char path[64];
+  snprintf(path, sizeof path, "(fd %d)", fd);
+  ckpt_file f;
+  int rc = ckpt_check(c, path, fd, step, &f);
+  loom_tensor *t = NULL;
+  if (rc == 0 && !(t = calloc(f.count ? f.count : 1, sizeof *t)))
+    rc = ckpt_fail(c, LOOM_ENOMEM, "out of memory");
+  for (uint32_t i = 0; rc == 0 && i < f.count; i++) {
+    const ckpt_entry *en = &f.entries[i];
+    t[i].dtype = DTYPES[dtype_index_of_code(en->dtype)].dt;
+    t[i].ndim = en->ndim;
+    memcpy(t[i].shape, en->shape, sizeof t[i].shape);
+    t[i].name = strndup(en->name, en->name_len);
+    t[i].data = malloc(en->bytes ? (size_t)en->bytes : 1);
+    if (!t[i].name || !t[i].data) rc = ckpt_fail(c, LOOM_ENOMEM, "out of memory");
+  }
+  size_t n = t ? f.count : 0;
+  ckpt_file_free(&f);
+  if (rc == 0) rc = ckpt_restore_fd(c, path, fd, step, t, n);
+  pthread_mutex_unlock(&c->mu);
+  if (rc < 0) {
+    loom__ckpt_tensors_free(t, n);
+    return rc;
+  }
+  *out = t;
+  *count = n;
+  return 0;
 }

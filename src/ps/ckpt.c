@@ -341,25 +341,37 @@ static int ck_read_var(ck_reader *r, ck_file *cf, ps_var **out, char *err, size_
   return 0;
 }
 
-static int ck_read_file(const char *path, int shard, int nshards, uint64_t step, ck_file *cf,
-                        char *err, size_t errlen) {
+static int cmp_var_names(const void *a, const void *b) {
+  return strcmp((*(ps_var *const *)a)->d.name, (*(ps_var *const *)b)->d.name);
+}
+
+/* Sets *twice to the name of a variable the file holds twice, or NULL.
+ * Merging a second declaration of a name into the first's variable would
+ * mix two layouts (another optimizer's slots, another row width). */
+static int ck_twice(const ck_file *cf, const char **twice) {
+  *twice = NULL;
+  if (cf->n < 2) return 0;
+  ps_var **v = malloc(cf->n * sizeof *v);
+  if (!v) return LOOM_ENOMEM;
+  memcpy(v, cf->vars, cf->n * sizeof *v);
+  qsort(v, cf->n, sizeof *v, cmp_var_names);
+  for (uint32_t i = 1; i < cf->n && !*twice; i++)
+    if (!strcmp(v[i - 1]->d.name, v[i]->d.name)) *twice = v[i]->d.name;
+  free(v);
+  return 0;
+}
+
+/* Reads one shard file of size bytes from f (its name for messages). */
+static int ck_read_stream(FILE *f, uint64_t size, const char *path, int shard, int nshards,
+                          uint64_t step, ck_file *cf, char *err, size_t errlen) {
   memset(cf, 0, sizeof *cf);
   cf->mem.cap = UINT64_MAX;
-  ck_reader r = {0};
-  struct stat sb;
-  r.f = fopen(path, "rbe");
-  if (!r.f || fstat(fileno(r.f), &sb) < 0) {
-    snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-    if (r.f) fclose(r.f);
-    return errno == ENOENT ? LOOM_ENOENT : LOOM_EIO;
-  }
+  ck_reader r = {.f = f};
   r.md = EVP_MD_CTX_new();
-  char *vbuf = malloc(CK_BUF);
-  if (vbuf) setvbuf(r.f, vbuf, _IOFBF, CK_BUF);
   int rc = 0;
   if (!r.md || EVP_DigestInit_ex(r.md, EVP_sha256(), NULL) != 1) rc = LOOM_ENOMEM;
-  if (rc == 0 && (uint64_t)sb.st_size < 8 + 4 * 4 + 8 + CK_DIGEST) rc = LOOM_EIO;
-  r.left = rc == 0 ? (uint64_t)sb.st_size - CK_DIGEST : 0;
+  if (rc == 0 && size < 8 + 4 * 4 + 8 + CK_DIGEST) rc = LOOM_EIO;
+  r.left = rc == 0 ? size - CK_DIGEST : 0;
   char magic[8] = {0};
   if (rc == 0) {
     ck_get(&r, magic, 8);
@@ -381,18 +393,40 @@ static int ck_read_file(const char *path, int shard, int nshards, uint64_t step,
   if (rc == 0 && (r.left != 0 || fread(got, 1, CK_DIGEST, r.f) != CK_DIGEST ||
                   EVP_DigestFinal_ex(r.md, want, &dlen) != 1 || memcmp(want, got, CK_DIGEST)))
     rc = LOOM_EIO;
-  fclose(r.f);
-  free(vbuf);
   EVP_MD_CTX_free(r.md);
-  if (rc < 0) {
+  const char *twice = NULL;
+  if (rc == 0) rc = ck_twice(cf, &twice);
+  if (twice) {
+    snprintf(err, errlen, "%s is damaged: it holds variable '%.300s' twice", path, twice);
+    rc = LOOM_EIO;
+  } else if (rc < 0) {
     if (rc == LOOM_EIO)
       snprintf(err, errlen,
                "%s is damaged (a length, the header or the "
                "SHA-256 does not check out)",
                path);
-    ck_file_free(cf);
   }
+  if (rc < 0) ck_file_free(cf);
   return rc;
+}
+
+/* Opens path for reading, buffered: through *vbuf, CK_BUF bytes (free it
+ * after fclose; NULL when unbuffered or out of memory), and says its size;
+ * on failure NULL, a message in err and *rc LOOM_ENOENT or LOOM_EIO. */
+static FILE *ck_open(const char *path, bool buffered, uint64_t *size, char **vbuf, int *rc,
+                     char *err, size_t errlen) {
+  struct stat sb;
+  FILE *f = fopen(path, "rbe");
+  *vbuf = NULL;
+  if (!f || fstat(fileno(f), &sb) < 0) {
+    snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    *rc = errno == ENOENT ? LOOM_ENOENT : LOOM_EIO;
+    if (f) fclose(f);
+    return NULL;
+  }
+  *size = (uint64_t)sb.st_size;
+  if (buffered && (*vbuf = malloc(CK_BUF))) setvbuf(f, *vbuf, _IOFBF, CK_BUF);
+  return f;
 }
 
 /* Moves what cf holds of this shard's data into st. */
@@ -450,44 +484,40 @@ static int ck_merge(ps_state *st, ck_file *cf, char *err, size_t errlen) {
   return 0;
 }
 
+int ps_ckpt_manifest_parse(const char *text, size_t len, uint64_t step, int *shards) {
+  json_t *m = json_loadb(text, len, 0, NULL);
+  json_int_t mstep = json_integer_value(json_object_get(m, "step"));
+  json_int_t mshards = json_integer_value(json_object_get(m, "shards"));
+  json_decref(m);
+  if (mstep != (json_int_t)step || mshards < 1 || mshards > 65536) return LOOM_EIO;
+  *shards = (int)mshards;
+  return 0;
+}
+
 /* The number of shards that wrote checkpoint step, from its manifest. */
 static int manifest_shards(const char *dir, uint64_t step, int *old, char *err, size_t errlen) {
   char sdir[PS_MAX_PATH + 64], path[PS_MAX_PATH + 128], *ms = NULL;
+  size_t len = 0;
   if (step_dir(sdir, sizeof sdir, dir, step) < 0) return LOOM_ERANGE;
   snprintf(path, sizeof path, "%s/MANIFEST.json", sdir);
-  int rc = loom__read_file(path, 1 << 16, &ms, NULL);
+  int rc = loom__read_file(path, 1 << 16, &ms, &len);
   if (rc < 0) {
     snprintf(err, errlen, "checkpoint %llu in %s is incomplete or missing (no %s)",
              (unsigned long long)step, dir, path);
     return LOOM_ENOENT;
   }
-  json_t *m = json_loads(ms, 0, NULL);
+  rc = ps_ckpt_manifest_parse(ms, strnlen(ms, len), step, old);
   free(ms);
-  json_int_t mstep = json_integer_value(json_object_get(m, "step"));
-  json_int_t mshards = json_integer_value(json_object_get(m, "shards"));
-  json_decref(m);
-  if (mstep != (json_int_t)step || mshards < 1 || mshards > 65536) {
-    snprintf(err, errlen, "%s is damaged", path);
-    return LOOM_EIO;
-  }
-  *old = (int)mshards;
-  return 0;
+  if (rc < 0) snprintf(err, errlen, "%s is damaged", path);
+  return rc;
 }
 
-/* Reads a shard file through, checking its header and digest only. */
-static int verify_file(const char *path, int shard, int nshards, uint64_t step, char *err,
-                       size_t errlen) {
-  FILE *f = fopen(path, "rbe");
-  struct stat sb;
-  if (!f || fstat(fileno(f), &sb) < 0) {
-    snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-    if (f) fclose(f);
-    return LOOM_EIO;
-  }
+int ps_ckpt_verify_stream(FILE *f, uint64_t size, const char *name, int shard, int nshards,
+                          uint64_t step, char *err, size_t errlen) {
   EVP_MD_CTX *md = EVP_MD_CTX_new();
   unsigned char *buf = malloc(CK_BUF);
   int rc = md && buf && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 ? 0 : LOOM_ENOMEM;
-  uint64_t left = (uint64_t)sb.st_size;
+  uint64_t left = size;
   if (rc == 0 && left < 8 + 4 * 4 + 8 + CK_DIGEST) rc = LOOM_EIO;
   if (rc == 0) left -= CK_DIGEST;
   bool head = true;
@@ -515,22 +545,44 @@ static int verify_file(const char *path, int shard, int nshards, uint64_t step, 
   if (rc == 0 && (fread(got, 1, CK_DIGEST, f) != CK_DIGEST ||
                   EVP_DigestFinal_ex(md, want, &dl) != 1 || memcmp(got, want, CK_DIGEST)))
     rc = LOOM_EIO;
-  fclose(f);
   free(buf);
   EVP_MD_CTX_free(md);
   if (rc == LOOM_EIO)
-    snprintf(err, errlen, "%s is damaged (its header or SHA-256 does not check out)", path);
+    snprintf(err, errlen, "%s is damaged (its header or SHA-256 does not check out)", name);
   return rc;
 }
 
 int ps_ckpt_verify(const ps_state *st, const char *dir, uint64_t step, char *err, size_t errlen) {
   int old, rc = manifest_shards(dir, step, &old, err, errlen);
   char path[PS_MAX_PATH + 128];
-  for (int f = 0; rc == 0 && f < old; f++) {
-    if (old == st->nshards && f != st->shard) continue;
-    shard_path(path, sizeof path, dir, step, f, old);
-    rc = verify_file(path, f, old, step, err, errlen);
+  for (int i = 0; rc == 0 && i < old; i++) {
+    if (old == st->nshards && i != st->shard) continue;
+    shard_path(path, sizeof path, dir, step, i, old);
+    uint64_t size;
+    char *vbuf;
+    FILE *f = ck_open(path, false, &size, &vbuf, &rc, err, errlen);
+    if (!f) {
+      rc = LOOM_EIO;
+      break;
+    }
+    rc = ps_ckpt_verify_stream(f, size, path, i, old, step, err, errlen);
+    fclose(f);
   }
+  return rc;
+}
+
+int ps_ckpt_load_stream(ps_state *st, FILE *f, uint64_t size, const char *name, int shard,
+                        int nshards, uint64_t step, char *err, size_t errlen) {
+  ck_file cf;
+  int rc = ck_read_stream(f, size, name, shard, nshards, step, &cf, err, errlen);
+  if (rc < 0) return rc;
+  for (uint32_t i = 0; rc == 0 && i < cf.n; i++) {
+    int at = ps_state_find(st, cf.vars[i]->d.name);
+    if (at >= 0 && !ps_decl_compatible(&st->vars[at]->d, &cf.vars[i]->d, err, errlen))
+      rc = LOOM_EINVAL;
+  }
+  if (rc == 0) rc = ck_merge(st, &cf, err, errlen);
+  ck_file_free(&cf);
   return rc;
 }
 
@@ -541,18 +593,16 @@ int ps_ckpt_load(ps_state *st, const char *dir, uint64_t step, char *err, size_t
   /* Check the declarations before anything changes: from our own file, or
    * (when the shard count changed) the first one's. */
   for (uint32_t i = 0; i < st->nvars; i++) st->vars[i]->loading = false;
-  for (int f = 0; rc == 0 && f < old; f++) {
-    if (old == st->nshards && f != st->shard) continue;
-    shard_path(path, sizeof path, dir, step, f, old);
-    ck_file cf;
-    if ((rc = ck_read_file(path, f, old, step, &cf, err, errlen)) < 0) break;
-    for (uint32_t i = 0; rc == 0 && i < cf.n; i++) {
-      int at = ps_state_find(st, cf.vars[i]->d.name);
-      if (at >= 0 && !ps_decl_compatible(&st->vars[at]->d, &cf.vars[i]->d, err, errlen))
-        rc = LOOM_EINVAL;
-    }
-    if (rc == 0) rc = ck_merge(st, &cf, err, errlen);
-    ck_file_free(&cf);
+  for (int i = 0; rc == 0 && i < old; i++) {
+    if (old == st->nshards && i != st->shard) continue;
+    shard_path(path, sizeof path, dir, step, i, old);
+    uint64_t size;
+    char *vbuf;
+    FILE *f = ck_open(path, true, &size, &vbuf, &rc, err, errlen);
+    if (!f) break;
+    rc = ps_ckpt_load_stream(st, f, size, path, i, old, step, err, errlen);
+    fclose(f);
+    free(vbuf);
   }
   for (uint32_t i = 0; i < st->nvars; i++) st->vars[i]->loading = false;
   ps_state_drop_pending(st);

@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the ps protocol sends floats in host order: little-endian hosts only"
@@ -269,5 +270,17 @@ int ps_ckpt_verify(const ps_state *st, const char *dir, uint64_t step, char *err
  * the checkpoint replace the state's (declared ones must be compatible;
  * their hyperparameters stay); others are kept. All or nothing. */
 int ps_ckpt_load(ps_state *st, const char *dir, uint64_t step, char *err, size_t errlen);
+/* The decoders under ps_ckpt_verify and ps_ckpt_load, on bytes already at
+ * hand: a manifest's text (its shard count into *shards; LOOM_EIO when it
+ * is not one of step), and one shard file of size bytes read from f, the
+ * file of shard of nshards at step (name: for messages). load merges it
+ * into st as ps_ckpt_load does each file (the caller resets the variables'
+ * loading flags and drops pending gradients around a whole restore). The
+ * fuzz harness (tests/fuzz/ckpt_fuzz.c) feeds them memory. */
+int ps_ckpt_manifest_parse(const char *text, size_t len, uint64_t step, int *shards);
+int ps_ckpt_verify_stream(FILE *f, uint64_t size, const char *name, int shard, int nshards,
+                          uint64_t step, char *err, size_t errlen);
+int ps_ckpt_load_stream(ps_state *st, FILE *f, uint64_t size, const char *name, int shard,
+                        int nshards, uint64_t step, char *err, size_t errlen);
 
 #endif

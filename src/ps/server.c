@@ -854,6 +854,39 @@ static void unpark(ps_server *s) {
   }
 }
 
+/* ---- for the fuzz harness ------------------------------------------------ */
+int loom__ps_server_feed(ps_server *s, int fd, const void *data, size_t n) {
+  conn *c = s->conns;
+  if (!c) { /* as conn_accept and authenticate leave one */
+    if (!(c = calloc(1, sizeof *c))) return 0;
+    c->fd = fd;
+    c->rank = -1;
+    c->authed = true;
+    snprintf(c->peer, sizeof c->peer, "fuzz");
+    s->conns = c;
+    s->nconns++;
+    s->nauthed++;
+  }
+  if (c->closing) return 0;
+  conn_flush(c);
+  if (c->in_off) {
+    memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
+    c->in_len -= c->in_off;
+    c->in_off = 0;
+  }
+  if (n > c->in_cap - c->in_len) {
+    unsigned char *p = realloc(c->in, c->in_len + n);
+    if (!p) return 0;
+    c->in = p;
+    c->in_cap = c->in_len + n;
+  }
+  if (n) memcpy(c->in + c->in_len, data, n);
+  c->in_len += n;
+  conn_work(s, c);
+  unpark(s);
+  return !c->closing && !c->parked;
+}
+
 /* ---- the server -------------------------------------------------------- */
 int loom__ps_server_new(const ps_server_cfg *cfg, ps_server **out) {
   *out = NULL;

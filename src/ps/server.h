@@ -3,6 +3,8 @@
 #ifndef LOOM_PS_SERVER_H
 #define LOOM_PS_SERVER_H
 
+#include <stddef.h>
+
 /* `loom ps` (argv[0] is "ps"): serves shard LOOM_INDEX of the job's
  * variables on the port LOOM_CLUSTER reserves for it until SIGTERM or
  * SIGINT (exit 0), the attempt's abort or the loss of the coordinator.
@@ -28,5 +30,13 @@ int loom__ps_server_new(const ps_server_cfg *cfg, ps_server **out);
  * LOOM_E* if polling itself fails. One thread; blocking only in poll(). */
 int loom__ps_server_run(ps_server *s);
 void loom__ps_server_free(ps_server *s);
+
+/* For the fuzz harness (tests/fuzz/ps_proto_fuzz.c): serves n bytes as if
+ * they had arrived on the server's one authenticated connection, made on
+ * the first call over fd (a connected socket that replies go to, owned by
+ * the server from then on), as the poll loop serves what a read brought:
+ * every whole request in order, then parked connections tried again.
+ * Returns 1 while the connection is open and not parked, else 0. */
+int loom__ps_server_feed(ps_server *s, int fd, const void *data, size_t n);
 
 #endif

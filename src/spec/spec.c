@@ -891,15 +891,17 @@ static int parse_job(ctx *c, const node *root, spec_job *s) {
     const char *v = n->type == N_SCALAR ? n->value : "";
     size_t l = strlen(v);
     bool ok = false;
-    if (l > 2 && !strcmp(v + l - 2, "ms")) {
-      char tmp[32];
-      snprintf(tmp, sizeof tmp, "%.*s", (int)(l - 2), v);
-      ok = loom__parse_int(tmp, 100, 86400000, &secs) == 0 && (ms = (uint64_t)secs, true);
-    } else if (l > 1 && v[l - 1] == 's') {
-      char tmp[32];
-      snprintf(tmp, sizeof tmp, "%.*s", (int)(l - 1), v);
-      ok = loom__parse_int(tmp, 1, 86400, &secs) == 0 && (ms = (uint64_t)secs * 1000, true);
-    } else {
+    /* the number before the unit: one too long for tmp is refused, not cut */
+    char tmp[32];
+    size_t unit = l > 2 && !strcmp(v + l - 2, "ms") ? 2 : l > 1 && v[l - 1] == 's' ? 1 : 0;
+    if (unit && l - unit < sizeof tmp) {
+      memcpy(tmp, v, l - unit);
+      tmp[l - unit] = 0;
+      if (unit == 2)
+        ok = loom__parse_int(tmp, 100, 86400000, &secs) == 0 && (ms = (uint64_t)secs, true);
+      else
+        ok = loom__parse_int(tmp, 1, 86400, &secs) == 0 && (ms = (uint64_t)secs * 1000, true);
+    } else if (!unit) {
       ok = n->plain && loom__parse_int(v, 1, 86400, &secs) == 0 &&
            (ms = (uint64_t)secs * 1000, true);
     }

@@ -1,7 +1,8 @@
 /* ckpt_format_test.c: checkpoints round-trip every dtype and shape
  * (scalars, empty tensors, 8 dimensions); latest, list and keep behave as
  * documented; every single-bit flip and every truncation of a checkpoint is
- * refused by restore and skipped by latest; mismatched names, dtypes and
+ * refused by restore and skipped by latest, and so is a table that names
+ * two tensors alike or has a NUL in a name; mismatched names, dtypes and
  * shapes are refused before any data is written; temporary files of dead
  * savers are cleaned up. (tests/system/test_ckpt.py kills real savers.) */
 #include <setjmp.h>
@@ -256,6 +257,55 @@ static void test_every_flip_and_truncation_is_refused(void **state) {
   free(dir);
 }
 
+/* A table whose CRC holds but that names two tensors alike (restore would
+ * hand either one's bytes to the name), or a tensor with a NUL in its name
+ * (which no restore can ask for), is refused as corrupt by restore, verify
+ * and latest. */
+static void test_forged_names_are_refused(void **state) {
+  static const struct {
+    const char *to, *why;
+  } CASES[] = {{"a1", "another tensor is named 'a1'"}, {"a\0", "bad tensor name"}};
+  char *dir = test_tmpdir("loom-ckpt-test");
+  loom_ckpt_t *c;
+  char path[512];
+  assert_int_equal(loom_ckpt_open(NULL, dir, 0, &c), 0);
+  float a[2] = {1, 2}, b[2] = {3, 4};
+  loom_tensor t[] = {{.name = "a1", .dtype = LOOM_F32, .ndim = 1, .shape = {2}, .data = a},
+                     {.name = "a2", .dtype = LOOM_F32, .ndim = 1, .shape = {2}, .data = b}};
+  assert_int_equal(loom_ckpt_save(c, 1, t, 2), 0);
+  ckpt_file(dir, 1, path, sizeof path);
+  unsigned char *good;
+  size_t len;
+  read_all(path, &good, &len);
+  for (size_t i = 0; i < LOOM__ARRAY_LEN(CASES); i++) {
+    unsigned char *bad = malloc(len);
+    assert_non_null(bad);
+    memcpy(bad, good, len);
+    unsigned char *name = memmem(bad, len, "a2", 2);
+    assert_non_null(name);
+    memcpy(name, CASES[i].to, 2);
+    uint32_t crc = loom__crc32c(0, bad, len - 8);
+    for (int k = 0; k < 4; k++) bad[len - 8 + k] = (unsigned char)(crc >> (8 * k));
+    write_all(path, bad, len);
+    float x[2] = {7, 7};
+    loom_tensor r = {.name = "a1", .dtype = LOOM_F32, .ndim = 1, .shape = {2}, .data = x};
+    int rc = loom_ckpt_restore(c, 1, &r, 1);
+    if (rc != LOOM_EIO || !strstr(loom_ckpt_errmsg(c), CASES[i].why))
+      fail_msg("%s: restore returned %d (%s)", CASES[i].why, rc, loom_ckpt_errmsg(c));
+    assert_true(x[0] == 7 && x[1] == 7);
+    assert_int_equal(loom_ckpt_verify(c, 1), LOOM_EIO);
+    int64_t step;
+    assert_int_equal(loom_ckpt_latest(c, &step), LOOM_ENOENT);
+    free(bad);
+  }
+  write_all(path, good, len);
+  assert_int_equal(loom_ckpt_verify(c, 1), 0);
+  free(good);
+  loom_ckpt_close(c);
+  test_rm_rf(dir);
+  free(dir);
+}
+
 static void test_mismatch_is_refused_before_writing(void **state) {
   char *dir = test_tmpdir("loom-ckpt-test");
   loom_ckpt_t *c;
@@ -424,6 +474,7 @@ int main(void) {
       cmocka_unit_test(test_roundtrip),
       cmocka_unit_test(test_keep_and_later_steps),
       cmocka_unit_test(test_every_flip_and_truncation_is_refused),
+      cmocka_unit_test(test_forged_names_are_refused),
       cmocka_unit_test(test_mismatch_is_refused_before_writing),
       cmocka_unit_test(test_bad_saves),
       cmocka_unit_test(test_dead_savers_temp_files_are_removed),

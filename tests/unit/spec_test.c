@@ -92,6 +92,12 @@ static const struct {
      "t.yaml:2:11: retry_on must be an exit code or a list"},
     {"name: a\nheartbeat_timeout: soon\nroles: {w: {command: x}}\n",
      "t.yaml:2:20: heartbeat_timeout must be a duration"},
+    /* 10,000,000 ms with leading zeros: once cut at 31 characters and read as 100 ms */
+    {"name: a\nheartbeat_timeout: 000000000000000000000000000010000000ms\nroles: {w: {command: "
+     "x}}\n",
+     "t.yaml:2:20: heartbeat_timeout must be a duration"},
+    {"name: a\nheartbeat_timeout: 00000000000000000000000000000000030s\nroles: {w: {command: x}}\n",
+     "t.yaml:2:20: heartbeat_timeout must be a duration"},
     {"name: a\nroles: {w: {command: x, instances: 5, elastic: {min: 2, max: 4}}}\n",
      "t.yaml:2:48: roles.w: elastic needs min <= instances <= max, got 2 <= 5 <= 4"},
     {"name: a\nroles: {w: {command: x, elastic: {min: 1}}}\n",
