@@ -25,6 +25,10 @@ step "unit tests (build/)"
 ctest --test-dir build --output-on-failure -j2 || fail=1
 step "unit tests under ASan/UBSan (build-asan/)"
 ctest --test-dir build-asan --output-on-failure || fail=1
+# Every decoder of untrusted bytes under libFuzzer (clang, ASan, UBSan) for
+# LOOM_FUZZ_SECONDS each (30), from the committed corpora; a finding fails.
+step "fuzzing (tests/fuzz/ci.sh, ${LOOM_FUZZ_SECONDS:-30} s a harness)"
+bash tests/fuzz/ci.sh || fail=1
 step "system tests (build/)"
 LOOM_BUILD_DIR="$PWD/build" $PY -m pytest -q -rs -p no:cacheprovider tests/system || fail=1
 # The long training run (fashion) is left out under ASan for time; chaos
