@@ -434,8 +434,12 @@ static int port_listened(int port) {
         found = -1;
         break;
       }
-      for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n);
-           h = NLMSG_NEXT(h, n)) {
+      /* each message checked against what is left before it is read */
+      size_t left = (size_t)n;
+      for (struct nlmsghdr *h = (struct nlmsghdr *)buf;
+           left >= sizeof *h && h->nlmsg_len >= sizeof *h && h->nlmsg_len <= left;
+           left -= NLMSG_ALIGN(h->nlmsg_len) < left ? NLMSG_ALIGN(h->nlmsg_len) : left,
+                           h = (struct nlmsghdr *)((char *)h + NLMSG_ALIGN(h->nlmsg_len))) {
         if (h->nlmsg_type == NLMSG_DONE) {
           done = true;
           break;
