@@ -126,6 +126,11 @@ typedef struct {
   int (*stage_files)(backend *b, const spec_job *s, json_t **files, char *err, size_t errlen);
   /* Optional: removes what stage_files left on the nodes. Blocks briefly. */
   void (*unstage_files)(backend *b);
+  /* Optional: the job is over (exit_status as `loom run` exits, why the
+   * root cause or ""): tells the cluster manager the outcome (YARN's
+   * final status). Called on the loop thread after the loop ran, before
+   * the loop's handles close; blocks briefly. */
+  void (*finish)(backend *b, int exit_status, const char *why);
   /* Releases b->priv and b; agents must already be gone. */
   void (*destroy)(backend *b);
 } backend_ops;

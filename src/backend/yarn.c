@@ -15,9 +15,17 @@
 #include "backend/backend.h"
 #include "hadoop/yarn.h"
 
+#include "hadoop/am.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Connecting to the ResourceManager, and each call, give up after this
  * long: a check that fails, fails in seconds. */
@@ -227,10 +235,574 @@ static int yarn_probe(char *msg, size_t len) {
   return 0;
 }
 
+/* ---- the coordinator half: an unmanaged application master ------------ */
+
+/* Where a task is in YARN. */
+typedef enum {
+  Y_IDLE,    /* nothing asked, or its container ended */
+  Y_WANT,    /* launched: a container asked for, not granted yet */
+  Y_HELD,    /* granted, held until every wanted container is granted (gang) */
+  Y_RUNNING, /* its container started with the agent in it */
+} ystate;
+
+typedef struct {
+  ystate st;
+  int gen;       /* launches of this task: its allocation id is gen * ntasks + id */
+  bool asked;    /* the ask of this generation was sent */
+  bool withdraw; /* send num 0 for the last ask (signalled before it was granted) */
+  bool stop;     /* stopContainers wanted */
+  char *command; /* the agent's command line, for the NodeManager's shell */
+  char **env;    /* its environment */
+  hyarn_container c;
+  bool has_c;
+  uint64_t t_want;
+} ytask;
+
+typedef struct {
+  int task;
+  int64_t status;
+  int sig;
+  char detail[2300];
+} yexit;
+
+typedef struct {
+  backend *b;
+  const spec_job *s;
+  int ntasks;
+  const spec_role **role; /* task id -> its role */
+  ytask *t;
+  hyarn_am *am;
+  pthread_t th;
+  bool th_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool quit; /* the thread should finish */
+  bool gone; /* the RM ended the application: nothing more can start */
+  uv_async_t async;
+  bool async_live;
+  yexit *ex; /* exits for the loop thread */
+  int nex, capex;
+  hyarn_container *release; /* granted containers to give back */
+  int nrelease, caprelease;
+} ypriv;
+
+/* Queues an exit for the loop thread (mu held). */
+static void push_exit(ypriv *p, int task, int64_t status, int sig, const char *detail) {
+  if (p->nex == p->capex) {
+    int cap = p->capex ? p->capex * 2 : 16;
+    yexit *n = realloc(p->ex, (size_t)cap * sizeof *n);
+    if (!n) return; /* out of memory: the heartbeat timeout catches the task */
+    p->ex = n;
+    p->capex = cap;
+  }
+  yexit *e = &p->ex[p->nex++];
+  e->task = task;
+  e->status = status;
+  e->sig = sig;
+  loom__strlcpy(e->detail, detail ? detail : "", sizeof e->detail);
+  if (p->async_live) uv_async_send(&p->async);
+}
+
+/* Gives c back to YARN on the next heartbeat (mu held); takes c. */
+static void push_release(ypriv *p, hyarn_container *c) {
+  if (p->nrelease == p->caprelease) {
+    int cap = p->caprelease ? p->caprelease * 2 : 16;
+    hyarn_container *n = realloc(p->release, (size_t)cap * sizeof *n);
+    if (!n) {
+      hyarn_container_free(c);
+      return;
+    }
+    p->release = n;
+    p->caprelease = cap;
+  }
+  p->release[p->nrelease++] = *c;
+  memset(c, 0, sizeof *c);
+}
+
+static void free_env(char **env) {
+  for (int i = 0; env && env[i]; i++) free(env[i]);
+  free(env);
+}
+
+/* The words YARN's exit statuses stand for (ContainerExitStatus). */
+static const char *yarn_status_word(int st) {
+  switch (st) {
+  case -100:
+    return "aborted by YARN (its node was lost, or the container released)";
+  case -101:
+    return "its node's disks failed";
+  case -102:
+    return "preempted by YARN";
+  case -103:
+    return "killed by YARN for exceeding its virtual memory limit";
+  case -104:
+    return "killed by YARN for exceeding its physical memory limit (raise the role's memory)";
+  case -105:
+    return "stopped by loom";
+  case -106:
+    return "killed by the ResourceManager";
+  case -107:
+    return "killed after the application finished";
+  default:
+    return NULL;
+  }
+}
+
+static void yarn_on_async(uv_async_t *h) {
+  ypriv *p = h->data;
+  for (;;) {
+    pthread_mutex_lock(&p->mu);
+    if (!p->nex) {
+      pthread_mutex_unlock(&p->mu);
+      return;
+    }
+    yexit e = p->ex[0];
+    memmove(p->ex, p->ex + 1, (size_t)(p->nex - 1) * sizeof *p->ex);
+    p->nex--;
+    pthread_mutex_unlock(&p->mu);
+    p->b->on_exit(p->b->arg, e.task, e.status, e.sig, e.detail[0] ? e.detail : NULL);
+  }
+}
+
+/* What a waiting task asks for, for messages. */
+static void want_desc(const ypriv *p, int id, char *buf, size_t len) {
+  const spec_role *r = p->role[id];
+  long long mb = (long long)((r->memory + (1 << 20) - 1) >> 20);
+  if (!mb) mb = loom__tun(LOOM_TUN_YARN_DEFAULT_MB);
+  int k = 0;
+  for (int j = 0; j < id; j++) k += p->role[j] == r;
+  snprintf(buf, len, "%s:%d (%lld MB, %d vcores, %d GPUs%s%s, queue %s)", r->name, k, mb,
+           r->vcores > 0 ? r->vcores : 1, r->gpus, r->label ? ", label " : "",
+           r->label ? r->label : "", p->s->queue ? p->s->queue : "default");
+}
+
+/* Gang deadline passed (mu held): every task still waiting, and every
+ * container held for this launch, fails: the containers go back. */
+static void gang_timeout(ypriv *p) {
+  loom__buf b;
+  loom__buf_init(&b, 1 << 16);
+  int missing = 0, held = 0;
+  for (int i = 0; i < p->ntasks; i++) {
+    if (p->t[i].st == Y_HELD) held++;
+    if (p->t[i].st != Y_WANT) continue;
+    char d[400];
+    want_desc(p, i, d, sizeof d);
+    if (missing++ < 12) loom__buf_printf(&b, "%s%s", missing > 1 ? ", " : "", d);
+  }
+  if (missing > 12) loom__buf_printf(&b, ", and %d more", missing - 12);
+  char why[2300];
+  snprintf(why, sizeof why,
+           "YARN granted %d of %d containers within %.0f s (LOOM_YARN_GANG_TIMEOUT); missing: %s; "
+           "the %d granted were released",
+           held, held + missing, (double)loom__tun(LOOM_TUN_YARN_GANG_TIMEOUT_MS) / 1000.0,
+           b.p ? b.p : "", held);
+  loom__buf_free(&b);
+  for (int i = 0; i < p->ntasks; i++) {
+    ytask *t = &p->t[i];
+    if (t->st == Y_WANT) {
+      t->withdraw = true;
+    } else if (t->st == Y_HELD) {
+      push_release(p, &t->c);
+      t->has_c = false;
+    } else
+      continue;
+    t->st = Y_IDLE;
+    push_exit(p, i, 1, 0, why);
+  }
+}
+
+/* Starts every held container (mu held, dropped around the calls). */
+static void start_held(ypriv *p) {
+  for (int i = 0; i < p->ntasks; i++) {
+    ytask *t = &p->t[i];
+    if (t->st != Y_HELD) continue;
+    t->st = Y_RUNNING;
+    hyarn_container c;
+    if (hyarn_container_copy(&c, &t->c) < 0) continue;
+    char *cmd = t->command;
+    char **env = t->env;
+    t->command = NULL;
+    t->env = NULL;
+    pthread_mutex_unlock(&p->mu);
+    char err[2300];
+    int rc = hyarn_am_launch(p->am, &c, cmd, env, err, sizeof err);
+    pthread_mutex_lock(&p->mu);
+    free(cmd);
+    free_env(env);
+    hyarn_container_free(&c);
+    if (rc < 0 && t->st == Y_RUNNING) {
+      t->st = Y_IDLE;
+      push_release(p, &t->c);
+      t->has_c = false;
+      push_exit(p, i, 1, 0, err);
+    }
+  }
+}
+
+/* The task whose current container is id, or -1. */
+static int task_of_container(const ypriv *p, const char *id) {
+  for (int i = 0; i < p->ntasks; i++)
+    if (p->t[i].has_c && !strcmp(p->t[i].c.id, id)) return i;
+  return -1;
+}
+
+/* The heartbeat thread: asks, takes grants, starts, stops, reports ends. */
+static void *yarn_thread(void *arg) {
+  ypriv *p = arg;
+  pthread_mutex_lock(&p->mu);
+  while (!p->quit) {
+    int n = p->ntasks;
+    hyarn_ask *asks = calloc((size_t)n * 2 + 1, sizeof *asks);
+    hyarn_container *stops = calloc((size_t)n + 1, sizeof *stops);
+    int nasks = 0, nstops = 0;
+    bool wanting = false;
+    for (int i = 0; asks && stops && i < n; i++) {
+      ytask *t = &p->t[i];
+      const spec_role *r = p->role[i];
+      hyarn_ask a = {.alloc_id = (int64_t)t->gen * n + i,
+                     .priority = 1,
+                     .memory_mb = (int64_t)((r->memory + (1 << 20) - 1) >> 20),
+                     .vcores = r->vcores > 0 ? r->vcores : 1,
+                     .gpus = r->gpus,
+                     .label = r->label};
+      if (!a.memory_mb) a.memory_mb = loom__tun(LOOM_TUN_YARN_DEFAULT_MB);
+      if (t->withdraw) {
+        a.num = 0;
+        asks[nasks++] = a;
+        t->withdraw = false;
+      }
+      if (t->st == Y_WANT && !t->asked) {
+        a.num = 1;
+        asks[nasks++] = a;
+        t->asked = true;
+      }
+      if (t->stop && t->st == Y_RUNNING && t->has_c &&
+          hyarn_container_copy(&stops[nstops], &t->c) == 0)
+        nstops++;
+      t->stop = false;
+      wanting |= t->st == Y_WANT;
+    }
+    hyarn_container *rel = p->release;
+    int nrel = p->nrelease;
+    p->release = NULL;
+    p->nrelease = p->caprelease = 0;
+    pthread_mutex_unlock(&p->mu);
+
+    char err[2300];
+    for (int i = 0; i < nstops; i++) {
+      if (hyarn_am_stop(p->am, &stops[i], err, sizeof err) < 0)
+        loom__log(LOOM_LOG_WARN, "yarn", "%s", err);
+      hyarn_container_free(&stops[i]);
+    }
+    const hyarn_container **relp = calloc((size_t)nrel + 1, sizeof *relp);
+    for (int i = 0; relp && i < nrel; i++) relp[i] = &rel[i];
+    hyarn_alloc res;
+    int rc =
+        hyarn_am_allocate(p->am, asks, nasks, relp, relp ? nrel : 0, 0.5f, &res, err, sizeof err);
+    free(relp);
+    for (int i = 0; i < nrel; i++) hyarn_container_free(&rel[i]);
+    free(rel);
+    free(asks);
+    free(stops);
+
+    pthread_mutex_lock(&p->mu);
+    if (rc < 0 || res.shutdown) {
+      /* the ResourceManager ended the attempt (killed, expired): every
+       * task's container is gone or going */
+      char why[2400];
+      snprintf(why, sizeof why, "YARN ended application %.64s: %.2300s", hyarn_am_app_id(p->am),
+               rc < 0 ? err : "the ResourceManager told the application master to shut down");
+      loom__log(LOOM_LOG_ERROR, "yarn", "%s", why);
+      p->gone = true;
+      for (int i = 0; i < n; i++) {
+        ytask *t = &p->t[i];
+        if (t->st == Y_IDLE) continue;
+        t->st = Y_IDLE;
+        push_exit(p, i, 1, 0, why);
+      }
+      if (rc == 0) hyarn_alloc_free(&res);
+      break;
+    }
+    for (int k = 0; k < res.nallocated; k++) {
+      hyarn_container *c = &res.allocated[k];
+      int id = c->alloc_id >= 0 ? (int)(c->alloc_id % n) : -1;
+      int gen = c->alloc_id >= 0 ? (int)(c->alloc_id / n) : -1;
+      ytask *t = id >= 0 ? &p->t[id] : NULL;
+      if (t && t->st == Y_WANT && t->gen == gen) {
+        t->c = *c;
+        memset(c, 0, sizeof *c);
+        t->has_c = true;
+        t->st = Y_HELD;
+      } else {
+        push_release(p, c); /* not wanted (any more) */
+      }
+    }
+    for (int k = 0; k < res.ndone; k++) {
+      hyarn_done *d = &res.done[k];
+      int id = task_of_container(p, d->id);
+      if (id < 0) continue;
+      ytask *t = &p->t[id];
+      hyarn_container_free(&t->c);
+      t->has_c = false;
+      if (t->st != Y_RUNNING) continue;
+      t->st = Y_IDLE;
+      const char *word = yarn_status_word(d->exit_status);
+      char detail[2300];
+      snprintf(detail, sizeof detail, "YARN container %s: %s%sexit status %d%s%.2000s", d->id,
+               word ? word : "", word ? "; " : "", d->exit_status, d->diagnostics[0] ? ": " : "",
+               d->diagnostics);
+      int64_t st = d->exit_status;
+      int sig = 0;
+      if (st > 128 && st < 160) { /* the shell's 128+N: killed by signal N */
+        sig = (int)(st - 128);
+        st = 0;
+      }
+      push_exit(p, id, st, sig, detail);
+    }
+    hyarn_alloc_free(&res);
+
+    bool any_want = false, any_held = false;
+    uint64_t oldest = 0;
+    for (int i = 0; i < n; i++) {
+      if (p->t[i].st == Y_WANT) {
+        any_want = true;
+        if (!oldest || p->t[i].t_want < oldest) oldest = p->t[i].t_want;
+      }
+      any_held |= p->t[i].st == Y_HELD;
+    }
+    if (!any_want && any_held)
+      start_held(p);
+    else if (any_want &&
+             loom__now_ms() - oldest > (uint64_t)loom__tun(LOOM_TUN_YARN_GANG_TIMEOUT_MS))
+      gang_timeout(p);
+    if (p->quit) break;
+    /* quick heartbeats while containers are wanted (the RM grants on its
+     * NodeManagers' heartbeats), then one a second */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long ms = (wanting || any_want) ? 100 : 1000;
+    ts.tv_nsec += ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+static int yarn_create(backend *b, const spec_job *s, int ntasks) {
+  ypriv *p = calloc(1, sizeof *p);
+  if (!p) return LOOM_ENOMEM;
+  p->b = b;
+  p->s = s;
+  p->ntasks = ntasks;
+  p->role = calloc((size_t)ntasks + 1, sizeof *p->role);
+  p->t = calloc((size_t)ntasks + 1, sizeof *p->t);
+  if (!p->role || !p->t) {
+    free(p->role), free(p->t), free(p);
+    return LOOM_ENOMEM;
+  }
+  /* task ids in role order, instances each, as the coordinator numbers them */
+  for (int r = 0, id = 0; r < s->nroles; r++)
+    for (int k = 0; k < s->roles[r].instances && id < ntasks; k++) p->role[id++] = &s->roles[r];
+  char err[4096];
+  uint64_t t0 = loom__now_ms();
+  int rc = hyarn_am_start(NULL, s->name, s->queue, (int)loom__tun(LOOM_TUN_YARN_SUBMIT_TIMEOUT_MS),
+                          &p->am, err, sizeof err);
+  if (rc < 0) {
+    fprintf(stderr, "loom: YARN: %s\n", err);
+    free(p->role), free(p->t), free(p);
+    return rc;
+  }
+  loom__log(LOOM_LOG_INFO, "yarn",
+            "application %s (attempt %s) registered as its own application master in %llu ms; %s",
+            hyarn_am_app_id(p->am), hyarn_am_attempt_id(p->am),
+            (unsigned long long)(loom__now_ms() - t0), hyarn_am_tracking(p->am));
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_cond_init(&p->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  uv_async_init(b->loop, &p->async, yarn_on_async);
+  p->async.data = p;
+  p->async_live = true;
+  b->priv = p;
+  if (pthread_create(&p->th, NULL, yarn_thread, p) != 0) {
+    hyarn_am_free(p->am, true);
+    p->am = NULL;
+    return LOOM_ENOMEM;
+  }
+  p->th_started = true;
+  return 0;
+}
+
+/* YARN gives each container its own CPUs and GPUs: nothing to place here. */
+static void yarn_place(backend *b, int task_id, const spec_role *r, char *cpus, size_t cpuslen,
+                       char *gpus, size_t gpuslen) {
+  cpus[0] = gpus[0] = 0;
+}
+
+static int yarn_launch(backend *b, int task_id, char *const *argv, char *const *env, char *err,
+                       size_t errlen) {
+  ypriv *p = b->priv;
+  loom__buf cmd;
+  loom__buf_init(&cmd, 1 << 20);
+  loom__buf_printf(&cmd, "exec");
+  for (int i = 0; argv[i]; i++) {
+    loom__buf_add(&cmd, " ", 1);
+    hyarn_shell_quote(&cmd, argv[i]);
+  }
+  /* <LOG_DIR>: the container's log directory, which the NodeManager
+   * fills in; its stderr's tail comes back in YARN's diagnostics */
+  loom__buf_printf(&cmd, " 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr");
+  int n = 0;
+  while (env[n]) n++;
+  char **e = calloc((size_t)n + 1, sizeof *e);
+  char *c = cmd.p ? strndup(cmd.p, cmd.len) : NULL;
+  loom__buf_free(&cmd);
+  for (int i = 0, k = 0; e && i < n; i++) {
+    /* the NodeManager sets these itself */
+    if (!strncmp(env[i], "PWD=", 4) || !strncmp(env[i], "OLDPWD=", 7) ||
+        !strncmp(env[i], "_=", 2) || !strncmp(env[i], "SHLVL=", 6))
+      continue;
+    if (!(e[k++] = strdup(env[i]))) break;
+  }
+  pthread_mutex_lock(&p->mu);
+  ytask *t = &p->t[task_id];
+  int rc = 0;
+  if (!e || !c) {
+    rc = LOOM_ENOMEM;
+  } else if (p->gone) {
+    snprintf(err, errlen, "YARN ended application %s: no container can start",
+             hyarn_am_app_id(p->am));
+    rc = LOOM_EBACKEND;
+  } else {
+    if (t->st == Y_WANT && t->asked) t->withdraw = true;
+    if (t->st == Y_HELD) {
+      push_release(p, &t->c);
+      t->has_c = false;
+    }
+    free(t->command);
+    free_env(t->env);
+    t->command = c;
+    t->env = e;
+    c = NULL;
+    e = NULL;
+    t->gen++;
+    t->asked = false;
+    t->st = Y_WANT;
+    t->t_want = loom__now_ms();
+    pthread_cond_signal(&p->cv);
+  }
+  pthread_mutex_unlock(&p->mu);
+  free(c);
+  free_env(e);
+  return rc;
+}
+
+static void yarn_signal(backend *b, int task_id, int sig) {
+  ypriv *p = b->priv;
+  pthread_mutex_lock(&p->mu);
+  ytask *t = &p->t[task_id];
+  if (t->st == Y_RUNNING) {
+    t->stop = true; /* the NodeManager sends SIGTERM, then SIGKILL */
+  } else if (t->st == Y_WANT || t->st == Y_HELD) {
+    if (t->st == Y_WANT) t->withdraw = t->asked;
+    if (t->st == Y_HELD) {
+      push_release(p, &t->c);
+      t->has_c = false;
+    }
+    t->st = Y_IDLE;
+    push_exit(p, task_id, 0, sig, "stopped before YARN started its container");
+  }
+  pthread_cond_signal(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+static const char *yarn_host(backend *b, int task_id) { return NULL; }
+
+/* Agents run on the NodeManagers' hosts: the coordinator listens on the
+ * address this host reaches the ResourceManager from. */
+static void yarn_coord_address(char *bind, size_t bindlen, char *adv, size_t advlen) {
+  hyarn_rms rms;
+  char err[1024];
+  loom__strlcpy(bind, "127.0.0.1", bindlen);
+  loom__strlcpy(adv, "127.0.0.1", advlen);
+  if (hyarn_find_rm(NULL, &rms, err, sizeof err) < 0) return;
+  struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;
+  char port[16];
+  snprintf(port, sizeof port, "%d", rms.rm[0].port);
+  if (getaddrinfo(rms.rm[0].host, port, &hints, &res) != 0) return;
+  int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  char ip[INET6_ADDRSTRLEN];
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+      getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+      getnameinfo((struct sockaddr *)&ss, sl, ip, sizeof ip, NULL, 0, NI_NUMERICHOST) == 0) {
+    loom__strlcpy(bind, ip, bindlen);
+    loom__strlcpy(adv, ip, advlen);
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+}
+
+/* Unregisters with the job's outcome; the RM then ends what is left. */
+static void yarn_finish(backend *b, int exit_status, const char *why) {
+  ypriv *p = b->priv;
+  pthread_mutex_lock(&p->mu);
+  p->quit = true;
+  p->async_live = false;
+  pthread_cond_signal(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  if (p->th_started) pthread_join(p->th, NULL);
+  p->th_started = false;
+  if (!p->am || p->gone) return;
+  char err[2048];
+  int st = exit_status == 0 ? 0 : exit_status == 130 ? 2 : 1; /* 130: interrupted, killed */
+  if (hyarn_am_finish(p->am, st, why, err, sizeof err) < 0) {
+    loom__log(LOOM_LOG_WARN, "yarn", "%s; killing the application instead", err);
+    hyarn_am_free(p->am, true);
+    p->am = NULL;
+  }
+}
+
+static void yarn_destroy(backend *b) {
+  ypriv *p = b->priv;
+  if (!p) {
+    free(b);
+    return;
+  }
+  if (p->th_started) yarn_finish(b, 3, "the coordinator stopped");
+  hyarn_am_free(p->am, true);
+  for (int i = 0; i < p->ntasks; i++) {
+    free(p->t[i].command);
+    free_env(p->t[i].env);
+    hyarn_container_free(&p->t[i].c);
+  }
+  for (int i = 0; i < p->nrelease; i++) hyarn_container_free(&p->release[i]);
+  free(p->release);
+  free(p->ex);
+  free(p->t);
+  free(p->role);
+  pthread_mutex_destroy(&p->mu);
+  pthread_cond_destroy(&p->cv);
+  free(p);
+  free(b);
+}
+
 const backend_ops loom__backend_yarn = {
     .name = "yarn",
-    .check_only = "launching on YARN is not built yet (the application master that starts "
-                  "containers comes next); `loom check --backend yarn` reports the cluster",
+    .launcher = "the YARN container",
+    .tracks_processes = true,
     .check = yarn_check,
     .probe = yarn_probe,
+    .coord_address = yarn_coord_address,
+    .create = yarn_create,
+    .place = yarn_place,
+    .launch = yarn_launch,
+    .signal = yarn_signal,
+    .host = yarn_host,
+    .finish = yarn_finish,
+    .destroy = yarn_destroy,
 };

@@ -618,6 +618,7 @@ int coord_run(const coord_opts *o) {
   loom__ratelog_flush(&co->rl_refused, "coord", "refused connections");
   coord_kv_drop_waiters(co, NULL);
 out_be:
+  if (co->be->ops->finish) co->be->ops->finish(co->be, status, co->root_msg);
   uv_walk(&co->loop, close_walk, NULL);
   uv_run(&co->loop, UV_RUN_DEFAULT);
   co->be->ops->destroy(co->be);

@@ -54,6 +54,13 @@
     "Slurm: launches of a task tried again when srun fails before its agent registered")           \
   N(LAUNCH_RETRY_MS, "LOOM_LAUNCH_RETRY_MS", 500, 0, 30000, MS,                                    \
     "Slurm: the first pause before such a launch (doubled each time, at most 30 s)")               \
+  N(YARN_GANG_TIMEOUT_MS, "LOOM_YARN_GANG_TIMEOUT", 120000, 1, 7 * LOOM__MS_DAY, MS,               \
+    "YARN: how long the application master waits for every container of a launch before it "       \
+    "releases those granted and fails, naming what is missing")                                    \
+  N(YARN_SUBMIT_TIMEOUT_MS, "LOOM_YARN_SUBMIT_TIMEOUT", 60000, 1, 7 * LOOM__MS_DAY, MS,            \
+    "YARN: how long to wait for the ResourceManager to accept the application")                    \
+  N(YARN_DEFAULT_MB, "LOOM_YARN_DEFAULT_MB", 512, 1, 1 << 30, COUNT,                               \
+    "YARN: the container memory (MB) of a role that sets no memory")                               \
   N(MAX_FRAME, "LOOM_MAX_FRAME", 4 * LOOM__MIB, 4 * LOOM__KIB, LOOM__GIB, BYTES,                   \
     "the largest message to or from the coordinator")                                              \
   N(MAX_LOG_LINE, "LOOM_MAX_LOG_LINE", 64 * LOOM__KIB, 128, 16 * LOOM__MIB, BYTES,                 \

@@ -8,12 +8,14 @@
 #include "ProtobufRpcEngine2.pb-c.h"
 #include "RpcHeader.pb-c.h"
 #include "core/bytes.h"
+#include "hadoop/sasl.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -68,13 +70,10 @@ static void request_header(Hadoop__Common__RpcRequestHeaderProto *h, int32_t cal
   h->retrycount = -1;
 }
 
-int hipc_encode_preamble(loom__buf *out, const char *protocol, const char *user,
-                         const uint8_t client_id[16]) {
-  /* "hrpc", version, service class 0, auth protocol 0 (none: SIMPLE) */
-  const uint8_t pre[7] = {'h', 'r', 'p', 'c', HIPC_VERSION, 0, 0};
-  size_t at = out->len;
-  int rc = loom__buf_add(out, pre, sizeof pre);
-  if (rc < 0) return rc;
+/* The connection context frame (call id -3): who the calls are for and
+ * which protocol they belong to. */
+static int put_context(loom__buf *out, const char *protocol, const char *user,
+                       const uint8_t client_id[16]) {
   Hadoop__Common__RpcRequestHeaderProto h;
   request_header(&h, HIPC_CALL_CONTEXT, client_id);
   Hadoop__Common__UserInformationProto ui = HADOOP__COMMON__USER_INFORMATION_PROTO__INIT;
@@ -84,8 +83,30 @@ int hipc_encode_preamble(loom__buf *out, const char *protocol, const char *user,
   ctx.userinfo = &ui;
   ctx.protocol = (char *)protocol;
   const ProtobufCMessage *msgs[] = {&h.base, &ctx.base};
-  if ((rc = put_frame(out, msgs, 2)) < 0) out->len = at;
+  return put_frame(out, msgs, 2);
+}
+
+/* "hrpc", version, service class 0, auth protocol (0: none, SIMPLE;
+ * 0xDF: SASL). */
+static int put_hello(loom__buf *out, uint8_t auth) {
+  const uint8_t pre[7] = {'h', 'r', 'p', 'c', HIPC_VERSION, 0, auth};
+  return loom__buf_add(out, pre, sizeof pre);
+}
+
+int hipc_encode_preamble(loom__buf *out, const char *protocol, const char *user,
+                         const uint8_t client_id[16]) {
+  size_t at = out->len;
+  int rc = put_hello(out, 0);
+  if (rc == 0) rc = put_context(out, protocol, user, client_id);
+  if (rc < 0) out->len = at;
   return rc;
+}
+
+int hipc_encode_sasl(loom__buf *out, const uint8_t client_id[16], const ProtobufCMessage *sasl) {
+  Hadoop__Common__RpcRequestHeaderProto h;
+  request_header(&h, HIPC_CALL_SASL, client_id);
+  const ProtobufCMessage *msgs[] = {&h.base, sasl};
+  return put_frame(out, msgs, 2);
 }
 
 int hipc_encode_call(loom__buf *out, int32_t call_id, const uint8_t client_id[16],
@@ -292,8 +313,147 @@ static int connect_one(const struct addrinfo *ai, uint64_t deadline, int *why) {
   return -1;
 }
 
-int hipc_connect(const char *host, int port, const char *peer, const char *protocol,
-                 const char *user, int timeout_ms, hipc_client **out, char *err, size_t errlen) {
+/* Reads one reply frame and decodes it (header, and a body of desc on
+ * success) into *r. what names what is waited for, method the call in
+ * messages. */
+static int read_frame(hipc_client *c, uint64_t deadline, int timeout_ms, const char *what,
+                      const char *method, const ProtobufCMessageDescriptor *desc, hipc_response *r,
+                      char *err, size_t errlen) {
+  uint8_t hdr[4];
+  uint32_t len = 0;
+  uint8_t *frame = NULL;
+  int rc = recv_all(c, hdr, 4, deadline, timeout_ms, what, err, errlen);
+  if (rc == 0) {
+    char why[256];
+    if ((rc = hipc_frame_length(hdr, &len, why, sizeof why)) < 0)
+      snprintf(err, errlen, "%s: %s: %s", c->peer, method, why);
+  }
+  if (rc == 0 && !(frame = malloc(len ? len : 1))) rc = LOOM_ENOMEM;
+  if (rc == 0) rc = recv_all(c, frame, len, deadline, timeout_ms, what, err, errlen);
+  if (rc == 0) {
+    char why[256];
+    if ((rc = hipc_decode_response(frame, len, desc, r, why, sizeof why)) < 0)
+      snprintf(err, errlen, "%s: %s: %s", c->peer, method, why);
+  }
+  free(frame);
+  return rc;
+}
+
+/* The SASL exchange of a TOKEN connection (Hadoop's SaslRpcClient): the
+ * client asks (NEGOTIATE), the server offers its mechanisms with a
+ * DIGEST-MD5 challenge, the client answers (INITIATE) and the server
+ * says SUCCESS with its own proof (rspauth), which is checked: a server
+ * that does not know the token's password cannot pass. */
+static int sasl_handshake(hipc_client *c, const hsasl_token *tok, uint64_t deadline, int timeout_ms,
+                          char *err, size_t errlen) {
+  loom__buf b;
+  loom__buf_init(&b, 1 << 16);
+  Hadoop__Common__RpcSaslProto neg = HADOOP__COMMON__RPC_SASL_PROTO__INIT;
+  neg.state = HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__NEGOTIATE;
+  int rc = put_hello(&b, 0xDF);
+  if (rc == 0) rc = hipc_encode_sasl(&b, c->client_id, &neg.base);
+  if (rc == 0) rc = send_all(c, b.p, b.len, deadline, "the SASL negotiation", err, errlen);
+  hipc_response r = {0};
+  if (rc == 0)
+    rc = read_frame(c, deadline, timeout_ms, "the SASL negotiation's answer", "SASL negotiation",
+                    &hadoop__common__rpc_sasl_proto__descriptor, &r, err, errlen);
+  if (rc == 0 && r.status != 0) {
+    snprintf(err, errlen, "%s: SASL negotiation refused: %s%s%s", c->peer,
+             r.exception[0] ? r.exception : "an error", r.message[0] ? ": " : "", r.message);
+    rc = LOOM_EPEER;
+  }
+  Hadoop__Common__RpcSaslProto *m = rc == 0 ? (Hadoop__Common__RpcSaslProto *)r.body : NULL;
+  Hadoop__Common__RpcSaslProto__SaslAuth *auth = NULL;
+  if (m && m->state != HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__NEGOTIATE) {
+    snprintf(err, errlen, "%s: SASL: the server answered state %d to NEGOTIATE", c->peer,
+             (int)m->state);
+    rc = LOOM_EPROTO;
+  }
+  char offered[256] = "";
+  for (size_t i = 0; rc == 0 && i < m->n_auths; i++) {
+    Hadoop__Common__RpcSaslProto__SaslAuth *a = m->auths[i];
+    size_t o = strlen(offered);
+    snprintf(offered + o, sizeof offered - o, "%s%.40s/%.40s", o ? ", " : "", a->method,
+             a->mechanism);
+    if (!auth && !strcmp(a->method, "TOKEN") && !strcmp(a->mechanism, "DIGEST-MD5")) auth = a;
+  }
+  if (rc == 0 && !auth) {
+    char clean[256];
+    copy_printable(clean, sizeof clean, offered);
+    snprintf(err, errlen, "%s: SASL: the server offers %s, not TOKEN/DIGEST-MD5", c->peer,
+             clean[0] ? clean : "nothing");
+    rc = LOOM_EPROTO;
+  }
+  hsasl_challenge ch;
+  char why[256], resp[12000], rspauth[33];
+  size_t resplen = 0;
+  if (rc == 0 &&
+      (!auth->has_challenge || hsasl_parse_challenge(auth->challenge.data, auth->challenge.len, &ch,
+                                                     why, sizeof why) < 0)) {
+    snprintf(err, errlen, "%s: SASL: %s", c->peer,
+             auth->has_challenge ? why : "DIGEST-MD5 offered without a challenge");
+    rc = LOOM_EPROTO;
+  }
+  if (rc == 0) {
+    uint8_t raw[12];
+    char cnonce[17];
+    if (RAND_bytes(raw, sizeof raw) != 1) rc = LOOM_EIO;
+    EVP_EncodeBlock((unsigned char *)cnonce, raw, sizeof raw);
+    if (rc == 0 && hsasl_response(&ch, tok, auth->protocol, auth->serverid, cnonce, resp,
+                                  sizeof resp, &resplen, rspauth) < 0) {
+      snprintf(err, errlen, "%s: SASL: the token is too large for a DIGEST-MD5 response", c->peer);
+      rc = LOOM_EINVAL;
+    }
+  }
+  if (rc == 0) {
+    Hadoop__Common__RpcSaslProto__SaslAuth chosen = HADOOP__COMMON__RPC_SASL_PROTO__SASL_AUTH__INIT;
+    chosen.method = auth->method;
+    chosen.mechanism = auth->mechanism;
+    chosen.protocol = auth->protocol;
+    chosen.serverid = auth->serverid;
+    Hadoop__Common__RpcSaslProto__SaslAuth *auths[] = {&chosen};
+    Hadoop__Common__RpcSaslProto ini = HADOOP__COMMON__RPC_SASL_PROTO__INIT;
+    ini.state = HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__INITIATE;
+    ini.has_token = 1;
+    ini.token.data = (uint8_t *)resp;
+    ini.token.len = resplen;
+    ini.n_auths = 1;
+    ini.auths = auths;
+    b.len = 0;
+    rc = hipc_encode_sasl(&b, c->client_id, &ini.base);
+    if (rc == 0) rc = send_all(c, b.p, b.len, deadline, "the SASL response", err, errlen);
+  }
+  hipc_response_free(&r);
+  if (rc == 0)
+    rc = read_frame(c, deadline, timeout_ms, "the SASL outcome", "SASL authentication",
+                    &hadoop__common__rpc_sasl_proto__descriptor, &r, err, errlen);
+  if (rc == 0 && r.status != 0) {
+    /* a wrong or expired token: Hadoop answers a fatal error, the class
+     * saying why (InvalidToken, SaslException) */
+    snprintf(err, errlen, "%s: the token was refused: %s%s%s", c->peer,
+             r.exception[0] ? r.exception : "an error", r.message[0] ? ": " : "", r.message);
+    rc = LOOM_EAUTH;
+  }
+  m = rc == 0 ? (Hadoop__Common__RpcSaslProto *)r.body : NULL;
+  if (m && m->state != HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__SUCCESS) {
+    snprintf(err, errlen, "%s: SASL: the server answered state %d where SUCCESS was expected",
+             c->peer, (int)m->state);
+    rc = LOOM_EPROTO;
+  } else if (m && (!m->has_token || hsasl_check_rspauth(m->token.data, m->token.len, rspauth))) {
+    snprintf(err, errlen,
+             "%s: SASL: the server's proof (rspauth) does not match the token: not "
+             "the server the token is for",
+             c->peer);
+    rc = LOOM_EAUTH;
+  }
+  hipc_response_free(&r);
+  loom__buf_free(&b);
+  return rc;
+}
+
+int hipc_connect_token(const char *host, int port, const char *peer, const char *protocol,
+                       const char *user, const hsasl_token *tok, int timeout_ms, hipc_client **out,
+                       char *err, size_t errlen) {
   *out = NULL;
   uint64_t deadline = loom__now_ms() + (uint64_t)timeout_ms;
   char ports[16];
@@ -326,13 +486,17 @@ int hipc_connect(const char *host, int port, const char *peer, const char *proto
   if (RAND_bytes(c->client_id, sizeof c->client_id) != 1) {
     for (size_t i = 0; i < sizeof c->client_id; i++) c->client_id[i] = (uint8_t)rand();
   }
+  int rc = tok ? sasl_handshake(c, tok, deadline, timeout_ms, err, errlen) : 0;
   loom__buf b;
   loom__buf_init(&b, 1 << 16);
-  int rc = hipc_encode_preamble(&b, protocol, user, c->client_id);
-  if (rc == 0)
-    rc = send_all(c, b.p, b.len, deadline, "the connection header", err, errlen);
-  else
-    snprintf(err, errlen, "%s: cannot encode the connection header", peer);
+  if (rc == 0) {
+    rc = tok ? put_context(&b, protocol, user, c->client_id)
+             : hipc_encode_preamble(&b, protocol, user, c->client_id);
+    if (rc == 0)
+      rc = send_all(c, b.p, b.len, deadline, "the connection header", err, errlen);
+    else
+      snprintf(err, errlen, "%s: cannot encode the connection header", peer);
+  }
   loom__buf_free(&b);
   if (rc < 0) {
     hipc_close(c);
@@ -340,6 +504,11 @@ int hipc_connect(const char *host, int port, const char *peer, const char *proto
   }
   *out = c;
   return 0;
+}
+
+int hipc_connect(const char *host, int port, const char *peer, const char *protocol,
+                 const char *user, int timeout_ms, hipc_client **out, char *err, size_t errlen) {
+  return hipc_connect_token(host, port, peer, protocol, user, NULL, timeout_ms, out, err, errlen);
 }
 
 int hipc_call(hipc_client *c, const char *method, const ProtobufCMessage *req,
@@ -364,25 +533,9 @@ int hipc_call(hipc_client *c, const char *method, const ProtobufCMessage *req,
   else
     rc = send_all(c, b.p, b.len, deadline, what, err, errlen);
   loom__buf_free(&b);
-  uint8_t hdr[4];
-  uint32_t len = 0;
-  uint8_t *frame = NULL;
   snprintf(what, sizeof what, "reply to %s", method);
-  if (rc == 0) rc = recv_all(c, hdr, 4, deadline, timeout_ms, what, err, errlen);
-  if (rc == 0) {
-    char why[256];
-    if ((rc = hipc_frame_length(hdr, &len, why, sizeof why)) < 0)
-      snprintf(err, errlen, "%s: %s: %s", c->peer, method, why);
-  }
-  if (rc == 0 && !(frame = malloc(len ? len : 1))) rc = LOOM_ENOMEM;
-  if (rc == 0) rc = recv_all(c, frame, len, deadline, timeout_ms, what, err, errlen);
   hipc_response r = {0};
-  if (rc == 0) {
-    char why[256];
-    if ((rc = hipc_decode_response(frame, len, resp_desc, &r, why, sizeof why)) < 0)
-      snprintf(err, errlen, "%s: %s: %s", c->peer, method, why);
-  }
-  free(frame);
+  if (rc == 0) rc = read_frame(c, deadline, timeout_ms, what, method, resp_desc, &r, err, errlen);
   /* a connection-level error (refused connection context, SASL wanted)
    * comes as call -1, Hadoop's INVALID_CALL_ID */
   if (rc == 0 && r.call_id != (uint32_t)id && !(r.status != 0 && r.call_id == UINT32_MAX)) {

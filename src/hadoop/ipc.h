@@ -19,15 +19,17 @@
  * RequestHeaderProto naming the method, the request). A reply frame is an
  * RpcResponseHeaderProto, then on success the response message.
  *
- * TODO(AM slice, issue 14): SASL (auth protocol 0xDF, RpcSaslProto frames
- * with call id -33, TOKEN / DIGEST-MD5 with qop=auth) goes between the
- * preamble and the connection context: the ApplicationMasterProtocol (the
- * AMRMToken) and every NodeManager (NMTokens) require it even on a
- * cluster with SIMPLE authentication. ApplicationClientProtocol does not. */
+ * SASL (auth protocol 0xDF, RpcSaslProto frames with call id -33, TOKEN /
+ * DIGEST-MD5 with qop=auth, sasl.h) goes between the preamble and the
+ * connection context: the ApplicationMasterProtocol (the AMRMToken) and
+ * every NodeManager (NMTokens) require it even on a cluster with SIMPLE
+ * authentication (hipc_connect_token). ApplicationClientProtocol does
+ * not (hipc_connect). */
 #ifndef LOOM_HADOOP_IPC_H
 #define LOOM_HADOOP_IPC_H
 
 #include "core/core.h"
+#include "hadoop/sasl.h"
 #include <protobuf-c/protobuf-c.h>
 
 #define HIPC_VERSION 9
@@ -46,6 +48,8 @@
  * as user to out. client_id is the connection's 16 random bytes. */
 int hipc_encode_preamble(loom__buf *out, const char *protocol, const char *user,
                          const uint8_t client_id[16]);
+/* Appends a SASL frame (call id -33) carrying sasl, an RpcSaslProto. */
+int hipc_encode_sasl(loom__buf *out, const uint8_t client_id[16], const ProtobufCMessage *sasl);
 /* Appends one call's frame: method of protocol with request req. */
 int hipc_encode_call(loom__buf *out, int32_t call_id, const uint8_t client_id[16],
                      const char *protocol, const char *method, const ProtobufCMessage *req);
@@ -91,6 +95,13 @@ typedef struct hipc_client hipc_client;
  * failed (refused, no answer, unknown host). */
 int hipc_connect(const char *host, int port, const char *peer, const char *protocol,
                  const char *user, int timeout_ms, hipc_client **out, char *err, size_t errlen);
+/* As hipc_connect, authenticating with tok (TOKEN / DIGEST-MD5) before the
+ * connection context; the server must prove it knows the token too.
+ * Returns as hipc_connect, or LOOM_EAUTH when the server refused the
+ * token (expired, unknown: err says which) or failed its own proof. */
+int hipc_connect_token(const char *host, int port, const char *peer, const char *protocol,
+                       const char *user, const hsasl_token *tok, int timeout_ms, hipc_client **out,
+                       char *err, size_t errlen);
 /* Calls method with req and waits at most timeout_ms for its reply, a
  * message of resp_desc that *resp then holds (the caller frees it with
  * protobuf_c_message_free_unpacked). Returns 0, or:

@@ -15,6 +15,7 @@
 
 #define ACP "org.apache.hadoop.yarn.api.ApplicationClientProtocolPB"
 #define RM_DEFAULT_PORT 8032
+#define RM_SCHEDULER_PORT 8030
 
 /* host:port (the last ':' splits, "[v6]:port" too) into rm. */
 static int split_address(const char *v, char *host, size_t hostlen, int *port) {
@@ -31,9 +32,11 @@ static int split_address(const char *v, char *host, size_t hostlen, int *port) {
   return 0;
 }
 
-/* One ResourceManager's address: address_key, else hostname_key:8032. */
+/* One address of a ResourceManager: address_key, else
+ * hostname_key:default_port, into host, port and how. */
 static int rm_address(const hconf *c, const char *file, const char *address_key,
-                      const char *hostname_key, hyarn_rms *out, int i, char *err, size_t errlen) {
+                      const char *hostname_key, int default_port, char *host, size_t hostlen,
+                      int *port, char *how, size_t howlen, char *err, size_t errlen) {
   char v[512];
   int found = hconf_get(c, address_key, NULL, v, sizeof v);
   const char *key = address_key;
@@ -45,17 +48,32 @@ static int rm_address(const hconf *c, const char *file, const char *address_key,
       /* Hadoop's default: yarn.resourcemanager.hostname is 0.0.0.0 */
       loom__strlcpy(h, "0.0.0.0", sizeof h);
     }
-    snprintf(v, sizeof v, "%s:%d", h, RM_DEFAULT_PORT);
-    snprintf(out->rm[i].how, sizeof out->rm[i].how, "%s%s:%d", hostname_key,
-             found ? "" : " (unset: 0.0.0.0)", RM_DEFAULT_PORT);
+    snprintf(v, sizeof v, "%s:%d", h, default_port);
+    snprintf(how, howlen, "%s%s:%d", hostname_key, found ? "" : " (unset: 0.0.0.0)", default_port);
   } else
-    loom__strlcpy(out->rm[i].how, address_key, sizeof out->rm[i].how);
-  if (found < 0 ||
-      split_address(v, out->rm[i].host, sizeof out->rm[i].host, &out->rm[i].port) < 0) {
+    loom__strlcpy(how, address_key, howlen);
+  if (found < 0 || split_address(v, host, hostlen, port) < 0) {
     snprintf(err, errlen, "%s: %s is '%s', not host:port", file, key, v);
     return LOOM_EBACKEND;
   }
   return 0;
+}
+
+/* The client (8032) and scheduler (8030) addresses of RM i; suffix is
+ * "" or ".<rm-id>" with HA. */
+static int rm_addresses(const hconf *c, const char *file, const char *suffix, hyarn_rms *out, int i,
+                        char *err, size_t errlen) {
+  char ak[160], hk[160], sk[160], how[160];
+  snprintf(ak, sizeof ak, "yarn.resourcemanager.address%s", suffix);
+  snprintf(hk, sizeof hk, "yarn.resourcemanager.hostname%s", suffix);
+  snprintf(sk, sizeof sk, "yarn.resourcemanager.scheduler.address%s", suffix);
+  int rc = rm_address(c, file, ak, hk, RM_DEFAULT_PORT, out->rm[i].host, sizeof out->rm[i].host,
+                      &out->rm[i].port, out->rm[i].how, sizeof out->rm[i].how, err, errlen);
+  if (rc == 0)
+    rc = rm_address(c, file, sk, hk, RM_SCHEDULER_PORT, out->rm[i].sched_host,
+                    sizeof out->rm[i].sched_host, &out->rm[i].sched_port, how, sizeof how, err,
+                    errlen);
+  return rc;
 }
 
 int hyarn_find_rm(const char *conf_dir, hyarn_rms *out, char *err, size_t errlen) {
@@ -108,11 +126,10 @@ int hyarn_find_rm(const char *conf_dir, hyarn_rms *out, char *err, size_t errlen
     for (char *save = NULL, *id = strtok_r(ids, ", \t\n", &save); id && rc >= 0;
          id = strtok_r(NULL, ", \t\n", &save)) {
       if (out->n == HYARN_MAX_RMS) break;
-      char ak[160], hk[160];
-      snprintf(ak, sizeof ak, "yarn.resourcemanager.address.%s", id);
-      snprintf(hk, sizeof hk, "yarn.resourcemanager.hostname.%s", id);
+      char suffix[80];
+      snprintf(suffix, sizeof suffix, ".%s", id);
       loom__strlcpy(out->rm[out->n].id, id, sizeof out->rm[0].id);
-      rc = rm_address(&c, out->file, ak, hk, out, out->n, err, errlen);
+      rc = rm_addresses(&c, out->file, suffix, out, out->n, err, errlen);
       out->n++;
     }
     if (rc >= 0 && !out->n) {
@@ -123,8 +140,7 @@ int hyarn_find_rm(const char *conf_dir, hyarn_rms *out, char *err, size_t errlen
       rc = LOOM_EBACKEND;
     }
   } else {
-    rc = rm_address(&c, out->file, "yarn.resourcemanager.address", "yarn.resourcemanager.hostname",
-                    out, 0, err, errlen);
+    rc = rm_addresses(&c, out->file, "", out, 0, err, errlen);
     out->n = 1;
   }
   hconf_free(&c);
@@ -133,7 +149,7 @@ int hyarn_find_rm(const char *conf_dir, hyarn_rms *out, char *err, size_t errlen
 
 /* The user Hadoop's SIMPLE authentication names: HADOOP_USER_NAME, else
  * the login of this process's uid. */
-static void hadoop_user(char *out, size_t len) {
+void hyarn_user(char *out, size_t len) {
   const char *u = getenv("HADOOP_USER_NAME");
   struct passwd *pw = (!u || !*u) ? getpwuid(getuid()) : NULL;
   loom__strlcpy(out, u && *u ? u : pw ? pw->pw_name : "nobody", len);
@@ -326,7 +342,7 @@ int hyarn_cluster_get(const char *conf_dir, const char *queue, int timeout_ms, h
   if (rc < 0) return rc;
   loom__strlcpy(out->conf_file, rms.file, sizeof out->conf_file);
   char user[128];
-  hadoop_user(user, sizeof user);
+  hyarn_user(user, sizeof user);
   size_t off = 0;
   err[0] = 0;
   for (int i = 0; i < rms.n; i++) {

@@ -22,6 +22,10 @@ typedef struct {
     char host[256];
     int port;
     char how[160]; /* which property gave it: "yarn.resourcemanager.address" */
+    /* the scheduler (ApplicationMasterProtocol): yarn.resourcemanager.scheduler.address,
+     * else the hostname's :8030 */
+    char sched_host[256];
+    int sched_port;
   } rm[HYARN_MAX_RMS];
 } hyarn_rms;
 
@@ -32,6 +36,10 @@ typedef struct {
  * else $HADOOP_HOME/etc/hadoop. Returns 0, or LOOM_EBACKEND with err
  * naming the directory or file and what is wrong with it. */
 int hyarn_find_rm(const char *conf_dir, hyarn_rms *out, char *err, size_t errlen);
+
+/* The user Hadoop's SIMPLE authentication names: HADOOP_USER_NAME, else
+ * the login of this process's uid. */
+void hyarn_user(char *out, size_t len);
 
 typedef struct {
   char id[300];      /* host:port, the node's id */

@@ -1,0 +1,689 @@
+/* am.c: an unmanaged YARN application master (see am.h). The calls and
+ * their order follow Hadoop's own UnmanagedAMLauncher, AMRMClientImpl and
+ * NMClientImpl: getNewApplication, submitApplication (unmanaged_am),
+ * getApplicationReport until the attempt's AMRMToken appears, then over
+ * SASL registerApplicationMaster, allocate (response ids in sequence,
+ * asks as a table of outstanding requests keyed by allocation id),
+ * startContainers/stopContainers per NodeManager with its NMToken, and
+ * finishApplicationMaster. A token's user is the attempt's id, so that is
+ * the user every SASL connection names. */
+#include "hadoop/am.h"
+
+#include "applicationclient_protocol.pb-c.h"
+#include "applicationmaster_protocol.pb-c.h"
+#include "containermanagement_protocol.pb-c.h"
+#include "hadoop/ipc.h"
+#include "hadoop/yarn.h"
+#include "yarn_service_protos.pb-c.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ACP "org.apache.hadoop.yarn.api.ApplicationClientProtocolPB"
+#define AMP "org.apache.hadoop.yarn.api.ApplicationMasterProtocolPB"
+#define CMP "org.apache.hadoop.yarn.api.ContainerManagementProtocolPB"
+
+typedef struct {
+  uint8_t *id, *pw;
+  size_t idlen, pwlen;
+} token;
+
+typedef struct {
+  char node[300];
+  token tok;
+} nmtoken;
+
+struct hyarn_am {
+  hyarn_rms rms;
+  int rmi; /* the ResourceManager that took the application */
+  char user[128];
+  int timeout_ms;
+  int64_t cluster_ts;
+  int32_t app_seq, attempt;
+  char app_id[64], attempt_id[80], tracking[600];
+  token amrm;
+  int32_t response_id;
+  hipc_client *sched;
+  nmtoken *nm;
+  int nnm, capnm;
+  int64_t max_mb;
+  int max_vcores;
+  bool registered, finished;
+};
+
+static void token_free(token *t) {
+  free(t->id);
+  free(t->pw);
+  memset(t, 0, sizeof *t);
+}
+
+static int token_set(token *t, const Hadoop__Common__TokenProto *p) {
+  token n = {0};
+  n.id = malloc(p->identifier.len ? p->identifier.len : 1);
+  n.pw = malloc(p->password.len ? p->password.len : 1);
+  if (!n.id || !n.pw) {
+    token_free(&n);
+    return LOOM_ENOMEM;
+  }
+  memcpy(n.id, p->identifier.data, p->identifier.len);
+  memcpy(n.pw, p->password.data, p->password.len);
+  n.idlen = p->identifier.len;
+  n.pwlen = p->password.len;
+  token_free(t);
+  *t = n;
+  return 0;
+}
+
+static hsasl_token sasl_of(const token *t) {
+  return (hsasl_token){t->id, t->idlen, t->pw, t->pwlen};
+}
+
+/* Copies s from the cluster into out: printable ASCII, newlines kept as
+ * "; ", cut to outlen. */
+static void printable(char *out, size_t outlen, const char *s) {
+  size_t n = 0;
+  for (; s && *s && n + 1 < outlen; s++) {
+    char c = *s;
+    if (c == '\n') {
+      if (n + 3 >= outlen) break;
+      out[n++] = ';';
+      c = ' ';
+    }
+    out[n++] = (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  out[n] = 0;
+}
+
+static void container_id_str(const Hadoop__Yarn__ContainerIdProto *c, char *out, size_t len) {
+  const Hadoop__Yarn__ApplicationAttemptIdProto *a = c ? c->app_attempt_id : NULL;
+  const Hadoop__Yarn__ApplicationIdProto *app = a ? a->application_id : c ? c->app_id : NULL;
+  int64_t id = c ? c->id : 0, epoch = id >> 40;
+  char e[32] = "";
+  if (epoch) snprintf(e, sizeof e, "e%02lld_", (long long)epoch);
+  snprintf(out, len, "container_%s%lld_%04d_%02d_%06lld", e,
+           app ? (long long)app->cluster_timestamp : 0LL, app ? app->id : 0,
+           a ? a->attemptid : 0, (long long)(id & 0xFFFFFFFFFFLL));
+}
+
+static void app_id_proto(const hyarn_am *am, Hadoop__Yarn__ApplicationIdProto *p) {
+  hadoop__yarn__application_id_proto__init(p);
+  p->has_id = p->has_cluster_timestamp = 1;
+  p->id = am->app_seq;
+  p->cluster_timestamp = am->cluster_ts;
+}
+
+/* A connection to the ResourceManager's client protocol (SIMPLE). */
+static int rm_connect(hyarn_am *am, hipc_client **rpc, char *err, size_t errlen) {
+  char peer[700];
+  const int i = am->rmi;
+  snprintf(peer, sizeof peer, "the ResourceManager at %s:%d", am->rms.rm[i].host,
+           am->rms.rm[i].port);
+  return hipc_connect(am->rms.rm[i].host, am->rms.rm[i].port, peer, ACP, am->user, am->timeout_ms,
+                      rpc, err, errlen);
+}
+
+/* (Re)connects to the scheduler with the current AMRMToken. */
+static int sched_connect(hyarn_am *am, char *err, size_t errlen) {
+  hipc_close(am->sched);
+  am->sched = NULL;
+  char peer[700];
+  const int i = am->rmi;
+  snprintf(peer, sizeof peer, "the ResourceManager's scheduler at %s:%d", am->rms.rm[i].sched_host,
+           am->rms.rm[i].sched_port);
+  hsasl_token t = sasl_of(&am->amrm);
+  return hipc_connect_token(am->rms.rm[i].sched_host, am->rms.rm[i].sched_port, peer, AMP,
+                            am->attempt_id, &t, am->timeout_ms, &am->sched, err, errlen);
+}
+
+/* A scheduler call, reconnecting once if the connection was lost (the RM
+ * closes idle connections; a rolled AMRMToken is used for the new one). */
+static int sched_call(hyarn_am *am, const char *method, const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp, char *err,
+                      size_t errlen) {
+  int rc = am->sched ? 0 : sched_connect(am, err, errlen);
+  if (rc == 0) rc = hipc_call(am->sched, method, req, desc, resp, am->timeout_ms, err, errlen);
+  if (rc == LOOM_ECONN) {
+    if ((rc = sched_connect(am, err, errlen)) == 0)
+      rc = hipc_call(am->sched, method, req, desc, resp, am->timeout_ms, err, errlen);
+  }
+  return rc;
+}
+
+static const char *app_state(Hadoop__Yarn__YarnApplicationStateProto s) {
+  static const char *const n[] = {"?",        "NEW",     "NEW_SAVING", "SUBMITTED", "ACCEPTED",
+                                  "RUNNING", "FINISHED", "FAILED",     "KILLED"};
+  return s >= 1 && s <= 8 ? n[s] : "?";
+}
+
+/* Submits and waits for the AMRMToken. */
+static int submit(hyarn_am *am, hipc_client *rpc, const char *name, const char *queue, char *err,
+                  size_t errlen) {
+  ProtobufCMessage *resp = NULL;
+  Hadoop__Yarn__GetNewApplicationRequestProto nreq =
+      HADOOP__YARN__GET_NEW_APPLICATION_REQUEST_PROTO__INIT;
+  int rc = hipc_call(rpc, "getNewApplication", &nreq.base,
+                     &hadoop__yarn__get_new_application_response_proto__descriptor, &resp,
+                     am->timeout_ms, err, errlen);
+  if (rc < 0) return rc;
+  Hadoop__Yarn__GetNewApplicationResponseProto *nr = (void *)resp;
+  if (!nr->application_id) {
+    protobuf_c_message_free_unpacked(resp, NULL);
+    snprintf(err, errlen, "getNewApplication: the ResourceManager gave no application id");
+    return LOOM_EPROTO;
+  }
+  am->cluster_ts = nr->application_id->cluster_timestamp;
+  am->app_seq = nr->application_id->id;
+  protobuf_c_message_free_unpacked(resp, NULL);
+  snprintf(am->app_id, sizeof am->app_id, "application_%lld_%04d", (long long)am->cluster_ts,
+           am->app_seq);
+
+  Hadoop__Yarn__ApplicationIdProto aid;
+  app_id_proto(am, &aid);
+  Hadoop__Yarn__ContainerLaunchContextProto clc = HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
+  Hadoop__Yarn__ResourceProto res = HADOOP__YARN__RESOURCE_PROTO__INIT;
+  res.has_memory = res.has_virtual_cores = 1;
+  res.memory = 64;
+  res.virtual_cores = 1;
+  Hadoop__Yarn__ApplicationSubmissionContextProto ctx =
+      HADOOP__YARN__APPLICATION_SUBMISSION_CONTEXT_PROTO__INIT;
+  ctx.application_id = &aid;
+  ctx.application_name = (char *)name;
+  ctx.queue = (char *)(queue ? queue : "default");
+  ctx.am_container_spec = &clc;
+  ctx.has_unmanaged_am = ctx.unmanaged_am = 1;
+  ctx.has_maxappattempts = 1;
+  ctx.maxappattempts = 1;
+  ctx.resource = &res;
+  ctx.applicationtype = "LOOM";
+  Hadoop__Yarn__SubmitApplicationRequestProto sreq =
+      HADOOP__YARN__SUBMIT_APPLICATION_REQUEST_PROTO__INIT;
+  sreq.application_submission_context = &ctx;
+  if ((rc = hipc_call(rpc, "submitApplication", &sreq.base,
+                      &hadoop__yarn__submit_application_response_proto__descriptor, &resp,
+                      am->timeout_ms, err, errlen)) < 0)
+    return rc;
+  protobuf_c_message_free_unpacked(resp, NULL);
+
+  uint64_t deadline = loom__now_ms() + (uint64_t)am->timeout_ms;
+  const char *last = "SUBMITTED";
+  for (;;) {
+    Hadoop__Yarn__GetApplicationReportRequestProto rreq =
+        HADOOP__YARN__GET_APPLICATION_REPORT_REQUEST_PROTO__INIT;
+    rreq.application_id = &aid;
+    if ((rc = hipc_call(rpc, "getApplicationReport", &rreq.base,
+                        &hadoop__yarn__get_application_report_response_proto__descriptor, &resp,
+                        am->timeout_ms, err, errlen)) < 0)
+      return rc;
+    Hadoop__Yarn__ApplicationReportProto *r =
+        ((Hadoop__Yarn__GetApplicationReportResponseProto *)resp)->application_report;
+    rc = 1;
+    if (r) {
+      last = app_state(r->yarn_application_state);
+      if (r->yarn_application_state >= HADOOP__YARN__YARN_APPLICATION_STATE_PROTO__FINISHED) {
+        char d[1024];
+        printable(d, sizeof d, r->diagnostics);
+        snprintf(err, errlen, "YARN ended %s before it started: %s: %s", am->app_id, last, d);
+        rc = LOOM_ERESOURCE;
+      } else if (r->am_rm_token && r->currentapplicationattemptid) {
+        am->attempt = r->currentapplicationattemptid->attemptid;
+        printable(am->tracking, sizeof am->tracking, r->trackingurl);
+        rc = token_set(&am->amrm, r->am_rm_token);
+      }
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+    if (rc <= 0) break;
+    if (loom__now_ms() >= deadline) {
+      snprintf(err, errlen,
+               "%s is still %s after %d ms: the queue does not start it (full, or its AM share "
+               "used up: yarn.scheduler.capacity.maximum-am-resource-percent)",
+               am->app_id, last, am->timeout_ms);
+      return LOOM_ETIMEDOUT;
+    }
+    usleep(50 * 1000);
+  }
+  if (rc < 0) return rc;
+  snprintf(am->attempt_id, sizeof am->attempt_id, "appattempt_%lld_%04d_%06d",
+           (long long)am->cluster_ts, am->app_seq, am->attempt);
+  return 0;
+}
+
+static int do_register(hyarn_am *am, char *err, size_t errlen) {
+  char host[256] = "";
+  gethostname(host, sizeof host);
+  Hadoop__Yarn__RegisterApplicationMasterRequestProto req =
+      HADOOP__YARN__REGISTER_APPLICATION_MASTER_REQUEST_PROTO__INIT;
+  req.host = host;
+  req.has_rpc_port = 1;
+  req.rpc_port = -1;
+  req.tracking_url = "";
+  ProtobufCMessage *resp = NULL;
+  int rc = sched_call(am, "registerApplicationMaster", &req.base,
+                      &hadoop__yarn__register_application_master_response_proto__descriptor, &resp,
+                      err, errlen);
+  if (rc < 0) return rc;
+  Hadoop__Yarn__RegisterApplicationMasterResponseProto *r = (void *)resp;
+  if (r->maximumcapability) {
+    am->max_mb = r->maximumcapability->memory;
+    am->max_vcores = r->maximumcapability->virtual_cores;
+  }
+  protobuf_c_message_free_unpacked(resp, NULL);
+  am->registered = true;
+  return 0;
+}
+
+int hyarn_am_start(const char *conf_dir, const char *name, const char *queue, int timeout_ms,
+                   hyarn_am **out, char *err, size_t errlen) {
+  *out = NULL;
+  hyarn_am *am = calloc(1, sizeof *am);
+  if (!am) return LOOM_ENOMEM;
+  am->timeout_ms = timeout_ms;
+  hyarn_user(am->user, sizeof am->user);
+  int rc = hyarn_find_rm(conf_dir, &am->rms, err, errlen);
+  if (rc < 0) {
+    free(am);
+    return LOOM_EBACKEND;
+  }
+  hipc_client *rpc = NULL;
+  char why[4096] = "";
+  /* with HA, the first ResourceManager that answers as active */
+  for (am->rmi = 0; am->rmi < am->rms.n; am->rmi++) {
+    rc = rm_connect(am, &rpc, why, sizeof why);
+    if (rc == 0) rc = submit(am, rpc, name, queue, why, sizeof why);
+    bool standby = rc < 0 && rpc && strstr(hipc_exception(rpc), "StandbyException");
+    bool unreachable = rc == LOOM_ECONN || rc == LOOM_ETIMEDOUT;
+    if (rc == 0 || am->app_id[0] || !(standby || unreachable) || am->rmi + 1 == am->rms.n) break;
+    hipc_close(rpc);
+    rpc = NULL;
+  }
+  if (am->rmi == am->rms.n) am->rmi = 0;
+  if (rc == 0) rc = do_register(am, why, sizeof why);
+  hipc_close(rpc);
+  if (rc < 0) {
+    snprintf(err, errlen, "%s%s%s", am->app_id[0] ? am->app_id : "", am->app_id[0] ? ": " : "",
+             why);
+    hyarn_am_free(am, am->app_id[0] != 0);
+    return rc == LOOM_ERESOURCE || rc == LOOM_ETIMEDOUT ? LOOM_ERESOURCE : LOOM_EBACKEND;
+  }
+  *out = am;
+  return 0;
+}
+
+const char *hyarn_am_app_id(const hyarn_am *am) { return am->app_id; }
+const char *hyarn_am_attempt_id(const hyarn_am *am) { return am->attempt_id; }
+const char *hyarn_am_tracking(const hyarn_am *am) { return am->tracking; }
+void hyarn_am_max(const hyarn_am *am, int64_t *memory_mb, int *vcores) {
+  *memory_mb = am->max_mb;
+  *vcores = am->max_vcores;
+}
+
+static void nm_token_keep(hyarn_am *am, const Hadoop__Yarn__NMTokenProto *p) {
+  if (!p->nodeid || !p->nodeid->host || !p->token) return;
+  char node[300];
+  snprintf(node, sizeof node, "%s:%d", p->nodeid->host, p->nodeid->port);
+  for (int i = 0; i < am->nnm; i++)
+    if (!strcmp(am->nm[i].node, node)) {
+      token_set(&am->nm[i].tok, p->token); /* a newer one (roll-over) */
+      return;
+    }
+  if (am->nnm == am->capnm) {
+    int cap = am->capnm ? am->capnm * 2 : 8;
+    nmtoken *n = realloc(am->nm, (size_t)cap * sizeof *n);
+    if (!n) return;
+    am->nm = n;
+    am->capnm = cap;
+  }
+  nmtoken *t = &am->nm[am->nnm];
+  memset(t, 0, sizeof *t);
+  loom__strlcpy(t->node, node, sizeof t->node);
+  if (token_set(&t->tok, p->token) == 0) am->nnm++;
+}
+
+static int64_t gpu_value(const Hadoop__Yarn__ResourceProto *r) {
+  for (size_t i = 0; r && i < r->n_resource_value_map; i++)
+    if (r->resource_value_map[i]->key && !strcmp(r->resource_value_map[i]->key, HYARN_GPU))
+      return r->resource_value_map[i]->value;
+  return 0;
+}
+
+int hyarn_am_allocate(hyarn_am *am, const hyarn_ask *asks, int nasks,
+                      const hyarn_container *const *release, int nrelease, float progress,
+                      hyarn_alloc *res, char *err, size_t errlen) {
+  memset(res, 0, sizeof *res);
+  Hadoop__Yarn__ResourceRequestProto *rr = calloc((size_t)nasks + 1, sizeof *rr);
+  Hadoop__Yarn__ResourceRequestProto **rrp = calloc((size_t)nasks + 1, sizeof *rrp);
+  Hadoop__Yarn__ResourceProto *cap = calloc((size_t)nasks + 1, sizeof *cap);
+  Hadoop__Yarn__ResourceInformationProto *gi = calloc((size_t)nasks + 1, sizeof *gi);
+  Hadoop__Yarn__ResourceInformationProto **gip = calloc((size_t)nasks + 1, sizeof *gip);
+  Hadoop__Yarn__PriorityProto *pri = calloc((size_t)nasks + 1, sizeof *pri);
+  Hadoop__Yarn__ContainerIdProto **rel = calloc((size_t)nrelease + 1, sizeof *rel);
+  Hadoop__Yarn__ContainerProto **relc = calloc((size_t)nrelease + 1, sizeof *relc);
+  int rc = (rr && rrp && cap && gi && gip && pri && rel && relc) ? 0 : LOOM_ENOMEM;
+  for (int i = 0; rc == 0 && i < nasks; i++) {
+    const hyarn_ask *a = &asks[i];
+    hadoop__yarn__resource_request_proto__init(&rr[i]);
+    hadoop__yarn__resource_proto__init(&cap[i]);
+    hadoop__yarn__priority_proto__init(&pri[i]);
+    pri[i].has_priority = 1;
+    pri[i].priority = a->priority;
+    cap[i].has_memory = cap[i].has_virtual_cores = 1;
+    cap[i].memory = a->memory_mb;
+    cap[i].virtual_cores = a->vcores;
+    if (a->gpus > 0) {
+      hadoop__yarn__resource_information_proto__init(&gi[i]);
+      gi[i].key = HYARN_GPU;
+      gi[i].has_value = 1;
+      gi[i].value = a->gpus;
+      gi[i].units = "";
+      gip[i] = &gi[i];
+      cap[i].n_resource_value_map = 1;
+      cap[i].resource_value_map = &gip[i];
+    }
+    rr[i].priority = &pri[i];
+    rr[i].resource_name = "*";
+    rr[i].capability = &cap[i];
+    rr[i].has_num_containers = 1;
+    rr[i].num_containers = a->num;
+    rr[i].has_relax_locality = rr[i].relax_locality = 1;
+    rr[i].node_label_expression = (char *)a->label;
+    rr[i].has_allocation_request_id = 1;
+    rr[i].allocation_request_id = a->alloc_id;
+    rrp[i] = &rr[i];
+  }
+  for (int i = 0; rc == 0 && i < nrelease; i++) {
+    relc[i] = hadoop__yarn__container_proto__unpack(NULL, release[i]->proto_len, release[i]->proto);
+    if (!relc[i] || !relc[i]->id) rc = LOOM_EPROTO;
+    else rel[i] = relc[i]->id;
+  }
+  Hadoop__Yarn__AllocateRequestProto req = HADOOP__YARN__ALLOCATE_REQUEST_PROTO__INIT;
+  req.n_ask = (size_t)nasks;
+  req.ask = rrp;
+  req.n_release = (size_t)nrelease;
+  req.release = rel;
+  req.has_response_id = req.has_progress = 1;
+  req.response_id = am->response_id;
+  req.progress = progress;
+  ProtobufCMessage *resp = NULL;
+  if (rc == 0)
+    rc = sched_call(am, "allocate", &req.base, &hadoop__yarn__allocate_response_proto__descriptor,
+                    &resp, err, errlen);
+  else
+    snprintf(err, errlen, "allocate: %s", loom_strerror(rc));
+  for (int i = 0; relc && i < nrelease; i++)
+    if (relc[i]) protobuf_c_message_free_unpacked(&relc[i]->base, NULL);
+  free(rr), free(rrp), free(cap), free(gi), free(gip), free(pri), free(rel), free(relc);
+  if (rc < 0) {
+    /* the attempt is over in the RM's eyes: nothing will come back */
+    if (rc == LOOM_EPEER) res->shutdown = true;
+    return LOOM_EBACKEND;
+  }
+  Hadoop__Yarn__AllocateResponseProto *r = (void *)resp;
+  if (r->has_response_id) am->response_id = r->response_id;
+  if (r->has_a_m_command) res->shutdown = true;
+  res->nodes = r->num_cluster_nodes;
+  if (r->am_rm_token) token_set(&am->amrm, r->am_rm_token);
+  for (size_t i = 0; i < r->n_nm_tokens; i++) nm_token_keep(am, r->nm_tokens[i]);
+  res->allocated = calloc(r->n_allocated_containers + 1, sizeof *res->allocated);
+  res->done = calloc(r->n_completed_container_statuses + 1, sizeof *res->done);
+  if (!res->allocated || !res->done) {
+    protobuf_c_message_free_unpacked(resp, NULL);
+    hyarn_alloc_free(res);
+    snprintf(err, errlen, "allocate: out of memory");
+    return LOOM_ENOMEM;
+  }
+  for (size_t i = 0; i < r->n_allocated_containers; i++) {
+    const Hadoop__Yarn__ContainerProto *c = r->allocated_containers[i];
+    hyarn_container *o = &res->allocated[res->nallocated];
+    if (!c->id || !c->nodeid || !c->nodeid->host || !c->container_token) continue;
+    o->alloc_id = c->has_allocation_request_id ? c->allocation_request_id : -1;
+    container_id_str(c->id, o->id, sizeof o->id);
+    printable(o->host, sizeof o->host, c->nodeid->host);
+    o->port = c->nodeid->port;
+    snprintf(o->node, sizeof o->node, "%s:%d", c->nodeid->host, c->nodeid->port);
+    if (c->resource) {
+      o->memory_mb = c->resource->memory;
+      o->vcores = c->resource->virtual_cores;
+      o->gpus = gpu_value(c->resource);
+    }
+    o->proto_len = protobuf_c_message_get_packed_size(&c->base);
+    if (!(o->proto = malloc(o->proto_len ? o->proto_len : 1))) continue;
+    protobuf_c_message_pack(&c->base, o->proto);
+    res->nallocated++;
+  }
+  for (size_t i = 0; i < r->n_completed_container_statuses; i++) {
+    const Hadoop__Yarn__ContainerStatusProto *s = r->completed_container_statuses[i];
+    hyarn_done *d = &res->done[res->ndone++];
+    container_id_str(s->container_id, d->id, sizeof d->id);
+    d->exit_status = s->has_exit_status ? s->exit_status : -1000;
+    printable(d->diagnostics, sizeof d->diagnostics, s->diagnostics);
+  }
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return 0;
+}
+
+void hyarn_container_free(hyarn_container *c) {
+  free(c->proto);
+  c->proto = NULL;
+}
+
+int hyarn_container_copy(hyarn_container *dst, const hyarn_container *src) {
+  *dst = *src;
+  dst->proto = malloc(src->proto_len ? src->proto_len : 1);
+  if (!dst->proto) return LOOM_ENOMEM;
+  memcpy(dst->proto, src->proto, src->proto_len);
+  return 0;
+}
+
+void hyarn_alloc_free(hyarn_alloc *res) {
+  for (int i = 0; res->allocated && i < res->nallocated; i++)
+    hyarn_container_free(&res->allocated[i]);
+  free(res->allocated);
+  free(res->done);
+  memset(res, 0, sizeof *res);
+}
+
+/* A connection to c's NodeManager with its NMToken. */
+static int nm_connect(hyarn_am *am, const hyarn_container *c, hipc_client **rpc, char *err,
+                      size_t errlen) {
+  const nmtoken *t = NULL;
+  for (int i = 0; i < am->nnm && !t; i++)
+    if (!strcmp(am->nm[i].node, c->node)) t = &am->nm[i];
+  if (!t) {
+    snprintf(err, errlen, "no NMToken for the NodeManager %s (the scheduler sent none)", c->node);
+    return LOOM_EAUTH;
+  }
+  char peer[400];
+  snprintf(peer, sizeof peer, "the NodeManager %s", c->node);
+  hsasl_token st = sasl_of(&t->tok);
+  return hipc_connect_token(c->host, c->port, peer, CMP, am->attempt_id, &st, am->timeout_ms, rpc,
+                            err, errlen);
+}
+
+static void exception_text(const Hadoop__Yarn__SerializedExceptionProto *e, char *out,
+                           size_t len) {
+  char m[1024];
+  printable(m, sizeof m, e ? e->message : NULL);
+  snprintf(out, len, "%s%s%s", e && e->class_name ? e->class_name : "an error",
+           m[0] ? ": " : "", m);
+}
+
+int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
+                    char *const *env, char *err, size_t errlen) {
+  Hadoop__Yarn__ContainerProto *cp =
+      hadoop__yarn__container_proto__unpack(NULL, c->proto_len, c->proto);
+  if (!cp) {
+    snprintf(err, errlen, "container %s: its record does not decode", c->id);
+    return LOOM_EBACKEND;
+  }
+  int nenv = 0;
+  while (env && env[nenv]) nenv++;
+  Hadoop__Yarn__StringStringMapProto *kv = calloc((size_t)nenv + 1, sizeof *kv);
+  Hadoop__Yarn__StringStringMapProto **kvp = calloc((size_t)nenv + 1, sizeof *kvp);
+  char **keys = calloc((size_t)nenv + 1, sizeof *keys);
+  int rc = kv && kvp && keys ? 0 : LOOM_ENOMEM;
+  size_t n = 0;
+  for (int i = 0; rc == 0 && i < nenv; i++) {
+    const char *eq = strchr(env[i], '=');
+    if (!eq || eq == env[i]) continue;
+    if (!(keys[n] = strndup(env[i], (size_t)(eq - env[i])))) {
+      rc = LOOM_ENOMEM;
+      break;
+    }
+    hadoop__yarn__string_string_map_proto__init(&kv[n]);
+    kv[n].key = keys[n];
+    kv[n].value = (char *)eq + 1;
+    kvp[n] = &kv[n];
+    n++;
+  }
+  Hadoop__Yarn__ContainerLaunchContextProto clc = HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
+  clc.n_environment = n;
+  clc.environment = kvp;
+  char *cmds[] = {(char *)command};
+  clc.n_command = 1;
+  clc.command = cmds;
+  Hadoop__Yarn__StartContainerRequestProto one = HADOOP__YARN__START_CONTAINER_REQUEST_PROTO__INIT;
+  one.container_launch_context = &clc;
+  one.container_token = cp->container_token;
+  Hadoop__Yarn__StartContainerRequestProto *onep[] = {&one};
+  Hadoop__Yarn__StartContainersRequestProto req = HADOOP__YARN__START_CONTAINERS_REQUEST_PROTO__INIT;
+  req.n_start_container_request = 1;
+  req.start_container_request = onep;
+  hipc_client *rpc = NULL;
+  ProtobufCMessage *resp = NULL;
+  char why[2048] = "";
+  if (rc == 0) rc = nm_connect(am, c, &rpc, why, sizeof why);
+  if (rc == 0)
+    rc = hipc_call(rpc, "startContainers", &req.base,
+                   &hadoop__yarn__start_containers_response_proto__descriptor, &resp,
+                   am->timeout_ms, why, sizeof why);
+  hipc_close(rpc);
+  if (rc == 0) {
+    Hadoop__Yarn__StartContainersResponseProto *r = (void *)resp;
+    if (r->n_failed_requests) {
+      exception_text(r->failed_requests[0]->exception, why, sizeof why);
+      rc = LOOM_EBACKEND;
+    } else if (!r->n_succeeded_requests) {
+      snprintf(why, sizeof why, "the NodeManager neither started nor refused it");
+      rc = LOOM_EBACKEND;
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  if (rc < 0)
+    snprintf(err, errlen, "container %s on %s: %s", c->id, c->node,
+             why[0] ? why : loom_strerror(rc));
+  for (size_t i = 0; keys && i < n; i++) free(keys[i]);
+  free(keys), free(kv), free(kvp);
+  protobuf_c_message_free_unpacked(&cp->base, NULL);
+  return rc < 0 ? LOOM_EBACKEND : 0;
+}
+
+int hyarn_am_stop(hyarn_am *am, const hyarn_container *c, char *err, size_t errlen) {
+  Hadoop__Yarn__ContainerProto *cp =
+      hadoop__yarn__container_proto__unpack(NULL, c->proto_len, c->proto);
+  if (!cp || !cp->id) {
+    if (cp) protobuf_c_message_free_unpacked(&cp->base, NULL);
+    snprintf(err, errlen, "container %s: its record does not decode", c->id);
+    return LOOM_EBACKEND;
+  }
+  Hadoop__Yarn__ContainerIdProto *ids[] = {cp->id};
+  Hadoop__Yarn__StopContainersRequestProto req = HADOOP__YARN__STOP_CONTAINERS_REQUEST_PROTO__INIT;
+  req.n_container_id = 1;
+  req.container_id = ids;
+  hipc_client *rpc = NULL;
+  ProtobufCMessage *resp = NULL;
+  char why[2048] = "";
+  int rc = nm_connect(am, c, &rpc, why, sizeof why);
+  if (rc == 0)
+    rc = hipc_call(rpc, "stopContainers", &req.base,
+                   &hadoop__yarn__stop_containers_response_proto__descriptor, &resp,
+                   am->timeout_ms, why, sizeof why);
+  hipc_close(rpc);
+  if (rc == 0) {
+    Hadoop__Yarn__StopContainersResponseProto *r = (void *)resp;
+    if (r->n_failed_requests) {
+      exception_text(r->failed_requests[0]->exception, why, sizeof why);
+      rc = LOOM_EBACKEND;
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  protobuf_c_message_free_unpacked(&cp->base, NULL);
+  if (rc < 0) {
+    snprintf(err, errlen, "stopping container %s on %s: %s", c->id, c->node, why);
+    return LOOM_EBACKEND;
+  }
+  return 0;
+}
+
+int hyarn_am_finish(hyarn_am *am, int status, const char *diagnostics, char *err, size_t errlen) {
+  static const Hadoop__Yarn__FinalApplicationStatusProto fs[] = {
+      HADOOP__YARN__FINAL_APPLICATION_STATUS_PROTO__APP_SUCCEEDED,
+      HADOOP__YARN__FINAL_APPLICATION_STATUS_PROTO__APP_FAILED,
+      HADOOP__YARN__FINAL_APPLICATION_STATUS_PROTO__APP_KILLED};
+  Hadoop__Yarn__FinishApplicationMasterRequestProto req =
+      HADOOP__YARN__FINISH_APPLICATION_MASTER_REQUEST_PROTO__INIT;
+  req.diagnostics = (char *)(diagnostics ? diagnostics : "");
+  req.tracking_url = "";
+  req.has_final_application_status = 1;
+  req.final_application_status = fs[status < 0 || status > 2 ? 1 : status];
+  /* the RM may answer "not yet" (isUnregistered false) while it saves the
+   * state: ask again, as AMRMClientImpl does */
+  int rc = 0;
+  for (int i = 0; i < 50; i++) {
+    ProtobufCMessage *resp = NULL;
+    rc = sched_call(am, "finishApplicationMaster", &req.base,
+                    &hadoop__yarn__finish_application_master_response_proto__descriptor, &resp,
+                    err, errlen);
+    if (rc < 0) return LOOM_EBACKEND;
+    Hadoop__Yarn__FinishApplicationMasterResponseProto *r = (void *)resp;
+    bool done = !r->has_isunregistered || r->isunregistered;
+    protobuf_c_message_free_unpacked(resp, NULL);
+    if (done) {
+      am->finished = true;
+      return 0;
+    }
+    usleep(100 * 1000);
+  }
+  snprintf(err, errlen, "finishApplicationMaster: %s not unregistered after 5 s", am->app_id);
+  return LOOM_EBACKEND;
+}
+
+void hyarn_am_free(hyarn_am *am, bool kill) {
+  if (!am) return;
+  if (kill && !am->finished && am->app_id[0]) {
+    hipc_client *rpc = NULL;
+    char err[1024];
+    if (rm_connect(am, &rpc, err, sizeof err) == 0) {
+      Hadoop__Yarn__ApplicationIdProto aid;
+      app_id_proto(am, &aid);
+      Hadoop__Yarn__KillApplicationRequestProto req =
+          HADOOP__YARN__KILL_APPLICATION_REQUEST_PROTO__INIT;
+      req.application_id = &aid;
+      req.diagnostics = "killed by loom";
+      ProtobufCMessage *resp = NULL;
+      if (hipc_call(rpc, "forceKillApplication", &req.base,
+                    &hadoop__yarn__kill_application_response_proto__descriptor, &resp,
+                    am->timeout_ms, err, sizeof err) == 0)
+        protobuf_c_message_free_unpacked(resp, NULL);
+      else
+        loom__log(LOOM_LOG_WARN, "yarn", "%s", err);
+    }
+    hipc_close(rpc);
+  }
+  hipc_close(am->sched);
+  for (int i = 0; i < am->nnm; i++) token_free(&am->nm[i].tok);
+  free(am->nm);
+  token_free(&am->amrm);
+  free(am);
+}
+
+void hyarn_shell_quote(loom__buf *b, const char *s) {
+  loom__buf_add(b, "'", 1);
+  for (; *s; s++) {
+    if (*s == '\'')
+      loom__buf_add(b, "'\\''", 4);
+    else
+      loom__buf_add(b, s, 1);
+  }
+  loom__buf_add(b, "'", 1);
+}
