@@ -16,9 +16,13 @@ typedef struct backend backend;
 /* Called on the loop's thread when the agent of task_id is gone: status is
  * its exit status, sig the signal that killed it (0 if none). detail is
  * what the launcher last said (srun's last lines of output), or NULL; it
- * is valid only during the call. */
+ * is valid only during the call. lost: the cluster manager took the
+ * task's place away (YARN: its node lost, the container preempted) while
+ * its agent may still run and be connected; the coordinator then drops
+ * that agent's connection (the agent stops its task) and handles the
+ * task as lost. */
 typedef void (*backend_exit_cb)(void *arg, int task_id, int64_t status, int sig,
-                                const char *detail);
+                                const char *detail, bool lost);
 
 /* A submitted job as its cluster manager sees it (job_state). */
 typedef enum {

@@ -83,7 +83,7 @@ static void local_exited(uv_process_t *p, int64_t status, int sig) {
   int id = a->task_id;
   ((local_priv *)b->priv)->agents[id] = NULL;
   uv_close((uv_handle_t *)p, local_closed);
-  b->on_exit(b->arg, id, status, sig, NULL);
+  b->on_exit(b->arg, id, status, sig, NULL, false);
 }
 
 static int local_launch(backend *b, int task_id, char *const *argv, char *const *env, char *err,

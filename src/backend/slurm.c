@@ -801,7 +801,7 @@ static void srun_maybe_report(srun_proc *s) {
       k += (size_t)snprintf(detail + k, sizeof detail - k, " | ");
   }
   detail[k] = 0;
-  b->on_exit(b->arg, s->task_id, s->status, s->sig, k ? detail : NULL);
+  b->on_exit(b->arg, s->task_id, s->status, s->sig, k ? detail : NULL, false);
 }
 
 static void srun_stop_reading(srun_proc *s) {

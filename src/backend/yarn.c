@@ -262,6 +262,7 @@ typedef struct {
   int task;
   int64_t status;
   int sig;
+  bool lost;
   char detail[2300];
 } yexit;
 
@@ -287,7 +288,8 @@ typedef struct {
 } ypriv;
 
 /* Queues an exit for the loop thread (mu held). */
-static void push_exit(ypriv *p, int task, int64_t status, int sig, const char *detail) {
+static void push_exit(ypriv *p, int task, int64_t status, int sig, const char *detail,
+                      bool lost) {
   if (p->nex == p->capex) {
     int cap = p->capex ? p->capex * 2 : 16;
     yexit *n = realloc(p->ex, (size_t)cap * sizeof *n);
@@ -299,6 +301,7 @@ static void push_exit(ypriv *p, int task, int64_t status, int sig, const char *d
   e->task = task;
   e->status = status;
   e->sig = sig;
+  e->lost = lost;
   loom__strlcpy(e->detail, detail ? detail : "", sizeof e->detail);
   if (p->async_live) uv_async_send(&p->async);
 }
@@ -360,7 +363,7 @@ static void yarn_on_async(uv_async_t *h) {
     memmove(p->ex, p->ex + 1, (size_t)(p->nex - 1) * sizeof *p->ex);
     p->nex--;
     pthread_mutex_unlock(&p->mu);
-    p->b->on_exit(p->b->arg, e.task, e.status, e.sig, e.detail[0] ? e.detail : NULL);
+    p->b->on_exit(p->b->arg, e.task, e.status, e.sig, e.detail[0] ? e.detail : NULL, e.lost);
   }
 }
 
@@ -407,7 +410,7 @@ static void gang_timeout(ypriv *p) {
     } else
       continue;
     t->st = Y_IDLE;
-    push_exit(p, i, 1, 0, why);
+    push_exit(p, i, 1, 0, why, false);
   }
 }
 
@@ -434,7 +437,7 @@ static void start_held(ypriv *p) {
       t->st = Y_IDLE;
       push_release(p, &t->c);
       t->has_c = false;
-      push_exit(p, i, 1, 0, err);
+      push_exit(p, i, 1, 0, err, false);
     }
   }
 }
@@ -518,7 +521,7 @@ static void *yarn_thread(void *arg) {
         ytask *t = &p->t[i];
         if (t->st == Y_IDLE) continue;
         t->st = Y_IDLE;
-        push_exit(p, i, 1, 0, why);
+        push_exit(p, i, 1, 0, why, true);
       }
       if (rc == 0) hyarn_alloc_free(&res);
       break;
@@ -557,7 +560,10 @@ static void *yarn_thread(void *arg) {
         sig = (int)(st - 128);
         st = 0;
       }
-      push_exit(p, id, st, sig, detail);
+      /* aborted (node lost), disks failed, preempted, killed by the RM: its
+       * processes may live on where YARN no longer counts them */
+      int x = d->exit_status;
+      push_exit(p, id, st, sig, detail, x == -100 || x == -101 || x == -102 || x == -106);
     }
     hyarn_alloc_free(&res);
 
@@ -713,7 +719,7 @@ static void yarn_signal(backend *b, int task_id, int sig) {
       t->has_c = false;
     }
     t->st = Y_IDLE;
-    push_exit(p, task_id, 0, sig, "stopped before YARN started its container");
+    push_exit(p, task_id, 0, sig, "stopped before YARN started its container", false);
   }
   pthread_cond_signal(&p->cv);
   pthread_mutex_unlock(&p->mu);

@@ -29,7 +29,8 @@ static char **make_env(coord *co, task *t);
 static void free_env(char **env);
 static void attempt_start(coord *co);
 static void finish(coord *co);
-static void agent_exited(void *arg, int id, int64_t status, int sig, const char *detail);
+static void agent_exited(void *arg, int id, int64_t status, int sig, const char *detail,
+                         bool lost);
 static void on_signal(uv_signal_t *h, int signum);
 static void hb_tick(uv_timer_t *tm);
 static void close_walk(uv_handle_t *h, void *arg);
@@ -312,10 +313,19 @@ void coord_check_over(coord *co) {
   finish(co);
 }
 
-static void agent_exited(void *arg, int id, int64_t status, int sig, const char *detail) {
+static void agent_exited(void *arg, int id, int64_t status, int sig, const char *detail,
+                         bool lost) {
   coord *co = arg;
   task *t = &co->tasks[id];
   t->agent_running = false;
+  /* the cluster manager says the task's place is gone while its agent is
+   * still connected (a lost node whose processes live on): drop it, which
+   * stops its task and handles it as lost */
+  if (lost && t->agent) {
+    coord_conn_close(t->agent, detail ? detail : "its container is gone");
+    coord_check_over(co);
+    return;
+  }
   /* libuv may reap an agent before we have read what it wrote last (its
    * EXIT): while its connection is open, its end of file decides. */
   if (!coord_terminal(t) && !t->agent) {

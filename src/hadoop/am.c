@@ -521,7 +521,8 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
   Hadoop__Yarn__StringStringMapProto *kv = calloc((size_t)nenv + 1, sizeof *kv);
   Hadoop__Yarn__StringStringMapProto **kvp = calloc((size_t)nenv + 1, sizeof *kvp);
   char **keys = calloc((size_t)nenv + 1, sizeof *keys);
-  int rc = kv && kvp && keys ? 0 : LOOM_ENOMEM;
+  char **vals = calloc((size_t)nenv + 1, sizeof *vals);
+  int rc = kv && kvp && keys && vals ? 0 : LOOM_ENOMEM;
   size_t n = 0;
   for (int i = 0; rc == 0 && i < nenv; i++) {
     const char *eq = strchr(env[i], '=');
@@ -532,7 +533,27 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
     }
     hadoop__yarn__string_string_map_proto__init(&kv[n]);
     kv[n].key = keys[n];
-    kv[n].value = (char *)eq + 1;
+    /* The NodeManager writes `export K="V"` into launch_container.sh
+     * without escaping V (Hadoop 3.5): escape what is special inside
+     * double quotes, so that the task sees the value as it was. */
+    loom__buf v;
+    loom__buf_init(&v, 1 << 24);
+    for (const char *q = eq + 1; *q; q++) {
+      if (*q == '\\' || *q == '"' || *q == '$' || *q == '`') loom__buf_add(&v, "\\", 1);
+      loom__buf_add(&v, q, 1);
+      /* and YARN's own expansions ({{VAR}}, <CPS>, <LOG_DIR>): an empty
+       * "" after the opening character breaks its pattern, not the
+       * shell's string */
+      if (*q == '{' || *q == '}' || *q == '<') loom__buf_add(&v, "\"\"", 2);
+    }
+    loom__buf_add(&v, "", 1);
+    if (!v.p) {
+      free(keys[n]);
+      rc = LOOM_ENOMEM;
+      break;
+    }
+    kv[n].value = v.p; /* freed with vals */
+    vals[n] = v.p;
     kvp[n] = &kv[n];
     n++;
   }
@@ -572,8 +593,8 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
   if (rc < 0)
     snprintf(err, errlen, "container %s on %s: %s", c->id, c->node,
              why[0] ? why : loom_strerror(rc));
-  for (size_t i = 0; keys && i < n; i++) free(keys[i]);
-  free(keys), free(kv), free(kvp);
+  for (size_t i = 0; keys && vals && i < n; i++) free(keys[i]), free(vals[i]);
+  free(keys), free(vals), free(kv), free(kvp);
   protobuf_c_message_free_unpacked(&cp->base, NULL);
   return rc < 0 ? LOOM_EBACKEND : 0;
 }
