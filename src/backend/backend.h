@@ -21,8 +21,8 @@ typedef struct backend backend;
  * its agent may still run and be connected; the coordinator then drops
  * that agent's connection (the agent stops its task) and handles the
  * task as lost. */
-typedef void (*backend_exit_cb)(void *arg, int task_id, int64_t status, int sig,
-                                const char *detail, bool lost);
+typedef void (*backend_exit_cb)(void *arg, int task_id, int64_t status, int sig, const char *detail,
+                                bool lost);
 
 /* A submitted job as its cluster manager sees it (job_state). */
 typedef enum {
@@ -78,6 +78,10 @@ typedef struct {
   /* `loom check --backend B`: one line on how usable the cluster is into
    * msg; 0 when usable. Blocks briefly. */
   int (*probe)(char *msg, size_t msglen);
+  /* true when submit is for `loom submit` only: `loom run` then runs the
+   * coordinator on this host (YARN: an unmanaged application master for
+   * `run`, a managed one in a container for `submit`). */
+  bool submit_detached_only;
   /* Where the coordinator runs. NULL: on this host, started by the
    * client. Otherwise hands the job to the cluster manager so that the
    * coordinator (`exe coordinator job_dir --backend NAME`) starts inside

@@ -16,6 +16,10 @@
 #include "hadoop/yarn.h"
 
 #include "hadoop/am.h"
+#include "jobdir/jobdir.h"
+
+#include <jansson.h>
+#include <limits.h>
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -30,6 +34,10 @@
 /* Connecting to the ResourceManager, and each call, give up after this
  * long: a check that fails, fails in seconds. */
 #define YARN_RPC_TIMEOUT_MS 10000
+/* Set in the environment of a managed application master's container. */
+#define YARN_MANAGED_ENV "LOOM_YARN_MANAGED"
+/* The managed application master's container. */
+#define YARN_AM_MB 256
 /* Nodes named in `loom check` and in a refusal. */
 #define NODES_NAMED 16
 
@@ -288,8 +296,7 @@ typedef struct {
 } ypriv;
 
 /* Queues an exit for the loop thread (mu held). */
-static void push_exit(ypriv *p, int task, int64_t status, int sig, const char *detail,
-                      bool lost) {
+static void push_exit(ypriv *p, int task, int64_t status, int sig, const char *detail, bool lost) {
   if (p->nex == p->capex) {
     int cap = p->capex ? p->capex * 2 : 16;
     yexit *n = realloc(p->ex, (size_t)cap * sizeof *n);
@@ -613,17 +620,23 @@ static int yarn_create(backend *b, const spec_job *s, int ntasks) {
     for (int k = 0; k < s->roles[r].instances && id < ntasks; k++) p->role[id++] = &s->roles[r];
   char err[4096];
   uint64_t t0 = loom__now_ms();
-  int rc = hyarn_am_start(NULL, s->name, s->queue, (int)loom__tun(LOOM_TUN_YARN_SUBMIT_TIMEOUT_MS),
-                          &p->am, err, sizeof err);
+  /* `loom submit`: this coordinator is the application master YARN
+   * started in a container; `loom run`: it submits an unmanaged one */
+  bool managed = getenv(YARN_MANAGED_ENV) != NULL;
+  int rc = managed ? hyarn_am_attach(NULL, YARN_RPC_TIMEOUT_MS, &p->am, err, sizeof err)
+                   : hyarn_am_start(NULL, s->name, s->queue,
+                                    (int)loom__tun(LOOM_TUN_YARN_SUBMIT_TIMEOUT_MS), &p->am, err,
+                                    sizeof err);
   if (rc < 0) {
     fprintf(stderr, "loom: YARN: %s\n", err);
     free(p->role), free(p->t), free(p);
     return rc;
   }
-  loom__log(LOOM_LOG_INFO, "yarn",
-            "application %s (attempt %s) registered as its own application master in %llu ms; %s",
+  loom__log(LOOM_LOG_INFO, "yarn", "application %s (attempt %s) registered %s in %llu ms",
             hyarn_am_app_id(p->am), hyarn_am_attempt_id(p->am),
-            (unsigned long long)(loom__now_ms() - t0), hyarn_am_tracking(p->am));
+            managed ? "as a managed application master"
+                    : "as its own (unmanaged) application master",
+            (unsigned long long)(loom__now_ms() - t0));
   pthread_mutex_init(&p->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -667,9 +680,11 @@ static int yarn_launch(backend *b, int task_id, char *const *argv, char *const *
   char *c = cmd.p ? strndup(cmd.p, cmd.len) : NULL;
   loom__buf_free(&cmd);
   for (int i = 0, k = 0; e && i < n; i++) {
-    /* the NodeManager sets these itself */
+    /* the NodeManager sets these itself; the managed AM's own marker
+     * is not the agents' */
     if (!strncmp(env[i], "PWD=", 4) || !strncmp(env[i], "OLDPWD=", 7) ||
-        !strncmp(env[i], "_=", 2) || !strncmp(env[i], "SHLVL=", 6))
+        !strncmp(env[i], "_=", 2) || !strncmp(env[i], "SHLVL=", 6) ||
+        !strncmp(env[i], YARN_MANAGED_ENV "=", strlen(YARN_MANAGED_ENV) + 1))
       continue;
     if (!(e[k++] = strdup(env[i]))) break;
   }
@@ -797,10 +812,125 @@ static void yarn_destroy(backend *b) {
   free(b);
 }
 
+/* ---- the client half of a managed application master ------------------ */
+
+/* `loom submit`: the coordinator runs in a container YARN starts (and
+ * starts again, up to the spec's retries + 1 attempts within the
+ * cluster's yarn.resourcemanager.am.max-attempts, if it dies). */
+static int yarn_submit(const spec_job *s, const char *job_id, const char *job_dir, const char *exe,
+                       backend_job *job, char *err, size_t errlen) {
+  memset(job, 0, sizeof *job);
+  loom__buf cmd;
+  loom__buf_init(&cmd, 1 << 20);
+  loom__buf_printf(&cmd, "exec ");
+  hyarn_shell_quote(&cmd, exe);
+  loom__buf_printf(&cmd, " coordinator ");
+  hyarn_shell_quote(&cmd, job_dir);
+  loom__buf_printf(&cmd, " --backend yarn >>");
+  char logp[PATH_MAX + 32];
+  jobdir_path(job_dir, JOBDIR_COORD_LOG, logp, sizeof logp);
+  hyarn_shell_quote(&cmd, logp);
+  loom__buf_printf(&cmd, " 2>&1");
+  extern char **environ;
+  int n = 0;
+  while (environ[n]) n++;
+  char **env = calloc((size_t)n + 2, sizeof *env);
+  int k = 0;
+  for (int i = 0; env && i < n; i++)
+    if (strncmp(environ[i], "PWD=", 4) && strncmp(environ[i], "OLDPWD=", 7) &&
+        strncmp(environ[i], "_=", 2) && strncmp(environ[i], "SHLVL=", 6))
+      env[k++] = environ[i];
+  if (env) env[k++] = YARN_MANAGED_ENV "=1";
+  char app[64] = "", why[4096] = "";
+  int rc = env && cmd.p
+               ? hyarn_submit_managed(NULL, s->name, s->queue, cmd.p, env, YARN_AM_MB,
+                                      s->retries + 1, YARN_RPC_TIMEOUT_MS, app, why, sizeof why)
+               : LOOM_ENOMEM;
+  free(env);
+  loom__buf_free(&cmd);
+  if (rc < 0) {
+    snprintf(err, errlen, "YARN refused the application: %s", why[0] ? why : loom_strerror(rc));
+    return rc == LOOM_ERESOURCE ? rc : LOOM_EBACKEND;
+  }
+  hyarn_rms rms;
+  const char *conf = hyarn_find_rm(NULL, &rms, why, sizeof why) == 0 ? rms.conf_dir : "";
+  json_t *j = json_pack("{s:s, s:s, s:s}", "application", app, "conf_dir", conf, "job", job_id);
+  char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  rc = js ? jobdir_write(job_dir, JOBDIR_YARN_JSON, js, strlen(js), false) : LOOM_ENOMEM;
+  free(js);
+  loom__strlcpy(job->id, app, sizeof job->id);
+  job->state = BACKEND_JOB_PENDING;
+  snprintf(job->what, sizeof job->what, "YARN application %s", app);
+  if (rc < 0) snprintf(err, errlen, "cannot write yarn.json in %s (%s is submitted)", job_dir, app);
+  return rc;
+}
+
+/* The application and configuration directory of a job directory. */
+static int app_of(const char *job_dir, char *app, size_t applen, char *conf, size_t conflen) {
+  json_t *j = jobdir_read_json(job_dir, JOBDIR_YARN_JSON, 1 << 20);
+  const char *a = j ? json_string_value(json_object_get(j, "application")) : NULL;
+  const char *c = j ? json_string_value(json_object_get(j, "conf_dir")) : NULL;
+  int rc = a && *a ? 0 : LOOM_ENOENT;
+  if (rc == 0) {
+    loom__strlcpy(app, a, applen);
+    loom__strlcpy(conf, c ? c : "", conflen);
+  }
+  json_decref(j);
+  return rc;
+}
+
+static int yarn_job_state(const char *job_dir, backend_job *job) {
+  memset(job, 0, sizeof *job);
+  char conf[1024], state[16], final[16], diag[256], err[1024];
+  if (app_of(job_dir, job->id, sizeof job->id, conf, sizeof conf) < 0) return LOOM_ENOENT;
+  int rc = hyarn_app_report(conf[0] ? conf : NULL, job->id, YARN_RPC_TIMEOUT_MS, state, final, diag,
+                            sizeof diag, err, sizeof err);
+  if (rc < 0) {
+    job->state = BACKEND_JOB_UNKNOWN;
+    snprintf(job->what, sizeof job->what, "YARN application %s: %.160s", job->id,
+             rc == LOOM_ENOENT ? "not known to the ResourceManager (any more)" : err);
+    return 0;
+  }
+  loom__strlcpy(job->native, state, sizeof job->native);
+  if (!strcmp(state, "RUNNING"))
+    job->state = BACKEND_JOB_RUNNING;
+  else if (!strcmp(state, "FINISHED") || !strcmp(state, "FAILED") || !strcmp(state, "KILLED"))
+    job->state = BACKEND_JOB_ENDED;
+  else
+    job->state = BACKEND_JOB_PENDING;
+  if (job->state == BACKEND_JOB_PENDING && strcmp(diag, "N/A"))
+    loom__strlcpy(job->reason, diag, sizeof job->reason);
+  snprintf(job->what, sizeof job->what, "YARN application %s is %s%s%s", job->id, state,
+           job->state == BACKEND_JOB_ENDED ? " " : "",
+           job->state == BACKEND_JOB_ENDED ? final : "");
+  return 0;
+}
+
+static int yarn_cancel(const char *job_dir, char *msg, size_t msglen) {
+  char app[64], conf[1024], err[1024];
+  if (app_of(job_dir, app, sizeof app, conf, sizeof conf) < 0) {
+    snprintf(msg, msglen, "%s has no yarn.json: no YARN application to kill", job_dir);
+    return LOOM_ENOENT;
+  }
+  if (hyarn_app_kill(conf[0] ? conf : NULL, app, "killed by loom kill", YARN_RPC_TIMEOUT_MS, err,
+                     sizeof err) < 0) {
+    snprintf(msg, msglen, "killing YARN application %s: %s", app, err);
+    return LOOM_EBACKEND;
+  }
+  snprintf(msg, msglen, "killed YARN application %s", app);
+  return 0;
+}
+
 const backend_ops loom__backend_yarn = {
     .name = "yarn",
     .launcher = "the YARN container",
     .tracks_processes = true,
+    .requeues = true,
+    .submit_detached_only = true,
+    .submit = yarn_submit,
+    .job_state = yarn_job_state,
+    .cancel = yarn_cancel,
     .check = yarn_check,
     .probe = yarn_probe,
     .coord_address = yarn_coord_address,

@@ -336,7 +336,7 @@ static int cmd_run(int argc, char **argv, bool detach) {
     spec_free(s);
     return EXIT_INFRA;
   }
-  if (ops->submit) {
+  if (ops->submit && (detach || !ops->submit_detached_only)) {
     /* the coordinator runs inside the cluster */
     backend_job bj;
     rc = ops->submit(s, id, dir, exe, &bj, err, sizeof err);

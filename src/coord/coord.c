@@ -29,8 +29,7 @@ static char **make_env(coord *co, task *t);
 static void free_env(char **env);
 static void attempt_start(coord *co);
 static void finish(coord *co);
-static void agent_exited(void *arg, int id, int64_t status, int sig, const char *detail,
-                         bool lost);
+static void agent_exited(void *arg, int id, int64_t status, int sig, const char *detail, bool lost);
 static void on_signal(uv_signal_t *h, int signum);
 static void hb_tick(uv_timer_t *tm);
 static void close_walk(uv_handle_t *h, void *arg);

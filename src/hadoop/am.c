@@ -9,7 +9,9 @@
  * the user every SASL connection names. */
 #include "hadoop/am.h"
 
+#include "Security.pb-c.h"
 #include "applicationclient_protocol.pb-c.h"
+#include "core/bytes.h"
 #include "applicationmaster_protocol.pb-c.h"
 #include "containermanagement_protocol.pb-c.h"
 #include "hadoop/ipc.h"
@@ -103,8 +105,8 @@ static void container_id_str(const Hadoop__Yarn__ContainerIdProto *c, char *out,
   char e[32] = "";
   if (epoch) snprintf(e, sizeof e, "e%02lld_", (long long)epoch);
   snprintf(out, len, "container_%s%lld_%04d_%02d_%06lld", e,
-           app ? (long long)app->cluster_timestamp : 0LL, app ? app->id : 0,
-           a ? a->attemptid : 0, (long long)(id & 0xFFFFFFFFFFLL));
+           app ? (long long)app->cluster_timestamp : 0LL, app ? app->id : 0, a ? a->attemptid : 0,
+           (long long)(id & 0xFFFFFFFFFFLL));
 }
 
 static void app_id_proto(const hyarn_am *am, Hadoop__Yarn__ApplicationIdProto *p) {
@@ -152,7 +154,7 @@ static int sched_call(hyarn_am *am, const char *method, const ProtobufCMessage *
 }
 
 static const char *app_state(Hadoop__Yarn__YarnApplicationStateProto s) {
-  static const char *const n[] = {"?",        "NEW",     "NEW_SAVING", "SUBMITTED", "ACCEPTED",
+  static const char *const n[] = {"?",       "NEW",      "NEW_SAVING", "SUBMITTED", "ACCEPTED",
                                   "RUNNING", "FINISHED", "FAILED",     "KILLED"};
   return s >= 1 && s <= 8 ? n[s] : "?";
 }
@@ -181,7 +183,8 @@ static int submit(hyarn_am *am, hipc_client *rpc, const char *name, const char *
 
   Hadoop__Yarn__ApplicationIdProto aid;
   app_id_proto(am, &aid);
-  Hadoop__Yarn__ContainerLaunchContextProto clc = HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
+  Hadoop__Yarn__ContainerLaunchContextProto clc =
+      HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
   Hadoop__Yarn__ResourceProto res = HADOOP__YARN__RESOURCE_PROTO__INIT;
   res.has_memory = res.has_virtual_cores = 1;
   res.memory = 64;
@@ -393,8 +396,10 @@ int hyarn_am_allocate(hyarn_am *am, const hyarn_ask *asks, int nasks,
   }
   for (int i = 0; rc == 0 && i < nrelease; i++) {
     relc[i] = hadoop__yarn__container_proto__unpack(NULL, release[i]->proto_len, release[i]->proto);
-    if (!relc[i] || !relc[i]->id) rc = LOOM_EPROTO;
-    else rel[i] = relc[i]->id;
+    if (!relc[i] || !relc[i]->id)
+      rc = LOOM_EPROTO;
+    else
+      rel[i] = relc[i]->id;
   }
   Hadoop__Yarn__AllocateRequestProto req = HADOOP__YARN__ALLOCATE_REQUEST_PROTO__INIT;
   req.n_ask = (size_t)nasks;
@@ -500,39 +505,46 @@ static int nm_connect(hyarn_am *am, const hyarn_container *c, hipc_client **rpc,
                             err, errlen);
 }
 
-static void exception_text(const Hadoop__Yarn__SerializedExceptionProto *e, char *out,
-                           size_t len) {
+static void exception_text(const Hadoop__Yarn__SerializedExceptionProto *e, char *out, size_t len) {
   char m[1024];
   printable(m, sizeof m, e ? e->message : NULL);
-  snprintf(out, len, "%s%s%s", e && e->class_name ? e->class_name : "an error",
-           m[0] ? ": " : "", m);
+  snprintf(out, len, "%s%s%s", e && e->class_name ? e->class_name : "an error", m[0] ? ": " : "",
+           m);
 }
 
-int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
-                    char *const *env, char *err, size_t errlen) {
-  Hadoop__Yarn__ContainerProto *cp =
-      hadoop__yarn__container_proto__unpack(NULL, c->proto_len, c->proto);
-  if (!cp) {
-    snprintf(err, errlen, "container %s: its record does not decode", c->id);
-    return LOOM_EBACKEND;
-  }
+/* A container's environment as the NodeManager takes it. */
+typedef struct {
+  Hadoop__Yarn__StringStringMapProto *kv, **kvp;
+  char **keys, **vals;
+  size_t n;
+} clc_env;
+
+static void clc_env_free(clc_env *e) {
+  for (size_t i = 0; e->keys && e->vals && i < e->n; i++) free(e->keys[i]), free(e->vals[i]);
+  free(e->keys), free(e->vals), free(e->kv), free(e->kvp);
+  memset(e, 0, sizeof *e);
+}
+
+static int clc_env_make(clc_env *e, char *const *env) {
+  memset(e, 0, sizeof *e);
   int nenv = 0;
   while (env && env[nenv]) nenv++;
-  Hadoop__Yarn__StringStringMapProto *kv = calloc((size_t)nenv + 1, sizeof *kv);
-  Hadoop__Yarn__StringStringMapProto **kvp = calloc((size_t)nenv + 1, sizeof *kvp);
-  char **keys = calloc((size_t)nenv + 1, sizeof *keys);
-  char **vals = calloc((size_t)nenv + 1, sizeof *vals);
-  int rc = kv && kvp && keys && vals ? 0 : LOOM_ENOMEM;
-  size_t n = 0;
-  for (int i = 0; rc == 0 && i < nenv; i++) {
+  e->kv = calloc((size_t)nenv + 1, sizeof *e->kv);
+  e->kvp = calloc((size_t)nenv + 1, sizeof *e->kvp);
+  e->keys = calloc((size_t)nenv + 1, sizeof *e->keys);
+  e->vals = calloc((size_t)nenv + 1, sizeof *e->vals);
+  if (!e->kv || !e->kvp || !e->keys || !e->vals) {
+    clc_env_free(e);
+    return LOOM_ENOMEM;
+  }
+  for (int i = 0; i < nenv; i++) {
     const char *eq = strchr(env[i], '=');
     if (!eq || eq == env[i]) continue;
-    if (!(keys[n] = strndup(env[i], (size_t)(eq - env[i])))) {
-      rc = LOOM_ENOMEM;
-      break;
+    size_t n = e->n;
+    if (!(e->keys[n] = strndup(env[i], (size_t)(eq - env[i])))) {
+      clc_env_free(e);
+      return LOOM_ENOMEM;
     }
-    hadoop__yarn__string_string_map_proto__init(&kv[n]);
-    kv[n].key = keys[n];
     /* The NodeManager writes `export K="V"` into launch_container.sh
      * without escaping V (Hadoop 3.5): escape what is special inside
      * double quotes, so that the task sees the value as it was. */
@@ -548,18 +560,34 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
     }
     loom__buf_add(&v, "", 1);
     if (!v.p) {
-      free(keys[n]);
-      rc = LOOM_ENOMEM;
-      break;
+      free(e->keys[n]);
+      clc_env_free(e);
+      return LOOM_ENOMEM;
     }
-    kv[n].value = v.p; /* freed with vals */
-    vals[n] = v.p;
-    kvp[n] = &kv[n];
-    n++;
+    e->vals[n] = v.p;
+    hadoop__yarn__string_string_map_proto__init(&e->kv[n]);
+    e->kv[n].key = e->keys[n];
+    e->kv[n].value = e->vals[n];
+    e->kvp[n] = &e->kv[n];
+    e->n++;
   }
-  Hadoop__Yarn__ContainerLaunchContextProto clc = HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
-  clc.n_environment = n;
-  clc.environment = kvp;
+  return 0;
+}
+
+int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command, char *const *env,
+                    char *err, size_t errlen) {
+  Hadoop__Yarn__ContainerProto *cp =
+      hadoop__yarn__container_proto__unpack(NULL, c->proto_len, c->proto);
+  if (!cp) {
+    snprintf(err, errlen, "container %s: its record does not decode", c->id);
+    return LOOM_EBACKEND;
+  }
+  clc_env ce;
+  int rc = clc_env_make(&ce, env);
+  Hadoop__Yarn__ContainerLaunchContextProto clc =
+      HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
+  clc.n_environment = ce.n;
+  clc.environment = ce.kvp;
   char *cmds[] = {(char *)command};
   clc.n_command = 1;
   clc.command = cmds;
@@ -567,7 +595,8 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
   one.container_launch_context = &clc;
   one.container_token = cp->container_token;
   Hadoop__Yarn__StartContainerRequestProto *onep[] = {&one};
-  Hadoop__Yarn__StartContainersRequestProto req = HADOOP__YARN__START_CONTAINERS_REQUEST_PROTO__INIT;
+  Hadoop__Yarn__StartContainersRequestProto req =
+      HADOOP__YARN__START_CONTAINERS_REQUEST_PROTO__INIT;
   req.n_start_container_request = 1;
   req.start_container_request = onep;
   hipc_client *rpc = NULL;
@@ -593,8 +622,7 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
   if (rc < 0)
     snprintf(err, errlen, "container %s on %s: %s", c->id, c->node,
              why[0] ? why : loom_strerror(rc));
-  for (size_t i = 0; keys && vals && i < n; i++) free(keys[i]), free(vals[i]);
-  free(keys), free(vals), free(kv), free(kvp);
+  clc_env_free(&ce);
   protobuf_c_message_free_unpacked(&cp->base, NULL);
   return rc < 0 ? LOOM_EBACKEND : 0;
 }
@@ -617,8 +645,8 @@ int hyarn_am_stop(hyarn_am *am, const hyarn_container *c, char *err, size_t errl
   int rc = nm_connect(am, c, &rpc, why, sizeof why);
   if (rc == 0)
     rc = hipc_call(rpc, "stopContainers", &req.base,
-                   &hadoop__yarn__stop_containers_response_proto__descriptor, &resp,
-                   am->timeout_ms, why, sizeof why);
+                   &hadoop__yarn__stop_containers_response_proto__descriptor, &resp, am->timeout_ms,
+                   why, sizeof why);
   hipc_close(rpc);
   if (rc == 0) {
     Hadoop__Yarn__StopContainersResponseProto *r = (void *)resp;
@@ -653,8 +681,8 @@ int hyarn_am_finish(hyarn_am *am, int status, const char *diagnostics, char *err
   for (int i = 0; i < 50; i++) {
     ProtobufCMessage *resp = NULL;
     rc = sched_call(am, "finishApplicationMaster", &req.base,
-                    &hadoop__yarn__finish_application_master_response_proto__descriptor, &resp,
-                    err, errlen);
+                    &hadoop__yarn__finish_application_master_response_proto__descriptor, &resp, err,
+                    errlen);
     if (rc < 0) return LOOM_EBACKEND;
     Hadoop__Yarn__FinishApplicationMasterResponseProto *r = (void *)resp;
     bool done = !r->has_isunregistered || r->isunregistered;
@@ -707,4 +735,346 @@ void hyarn_shell_quote(loom__buf *b, const char *s) {
       loom__buf_add(b, s, 1);
   }
   loom__buf_add(b, "'", 1);
+}
+
+/* ---- credentials files ------------------------------------------------- */
+
+/* Hadoop's WritableUtils VInt/VLong: one byte for -112..127, else a
+ * length byte and up to 8 big-endian bytes (negated for negatives). 0
+ * with *v, or -1 when it runs past the end. */
+static int read_vlong(const uint8_t *b, size_t len, size_t *at, int64_t *v) {
+  if (*at >= len) return -1;
+  int8_t first = (int8_t)b[(*at)++];
+  if (first >= -112) {
+    *v = first;
+    return 0;
+  }
+  int n = first < -120 ? -120 - first : -112 - first; /* the bytes that follow */
+  if (n < 1 || n > 8 || len - *at < (size_t)n) return -1;
+  uint64_t u = 0;
+  for (int i = 0; i < n; i++) u = (u << 8) | b[(*at)++];
+  *v = first < -120 ? (int64_t)~u : (int64_t)u;
+  return 0;
+}
+
+/* A VInt length then that many bytes: *p points into b. */
+static int read_bytes(const uint8_t *b, size_t len, size_t *at, const uint8_t **p, size_t *n) {
+  int64_t l;
+  if (read_vlong(b, len, at, &l) < 0 || l < 0 || (uint64_t)l > len - *at) return -1;
+  *p = b + *at;
+  *n = (size_t)l;
+  *at += (size_t)l;
+  return 0;
+}
+
+static int cred_take(hyarn_cred_token *out, const uint8_t *id, size_t idl, const uint8_t *pw,
+                     size_t pwl, const uint8_t *kind, size_t kl, const uint8_t *svc, size_t sl) {
+  memset(out, 0, sizeof *out);
+  out->identifier = malloc(idl ? idl : 1);
+  out->password = malloc(pwl ? pwl : 1);
+  if (!out->identifier || !out->password) {
+    hyarn_cred_token_free(out);
+    return LOOM_ENOMEM;
+  }
+  memcpy(out->identifier, id, idl);
+  memcpy(out->password, pw, pwl);
+  out->identifier_len = idl;
+  out->password_len = pwl;
+  snprintf(out->kind, sizeof out->kind, "%.*s", (int)(kl < 127 ? kl : 127), (const char *)kind);
+  snprintf(out->service, sizeof out->service, "%.*s", (int)(sl < 255 ? sl : 255),
+           (const char *)svc);
+  return 0;
+}
+
+int hyarn_creds_find(const uint8_t *buf, size_t len, const char *kind, hyarn_cred_token *out,
+                     char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (len < 5 || memcmp(buf, "HDTS", 4) != 0) {
+    snprintf(err, errlen, "not a Hadoop credentials file (it does not start with HDTS)");
+    return LOOM_EPROTO;
+  }
+  size_t at = 5;
+  if (buf[4] == 1) { /* PROTOBUF: a delimited CredentialsProto */
+    uint32_t ml;
+    size_t vn = loom__varint_get32(buf + at, len - at, &ml);
+    if (!vn || ml > len - at - vn) {
+      snprintf(err, errlen, "the credentials' length is past the file's end");
+      return LOOM_EPROTO;
+    }
+    Hadoop__Common__CredentialsProto *c =
+        hadoop__common__credentials_proto__unpack(NULL, ml, buf + at + vn);
+    if (!c) {
+      snprintf(err, errlen, "the credentials are not a CredentialsProto");
+      return LOOM_EPROTO;
+    }
+    int rc = LOOM_ENOENT;
+    for (size_t i = 0; i < c->n_tokens && rc == LOOM_ENOENT; i++) {
+      const Hadoop__Common__TokenProto *t = c->tokens[i]->token;
+      if (t && t->kind && !strcmp(t->kind, kind))
+        rc = cred_take(out, t->identifier.data, t->identifier.len, t->password.data,
+                       t->password.len, (const uint8_t *)t->kind, strlen(t->kind),
+                       (const uint8_t *)t->service, strlen(t->service));
+    }
+    protobuf_c_message_free_unpacked(&c->base, NULL);
+    if (rc == LOOM_ENOENT) snprintf(err, errlen, "no %s token in the credentials", kind);
+    return rc;
+  }
+  if (buf[4] != 0) {
+    snprintf(err, errlen, "credentials format %d is not known (0 WRITABLE, 1 PROTOBUF)", buf[4]);
+    return LOOM_EPROTO;
+  }
+  int64_t count;
+  if (read_vlong(buf, len, &at, &count) < 0 || count < 0 || count > 1 << 20) {
+    snprintf(err, errlen, "the credentials' token count is malformed");
+    return LOOM_EPROTO;
+  }
+  for (int64_t i = 0; i < count; i++) {
+    const uint8_t *alias, *id, *pw, *k, *svc;
+    size_t al, idl, pwl, kl, sl;
+    if (read_bytes(buf, len, &at, &alias, &al) < 0 || read_bytes(buf, len, &at, &id, &idl) < 0 ||
+        read_bytes(buf, len, &at, &pw, &pwl) < 0 || read_bytes(buf, len, &at, &k, &kl) < 0 ||
+        read_bytes(buf, len, &at, &svc, &sl) < 0) {
+      snprintf(err, errlen, "token %lld of the credentials runs past the file's end",
+               (long long)i + 1);
+      return LOOM_EPROTO;
+    }
+    if (kl == strlen(kind) && !memcmp(k, kind, kl))
+      return cred_take(out, id, idl, pw, pwl, k, kl, svc, sl);
+  }
+  snprintf(err, errlen, "no %s token among the credentials' %lld", kind, (long long)count);
+  return LOOM_ENOENT;
+}
+
+void hyarn_cred_token_free(hyarn_cred_token *t) {
+  free(t->identifier);
+  free(t->password);
+  memset(t, 0, sizeof *t);
+}
+
+/* ---- the managed application master ------------------------------------- */
+
+int hyarn_am_attempt(const hyarn_am *am) { return am->attempt; }
+
+/* "container_[e17_]1764200000000_0001_01_000001" into the application and
+ * attempt. */
+static int parse_container_id(const char *s, int64_t *ts, int32_t *app, int32_t *attempt) {
+  long long t;
+  int a, at, n = 0;
+  if (!strncmp(s, "container_e", 11)) {
+    const char *u = strchr(s + 11, '_');
+    if (!u) return -1;
+    s = u + 1;
+  } else if (!strncmp(s, "container_", 10)) {
+    s += 10;
+  } else
+    return -1;
+  if (sscanf(s, "%lld_%d_%d_%*d%n", &t, &a, &at, &n) != 3 || n == 0 || s[n]) return -1;
+  *ts = t;
+  *app = a;
+  *attempt = at;
+  return 0;
+}
+
+int hyarn_am_attach(const char *conf_dir, int timeout_ms, hyarn_am **out, char *err,
+                    size_t errlen) {
+  *out = NULL;
+  const char *cid = getenv("CONTAINER_ID"), *tf = getenv("HADOOP_TOKEN_FILE_LOCATION");
+  if (!cid || !tf) {
+    snprintf(err, errlen,
+             "not inside a YARN container: CONTAINER_ID and HADOOP_TOKEN_FILE_LOCATION unset");
+    return LOOM_EBACKEND;
+  }
+  hyarn_am *am = calloc(1, sizeof *am);
+  if (!am) return LOOM_ENOMEM;
+  am->timeout_ms = timeout_ms;
+  hyarn_user(am->user, sizeof am->user);
+  if (parse_container_id(cid, &am->cluster_ts, &am->app_seq, &am->attempt) < 0) {
+    snprintf(err, errlen, "CONTAINER_ID=%.100s is not a YARN container id", cid);
+    free(am);
+    return LOOM_EBACKEND;
+  }
+  snprintf(am->app_id, sizeof am->app_id, "application_%lld_%04d", (long long)am->cluster_ts,
+           am->app_seq);
+  snprintf(am->attempt_id, sizeof am->attempt_id, "appattempt_%lld_%04d_%06d",
+           (long long)am->cluster_ts, am->app_seq, am->attempt);
+  char *file = NULL;
+  size_t flen = 0;
+  char why[1024];
+  int rc = loom__read_file(tf, 16 << 20, &file, &flen);
+  hyarn_cred_token t;
+  if (rc < 0) {
+    snprintf(err, errlen, "cannot read the credentials %s: %s", tf, loom_strerror(rc));
+  } else if ((rc = hyarn_creds_find((const uint8_t *)file, flen, "YARN_AM_RM_TOKEN", &t, why,
+                                    sizeof why)) < 0) {
+    snprintf(err, errlen, "the credentials %s: %s", tf, why);
+  } else {
+    am->amrm.id = t.identifier;
+    am->amrm.idlen = t.identifier_len;
+    am->amrm.pw = t.password;
+    am->amrm.pwlen = t.password_len;
+  }
+  free(file);
+  if (rc == 0 && (rc = hyarn_find_rm(conf_dir, &am->rms, why, sizeof why)) < 0)
+    snprintf(err, errlen, "%s", why);
+  if (rc == 0 && (rc = do_register(am, why, sizeof why)) < 0)
+    snprintf(err, errlen, "%s: %s", am->attempt_id, why);
+  if (rc < 0) {
+    hyarn_am_free(am, false);
+    return LOOM_EBACKEND;
+  }
+  *out = am;
+  return 0;
+}
+
+/* ---- the client of a managed application ------------------------------- */
+
+/* A client connection to the first ResourceManager that answers. */
+static int client_connect(const char *conf_dir, int timeout_ms, hyarn_am *am, hipc_client **rpc,
+                          char *err, size_t errlen) {
+  memset(am, 0, sizeof *am);
+  am->timeout_ms = timeout_ms;
+  hyarn_user(am->user, sizeof am->user);
+  int rc = hyarn_find_rm(conf_dir, &am->rms, err, errlen);
+  if (rc < 0) return LOOM_EBACKEND;
+  for (am->rmi = 0; am->rmi < am->rms.n; am->rmi++)
+    if ((rc = rm_connect(am, rpc, err, errlen)) == 0) return 0;
+  return LOOM_EBACKEND;
+}
+
+static int parse_app_id(const char *s, Hadoop__Yarn__ApplicationIdProto *p) {
+  long long ts;
+  int id, n = 0;
+  if (sscanf(s, "application_%lld_%d%n", &ts, &id, &n) != 2 || s[n]) return -1;
+  hadoop__yarn__application_id_proto__init(p);
+  p->has_id = p->has_cluster_timestamp = 1;
+  p->id = id;
+  p->cluster_timestamp = ts;
+  return 0;
+}
+
+int hyarn_submit_managed(const char *conf_dir, const char *name, const char *queue,
+                         const char *command, char *const *env, int64_t memory_mb, int max_attempts,
+                         int timeout_ms, char app_id[64], char *err, size_t errlen) {
+  hyarn_am am;
+  hipc_client *rpc = NULL;
+  app_id[0] = 0;
+  int rc = client_connect(conf_dir, timeout_ms, &am, &rpc, err, errlen);
+  if (rc < 0) return rc;
+  ProtobufCMessage *resp = NULL;
+  Hadoop__Yarn__GetNewApplicationRequestProto nreq =
+      HADOOP__YARN__GET_NEW_APPLICATION_REQUEST_PROTO__INIT;
+  rc = hipc_call(rpc, "getNewApplication", &nreq.base,
+                 &hadoop__yarn__get_new_application_response_proto__descriptor, &resp, timeout_ms,
+                 err, errlen);
+  Hadoop__Yarn__ApplicationIdProto aid;
+  hadoop__yarn__application_id_proto__init(&aid);
+  if (rc == 0) {
+    Hadoop__Yarn__GetNewApplicationResponseProto *nr = (void *)resp;
+    if (nr->application_id) {
+      aid.has_id = aid.has_cluster_timestamp = 1;
+      aid.id = nr->application_id->id;
+      aid.cluster_timestamp = nr->application_id->cluster_timestamp;
+    } else {
+      snprintf(err, errlen, "getNewApplication: the ResourceManager gave no application id");
+      rc = LOOM_EPROTO;
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  clc_env ce = {0};
+  if (rc == 0) rc = clc_env_make(&ce, env);
+  if (rc == 0) {
+    snprintf(app_id, 64, "application_%lld_%04d", (long long)aid.cluster_timestamp, aid.id);
+    Hadoop__Yarn__ContainerLaunchContextProto clc =
+        HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
+    clc.n_environment = ce.n;
+    clc.environment = ce.kvp;
+    char *cmds[] = {(char *)command};
+    clc.n_command = 1;
+    clc.command = cmds;
+    Hadoop__Yarn__ResourceProto res = HADOOP__YARN__RESOURCE_PROTO__INIT;
+    res.has_memory = res.has_virtual_cores = 1;
+    res.memory = memory_mb;
+    res.virtual_cores = 1;
+    Hadoop__Yarn__ApplicationSubmissionContextProto ctx =
+        HADOOP__YARN__APPLICATION_SUBMISSION_CONTEXT_PROTO__INIT;
+    ctx.application_id = &aid;
+    ctx.application_name = (char *)name;
+    ctx.queue = (char *)(queue ? queue : "default");
+    ctx.am_container_spec = &clc;
+    ctx.has_maxappattempts = 1;
+    ctx.maxappattempts = max_attempts;
+    ctx.resource = &res;
+    ctx.applicationtype = "LOOM";
+    Hadoop__Yarn__SubmitApplicationRequestProto sreq =
+        HADOOP__YARN__SUBMIT_APPLICATION_REQUEST_PROTO__INIT;
+    sreq.application_submission_context = &ctx;
+    rc = hipc_call(rpc, "submitApplication", &sreq.base,
+                   &hadoop__yarn__submit_application_response_proto__descriptor, &resp, timeout_ms,
+                   err, errlen);
+    if (rc == 0) protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  clc_env_free(&ce);
+  hipc_close(rpc);
+  if (rc == LOOM_EPEER && strstr(err, "InvalidResourceRequest")) return LOOM_ERESOURCE;
+  return rc < 0 ? LOOM_EBACKEND : 0;
+}
+
+int hyarn_app_report(const char *conf_dir, const char *app_id, int timeout_ms, char state[16],
+                     char final[16], char *diag, size_t diaglen, char *err, size_t errlen) {
+  static const char *const fin[] = {"UNDEFINED", "SUCCEEDED", "FAILED", "KILLED", "ENDED"};
+  state[0] = final[0] = 0;
+  if (diaglen) diag[0] = 0;
+  Hadoop__Yarn__ApplicationIdProto aid;
+  if (parse_app_id(app_id, &aid) < 0) {
+    snprintf(err, errlen, "'%.80s' is not a YARN application id", app_id);
+    return LOOM_EBACKEND;
+  }
+  hyarn_am am;
+  hipc_client *rpc = NULL;
+  int rc = client_connect(conf_dir, timeout_ms, &am, &rpc, err, errlen);
+  if (rc < 0) return rc;
+  Hadoop__Yarn__GetApplicationReportRequestProto rreq =
+      HADOOP__YARN__GET_APPLICATION_REPORT_REQUEST_PROTO__INIT;
+  rreq.application_id = &aid;
+  ProtobufCMessage *resp = NULL;
+  rc = hipc_call(rpc, "getApplicationReport", &rreq.base,
+                 &hadoop__yarn__get_application_report_response_proto__descriptor, &resp,
+                 timeout_ms, err, errlen);
+  if (rc == LOOM_EPEER && strstr(hipc_exception(rpc), "ApplicationNotFound")) rc = LOOM_ENOENT;
+  hipc_close(rpc);
+  if (rc < 0) return rc == LOOM_ENOENT ? rc : LOOM_EBACKEND;
+  Hadoop__Yarn__ApplicationReportProto *r =
+      ((Hadoop__Yarn__GetApplicationReportResponseProto *)resp)->application_report;
+  if (r) {
+    loom__strlcpy(state, app_state(r->yarn_application_state), 16);
+    int f = r->has_final_application_status ? (int)r->final_application_status : 0;
+    loom__strlcpy(final, f >= 0 && f <= 4 ? fin[f] : "?", 16);
+    if (diaglen) printable(diag, diaglen, r->diagnostics);
+  }
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return r ? 0 : LOOM_ENOENT;
+}
+
+int hyarn_app_kill(const char *conf_dir, const char *app_id, const char *why, int timeout_ms,
+                   char *err, size_t errlen) {
+  Hadoop__Yarn__ApplicationIdProto aid;
+  if (parse_app_id(app_id, &aid) < 0) {
+    snprintf(err, errlen, "'%.80s' is not a YARN application id", app_id);
+    return LOOM_EBACKEND;
+  }
+  hyarn_am am;
+  hipc_client *rpc = NULL;
+  int rc = client_connect(conf_dir, timeout_ms, &am, &rpc, err, errlen);
+  if (rc < 0) return rc;
+  Hadoop__Yarn__KillApplicationRequestProto req =
+      HADOOP__YARN__KILL_APPLICATION_REQUEST_PROTO__INIT;
+  req.application_id = &aid;
+  req.diagnostics = (char *)why;
+  ProtobufCMessage *resp = NULL;
+  rc = hipc_call(rpc, "forceKillApplication", &req.base,
+                 &hadoop__yarn__kill_application_response_proto__descriptor, &resp, timeout_ms, err,
+                 errlen);
+  if (rc == 0) protobuf_c_message_free_unpacked(resp, NULL);
+  hipc_close(rpc);
+  return rc < 0 ? LOOM_EBACKEND : 0;
 }

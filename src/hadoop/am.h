@@ -45,7 +45,7 @@ typedef struct {
 /* A container the scheduler granted. */
 typedef struct {
   int64_t alloc_id;
-  char id[96];   /* "container_1764200000000_0001_01_000002" */
+  char id[96];    /* "container_1764200000000_0001_01_000002" */
   char host[256]; /* its NodeManager */
   int port;
   char node[300]; /* host:port */
@@ -59,7 +59,7 @@ typedef struct {
 /* A container that ended. */
 typedef struct {
   char id[96];
-  int exit_status;       /* the process's, or YARN's: -100 aborted (node lost), -102
+  int exit_status;        /* the process's, or YARN's: -100 aborted (node lost), -102
                             preempted, -104 over its memory, -105 stopped by the AM, ... */
   char diagnostics[2048]; /* YARN's, printable; the container's stderr tail among it */
 } hyarn_done;
@@ -88,8 +88,8 @@ int hyarn_container_copy(hyarn_container *dst, const hyarn_container *src);
  * c with environment env ("K=V" strings, NULL-terminated), on c's
  * NodeManager with its NMToken. Returns 0, or LOOM_EBACKEND (err: the
  * NodeManager's refusal). */
-int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
-                    char *const *env, char *err, size_t errlen);
+int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command, char *const *env,
+                    char *err, size_t errlen);
 /* Stops container c (SIGTERM, then SIGKILL after the NodeManager's
  * delay). */
 int hyarn_am_stop(hyarn_am *am, const hyarn_container *c, char *err, size_t errlen);
@@ -104,4 +104,48 @@ void hyarn_am_free(hyarn_am *am, bool kill);
 /* Single-quotes s for a POSIX shell into b. */
 void hyarn_shell_quote(loom__buf *b, const char *s);
 
+/* ---- the managed application master (inside its YARN container) ------ */
+
+/* A token found in a Hadoop credentials file. */
+typedef struct {
+  uint8_t *identifier, *password;
+  size_t identifier_len, password_len;
+  char kind[128], service[256];
+} hyarn_cred_token;
+
+/* Finds the first token of kind ("YARN_AM_RM_TOKEN") in the bytes of a
+ * credentials file (Hadoop's Credentials: "HDTS", a format byte, then
+ * the WRITABLE layout with Hadoop's VInts, or a delimited
+ * CredentialsProto). Returns 0 with *out (hyarn_cred_token_free),
+ * LOOM_ENOENT when no token of that kind is there, or LOOM_EPROTO with
+ * err saying what is malformed. Every length is checked against what is
+ * left. */
+int hyarn_creds_find(const uint8_t *buf, size_t len, const char *kind, hyarn_cred_token *out,
+                     char *err, size_t errlen);
+void hyarn_cred_token_free(hyarn_cred_token *t);
+
+/* In the AM container YARN started: the attempt from CONTAINER_ID, the
+ * AMRMToken from the file HADOOP_TOKEN_FILE_LOCATION names; registers
+ * with the scheduler. Returns 0 with *out, or LOOM_EBACKEND (err). */
+int hyarn_am_attach(const char *conf_dir, int timeout_ms, hyarn_am **out, char *err, size_t errlen);
+/* The attempt number (1, 2, ...) of this application master. */
+int hyarn_am_attempt(const hyarn_am *am);
+
+/* ---- the client of a managed application --------------------------------- */
+
+/* Submits an application whose AM container runs command (for the
+ * NodeManager's shell) with env, memory_mb and 1 vcore, up to
+ * max_attempts attempts. app_id gets its id (64 bytes). Returns 0,
+ * LOOM_ERESOURCE (the RM refused the request: err) or LOOM_EBACKEND. */
+int hyarn_submit_managed(const char *conf_dir, const char *name, const char *queue,
+                         const char *command, char *const *env, int64_t memory_mb, int max_attempts,
+                         int timeout_ms, char app_id[64], char *err, size_t errlen);
+/* An application's state word ("ACCEPTED", "RUNNING", "FINISHED",
+ * "FAILED", "KILLED"), final status ("SUCCEEDED", ...) and diagnostics.
+ * Returns 0, LOOM_ENOENT (the RM does not know it) or LOOM_EBACKEND. */
+int hyarn_app_report(const char *conf_dir, const char *app_id, int timeout_ms, char state[16],
+                     char final[16], char *diag, size_t diaglen, char *err, size_t errlen);
+/* Kills an application. 0 or LOOM_EBACKEND. */
+int hyarn_app_kill(const char *conf_dir, const char *app_id, const char *why, int timeout_ms,
+                   char *err, size_t errlen);
 #endif

@@ -176,8 +176,8 @@ int hsasl_response(const hsasl_challenge *c, const hsasl_token *t, const char *p
   int n = snprintf(out, outcap,
                    "%susername=\"%s\",realm=\"%s\",nonce=\"%s\",nc=%s,cnonce=\"%s\","
                    "digest-uri=\"%s\",maxbuf=65536,response=%s,qop=auth",
-                   strcmp(c->charset, "utf-8") == 0 ? "charset=utf-8," : "", (char *)user,
-                   c->realm, c->nonce, nc, cnonce, uri, resp);
+                   strcmp(c->charset, "utf-8") == 0 ? "charset=utf-8," : "", (char *)user, c->realm,
+                   c->nonce, nc, cnonce, uri, resp);
   if (n < 0 || (size_t)n >= outcap) return -1;
   *outlen = (size_t)n;
   return 0;

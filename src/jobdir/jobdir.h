@@ -35,7 +35,8 @@
   X(CKPT, "ckpt", 0)                 /* libloom's checkpoints */                                   \
   X(PS_CKPT, "ps-ckpt", 0)           /* the parameter server's */                                  \
   X(SLURM_SH, "slurm.sh", 0)         /* slurm: the batch script */                                 \
-  X(SLURM_JSON, "slurm.json", 0)     /* slurm: {"job_id": ...} */
+  X(SLURM_JSON, "slurm.json", 0)     /* slurm: {"job_id": ...} */                                  \
+  X(YARN_JSON, "yarn.json", 0)       /* yarn: {"application": ..., "conf_dir": ...} */
 
 typedef enum {
 #define JOBDIR__ENUM(name, path, mk) JOBDIR_##name,
