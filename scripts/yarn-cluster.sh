@@ -159,6 +159,7 @@ yarn.client.nodemanager-connect.max-wait-ms=20000
 yarn.client.nodemanager-connect.retry-interval-ms=500
 yarn.nm.liveness-monitor.expiry-interval-ms=10000
 yarn.am.liveness-monitor.expiry-interval-ms=10000
+yarn.resourcemanager.am-rm-tokens.master-key-rolling-interval-secs=31
 yarn.resourcemanager.nodemanagers.heartbeat-interval-ms=500
 yarn.resourcemanager.recovery.enabled=false
 yarn.timeline-service.enabled=false

@@ -229,7 +229,22 @@ int coord_on_agent(coord *co, conn *c, const wire_msg *m) {
         coord_say(co, "%s rejoined: membership generation %lld, world size %d", t->name,
                   (long long)co->generation, world);
       }
-      send_cluster(co, t);
+      /* Its cluster spec names rank 0's address (MASTER_ADDR): while
+       * rank 0 is itself restarting (both lost with one node), it waits,
+       * and goes out when rank 0 is back. */
+      const task *master = NULL;
+      for (int i = 0; i < co->ntasks && !master; i++)
+        if (co->tasks[i].training && co->tasks[i].rank_base == 0) master = &co->tasks[i];
+      if (master && !master->host[0]) {
+        t->cluster_pending = true;
+      } else {
+        send_cluster(co, t);
+        for (int i = 0; i < co->ntasks; i++) {
+          task *o = &co->tasks[i];
+          if (o->cluster_pending && o != t && o->agent) send_cluster(co, o);
+          o->cluster_pending = false;
+        }
+      }
       int64_t v = 0;
       kv_entry *e = coord_kv_find(co, "loom/cluster_version");
       if (e) v = atoll((const char *)e->val);

@@ -199,6 +199,7 @@ void coord_task_reset(coord *co, task *t) {
   coord_task_set(co, t, T_PENDING);
   t->launch_tries = 0;
   t->relaunch_pending = false;
+  t->cluster_pending = false;
   uv_timer_stop(&t->relaunch_timer);
   t->host[0] = 0;
   t->port = t->agent_pid = 0;

@@ -72,6 +72,7 @@ typedef struct task {
   bool restart_pending;  /* restart once its old agent is gone */
   int launch_tries;      /* launches of this task attempt that failed before its agent registered */
   bool relaunch_pending; /* relaunch_timer runs: the launch is tried again when it fires */
+  bool cluster_pending;  /* rejoined while rank 0 was away: its cluster spec waits for it */
   uv_timer_t relaunch_timer;
   /* user metrics: a token bucket of LOOM_METRIC_RATE a second, 10 s deep */
   double metric_tokens;

@@ -53,6 +53,7 @@ struct hyarn_am {
   int64_t max_mb;
   int max_vcores;
   bool registered, finished;
+  int rolls; /* AMRMTokens the RM rolled over */
 };
 
 static void token_free(token *t) {
@@ -427,7 +428,18 @@ int hyarn_am_allocate(hyarn_am *am, const hyarn_ask *asks, int nasks,
   if (r->has_response_id) am->response_id = r->response_id;
   if (r->has_a_m_command) res->shutdown = true;
   res->nodes = r->num_cluster_nodes;
-  if (r->am_rm_token) token_set(&am->amrm, r->am_rm_token);
+  if (r->am_rm_token &&
+      (r->am_rm_token->password.len != am->amrm.pwlen ||
+       memcmp(r->am_rm_token->password.data, am->amrm.pw, am->amrm.pwlen) != 0) &&
+      token_set(&am->amrm, r->am_rm_token) == 0) {
+    /* the RM rolled its master key: authenticate with the new token now,
+     * before the old key is retired (AMRMClientImpl does the same) */
+    am->rolls++;
+    hipc_close(am->sched);
+    am->sched = NULL;
+    loom__log(LOOM_LOG_INFO, "yarn", "%s: the ResourceManager rolled the AMRMToken (%d so far)",
+              am->attempt_id, am->rolls);
+  }
   for (size_t i = 0; i < r->n_nm_tokens; i++) nm_token_keep(am, r->nm_tokens[i]);
   res->allocated = calloc(r->n_allocated_containers + 1, sizeof *res->allocated);
   res->done = calloc(r->n_completed_container_statuses + 1, sizeof *res->done);
@@ -854,6 +866,7 @@ void hyarn_cred_token_free(hyarn_cred_token *t) {
 /* ---- the managed application master ------------------------------------- */
 
 int hyarn_am_attempt(const hyarn_am *am) { return am->attempt; }
+int hyarn_am_token_rolls(const hyarn_am *am) { return am->rolls; }
 
 /* "container_[e17_]1764200000000_0001_01_000001" into the application and
  * attempt. */

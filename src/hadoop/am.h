@@ -130,6 +130,9 @@ void hyarn_cred_token_free(hyarn_cred_token *t);
 int hyarn_am_attach(const char *conf_dir, int timeout_ms, hyarn_am **out, char *err, size_t errlen);
 /* The attempt number (1, 2, ...) of this application master. */
 int hyarn_am_attempt(const hyarn_am *am);
+/* How many times the ResourceManager rolled the AMRMToken over (each
+ * time the scheduler connection authenticates again with the new one). */
+int hyarn_am_token_rolls(const hyarn_am *am);
 
 /* ---- the client of a managed application --------------------------------- */
 

@@ -4,9 +4,12 @@ started for this module by `scripts/yarn-cluster.sh start --hdfs` in a
 directory of its own and stopped after it, no JVM of it left): the
 script's HDFS stores a file on both DataNodes; `loom check --backend yarn` reports what the
 ResourceManager's REST API says, specs YARN could never run are refused
-with figures before anything is submitted, a spec that fits is told that
-launching is not built yet, and a ResourceManager that cannot be reached,
-or does not answer, is a backend error within seconds."""
+with figures before anything is submitted, and a ResourceManager that
+cannot be reached, or does not answer, is a backend error within seconds.
+Jobs run on it: `loom run` as an unmanaged application master (the
+coordinator, in C), `loom submit` as a managed one in a container; the
+RM's REST API judges what is left afterwards (nothing RUNNING), and no
+agent or task process outlives a job."""
 import json
 import os
 import pwd
@@ -21,6 +24,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from conftest import LOOM as LOOM_BIN
+from conftest import loom_pids_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "yarn-cluster.sh"
@@ -85,12 +91,46 @@ def yarn(tmp_path_factory):
         assert not left, f"JVMs of the YARN cluster outlived `stop`: {left}"
 
 
+def loom_procs():
+    """Pids of loom agents and of their tasks' marker processes still alive."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            agent = cmd[:2] == [str(LOOM_BIN.resolve()).encode(), b"agent"]
+            if agent or any(b"yarn-marker" in c for c in cmd):
+                out.append((int(p.name), cmd))
+    return out
+
+
 @pytest.fixture
 def yloom(loom, yarn):
     loom.env["HADOOP_CONF_DIR"] = str(yarn.conf)
-    before = len(yarn.apps())
     yield loom
-    # loom submitted nothing, whatever it said
+    # whatever the test did, nothing of it is left running in YARN or here
+    live = [a for a in yarn.apps() if a["state"] in ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED",
+                                                      "RUNNING")]
+    assert not live, live
+    left = []
+    for _ in range(50):
+        left = loom_procs()
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left, left
+
+
+def no_process_left(yloom):
+    """The managed AM's container (its launch script, the coordinator) ends
+    when the application does: within a few seconds of FINISHED."""
+    yloom.wait_for(lambda: not loom_pids_of(yloom.home), timeout=15,
+                   what="the application master's container processes to end")
+
+
+def submitted_nothing(yarn, before):
     assert len(yarn.apps()) == before, yarn.apps()
 
 
@@ -193,23 +233,15 @@ NODES = ("nodes: localhost:\\d+ RUNNING: \\d+ MB, \\d+ vcores, \\d+ GPUs(, label
      r"queue 'nosuch' is not a queue of the YARN cluster \(its leaf queues: default\): set queue to "
      r"one of them"),
 ], ids=["unknown-label", "too-many-gpus", "too-much-memory", "label-node-too-small", "no-queue"])
-def test_refused_with_figures(yloom, role, top, want):
+def test_refused_with_figures(yloom, yarn, role, top, want):
+    before = len(yarn.apps())
     t0 = time.monotonic()
     r = yloom.run("run", spec(yloom, role, top), timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert re.search(r"loom: .*job\.yaml: cannot run on backend yarn: " + want, r.stderr), r.stderr
     assert time.monotonic() - t0 < 10
     assert yloom.jobs() == []
-
-
-def test_a_spec_that_fits_is_told_launching_is_not_built(yloom):
-    r = yloom.run("run", spec(yloom, "label: gpu, gpus: 2, vcores: 2, memory: 3GiB"), timeout=60)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "the spec fits backend yarn, but launching on YARN is not built yet" in r.stderr, r.stderr
-    assert yloom.jobs() == []
-    r = yloom.run("submit", spec(yloom, "memory: 1GiB"), timeout=60)
-    assert r.returncode == 2 and "launching on YARN is not built yet" in r.stderr, r.stderr
-    assert yloom.jobs() == []
+    submitted_nothing(yarn, before)
 
 
 def free_port():
@@ -228,6 +260,7 @@ def conf_at(yloom, yarn, port):
 
 
 def test_wrong_address_is_a_backend_error_at_once(yloom, yarn):
+    before = len(yarn.apps())
     port = free_port()
     d = conf_at(yloom, yarn, port)
     t0 = time.monotonic()
@@ -255,6 +288,7 @@ def test_wrong_address_is_a_backend_error_at_once(yloom, yarn):
     assert r.returncode == 3
     assert 'getClusterMetrics: the reply does not look like Hadoop IPC: it starts with "HTTP"' \
            in r.stdout, r.stdout
+    submitted_nothing(yarn, before)
 
 
 def test_missing_configuration_is_named(yloom, tmp_path):
@@ -294,3 +328,315 @@ def test_a_resource_manager_that_does_not_answer_is_an_error_not_a_hang(yloom, y
     yloom.wait_for(usable, timeout=60, what="`loom check --backend yarn` to pass again")
     for out in seen[:-1]:
         assert re.search(r"FAIL backend yarn: .*: \d of 2 nodes RUNNING", out), out
+
+
+# ---- jobs on YARN ------------------------------------------------------------
+
+
+def app_of(yarn, name):
+    """The one YARN application of this name, as the RM's REST API has it."""
+    apps = [a for a in yarn.apps() if a["name"] == name]
+    assert len(apps) == 1, apps
+    return apps[0]
+
+
+def wait_app(yloom, yarn, name, states, timeout=60):
+    return yloom.wait_for(lambda: next((a for a in yarn.apps() if a["name"] == name and
+                                        a["state"] in states), None),
+                          timeout=timeout, what=f"application {name} to be {states}")
+
+
+def test_run_places_each_task_in_its_own_container(yloom, yarn, tmp_path):
+    """The environment spec of the local backend's test, on YARN: every task
+    in a container of its own (one per task; a task's procs share it),
+    ranks, TF_CONFIG and the torchrun variables as on the local backend."""
+    data = tmp_path / "data.txt"
+    data.write_text("payload\n")
+    s = yloom.spec(f"""
+name: yenv
+backend: yarn
+env: {{JOBVAR: job-level}}
+files: {{input/data.txt: {data}}}
+roles:
+  chief: {{command: 'env > env.txt; cat input/data.txt; for i in $(seq 100); do [ -s ../ps-0/env.txt ] && break; sleep 0.1; done'}}
+  worker:
+    instances: 2
+    procs: 2
+    env: {{ROLEVAR: from-role}}
+    command: [sh, -c, 'env > env-$LOCAL_RANK.txt']
+  ps: {{command: 'env > env.txt; exec sleep 60'}}
+  evaluator: {{command: 'env > env.txt'}}
+""")
+    r = yloom.run("run", s, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[chief:0] payload" in r.stdout
+    jd = yloom.job_dir()
+
+    def env_of(task, f="env.txt"):
+        lines = (jd / "tasks" / task / f).read_text().splitlines()
+        return dict(l.split("=", 1) for l in lines if "=" in l)
+
+    chief, ps, ev = env_of("chief-0"), env_of("ps-0"), env_of("evaluator-0")
+    w = {(i, p): env_of(f"worker-{i}", f"env-{p}.txt") for i in range(2) for p in range(2)}
+    assert [chief["RANK"]] + [w[(i, p)]["RANK"] for i in range(2) for p in range(2)] == \
+        ["0", "1", "2", "3", "4"]
+    assert w[(1, 1)]["LOCAL_RANK"] == "1" and w[(0, 0)]["JOBVAR"] == "job-level"
+    assert w[(0, 0)]["ROLEVAR"] == "from-role" and "RANK" not in ps
+    tf = json.loads(w[(1, 0)]["TF_CONFIG"])
+    assert tf["task"] == {"type": "worker", "index": 1} and set(tf["cluster"]) == {"chief", "worker", "ps"}
+    # YARN's own variables: one container a task, all of this application
+    app = app_of(yarn, "yenv")
+    assert (app["state"], app["finalStatus"], app["applicationType"]) == \
+        ("FINISHED", "SUCCEEDED", "LOOM")
+    assert app["unmanagedApplication"] is True
+    cids = {t: e["CONTAINER_ID"] for t, e in
+            {"chief": chief, "ps": ps, "ev": ev, "w0": w[(0, 0)], "w1": w[(1, 0)]}.items()}
+    assert len(set(cids.values())) == 5, cids
+    assert w[(0, 1)]["CONTAINER_ID"] == cids["w0"]  # procs share their task's container
+    serial = app["id"].split("_", 1)[1]
+    assert all(c.startswith(f"container_{serial}_01_") for c in cids.values()), (app["id"], cids)
+    assert {e["NM_PORT"] for e in (chief, ps, ev, w[(0, 0)], w[(1, 0)])} <= \
+        {str(p) for p in yarn.nm_ports}
+
+
+def test_a_failing_task_fails_the_application(yloom, yarn):
+    s = yloom.spec("""
+name: yfail
+backend: yarn
+roles:
+  worker: {instances: 2, command: 'if [ $LOOM_INDEX = 1 ]; then echo dying >&2; exit 3; fi; sleep 30; : yarn-marker'}
+""")
+    t0 = time.monotonic()
+    r = yloom.run("run", s, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "root cause: worker:1 (attempt 0) exited with code 3" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 20
+    app = app_of(yarn, "yfail")
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "FAILED"), app
+    assert "exited with code 3" in app["diagnostics"], app
+
+
+def test_environment_values_reach_the_task_as_they_are(yloom, yarn):
+    """YARN's launch script puts values in double quotes unescaped and expands
+    {{VAR}} and <CPS> itself: loom's escaping gives the task the value."""
+    weird = "a$b\"c`d\\e {{HOME}} <CPS> <LOG_DIR> 'q' $(true) ;x"
+    s = yloom.spec("""
+name: yenvv
+backend: yarn
+roles:
+  worker: {command: [python3, -c, "import os; print('W=' + repr(os.environ['WEIRD']))"]}
+""")
+    r = yloom.run("run", s, env={"WEIRD": weird}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"[worker:0] W={weird!r}" in r.stdout, r.stdout
+
+
+def test_a_gpu_role_runs_on_the_labelled_node(yloom, yarn):
+    s = yloom.spec("""
+name: ygpu
+backend: yarn
+roles:
+  chief: {command: 'echo NM=$NM_PORT'}
+  worker: {gpus: 2, label: gpu, vcores: 2, memory: 1GiB, command: 'echo NM=$NM_PORT'}
+""")
+    r = yloom.run("run", s, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # nm1 is the node labelled gpu, with 2 GPUs
+    assert f"[worker:0] NM={yarn.nm_ports[0]}" in r.stdout, r.stdout
+
+
+def test_gang_deadline_releases_what_was_granted_and_names_what_is_missing(yloom, yarn):
+    """Two tasks of 2 GPUs on a cluster of 2 GPUs: one can be granted, never
+    both. Not a hang (TonY #573): within LOOM_YARN_GANG_TIMEOUT the granted
+    container goes back and the job fails, naming the missing task."""
+    s = yloom.spec("""
+name: ygang
+backend: yarn
+roles:
+  worker: {instances: 2, gpus: 2, label: gpu, command: 'sleep 5; : yarn-marker'}
+""")
+    t0 = time.monotonic()
+    r = yloom.run("run", s, env={"LOOM_YARN_GANG_TIMEOUT": "4000"}, timeout=60)
+    took = time.monotonic() - t0
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(r"YARN granted 1 of 2 containers within 4 s \(LOOM_YARN_GANG_TIMEOUT\); "
+                     r"missing: worker:[01] \(512 MB, 1 vcores, 2 GPUs, label gpu, queue default\); "
+                     r"the 1 granted were released", r.stderr), r.stderr
+    assert took < 20, took
+    assert "[worker:" not in r.stdout  # nothing started
+    app = app_of(yarn, "ygang")
+    assert app["finalStatus"] == "FAILED" and app["runningContainers"] in (0, -1), app
+
+
+@pytest.mark.parametrize("how", ["loom kill", "ctrl-c"])
+def test_kill_finishes_the_application_and_leaves_nothing(yloom, yarn, how):
+    name = "ykill" + how.replace(" ", "").replace("-", "")
+    s = yloom.spec(f"""
+name: {name}
+backend: yarn
+roles:
+  worker: {{instances: 2, command: 'sleep 300; : yarn-marker'}}
+  ps: {{command: 'sleep 300; : yarn-marker'}}
+""")
+    p = yloom.popen("run", s)
+    try:
+        yloom.wait_running(timeout=60)
+        assert len(loom_procs()) >= 6  # 3 agents, 3 tasks
+        t0 = time.monotonic()
+        if how == "loom kill":
+            k = yloom.run("kill", yloom.job_dir().name)
+            assert k.returncode == 0, k.stderr
+        else:
+            os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 130, err
+        assert time.monotonic() - t0 < 10
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    app = wait_app(yloom, yarn, name, ("FINISHED", "KILLED", "FAILED"), timeout=20)
+    assert app["finalStatus"] == "KILLED", app
+
+
+def test_a_killed_container_is_a_task_failure_for_the_restart_policy(yloom, yarn):
+    s = yloom.spec("""
+name: yrestart
+backend: yarn
+restart: task
+max_restarts: 2
+roles:
+  worker: {instances: 2, command: 'echo start $LOOM_INDEX attempt $LOOM_ATTEMPT; sleep 6; : yarn-marker'}
+""")
+    p = yloom.popen("run", s)
+    try:
+        yloom.wait_running(timeout=60)
+        st = yloom.state()
+        agent = next(pid for pid, cmd in loom_procs() if cmd[1:2] == [b"agent"] and
+                     b"LOOM_TASK=worker:0" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+        os.kill(agent, signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 0, err
+    assert "[worker:0] start 0 attempt 1" in out, out
+    assert "worker:0 agent lost" in err and "restarting it (1 of 2)" in err, err
+    assert st["attempt"] == 0
+
+
+def test_submit_runs_a_managed_application_master_the_client_can_leave(yloom, yarn):
+    """`loom submit` returns at once; the coordinator runs in a container YARN
+    started (the client is gone); status, logs and the RM agree."""
+    s = yloom.spec("""
+name: ysub
+backend: yarn
+roles:
+  worker: {instances: 2, command: 'echo hello from $LOOM_TASK; sleep 2'}
+""")
+    t0 = time.monotonic()
+    r = yloom.run("submit", s, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    assert time.monotonic() - t0 < 10
+    jd = yloom.home / "jobs" / job
+    yj = json.loads((jd / "yarn.json").read_text())
+    assert yj["application"].startswith("application_") and yj["conf_dir"] == str(yarn.conf)
+
+    def done():
+        st = yloom.run("status", job)
+        return "state    succeeded" in st.stdout and st
+    st = yloom.wait_for(done, timeout=90, what="the submitted job to succeed")
+    assert f"cluster  YARN application {yj['application']} is FINISHED SUCCEEDED" in st.stdout, st.stdout
+    logs = yloom.run("logs", job).stdout
+    assert "[worker:0] hello from worker:0" in logs and "[worker:1] hello from worker:1" in logs
+    app = wait_app(yloom, yarn, "ysub", ("FINISHED", "FAILED", "KILLED"))
+    assert app["id"] == yj["application"] and app["unmanagedApplication"] is False
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED")
+    no_process_left(yloom)
+
+
+def test_a_killed_managed_application_master_is_started_again_and_goes_on(yloom, yarn):
+    s = yloom.spec("""
+name: yamk
+backend: yarn
+retries: 1
+roles:
+  worker: {instances: 2, command: 'echo attempt $LOOM_ATTEMPT; sleep 8; : yarn-marker'}
+""")
+    r = yloom.run("submit", s, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    yloom.wait_running(timeout=60)
+
+    def coordinator():
+        for p in Path("/proc").iterdir():
+            if p.name.isdigit():
+                try:
+                    cmd = (p / "cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if cmd[1:3] == [b"coordinator", str(yloom.home / "jobs" / job).encode()]:
+                    return int(p.name)
+    first = coordinator()
+    assert first
+    os.kill(first, signal.SIGKILL)
+
+    def done():
+        st = yloom.run("status", job)
+        return "state    succeeded" in st.stdout and st
+    st = yloom.wait_for(done, timeout=120, what="the job to succeed on the second AM attempt")
+    assert "attempt  1 (retries 1)" in st.stdout, st.stdout
+    logs = yloom.run("logs", job).stdout
+    assert "attempt 1" in logs, logs
+    app = wait_app(yloom, yarn, "yamk", ("FINISHED", "FAILED", "KILLED"))
+    assert app["finalStatus"] == "SUCCEEDED"
+    no_process_left(yloom)
+    attempts = yarn.rest(f"apps/{app['id']}/appattempts")["appAttempts"]["appAttempt"]
+    assert len(attempts) == 2, attempts
+
+
+def test_the_amrm_token_rolls_over_during_a_job(yloom, yarn):
+    """The script's RM rolls its AMRMToken master key every 31 s (the least it
+    allows with a 10 s AM expiry): a 50 s job sees a new token and
+    authenticates with it."""
+    s = yloom.spec("""
+name: yroll
+backend: yarn
+roles:
+  worker: {command: 'sleep 50; : yarn-marker'}
+""")
+    r = yloom.run("run", s, env={"LOOM_LOG": "info:yarn"}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"info yarn: appattempt_\d+_\d+_000001: the ResourceManager rolled the "
+                     r"AMRMToken \(1 so far\)", r.stderr), r.stderr
+
+
+def test_a_lost_node_manager_is_a_lost_task_that_comes_back_elsewhere(yloom, yarn):
+    """Last in this module: it kills a NodeManager (SIGKILL; its containers'
+    processes live on, orphaned). The RM declares the node lost (10 s here),
+    loom drops the tasks that were there and starts them on the other node."""
+    s = yloom.spec("""
+name: ynm
+backend: yarn
+restart: task
+max_restarts: 2
+roles:
+  worker: {instances: 2, command: 'echo on $NM_PORT attempt $LOOM_ATTEMPT; sleep 25; : yarn-marker'}
+""")
+    p = yloom.popen("run", s)
+    try:
+        yloom.wait_running(timeout=60)
+        agent = next(pid for pid, cmd in loom_procs() if cmd[1:2] == [b"agent"])
+        env = dict(l.split("=", 1) for l in
+                   Path(f"/proc/{agent}/environ").read_text().split("\0") if "=" in l)
+        nm = yarn.nm_ports.index(int(env["NM_PORT"]))
+        os.kill(int((yarn.dir / "pids" / f"nm{nm + 1}.pid").read_text()), signal.SIGKILL)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 0, err
+    assert "Container released on a *lost* node" in err, err
+    other = yarn.nm_ports[1 - nm]
+    assert f"on {other} attempt 1" in out, out
+    assert err.count("restarting it (1 of 2)") >= 1 and "(2 of 2)" not in err, err
