@@ -9,6 +9,7 @@
 #define LOOM_BACKEND_H
 
 #include "spec/spec.h"
+#include <jansson.h>
 #include <uv.h>
 
 typedef struct backend backend;
@@ -23,6 +24,13 @@ typedef struct backend backend;
  * task as lost. */
 typedef void (*backend_exit_cb)(void *arg, int task_id, int64_t status, int sig, const char *detail,
                                 bool lost);
+
+/* Called on the loop's thread when the backend has something to record:
+ * an event named event for task_id (-1: the job) with detail (a JSON
+ * object, taken; may be NULL), and, when say is not NULL, a line for the
+ * job's console. */
+typedef void (*backend_note_cb)(void *arg, int task_id, const char *event, json_t *detail,
+                                const char *say);
 
 /* A submitted job as its cluster manager sees it (job_state). */
 typedef enum {
@@ -147,6 +155,7 @@ struct backend {
   const backend_ops *ops;
   uv_loop_t *loop;
   backend_exit_cb on_exit;
+  backend_note_cb on_note; /* NULL: notes are dropped */
   void *arg;
   void *priv; /* the backend's own, made by create */
 };

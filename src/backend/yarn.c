@@ -272,6 +272,10 @@ typedef struct {
   int sig;
   bool lost;
   char detail[2300];
+  /* a note instead of an exit, when event is set */
+  char event[32];
+  json_t *note;
+  char say[512];
 } yexit;
 
 typedef struct {
@@ -296,21 +300,36 @@ typedef struct {
 } ypriv;
 
 /* Queues an exit for the loop thread (mu held). */
-static void push_exit(ypriv *p, int task, int64_t status, int sig, const char *detail, bool lost) {
+static bool push_exit(ypriv *p, int task, int64_t status, int sig, const char *detail, bool lost) {
   if (p->nex == p->capex) {
     int cap = p->capex ? p->capex * 2 : 16;
     yexit *n = realloc(p->ex, (size_t)cap * sizeof *n);
-    if (!n) return; /* out of memory: the heartbeat timeout catches the task */
+    if (!n) return false; /* out of memory: the heartbeat timeout catches the task */
     p->ex = n;
     p->capex = cap;
   }
   yexit *e = &p->ex[p->nex++];
+  memset(e, 0, sizeof *e);
   e->task = task;
   e->status = status;
   e->sig = sig;
   e->lost = lost;
   loom__strlcpy(e->detail, detail ? detail : "", sizeof e->detail);
   if (p->async_live) uv_async_send(&p->async);
+  return true;
+}
+
+/* Queues a note for the loop thread (mu held): event for task (-1: the
+ * job), detail taken, say a console line or NULL. */
+static void push_note(ypriv *p, int task, const char *event, json_t *detail, const char *say) {
+  if (!push_exit(p, task, 0, 0, NULL, false)) {
+    json_decref(detail);
+    return;
+  }
+  yexit *e = &p->ex[p->nex - 1];
+  loom__strlcpy(e->event, event, sizeof e->event);
+  e->note = detail;
+  loom__strlcpy(e->say, say ? say : "", sizeof e->say);
 }
 
 /* Gives c back to YARN on the next heartbeat (mu held); takes c. */
@@ -367,10 +386,16 @@ static void yarn_on_async(uv_async_t *h) {
       return;
     }
     yexit e = p->ex[0];
+    p->ex[0].note = NULL;
     memmove(p->ex, p->ex + 1, (size_t)(p->nex - 1) * sizeof *p->ex);
     p->nex--;
     pthread_mutex_unlock(&p->mu);
-    p->b->on_exit(p->b->arg, e.task, e.status, e.sig, e.detail[0] ? e.detail : NULL, e.lost);
+    if (e.event[0] && p->b->on_note)
+      p->b->on_note(p->b->arg, e.task, e.event, e.note, e.say[0] ? e.say : NULL);
+    else if (e.event[0])
+      json_decref(e.note);
+    else
+      p->b->on_exit(p->b->arg, e.task, e.status, e.sig, e.detail[0] ? e.detail : NULL, e.lost);
   }
 }
 
@@ -427,6 +452,20 @@ static void start_held(ypriv *p) {
     ytask *t = &p->t[i];
     if (t->st != Y_HELD) continue;
     t->st = Y_RUNNING;
+    const spec_role *r = p->role[i];
+    int64_t asked = (int64_t)((r->memory + (1 << 20) - 1) >> 20);
+    if (!asked) asked = loom__tun(LOOM_TUN_YARN_DEFAULT_MB);
+    char say[512] = "";
+    if (t->c.memory_mb > asked)
+      snprintf(say, sizeof say,
+               "YARN granted %lld MB where %lld MB was asked (its scheduler rounds up to "
+               "yarn.scheduler.minimum-allocation-mb steps): the container's limit is %lld MB",
+               (long long)t->c.memory_mb, (long long)asked, (long long)t->c.memory_mb);
+    push_note(p, i, "container",
+              json_pack("{s:s, s:s, s:I, s:I, s:i, s:I}", "container", t->c.id, "node", t->c.node,
+                        "memory_mb", (json_int_t)t->c.memory_mb, "asked_mb", (json_int_t)asked,
+                        "vcores", t->c.vcores, "gpus", (json_int_t)t->c.gpus),
+              say[0] ? say : NULL);
     hyarn_container c;
     if (hyarn_container_copy(&c, &t->c) < 0) continue;
     char *cmd = t->command;
@@ -632,11 +671,7 @@ static int yarn_create(backend *b, const spec_job *s, int ntasks) {
     free(p->role), free(p->t), free(p);
     return rc;
   }
-  loom__log(LOOM_LOG_INFO, "yarn", "application %s (attempt %s) registered %s in %llu ms",
-            hyarn_am_app_id(p->am), hyarn_am_attempt_id(p->am),
-            managed ? "as a managed application master"
-                    : "as its own (unmanaged) application master",
-            (unsigned long long)(loom__now_ms() - t0));
+  unsigned long long took = (unsigned long long)(loom__now_ms() - t0);
   pthread_mutex_init(&p->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -645,6 +680,16 @@ static int yarn_create(backend *b, const spec_job *s, int ntasks) {
   uv_async_init(b->loop, &p->async, yarn_on_async);
   p->async.data = p;
   p->async_live = true;
+  char say[512];
+  snprintf(say, sizeof say, "YARN application %s, %s application master (registered in %llu ms)",
+           hyarn_am_app_id(p->am), managed ? "a managed" : "its own unmanaged", took);
+  pthread_mutex_lock(&p->mu);
+  push_note(p, -1, "yarn_application",
+            json_pack("{s:s, s:s, s:b, s:I, s:s}", "application", hyarn_am_app_id(p->am),
+                      "app_attempt", hyarn_am_attempt_id(p->am), "managed", managed,
+                      "registered_ms", (json_int_t)took, "tracking", hyarn_am_tracking(p->am)),
+            say);
+  pthread_mutex_unlock(&p->mu);
   b->priv = p;
   if (pthread_create(&p->th, NULL, yarn_thread, p) != 0) {
     hyarn_am_free(p->am, true);
@@ -803,6 +848,7 @@ static void yarn_destroy(backend *b) {
   }
   for (int i = 0; i < p->nrelease; i++) hyarn_container_free(&p->release[i]);
   free(p->release);
+  for (int i = 0; i < p->nex; i++) json_decref(p->ex[i].note);
   free(p->ex);
   free(p->t);
   free(p->role);

@@ -442,6 +442,14 @@ static int start_feed(coord *co) {
   return 0;
 }
 
+/* What the backend has to say (YARN's application, its containers). */
+static void backend_noted(void *arg, int id, const char *event, json_t *detail, const char *say) {
+  coord *co = arg;
+  task *t = id >= 0 && id < co->ntasks ? &co->tasks[id] : NULL;
+  coord_event(co, t, event, detail);
+  if (say) coord_say(co, "%s%s%s", t ? t->name : "", t ? ": " : "", say);
+}
+
 /* The backend, and where each task's CPUs and GPUs come from. */
 static int start_backend(coord *co) {
   const char *bname = co->o->backend ? co->o->backend : co->s->backend;
@@ -449,6 +457,7 @@ static int start_backend(coord *co) {
     fprintf(stderr, "loom: backend '%s' is not available\n", bname);
     return LOOM_EBACKEND;
   }
+  co->be->on_note = backend_noted;
   for (int i = 0; i < co->ntasks; i++)
     co->be->ops->place(co->be, i, co->tasks[i].role, co->tasks[i].cpus, sizeof co->tasks[i].cpus,
                        co->tasks[i].gpus, sizeof co->tasks[i].gpus);

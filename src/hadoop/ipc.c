@@ -535,7 +535,24 @@ int hipc_call(hipc_client *c, const char *method, const ProtobufCMessage *req,
   loom__buf_free(&b);
   snprintf(what, sizeof what, "reply to %s", method);
   hipc_response r = {0};
-  if (rc == 0) rc = read_frame(c, deadline, timeout_ms, what, method, resp_desc, &r, err, errlen);
+  if (rc == 0) {
+    rc = read_frame(c, deadline, timeout_ms, what, method, resp_desc, &r, err, errlen);
+  } else if (rc == LOOM_ECONN) {
+    /* A server that refuses the connection (SIMPLE where it wants TOKEN)
+     * answers the connection header with a fatal error and closes, maybe
+     * before the call is sent: its answer, when it is there, says why
+     * better than the broken pipe does. */
+    char why[1024];
+    hipc_response early = {0};
+    uint64_t soon = loom__now_ms() + 1000;
+    if (read_frame(c, soon, 1000, what, method, resp_desc, &early, why, sizeof why) == 0 &&
+        early.status != 0) {
+      r = early;
+      rc = 0;
+    } else {
+      hipc_response_free(&early);
+    }
+  }
   /* a connection-level error (refused connection context, SASL wanted)
    * comes as call -1, Hadoop's INVALID_CALL_ID */
   if (rc == 0 && r.call_id != (uint32_t)id && !(r.status != 0 && r.call_id == UINT32_MAX)) {
