@@ -137,29 +137,22 @@ int hsasl_parse_challenge(const uint8_t *s, size_t len, hsasl_challenge *c, char
   return 0;
 }
 
-int hsasl_response(const hsasl_challenge *c, const hsasl_token *t, const char *protocol,
-                   const char *server_id, const char *cnonce, char *out, size_t outcap,
-                   size_t *outlen, char rspauth[33]) {
-  if (t->identifier_len > 8192 || t->password_len > 1024) return -1;
-  unsigned char user[11000], pass[1400];
-  EVP_EncodeBlock(user, t->identifier, (int)t->identifier_len);
-  EVP_EncodeBlock(pass, t->password, (int)t->password_len);
+void hsasl_digest(const hsasl_challenge *c, const char *user, const char *pass, const char *uri,
+                  const char *cnonce, char response[33], char rspauth[33]) {
   const char *nc = "00000001";
-  char uri[600];
-  if ((size_t)snprintf(uri, sizeof uri, "%s/%s", protocol ? protocol : "",
-                       server_id ? server_id : "") >= sizeof uri)
-    return -1;
   /* A1 = MD5(user:realm:password) ":" nonce ":" cnonce */
   loom__buf b;
   loom__buf_init(&b, 1 << 16);
-  loom__buf_printf(&b, "%s:%s:%s", (char *)user, c->realm, (char *)pass);
+  loom__buf_printf(&b, "%s:%s:%s", user, c->realm, pass);
   unsigned char h[16];
   md5(b.p, b.len, h);
   b.len = 0;
   loom__buf_add(&b, h, 16);
   loom__buf_printf(&b, ":%s:%s", c->nonce, cnonce);
-  char ha1[33], ha2[33], ha2r[33], resp[33];
+  char ha1[33], ha2[33], ha2r[33];
   md5_hex(b.p, b.len, ha1);
+  /* A2 = "AUTHENTICATE:" digest-uri for the response, ":" digest-uri for
+   * the server's rspauth */
   b.len = 0;
   loom__buf_printf(&b, "AUTHENTICATE:%s", uri);
   md5_hex(b.p, b.len, ha2);
@@ -168,16 +161,32 @@ int hsasl_response(const hsasl_challenge *c, const hsasl_token *t, const char *p
   md5_hex(b.p, b.len, ha2r);
   b.len = 0;
   loom__buf_printf(&b, "%s:%s:%s:%s:auth:%s", ha1, c->nonce, nc, cnonce, ha2);
-  md5_hex(b.p, b.len, resp);
+  md5_hex(b.p, b.len, response);
   b.len = 0;
   loom__buf_printf(&b, "%s:%s:%s:%s:auth:%s", ha1, c->nonce, nc, cnonce, ha2r);
   md5_hex(b.p, b.len, rspauth);
   loom__buf_free(&b);
+}
+
+int hsasl_response(const hsasl_challenge *c, const hsasl_token *t, const char *protocol,
+                   const char *server_id, const char *cnonce, char *out, size_t outcap,
+                   size_t *outlen, char rspauth[33]) {
+  if (t->identifier_len > 8192 || t->password_len > 1024) return -1;
+  /* Hadoop's SaslRpcServer: the user name is base64 of the identifier,
+   * the password base64 of the token's password */
+  unsigned char user[11000], pass[1400];
+  EVP_EncodeBlock(user, t->identifier, (int)t->identifier_len);
+  EVP_EncodeBlock(pass, t->password, (int)t->password_len);
+  char uri[600], resp[33];
+  if ((size_t)snprintf(uri, sizeof uri, "%s/%s", protocol ? protocol : "",
+                       server_id ? server_id : "") >= sizeof uri)
+    return -1;
+  hsasl_digest(c, (const char *)user, (const char *)pass, uri, cnonce, resp, rspauth);
   int n = snprintf(out, outcap,
-                   "%susername=\"%s\",realm=\"%s\",nonce=\"%s\",nc=%s,cnonce=\"%s\","
+                   "%susername=\"%s\",realm=\"%s\",nonce=\"%s\",nc=00000001,cnonce=\"%s\","
                    "digest-uri=\"%s\",maxbuf=65536,response=%s,qop=auth",
                    strcmp(c->charset, "utf-8") == 0 ? "charset=utf-8," : "", (char *)user, c->realm,
-                   c->nonce, nc, cnonce, uri, resp);
+                   c->nonce, cnonce, uri, resp);
   if (n < 0 || (size_t)n >= outcap) return -1;
   *outlen = (size_t)n;
   return 0;

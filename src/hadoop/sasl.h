@@ -40,6 +40,13 @@ typedef struct {
   size_t password_len;
 } hsasl_token;
 
+/* RFC 2831's digests for user and pass (as they go on the wire), with
+ * digest-uri uri and client nonce cnonce, nc 00000001, qop auth: the
+ * response the client sends and the rspauth the server must answer, 32
+ * hex digits each. */
+void hsasl_digest(const hsasl_challenge *c, const char *user, const char *pass, const char *uri,
+                  const char *cnonce, char response[33], char rspauth[33]);
+
 /* The client's response to challenge c for token t, with digest-uri
  * "protocol/server_id" and client nonce cnonce (printable, no quotes),
  * into out (NUL-terminated; its length in *outlen). rspauth gets the hex
