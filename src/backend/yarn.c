@@ -1,17 +1,25 @@
-/* yarn.c: the YARN backend, its first part: the client half's checks.
- * `loom check --backend yarn` asks the ResourceManager (found through
- * HADOOP_CONF_DIR, as Hadoop's clients find it) over Hadoop IPC for its
- * metrics, nodes, node labels, resource types, and reports them; `loom
- * run` refuses, before anything is submitted, a spec the cluster can never
- * run: an unknown or stopped queue, a node label the cluster does not have
- * or the queue may not use, GPUs on a cluster without yarn.io/gpu, a task
- * larger than every RUNNING node of its partition (YARN itself would queue
- * such an application forever). Launching is not built yet: the table
- * marks the backend check_only, so `loom run` stops after the check (exit
- * 2, saying so); the application master (containers, tokens, SASL) comes
- * next. A role maps to one container a task: vcores -> virtual cores (at
- * least 1), memory -> MB (rounded up), gpus -> yarn.io/gpu, label -> node
- * label expression, queue -> queue ("default" when unset). */
+/* yarn.c: the YARN backend. The client half: `loom check --backend yarn`
+ * asks the ResourceManager (found through HADOOP_CONF_DIR, as Hadoop's
+ * clients find it) over Hadoop IPC for its metrics, nodes, node labels,
+ * resource types, and reports them; `loom run` and `loom submit` refuse,
+ * before anything is submitted, a spec the cluster can never run (an
+ * unknown or stopped queue, a node label the cluster does not have or the
+ * queue may not use, GPUs on a cluster without yarn.io/gpu, a task larger
+ * than every RUNNING node of its partition: YARN itself would queue such
+ * an application forever). `loom submit` hands the coordinator to YARN as
+ * a managed application master (yarn_submit); status and kill go through
+ * the ResourceManager.
+ *
+ * The coordinator half: the coordinator is the application master
+ * (src/hadoop/am.c), unmanaged under `loom run`, managed in its container
+ * under `loom submit`. A thread of its own heartbeats the scheduler
+ * (allocate), asks one container a task, holds the granted ones until a
+ * launch's every container is there (gang start, with a deadline), starts
+ * the agents in them through the NodeManagers, stops containers, and
+ * hands ends and notes to the loop thread through a uv_async. A role maps
+ * to one container a task: vcores -> virtual cores (at least 1), memory ->
+ * MB (rounded up; LOOM_YARN_DEFAULT_MB when unset), gpus -> yarn.io/gpu,
+ * label -> node label expression, queue -> queue ("default" when unset). */
 #include "backend/backend.h"
 #include "hadoop/yarn.h"
 

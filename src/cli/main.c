@@ -34,9 +34,10 @@ static const struct verb {
      "prefixed [role:index] (colored on a terminal), with a live status line on\n"
      "a terminal. Exits 0 when the job succeeded, 1 when a task failed past its\n"
      "retries (a root-cause summary is printed), 2 for a usage or spec error (also\n"
-     "resources the cluster can never give, and a backend that can check a spec\n"
-     "but not launch it yet), 3 for a backend error, 130 when interrupted (Ctrl-C\n"
-     "stops the whole job).\n\n"
+     "resources the cluster can never give), 3 for a backend error, 130 when\n"
+     "interrupted (Ctrl-C stops the whole job). On slurm the coordinator runs in\n"
+     "the allocation; on yarn it runs here as the application's unmanaged\n"
+     "application master.\n\n"
      "  --backend B        where the job runs (listed below); overrides the spec's backend\n"
      "  --set key=value    override a spec key, e.g. --set roles.worker.instances=4\n"
      "  --bind A           the coordinator listens on address A (default 127.0.0.1: agents\n"
@@ -47,7 +48,9 @@ static const struct verb {
      "run a job detached; prints its id",
      "Like run, but the coordinator runs in the background and loom prints the\n"
      "job id once it is up. Follow it with loom status/logs/events; stop it with\n"
-     "loom kill. --bind and --advertise as for run.\n"},
+     "loom kill. --bind and --advertise as for run. On yarn the coordinator runs\n"
+     "in a container YARN starts (a managed application master), so the job\n"
+     "outlives this client; YARN starts it again if it dies.\n"},
     {"status", "[JOB]", "a job's tasks and states, or all recent jobs",
      "Without JOB, one line per recent job. With JOB (an id, a unique prefix, or\n"
      "'last'), every task: state, attempt, exit code or signal, elapsed time.\n"

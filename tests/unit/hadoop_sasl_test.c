@@ -222,8 +222,8 @@ static void test_credentials_protobuf(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_rfc2831_example),     cmocka_unit_test(test_hadoop_response),
-      cmocka_unit_test(test_challenges_refused),  cmocka_unit_test(test_credentials_writable),
+      cmocka_unit_test(test_rfc2831_example),      cmocka_unit_test(test_hadoop_response),
+      cmocka_unit_test(test_challenges_refused),   cmocka_unit_test(test_credentials_writable),
       cmocka_unit_test(test_credentials_protobuf),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
