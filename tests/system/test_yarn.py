@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LOOM as LOOM_BIN
-from conftest import loom_pids_of
+from conftest import SANITIZED, loom_pids_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "yarn-cluster.sh"
@@ -436,13 +436,22 @@ def test_a_gpu_role_runs_on_the_labelled_node(yloom, yarn):
 name: ygpu
 backend: yarn
 roles:
-  chief: {command: 'echo NM=$NM_PORT'}
+  chief: {memory: 100MiB, command: 'echo NM=$NM_PORT'}
   worker: {gpus: 2, label: gpu, vcores: 2, memory: 1GiB, command: 'echo NM=$NM_PORT'}
 """)
     r = yloom.run("run", s, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     # nm1 is the node labelled gpu, with 2 GPUs
     assert f"[worker:0] NM={yarn.nm_ports[0]}" in r.stdout, r.stdout
+    # what YARN granted, as it granted it: 100 MB rounds up to 64 MB steps
+    assert "chief:0: YARN granted 128 MB where 100 MB was asked" in r.stderr, r.stderr
+    ev = {e["task"]: e for e in yloom.events() if e["event"] == "container"}
+    assert (ev["worker:0"]["gpus"], ev["worker:0"]["vcores"], ev["worker:0"]["memory_mb"]) == \
+        (2, 2, 1024), ev
+    assert ev["worker:0"]["node"].endswith(f":{yarn.nm_ports[0]}"), ev
+    assert (ev["chief:0"]["memory_mb"], ev["chief:0"]["asked_mb"]) == (128, 100), ev
+    app = [e for e in yloom.events() if e["event"] == "yarn_application"]
+    assert len(app) == 1 and app[0]["application"] == app_of(yarn, "ygpu")["id"], app
 
 
 def test_gang_deadline_releases_what_was_granted_and_names_what_is_missing(yloom, yarn):
@@ -609,6 +618,59 @@ roles:
     assert r.returncode == 0, r.stderr
     assert re.search(r"info yarn: appattempt_\d+_\d+_000001: the ResourceManager rolled the "
                      r"AMRMToken \(1 so far\)", r.stderr), r.stderr
+
+
+normal_pass_only = pytest.mark.skipif(
+    SANITIZED, reason="a training job under ASan takes minutes; runs in the normal pass")
+
+
+@normal_pass_only
+def test_the_pytorch_ddp_example_on_yarn(yloom, yarn):
+    """test_torch's unmodified DDP script (gloo, env://), 6 processes in 3
+    containers, all_reduce results as on the local backend."""
+    py, script = "/usr/bin/python3", Path(__file__).with_name("ddp_allreduce.py")
+    s = yloom.spec(f"""
+name: yddp
+backend: yarn
+env: {{OMP_NUM_THREADS: "1"}}
+roles:
+  chief: {{procs: 2, memory: 1GiB, command: [{py}, {script}]}}
+  worker: {{instances: 2, procs: 2, memory: 1GiB, command: [{py}, {script}]}}
+""")
+    r = yloom.run("run", s, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [l for l in r.stdout.splitlines() if "DDP rank=" in l]
+    assert len(lines) == 6, r.stdout
+    world = 6
+    for l in lines:
+        m = re.search(r"DDP rank=(\d+) world=(\d+) local=(\d) sum=\[(.*)\] max=([\d.]+)", l)
+        assert m and int(m[2]) == world, l
+        assert [float(x) for x in m[4].split(",")] == \
+            [world * i + world * (world - 1) / 2 for i in range(5)], l
+    assert sorted(int(re.search(r"rank=(\d+)", l)[1]) for l in lines) == list(range(world))
+    assert app_of(yarn, "yddp")["finalStatus"] == "SUCCEEDED"
+
+
+@normal_pass_only
+def test_the_fashion_mnist_example_on_yarn(yloom, yarn):
+    """examples/fashion-mnist/job.yaml as shipped, with --backend yarn: the C
+    MLP, 1 chief + 3 workers of 1 GiB each, to its accuracy target."""
+    from test_fashion import ACCURACY_TARGET, EXAMPLE_SPEC, MLP, last_json, load_params
+    spec = EXAMPLE_SPEC
+    text = EXAMPLE_SPEC.read_text()
+    shipped = "../../build/examples/fashion-mnist/mlp"
+    if MLP != (ROOT / "build" / "examples" / "fashion-mnist" / "mlp").resolve():
+        spec = yloom.spec(text.replace(shipped, str(MLP)))
+    r = yloom.run("run", "--backend", "yarn", spec, env={"OPENBLAS_NUM_THREADS": "1"},
+                  timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    res = last_json(r.stdout + r.stderr)
+    assert res["world_size"] == 4 and res["test_accuracy"] >= ACCURACY_TARGET, res
+    load_params(yloom.job_dir() / "tasks" / "chief-0" / "mlp.params")
+    app = app_of(yarn, "fashion-mlp")
+    assert (app["finalStatus"], app["unmanagedApplication"]) == ("SUCCEEDED", True)
+    containers = [e for e in yloom.events() if e["event"] == "container"]
+    assert len(containers) == 4 and all(e["memory_mb"] == 1024 for e in containers), containers
 
 
 def test_a_lost_node_manager_is_a_lost_task_that_comes_back_elsewhere(yloom, yarn):
