@@ -67,7 +67,8 @@ struct agent {
   json_t *assign; /* the ASSIGN frame's JSON, which as borrows from */
   wire_assign as; /* what to run */
   char task[96], host[256], secret[160], cgroup[1024];
-  cg_kind cgkind; /* how cgroup (if set) limits memory */
+  char start_cwd[PATH_MAX]; /* where the agent started (a YARN container's directory) */
+  cg_kind cgkind;           /* how cgroup (if set) limits memory */
   int attempt, port, reserve_fd, nprocs, running, open_pipes;
   uproc *procs;
   uint64_t last_rx, last_usage, cpu_ticks, started_ms;
@@ -1103,6 +1104,26 @@ static int reserve_port(agent *a) {
   return 0;
 }
 
+/* Runs tar -C dir -xf file (gzip or not: tar tells), or unzip -q -o file
+ * -d dir; 0 when it exited 0. */
+static int unpack(const char *file, const char *dir) {
+  size_t n = strlen(file);
+  bool zip = n > 4 && !strcmp(file + n - 4, ".zip");
+  int wst = -1;
+  pid_t pid = loom__mkdir_p(dir, 0755) == 0 ? fork() : -1;
+  if (pid == 0) {
+    if (zip)
+      execlp("unzip", "unzip", "-q", "-o", file, "-d", dir, (char *)NULL);
+    else
+      execlp("tar", "tar", "-C", dir, "-xf", file, (char *)NULL);
+    _exit(127);
+  }
+  if (pid > 0)
+    while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
+    }
+  return pid > 0 && WIFEXITED(wst) && WEXITSTATUS(wst) == 0 ? 0 : -1;
+}
+
 static int place_files(agent *a, const char *wd, char *err, size_t errlen) {
   const char *target;
   json_t *src;
@@ -1115,23 +1136,32 @@ static int place_files(agent *a, const char *wd, char *err, size_t errlen) {
     struct stat st;
     if (lstat(dst, &st) == 0 && S_ISLNK(st.st_mode)) unlink(dst);
     const char *tar = json_string_value(json_object_get(src, "tar"));
-    if (tar) {
-      /* a directory staged as a tar on this node: unpack it in place */
-      int wst = -1;
-      pid_t pid = loom__mkdir_p(dst, 0755) == 0 ? fork() : -1;
-      if (pid == 0) {
-        execlp("tar", "tar", "-C", dst, "-xf", tar, (char *)NULL);
-        _exit(127);
-      }
-      if (pid > 0)
-        while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
-        }
-      if (pid < 0 || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
-        snprintf(err, errlen, "cannot unpack files.%s from %s into %s", target, tar, dst);
+    const char *arch = json_string_value(json_object_get(src, "archive"));
+    const char *cwd = json_string_value(json_object_get(src, "cwd"));
+    if (tar || arch) {
+      /* a directory staged as a tar on this node, or an archive of the
+       * spec's archives: unpacked in place */
+      if (unpack(tar ? tar : arch, dst) < 0) {
+        snprintf(err, errlen, "cannot unpack %s.%s from %s into %s", tar ? "files" : "archives",
+                 target, tar ? tar : arch, dst);
         free(dst);
         return LOOM_EIO;
       }
       free(dst);
+      continue;
+    }
+    if (cwd) {
+      /* localized by the cluster manager into the directory the agent
+       * started in (YARN's LocalResources: files, and archives it
+       * unpacked) */
+      char *p = strchr(cwd, '/') ? NULL : loom__asprintf("%s/%s", a->start_cwd, cwd);
+      int rc = -1;
+      if (p && (symlink(p, dst) == 0 || errno == EEXIST)) rc = 0;
+      if (rc < 0)
+        snprintf(err, errlen, "cannot place files.%s at %s from %s", target, dst, p ? p : cwd);
+      free(p);
+      free(dst);
+      if (rc < 0) return LOOM_EIO;
       continue;
     }
     if (!json_is_string(src)) {
@@ -1207,6 +1237,8 @@ int agent_main(void) {
   a->reserve_fd = -1;
   loom__strlcpy(a->task, task, sizeof a->task);
   loom__strlcpy(a->secret, secret, sizeof a->secret);
+  if (!getcwd(a->start_cwd, sizeof a->start_cwd))
+    loom__strlcpy(a->start_cwd, "/", sizeof a->start_cwd);
   long long an = 0;
   if (att) loom__parse_int(att, 0, 1 << 30, &an);
   a->attempt = (int)an;

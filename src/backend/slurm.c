@@ -1019,7 +1019,7 @@ static int slurm_stage(backend *b, const spec_job *s, json_t **files, char *err,
   slurm_priv *pr = b->priv;
   *files = NULL;
   const char *jid = getenv("SLURM_JOB_ID"), *jdir = getenv("LOOM_JOB_DIR_STAGE");
-  if (s->nfiles == 0 || !jid || job_dir_shared(jdir ? jdir : ".")) return 0;
+  if (s->nfiles + s->narchives == 0 || !jid || job_dir_shared(jdir ? jdir : ".")) return 0;
   snprintf(pr->stage_dir, sizeof pr->stage_dir, "/tmp/loom-files-%s", jid);
   if (loom__mkdir_p(pr->stage_dir, 0755) < 0) {
     snprintf(err, errlen, "cannot create %s", pr->stage_dir);
@@ -1027,13 +1027,21 @@ static int slurm_stage(backend *b, const spec_job *s, json_t **files, char *err,
   }
   json_t *out = json_object();
   int rc = 0;
-  for (int i = 0; i < s->nfiles && rc == 0; i++) {
+  /* files first, then archives (each a file here, unpacked by the agent) */
+  for (int i = 0; i < s->nfiles + s->narchives && rc == 0; i++) {
     struct stat st;
-    const char *src = s->files[i].value;
+    bool arch = i >= s->nfiles;
+    const spec_kv *kv = arch ? &s->archives[i - s->nfiles] : &s->files[i];
+    const char *src = kv->value;
     char flat[160], local[512];
     snprintf(flat, sizeof flat, "%d", i);
-    bool dir = stat(src, &st) == 0 && S_ISDIR(st.st_mode);
-    snprintf(local, sizeof local, "%s/%s%s", pr->stage_dir, flat, dir ? ".tar" : "");
+    bool dir = !arch && stat(src, &st) == 0 && S_ISDIR(st.st_mode);
+    /* an archive keeps its name: how it unpacks follows its extension */
+    const char *base = strrchr(src, '/');
+    if (arch)
+      snprintf(local, sizeof local, "%s/%s-%s", pr->stage_dir, flat, base ? base + 1 : src);
+    else
+      snprintf(local, sizeof local, "%s/%s%s", pr->stage_dir, flat, dir ? ".tar" : "");
     if (dir) {
       char *tar[] = {"tar", "-C", (char *)src, "-cf", local, ".", NULL};
       rc = run_cmd(tar, STAGE_TIMEOUT_MS, err, errlen);
@@ -1048,10 +1056,10 @@ static int slurm_stage(backend *b, const spec_job *s, json_t **files, char *err,
       char *bc[] = {"sbcast", "-f", "-j", j, local, local, NULL};
       rc = run_cmd(bc, STAGE_TIMEOUT_MS, err, errlen);
     }
-    if (dir)
-      json_object_set_new(out, s->files[i].key, json_pack("{s:s}", "tar", local));
+    if (dir || arch)
+      json_object_set_new(out, kv->key, json_pack("{s:s}", arch ? "archive" : "tar", local));
     else
-      json_object_set_new(out, s->files[i].key, json_string(local));
+      json_object_set_new(out, kv->key, json_string(local));
   }
   if (rc < 0) {
     json_decref(out);

@@ -35,7 +35,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -303,6 +307,11 @@ typedef struct {
   bool async_live;
   yexit *ex; /* exits for the loop thread */
   int nex, capex;
+  /* the spec's files and archives, staged (stage_files), localized into
+   * every container */
+  hyarn_resource *res;
+  int nres;
+  char stage_dir[PATH_MAX];
   hyarn_container *release; /* granted containers to give back */
   int nrelease, caprelease;
 } ypriv;
@@ -482,7 +491,7 @@ static void start_held(ypriv *p) {
     t->env = NULL;
     pthread_mutex_unlock(&p->mu);
     char err[2300];
-    int rc = hyarn_am_launch(p->am, &c, cmd, env, err, sizeof err);
+    int rc = hyarn_am_launch(p->am, &c, cmd, env, p->res, p->nres, err, sizeof err);
     pthread_mutex_lock(&p->mu);
     free(cmd);
     free_env(env);
@@ -708,6 +717,94 @@ static int yarn_create(backend *b, const spec_job *s, int ntasks) {
   return 0;
 }
 
+/* Runs argv (cp, rm), waiting at most 10 minutes; 0 when it exited 0. */
+static int run_wait(char *const *argv) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  if (pid < 0) return -1;
+  int st = 0;
+  for (int i = 0; i < 600 * 20; i++) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+    if (r < 0 && errno != EINTR) return -1;
+    usleep(50 * 1000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  return -1;
+}
+
+/* The spec's files and archives, copied into a staging directory the
+ * NodeManagers read (file://, on this host's filesystem), become every
+ * container's LocalResources: YARN localizes them into the container's
+ * directory, unpacking the archives, and the agent links each to its
+ * target in the task's directory ({"cwd": name}). A copy, so that a
+ * source changed during the job does not make a restarted task's
+ * localization fail (YARN checks the size and time it was told). */
+static int yarn_stage(backend *b, const spec_job *s, json_t **files, char *err, size_t errlen) {
+  ypriv *p = b->priv;
+  *files = NULL;
+  int n = s->nfiles + s->narchives;
+  if (!n) return 0;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(p->stage_dir, sizeof p->stage_dir, "%s/loom-yarn-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp",
+           hyarn_am_app_id(p->am));
+  if (!mkdtemp(p->stage_dir)) {
+    snprintf(err, errlen, "cannot make the YARN staging directory %s: %s", p->stage_dir,
+             strerror(errno));
+    p->stage_dir[0] = 0;
+    return LOOM_EIO;
+  }
+  chmod(p->stage_dir, 0700);
+  p->res = calloc((size_t)n, sizeof *p->res);
+  json_t *out = json_object();
+  if (!p->res || !out) {
+    json_decref(out);
+    return LOOM_ENOMEM;
+  }
+  for (int i = 0; i < n; i++) {
+    bool arch = i >= s->nfiles;
+    const spec_kv *kv = arch ? &s->archives[i - s->nfiles] : &s->files[i];
+    const char *base = strrchr(kv->value, '/');
+    base = base ? base + 1 : kv->value;
+    char *dst = loom__asprintf("%s/%d-%s", p->stage_dir, i, base);
+    char *name = loom__asprintf("loom-%s%d", arch ? "archive" : "file", i);
+    char *cp[] = {"cp", "-a", "--", (char *)kv->value, dst, NULL};
+    struct stat st;
+    if (!dst || !name || run_wait(cp) < 0 || stat(dst, &st) < 0) {
+      snprintf(err, errlen, "cannot stage %s.%s (%s) into %s for YARN", arch ? "archives" : "files",
+               kv->key, kv->value, p->stage_dir);
+      free(dst);
+      free(name);
+      json_decref(out);
+      return LOOM_EIO;
+    }
+    hyarn_resource *r = &p->res[p->nres++];
+    r->name = name;
+    r->path = dst;
+    r->size = (int64_t)st.st_size;
+    r->mtime_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+    r->archive = arch;
+    json_object_set_new(out, kv->key, json_pack("{s:s}", "cwd", name));
+  }
+  *files = out;
+  return 0;
+}
+
+/* Removes the staging directory: YARN has its own copies in the
+ * containers' directories, and the job is over. */
+static void yarn_unstage(backend *b) {
+  ypriv *p = b->priv;
+  if (!p->stage_dir[0]) return;
+  char *rm[] = {"rm", "-rf", "--", p->stage_dir, NULL};
+  if (run_wait(rm) < 0)
+    loom__log(LOOM_LOG_WARN, "yarn", "could not remove the staging directory %s", p->stage_dir);
+  p->stage_dir[0] = 0;
+}
+
 /* YARN gives each container its own CPUs and GPUs: nothing to place here. */
 static void yarn_place(backend *b, int task_id, const spec_role *r, char *cpus, size_t cpuslen,
                        char *gpus, size_t gpuslen) {
@@ -855,6 +952,8 @@ static void yarn_destroy(backend *b) {
     hyarn_container_free(&p->t[i].c);
   }
   for (int i = 0; i < p->nrelease; i++) hyarn_container_free(&p->release[i]);
+  for (int i = 0; i < p->nres; i++) free((char *)p->res[i].name), free((char *)p->res[i].path);
+  free(p->res);
   free(p->release);
   for (int i = 0; i < p->nex; i++) json_decref(p->ex[i].note);
   free(p->ex);
@@ -993,6 +1092,8 @@ const backend_ops loom__backend_yarn = {
     .launch = yarn_launch,
     .signal = yarn_signal,
     .host = yarn_host,
+    .stage_files = yarn_stage,
+    .unstage_files = yarn_unstage,
     .finish = yarn_finish,
     .destroy = yarn_destroy,
 };

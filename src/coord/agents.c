@@ -44,8 +44,15 @@ static void send_assign(coord *co, task *t) {
   }
   json_t *env = kv_obj(co->s->env, co->s->nenv, json_object());
   kv_obj(r->env, r->nenv, env);
-  json_t *files = co->staged_files ? json_incref(co->staged_files)
-                                   : kv_obj(co->s->files, co->s->nfiles, json_object());
+  json_t *files = co->staged_files;
+  if (files) {
+    json_incref(files);
+  } else {
+    files = kv_obj(co->s->files, co->s->nfiles, json_object());
+    for (int i = 0; i < co->s->narchives; i++)
+      json_object_set_new(files, co->s->archives[i].key,
+                          json_pack("{s:s}", "archive", co->s->archives[i].value));
+  }
   wire_msg m = {.type = WIRE_ASSIGN,
                 .u.assign = {
                     .workdir = wd ? wd : "",

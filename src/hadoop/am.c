@@ -587,7 +587,7 @@ static int clc_env_make(clc_env *e, char *const *env) {
 }
 
 int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command, char *const *env,
-                    char *err, size_t errlen) {
+                    const hyarn_resource *res, int nres, char *err, size_t errlen) {
   Hadoop__Yarn__ContainerProto *cp =
       hadoop__yarn__container_proto__unpack(NULL, c->proto_len, c->proto);
   if (!cp) {
@@ -603,6 +603,30 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
   char *cmds[] = {(char *)command};
   clc.n_command = 1;
   clc.command = cmds;
+  Hadoop__Yarn__StringLocalResourceMapProto *lr = calloc((size_t)nres + 1, sizeof *lr);
+  Hadoop__Yarn__StringLocalResourceMapProto **lrp = calloc((size_t)nres + 1, sizeof *lrp);
+  Hadoop__Yarn__LocalResourceProto *lv = calloc((size_t)nres + 1, sizeof *lv);
+  Hadoop__Yarn__URLProto *url = calloc((size_t)nres + 1, sizeof *url);
+  if (!lr || !lrp || !lv || !url) rc = LOOM_ENOMEM;
+  for (int i = 0; rc == 0 && i < nres; i++) {
+    hadoop__yarn__urlproto__init(&url[i]);
+    url[i].scheme = "file";
+    url[i].file = (char *)res[i].path;
+    hadoop__yarn__local_resource_proto__init(&lv[i]);
+    lv[i].resource = &url[i];
+    lv[i].has_size = lv[i].has_timestamp = lv[i].has_type = lv[i].has_visibility = 1;
+    lv[i].size = res[i].size;
+    lv[i].timestamp = res[i].mtime_ms;
+    lv[i].type = res[i].archive ? HADOOP__YARN__LOCAL_RESOURCE_TYPE_PROTO__ARCHIVE
+                                : HADOOP__YARN__LOCAL_RESOURCE_TYPE_PROTO__FILE;
+    lv[i].visibility = HADOOP__YARN__LOCAL_RESOURCE_VISIBILITY_PROTO__APPLICATION;
+    hadoop__yarn__string_local_resource_map_proto__init(&lr[i]);
+    lr[i].key = (char *)res[i].name;
+    lr[i].value = &lv[i];
+    lrp[i] = &lr[i];
+  }
+  clc.n_localresources = (size_t)nres;
+  clc.localresources = lrp;
   Hadoop__Yarn__StartContainerRequestProto one = HADOOP__YARN__START_CONTAINER_REQUEST_PROTO__INIT;
   one.container_launch_context = &clc;
   one.container_token = cp->container_token;
@@ -635,6 +659,7 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
     snprintf(err, errlen, "container %s on %s: %s", c->id, c->node,
              why[0] ? why : loom_strerror(rc));
   clc_env_free(&ce);
+  free(lr), free(lrp), free(lv), free(url);
   protobuf_c_message_free_unpacked(&cp->base, NULL);
   return rc < 0 ? LOOM_EBACKEND : 0;
 }

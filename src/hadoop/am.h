@@ -84,12 +84,24 @@ void hyarn_container_free(hyarn_container *c);
 /* A copy of c (its proto too); 0 or LOOM_ENOMEM. */
 int hyarn_container_copy(hyarn_container *dst, const hyarn_container *src);
 
+/* A file the NodeManager localizes into the container's directory before
+ * the command starts (a LocalResource, visibility APPLICATION): name is
+ * what it appears as there; path a file or directory on the filesystem
+ * the NodeManagers read (file:// URLs here), with its size and mtime as
+ * YARN checks them; an archive (.tar.gz, .tgz, .tar, .zip) YARN unpacks
+ * into a directory of that name. */
+typedef struct {
+  const char *name, *path;
+  int64_t size, mtime_ms;
+  bool archive;
+} hyarn_resource;
+
 /* Starts command (run by the NodeManager's shell: quote it) in container
- * c with environment env ("K=V" strings, NULL-terminated), on c's
- * NodeManager with its NMToken. Returns 0, or LOOM_EBACKEND (err: the
- * NodeManager's refusal). */
+ * c with environment env ("K=V" strings, NULL-terminated) and nres
+ * resources localized, on c's NodeManager with its NMToken. Returns 0, or
+ * LOOM_EBACKEND (err: the NodeManager's refusal). */
 int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command, char *const *env,
-                    char *err, size_t errlen);
+                    const hyarn_resource *res, int nres, char *err, size_t errlen);
 /* Stops container c (SIGTERM, then SIGKILL after the NodeManager's
  * delay). */
 int hyarn_am_stop(hyarn_am *am, const hyarn_container *c, char *err, size_t errlen);

@@ -585,10 +585,13 @@ static int want_env(ctx *c, const node *n, const char *what, spec_kv **out, int 
   return 0;
 }
 
-static const char *const JOB_KEYS[] = {"name",    "backend",      "queue",    "retries",
-                                       "restart", "max_restarts", "retry_on", "heartbeat_timeout",
-                                       "env",     "files",        "roles",    "feed",
-                                       NULL};
+static const char *const JOB_KEYS[] = {"name",     "backend",
+                                       "queue",    "retries",
+                                       "restart",  "max_restarts",
+                                       "retry_on", "heartbeat_timeout",
+                                       "env",      "files",
+                                       "archives", "roles",
+                                       "feed",     NULL};
 static const char *const ROLE_KEYS[] = {"instances", "command", "vcores",  "memory",
                                         "gpus",      "label",   "procs",   "env",
                                         "service",   "elastic", "restart", NULL};
@@ -745,21 +748,40 @@ static int parse_feed(ctx *c, const node *n, json_t **out) {
   return 0;
 }
 
-static int parse_files(ctx *c, const node *n, spec_job *s) {
+static bool archive_name(const char *p) {
+  static const char *const ext[] = {".tar.gz", ".tgz", ".tar", ".zip", NULL};
+  size_t n = strlen(p);
+  for (int i = 0; ext[i]; i++) {
+    size_t e = strlen(ext[i]);
+    if (n > e && !strcmp(p + n - e, ext[i])) return true;
+  }
+  return false;
+}
+
+/* files: and archives: (what is "files" or "archives"): target -> source,
+ * sources resolved to absolute paths that exist. */
+static int parse_files(ctx *c, const node *n, spec_job *s, const char *what) {
+  bool arch = !strcmp(what, "archives");
   if (n->type != N_MAP)
-    return fail(c, n, "files must be a map of target: source, e.g. {data: ./data}");
-  s->files = calloc((size_t)n->n + 1, sizeof *s->files);
-  if (!s->files) return LOOM_ENOMEM;
+    return fail(c, n, "%s must be a map of target: source, e.g. {%s}", what,
+                arch ? "pyenv: ./py311.tar.gz" : "data: ./data");
+  spec_kv **out = arch ? &s->archives : &s->files;
+  int *count = arch ? &s->narchives : &s->nfiles;
+  *out = calloc((size_t)n->n + 1, sizeof **out);
+  if (!*out) return LOOM_ENOMEM;
   for (int i = 0; i < n->n; i++) {
     const node *k = n->items[2 * i], *v = n->items[2 * i + 1];
     const char *t = k->value;
     if (!*t || t[0] == '/' || strstr(t, "..") || strchr(t, '\n'))
       return fail(c, k,
-                  "files target '%s' must be a relative path inside the task's "
+                  "%s target '%s' must be a relative path inside the task's "
                   "directory (no leading / and no ..)",
-                  t);
+                  what, t);
     if (v->type != N_SCALAR || !*v->value)
-      return fail(c, v, "the source of files.%s must be a path", t);
+      return fail(c, v, "the source of %s.%s must be a path", what, t);
+    for (int j = 0; !arch && j < s->narchives; j++)
+      if (!strcmp(s->archives[j].key, t))
+        return fail(c, k, "files.%s: archives has a target of the same name", t);
     char *src =
         v->value[0] == '/' ? strdup(v->value) : loom__asprintf("%s/%s", c->basedir, v->value);
     if (!src) return LOOM_ENOMEM;
@@ -767,17 +789,23 @@ static int parse_files(ctx *c, const node *n, spec_job *s) {
     if (!realpath(src, real)) {
       int e = errno;
       int rc = fail(c, v,
-                    "files.%s: source '%s' (%s): %s: fix the path (relative paths "
+                    "%s.%s: source '%s' (%s): %s: fix the path (relative paths "
                     "start at the spec's directory)",
-                    t, v->value, src, strerror(e));
+                    what, t, v->value, src, strerror(e));
       free(src);
       return rc;
     }
     free(src);
-    s->files[i].key = strdup(t);
-    s->files[i].value = strdup(real);
-    if (!s->files[i].key || !s->files[i].value) return LOOM_ENOMEM;
-    s->nfiles++;
+    struct stat st;
+    if (arch && (stat(real, &st) < 0 || !S_ISREG(st.st_mode) || !archive_name(real)))
+      return fail(c, v,
+                  "archives.%s: source '%s' must be a file ending in .tar.gz, .tgz, .tar or "
+                  ".zip (a directory goes under files:)",
+                  t, v->value);
+    (*out)[i].key = strdup(t);
+    (*out)[i].value = strdup(real);
+    if (!(*out)[i].key || !(*out)[i].value) return LOOM_ENOMEM;
+    (*count)++;
   }
   return 0;
 }
@@ -913,7 +941,8 @@ static int parse_job(ctx *c, const node *root, spec_job *s) {
     s->heartbeat_timeout_ms = (int)ms;
   }
   if ((n = map_get(root, "env")) && (rc = want_env(c, n, "env", &s->env, &s->nenv)) < 0) return rc;
-  if ((n = map_get(root, "files")) && (rc = parse_files(c, n, s)) < 0) return rc;
+  if ((n = map_get(root, "archives")) && (rc = parse_files(c, n, s, "archives")) < 0) return rc;
+  if ((n = map_get(root, "files")) && (rc = parse_files(c, n, s, "files")) < 0) return rc;
   if ((n = map_get(root, "feed")) && (rc = parse_feed(c, n, &s->feed)) < 0) return rc;
   n = map_get(root, "roles");
   if (!n)
@@ -1020,6 +1049,7 @@ void spec_free(spec_job *s) {
   free(s->retry_on);
   kv_free(s->env, s->nenv);
   kv_free(s->files, s->nfiles);
+  kv_free(s->archives, s->narchives);
   if (s->feed) json_decref(s->feed);
   free(s->path);
   free(s->name);
@@ -1052,6 +1082,7 @@ json_t *spec_to_json(const spec_job *s) {
     json_object_set_new(j, "heartbeat_timeout", json_sprintf("%dms", s->heartbeat_timeout_ms));
   json_object_set_new(j, "env", kv_json(s->env, s->nenv));
   json_object_set_new(j, "files", kv_json(s->files, s->nfiles));
+  json_object_set_new(j, "archives", kv_json(s->archives, s->narchives));
   json_t *roles = json_object();
   for (int i = 0; i < s->nroles; i++) {
     const spec_role *r = &s->roles[i];

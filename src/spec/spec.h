@@ -39,6 +39,9 @@ typedef struct {
   int nenv;
   spec_kv *files; /* target -> absolute source */
   int nfiles;
+  spec_kv *archives; /* target -> absolute source of an archive (.tar.gz, .tgz, .tar, .zip),
+                        unpacked into the task's directory */
+  int narchives;
   spec_role *roles;
   int nroles;
   json_t *feed;  /* as written, validated; NULL if absent */

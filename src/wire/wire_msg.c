@@ -18,7 +18,7 @@ enum {
   F_NUM,     /* double: any JSON number */
   F_OBJ,     /* json_t *: an object */
   F_OBJ_STR, /* json_t *: an object whose values are strings */
-  F_FILES,   /* json_t *: an object of paths or {"tar": path} */
+  F_FILES,   /* json_t *: an object of paths, {"tar"|"archive"|"cwd": string} */
   F_ARR_STR, /* json_t *: an array of min..max strings */
   F_ARR_INT, /* json_t *: an array of min..max integers 0..INT32_MAX */
 };
@@ -207,7 +207,7 @@ static void describe(const fld *f, char *out, size_t len) {
     snprintf(out, len, "an object of strings");
     break;
   case F_FILES:
-    snprintf(out, len, "an object of paths or {\"tar\": path}");
+    snprintf(out, len, "an object of paths or {\"tar\"|\"archive\"|\"cwd\": path}");
     break;
   case F_ARR_STR:
     snprintf(out, len, "an array of %lld..%lld strings", f->min, f->max);
@@ -257,9 +257,19 @@ static bool field_get(const fld *f, json_t *v, unsigned char *p) {
     json_t *e;
     json_object_foreach(v, k, e) {
       if (f->kind == F_OBJ_STR && !json_is_string(e)) return false;
-      if (f->kind == F_FILES && !json_is_string(e) &&
-          !(json_is_object(e) && json_is_string(json_object_get(e, "tar"))))
-        return false;
+      /* a path, or one of {"tar": path} (a directory staged as a tar),
+       * {"archive": path} (unpacked by the agent), {"cwd": name}
+       * (localized where the agent started) */
+      if (f->kind == F_FILES && !json_is_string(e)) {
+        const char *kk;
+        json_t *ev;
+        int n = 0;
+        if (!json_is_object(e) || json_object_size(e) != 1) return false;
+        json_object_foreach(e, kk, ev) n +=
+            json_is_string(ev) &&
+            (!strcmp(kk, "tar") || !strcmp(kk, "archive") || !strcmp(kk, "cwd"));
+        if (n != 1) return false;
+      }
     }
     memcpy(p, &v, sizeof v);
     return true;

@@ -33,7 +33,9 @@ typedef struct { /* coord: what the agent is to run */
   json_t *argv;      /* or argv: an array of strings, at least one */
   int64_t procs;
   json_t *env;   /* object: name -> string */
-  json_t *files; /* object: target -> path, or {"tar": path} for a directory */
+  json_t *files; /* object: target -> path, {"tar": path} for a directory, {"archive":
+                    path} for an archive to unpack, {"cwd": name} for what the cluster
+                    manager localized where the agent started */
   const char *cpus, *gpus;
   int64_t memory;
   bool training;

@@ -210,3 +210,39 @@ roles:
     assert f'serving {loom.job_dir()}/tensorboard on {tb["port"]}' in r.stdout
     assert url in loom.run("status", loom.job_dir().name).stdout
     assert any(e["event"] == "tensorboard_url" and e["url"] == url for e in loom.events())
+
+
+def test_archives_are_unpacked_into_the_task_directory(loom, tmp_path):
+    """archives: a .tar.gz and a .zip, unpacked at their targets for every
+    task (on YARN, YARN unpacks them: test_yarn); a source that is not an
+    archive is a spec error that says where."""
+    import subprocess
+    env = tmp_path / "env"
+    env.mkdir()
+    (env / "mod.py").write_text("print('from the archive')\n")
+    subprocess.run(["tar", "-C", str(env), "-czf", str(tmp_path / "py.tar.gz"), "mod.py"], check=True)
+    subprocess.run(["zip", "-q", str(tmp_path / "z.zip"), "mod.py"], cwd=env, check=True)
+    spec = loom.spec(f"""
+name: arch
+archives: {{pyenv: {tmp_path}/py.tar.gz, deep/z: {tmp_path}/z.zip}}
+roles:
+  worker: {{instances: 2, command: "/usr/bin/python3 pyenv/mod.py; cat deep/z/mod.py"}}
+""")
+    r = loom.run("run", spec)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for w in ("worker:0", "worker:1"):
+        assert f"[{w}] from the archive" in r.stdout
+        assert f"[{w}] print('from the archive')" in r.stdout
+    (tmp_path / "plain.txt").write_text("x")
+    bad = loom.spec(f"name: arch2\narchives: {{a: {tmp_path}/plain.txt}}\n"
+                    "roles:\n  w: {command: 'true'}\n", name="bad.yaml")
+    r = loom.run("run", bad)
+    assert r.returncode == 2
+    assert "bad.yaml:2" in r.stderr and "archives.a: source" in r.stderr and \
+        "must be a file ending in .tar.gz, .tgz, .tar or .zip" in r.stderr, r.stderr
+    bad = loom.spec(f"name: arch3\narchives: {{a: {tmp_path}/py.tar.gz}}\n"
+                    f"files: {{a: {tmp_path}/plain.txt}}\nroles:\n  w: {{command: 'true'}}\n",
+                    name="bad2.yaml")
+    r = loom.run("run", bad)
+    assert r.returncode == 2 and "files.a: archives has a target of the same name" in r.stderr, \
+        r.stderr

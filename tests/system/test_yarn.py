@@ -620,6 +620,54 @@ roles:
                      r"AMRMToken \(1 so far\)", r.stderr), r.stderr
 
 
+def make_stage_sources(d: Path):
+    """A file, a directory, a .tar.gz and a .zip, as a job ships them."""
+    (d / "dir" / "sub").mkdir(parents=True)
+    (d / "one.txt").write_text("file one\n")
+    (d / "dir" / "sub" / "x.txt").write_text("in dir\n")
+    env = d / "env"
+    env.mkdir()
+    (env / "mod.py").write_text("print('from the archive')\n")
+    subprocess.run(["tar", "-C", str(env), "-czf", str(d / "pyenv.tar.gz"), "mod.py"], check=True)
+    subprocess.run(["zip", "-q", str(d / "z.zip"), "mod.py"], cwd=env, check=True)
+    return d
+
+
+def stage_dirs():
+    tmp = Path(os.environ.get("TMPDIR") or "/tmp")
+    return sorted(tmp.glob("loom-yarn-application_*"))
+
+
+def test_files_and_archives_are_localized_by_yarn(yloom, yarn, tmp_path):
+    """files (a file and a directory) and archives (.tar.gz, .zip) go to a
+    staging directory, reach every container as YARN LocalResources (YARN
+    unpacks the archives), appear at their targets in the task's directory,
+    and the staging directory is gone when the job is."""
+    src = make_stage_sources(tmp_path / "src")
+    before = stage_dirs()
+    s = yloom.spec(f"""
+name: ystage
+backend: yarn
+files: {{one.txt: {src}/one.txt, data: {src}/dir}}
+archives: {{pyenv: {src}/pyenv.tar.gz, zipped: {src}/z.zip}}
+roles:
+  worker:
+    instances: 2
+    command: "cat one.txt data/sub/x.txt; /usr/bin/python3 pyenv/mod.py; ls zipped; readlink pyenv"
+""")
+    r = yloom.run("run", s, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for w in ("worker:0", "worker:1"):
+        for line in ("file one", "in dir", "from the archive", "mod.py"):
+            assert f"[{w}] {line}" in r.stdout, r.stdout
+    # the archive came from the container's directory, where YARN unpacked it
+    links = [l for l in r.stdout.splitlines() if l.startswith("[worker:0] ") and "loom-archive" in l]
+    assert links and "/appcache/" in links[0], r.stdout
+    staged = [e for e in yloom.events() if e["event"] == "files_staged"]
+    assert staged and set(staged[0]["files"]) == {"one.txt", "data", "pyenv", "zipped"}, staged
+    assert stage_dirs() == before
+
+
 normal_pass_only = pytest.mark.skipif(
     SANITIZED, reason="a training job under ASan takes minutes; runs in the normal pass")
 
