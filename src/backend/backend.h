@@ -56,6 +56,12 @@ typedef struct {
   /* true when the backend sees agent processes end (on_exit is called);
    * otherwise the coordinator learns it from the agent's connection. */
   bool tracks_processes;
+  /* true when the launcher's end follows a lost agent connection within
+   * seconds and says why (YARN: the container's exit status and
+   * diagnostics: killed for its memory, preempted, its node lost): the
+   * coordinator then waits for on_exit, at most LOOM_LOSS_WAIT ms, before
+   * it declares the task lost, so that the root cause is YARN's. */
+  bool exit_explains_loss;
   /* true when the launcher can fail transiently before the agent starts
    * (Slurm's srun: a step launch refused by a slurmd). The coordinator
    * then launches a task again, up to LOOM_LAUNCH_RETRIES times, when its

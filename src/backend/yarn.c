@@ -181,6 +181,38 @@ static int check_role(const hyarn_cluster *c, const char *queue, const spec_role
   return LOOM_ERESOURCE;
 }
 
+/* A job starts all its containers at once (gang start): a job larger than
+ * every RUNNING node together could never start, whatever each task's
+ * size (YARN would grant part of it and the rest never). */
+static int check_gang(const hyarn_cluster *c, const spec_job *s, char *err, size_t errlen) {
+  long long mb = 0, vc = 0, gpus = 0, tasks = 0, have_mb = 0, have_vc = 0, have_gpus = 0;
+  for (int i = 0; i < s->nroles; i++) {
+    const spec_role *r = &s->roles[i];
+    long long m = (long long)((r->memory + (1 << 20) - 1) >> 20);
+    if (!m) m = loom__tun(LOOM_TUN_YARN_DEFAULT_MB);
+    tasks += r->instances;
+    mb += m * r->instances;
+    vc += (long long)(r->vcores > 0 ? r->vcores : 1) * r->instances;
+    gpus += (long long)r->gpus * r->instances;
+  }
+  for (int i = 0; i < c->nnodes; i++) {
+    if (!is_running(&c->nodes[i])) continue;
+    have_mb += c->nodes[i].memory_mb;
+    have_vc += c->nodes[i].vcores;
+    have_gpus += c->nodes[i].gpus;
+  }
+  const char *what = vc > have_vc ? "vcores" : mb > have_mb ? "MB of memory" : "GPUs";
+  long long want = vc > have_vc ? vc : mb > have_mb ? mb : gpus;
+  if (vc <= have_vc && mb <= have_mb && gpus <= have_gpus) return 0;
+  snprintf(err, errlen,
+           "the job's %lld containers ask for %lld vcores, %lld MB and %lld GPUs together, and "
+           "start together (gang start); the YARN cluster's RUNNING nodes have %lld vcores, %lld "
+           "MB and %lld GPUs in all: %lld %s is more than it could ever grant at once: ask for "
+           "fewer instances or smaller roles",
+           tasks, vc, mb, gpus, have_vc, have_mb, have_gpus, want, what);
+  return LOOM_ERESOURCE;
+}
+
 static int yarn_check(const spec_job *s, char *err, size_t errlen) {
   const char *queue = s->queue ? s->queue : "default";
   hyarn_cluster c;
@@ -210,6 +242,7 @@ static int yarn_check(const spec_job *s, char *err, size_t errlen) {
   }
   for (int i = 0; i < s->nroles && rc == 0; i++)
     rc = check_role(&c, queue, &s->roles[i], err, errlen);
+  if (rc == 0) rc = check_gang(&c, s, err, errlen);
   hyarn_cluster_free(&c);
   return rc;
 }
@@ -464,10 +497,39 @@ static void gang_timeout(ypriv *p) {
 }
 
 /* Starts every held container (mu held, dropped around the calls). */
+/* One container start, on a thread of its own: the NodeManagers start
+ * a launch's containers in parallel (one after the other, the last agent
+ * of 8 registered 1.3 s after the first). */
+typedef struct {
+  ypriv *p;
+  int task;
+  hyarn_container c;
+  char *cmd;
+  char **env;
+  int rc;
+  char err[2300];
+} ystart;
+
+static void *start_one(void *arg) {
+  ystart *j = arg;
+  j->rc = hyarn_am_launch(j->p->am, &j->c, j->cmd, j->env, j->p->res, j->p->nres, j->err,
+                          sizeof j->err);
+  return NULL;
+}
+
+/* At most this many container starts run at once. */
+#define START_PARALLEL 32
+
+/* Starts every held container (mu held, dropped around the calls). */
 static void start_held(ypriv *p) {
+  ystart *jobs = calloc((size_t)p->ntasks + 1, sizeof *jobs);
+  if (!jobs) return; /* tried again at the next heartbeat */
+  int nj = 0;
   for (int i = 0; i < p->ntasks; i++) {
     ytask *t = &p->t[i];
     if (t->st != Y_HELD) continue;
+    ystart *j = &jobs[nj];
+    if (hyarn_container_copy(&j->c, &t->c) < 0) continue;
     t->st = Y_RUNNING;
     const spec_role *r = p->role[i];
     int64_t asked = (int64_t)((r->memory + (1 << 20) - 1) >> 20);
@@ -483,26 +545,43 @@ static void start_held(ypriv *p) {
                         "memory_mb", (json_int_t)t->c.memory_mb, "asked_mb", (json_int_t)asked,
                         "vcores", t->c.vcores, "gpus", (json_int_t)t->c.gpus),
               say[0] ? say : NULL);
-    hyarn_container c;
-    if (hyarn_container_copy(&c, &t->c) < 0) continue;
-    char *cmd = t->command;
-    char **env = t->env;
+    j->p = p;
+    j->task = i;
+    j->cmd = t->command;
+    j->env = t->env;
     t->command = NULL;
     t->env = NULL;
-    pthread_mutex_unlock(&p->mu);
-    char err[2300];
-    int rc = hyarn_am_launch(p->am, &c, cmd, env, p->res, p->nres, err, sizeof err);
-    pthread_mutex_lock(&p->mu);
-    free(cmd);
-    free_env(env);
-    hyarn_container_free(&c);
-    if (rc < 0 && t->st == Y_RUNNING) {
+    nj++;
+  }
+  pthread_mutex_unlock(&p->mu);
+  for (int k = 0; k < nj; k += START_PARALLEL) {
+    pthread_t th[START_PARALLEL];
+    bool started[START_PARALLEL] = {false};
+    int m = nj - k < START_PARALLEL ? nj - k : START_PARALLEL;
+    for (int q = 0; q < m; q++)
+      started[q] = pthread_create(&th[q], NULL, start_one, &jobs[k + q]) == 0;
+    for (int q = 0; q < m; q++) {
+      if (started[q])
+        pthread_join(th[q], NULL);
+      else
+        start_one(&jobs[k + q]); /* no thread: here, in turn */
+    }
+  }
+  pthread_mutex_lock(&p->mu);
+  for (int k = 0; k < nj; k++) {
+    ystart *j = &jobs[k];
+    ytask *t = &p->t[j->task];
+    free(j->cmd);
+    free_env(j->env);
+    hyarn_container_free(&j->c);
+    if (j->rc < 0 && t->st == Y_RUNNING) {
       t->st = Y_IDLE;
       push_release(p, &t->c);
       t->has_c = false;
-      push_exit(p, i, 1, 0, err, false);
+      push_exit(p, j->task, 1, 0, j->err, false);
     }
   }
+  free(jobs);
 }
 
 /* The task whose current container is id, or -1. */
@@ -1079,6 +1158,7 @@ const backend_ops loom__backend_yarn = {
     .name = "yarn",
     .launcher = "the YARN container",
     .tracks_processes = true,
+    .exit_explains_loss = true,
     .requeues = true,
     .submit_detached_only = true,
     .submit = yarn_submit,

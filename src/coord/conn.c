@@ -102,7 +102,13 @@ void coord_conn_close(conn *c, const char *why) {
         char reason[400];
         snprintf(reason, sizeof reason, "agent lost: its connection to the coordinator closed (%s)",
                  why ? why : "closed by the coordinator");
-        coord_task_exited(co, t, -1, 0, reason, true);
+        if (co->be->ops->exit_explains_loss && t->agent_running) {
+          /* the backend says how the agent ended in a moment (agent_exited) */
+          t->loss_pending_ms = loom__now_ms() + (uint64_t)loom__tun(LOOM_TUN_LOSS_WAIT_MS);
+          loom__strlcpy(t->loss_reason, reason, sizeof t->loss_reason);
+        } else {
+          coord_task_exited(co, t, -1, 0, reason, true);
+        }
       }
     }
   }

@@ -200,6 +200,7 @@ void coord_task_reset(coord *co, task *t) {
   t->launch_tries = 0;
   t->relaunch_pending = false;
   t->cluster_pending = false;
+  t->loss_pending_ms = 0;
   uv_timer_stop(&t->relaunch_timer);
   t->host[0] = 0;
   t->port = t->agent_pid = 0;
@@ -318,6 +319,7 @@ static void agent_exited(void *arg, int id, int64_t status, int sig, const char 
   coord *co = arg;
   task *t = &co->tasks[id];
   t->agent_running = false;
+  t->loss_pending_ms = 0;
   /* the cluster manager says the task's place is gone while its agent is
    * still connected (a lost node whose processes live on): drop it, which
    * stops its task and handles it as lost */
@@ -391,6 +393,16 @@ static void hb_tick(uv_timer_t *tm) {
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
     if (t->metrics_unsaid) coord_metrics_dropped(co, t, false);
+    if (t->loss_pending_ms && now >= t->loss_pending_ms) {
+      /* the backend never said how the agent ended: lost, as it was */
+      t->loss_pending_ms = 0;
+      if (!coord_terminal(t) && !t->agent) {
+        coord_task_exited(co, t, -1, 0, t->loss_reason, true);
+        coord_maybe_restart(co, t);
+        coord_check_over(co);
+      }
+      continue;
+    }
     conn *c = t->agent;
     if (!c) continue;
     if (c->last_rx && now - c->last_rx > limit && !coord_terminal(t)) {

@@ -73,6 +73,10 @@ typedef struct task {
   int launch_tries;      /* launches of this task attempt that failed before its agent registered */
   bool relaunch_pending; /* relaunch_timer runs: the launch is tried again when it fires */
   bool cluster_pending;  /* rejoined while rank 0 was away: its cluster spec waits for it */
+  /* its agent's connection closed without an EXIT; the backend's word on
+   * how the agent ended is awaited until then (exit_explains_loss) */
+  uint64_t loss_pending_ms;
+  char loss_reason[400];
   uv_timer_t relaunch_timer;
   /* user metrics: a token bucket of LOOM_METRIC_RATE a second, 10 s deep */
   double metric_tokens;

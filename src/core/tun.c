@@ -61,6 +61,28 @@ static bool is_choice(const char *choices, const char *v) {
   return false;
 }
 
+/* A duration with its unit, as the spec writes them: "500ms", "20s",
+ * "2m", "1h" (a whole number, then the unit), into milliseconds. */
+static int parse_duration(const char *v, long long *ms) {
+  static const struct {
+    const char *unit;
+    long long ms;
+  } U[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+  size_t n = strlen(v), d = strspn(v, "0123456789");
+  if (d == 0 || d > 15) return LOOM_EINVAL;
+  for (size_t k = 0; k < sizeof U / sizeof U[0]; k++) {
+    if (n - d != strlen(U[k].unit) || strcmp(v + d, U[k].unit) != 0) continue;
+    char num[16];
+    memcpy(num, v, d);
+    num[d] = 0;
+    long long x;
+    if (loom__parse_int(num, 0, LLONG_MAX, &x) < 0) return LOOM_EINVAL;
+    *ms = x * U[k].ms;
+    return 0;
+  }
+  return LOOM_EINVAL;
+}
+
 int loom__tun_check(loom__tunable t, const char *v, long long *out, char *why, size_t whylen) {
   const loom__tun_info *i = loom__tun_info_of(t);
   if (!i || !v) return LOOM_EINVAL;
@@ -76,6 +98,7 @@ int loom__tun_check(loom__tunable t, const char *v, long long *out, char *why, s
   loom__tun_fmt(i->kind, i->def, def, sizeof def);
   long long x;
   int rc = loom__parse_int(v, LLONG_MIN, LLONG_MAX, &x);
+  if (rc < 0 && i->kind == LOOM_TUN_KIND_MS) rc = parse_duration(v, &x);
   if (rc == 0 && (x < i->min || x > i->max)) rc = LOOM_ERANGE;
   if (rc == 0) {
     if (out) *out = x;

@@ -54,7 +54,10 @@
     "Slurm: launches of a task tried again when srun fails before its agent registered")           \
   N(LAUNCH_RETRY_MS, "LOOM_LAUNCH_RETRY_MS", 500, 0, 30000, MS,                                    \
     "Slurm: the first pause before such a launch (doubled each time, at most 30 s)")               \
-  N(YARN_GANG_TIMEOUT_MS, "LOOM_YARN_GANG_TIMEOUT", 120000, 1, 7 * LOOM__MS_DAY, MS,               \
+  N(LOSS_WAIT_MS, "LOOM_LOSS_WAIT", 5000, 1, 3600000, MS,                                          \
+    "YARN: after an agent's connection closes, how long to wait for YARN's word on its container " \
+    "before the task is lost without it")                                                          \
+  N(YARN_GANG_TIMEOUT_MS, "LOOM_YARN_GANG_TIMEOUT", 45000, 1, 7 * LOOM__MS_DAY, MS,                \
     "YARN: how long the application master waits for every container of a launch before it "       \
     "releases those granted and fails, naming what is missing")                                    \
   N(YARN_SUBMIT_TIMEOUT_MS, "LOOM_YARN_SUBMIT_TIMEOUT", 60000, 1, 7 * LOOM__MS_DAY, MS,            \

@@ -437,7 +437,7 @@ int hyarn_am_allocate(hyarn_am *am, const hyarn_ask *asks, int nasks,
     am->rolls++;
     hipc_close(am->sched);
     am->sched = NULL;
-    loom__log(LOOM_LOG_INFO, "yarn", "%s: the ResourceManager rolled the AMRMToken (%d so far)",
+    loom__log(LOOM_LOG_INFO, "hadoop", "%s: the ResourceManager rolled the AMRMToken (%d so far)",
               am->attempt_id, am->rolls);
   }
   for (size_t i = 0; i < r->n_nm_tokens; i++) nm_token_keep(am, r->nm_tokens[i]);
@@ -752,7 +752,7 @@ void hyarn_am_free(hyarn_am *am, bool kill) {
                     am->timeout_ms, err, sizeof err) == 0)
         protobuf_c_message_free_unpacked(resp, NULL);
       else
-        loom__log(LOOM_LOG_WARN, "yarn", "%s", err);
+        loom__log(LOOM_LOG_WARN, "hadoop", "%s", err);
     }
     hipc_close(rpc);
   }

@@ -232,7 +232,12 @@ NODES = ("nodes: localhost:\\d+ RUNNING: \\d+ MB, \\d+ vcores, \\d+ GPUs(, label
     ("vcores: 1", "queue: nosuch\n",
      r"queue 'nosuch' is not a queue of the YARN cluster \(its leaf queues: default\): set queue to "
      r"one of them"),
-], ids=["unknown-label", "too-many-gpus", "too-much-memory", "label-node-too-small", "no-queue"])
+    ("instances: 7", "",
+     r"the job's 7 containers ask for 7 vcores, 3584 MB and 0 GPUs together, and start together "
+     r"\(gang start\); the YARN cluster's RUNNING nodes have 6 vcores, 7168 MB and 2 GPUs in all: 7 "
+     r"vcores is more than it could ever grant at once: ask for fewer instances or smaller roles"),
+], ids=["unknown-label", "too-many-gpus", "too-much-memory", "label-node-too-small", "no-queue",
+        "gang-larger-than-the-cluster"])
 def test_refused_with_figures(yloom, yarn, role, top, want):
     before = len(yarn.apps())
     t0 = time.monotonic()
@@ -533,6 +538,27 @@ roles:
     assert st["attempt"] == 0
 
 
+def test_a_container_over_its_memory_is_killed_by_yarn_and_said_so(yloom, yarn):
+    """Three processes of 100 MB each in a task of 128 MB: each is under the
+    agent's per-process limit, their sum is not, and the NodeManager's
+    memory monitor kills the container (-104): the root cause says so."""
+    s = yloom.spec("""
+name: ymem
+backend: yarn
+roles:
+  worker:
+    memory: 128MiB
+    command: "for i in 1 2 3; do /usr/bin/python3 -c 'import time; b = bytearray(100 << 20); b[::4096] = b\"x\" * len(b[::4096]); time.sleep(60)' & done; wait; : yarn-marker"
+""")
+    t0 = time.monotonic()
+    r = yloom.run("run", s, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "killed by YARN for exceeding its physical memory limit (raise the role's memory); " \
+           "exit status -104" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 40
+    assert app_of(yarn, "ymem")["finalStatus"] == "FAILED"
+
+
 def test_submit_runs_a_managed_application_master_the_client_can_leave(yloom, yarn):
     """`loom submit` returns at once; the coordinator runs in a container YARN
     started (the client is gone); status, logs and the RM agree."""
@@ -614,9 +640,9 @@ backend: yarn
 roles:
   worker: {command: 'sleep 50; : yarn-marker'}
 """)
-    r = yloom.run("run", s, env={"LOOM_LOG": "info:yarn"}, timeout=120)
+    r = yloom.run("run", s, env={"LOOM_LOG": "info:hadoop"}, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert re.search(r"info yarn: appattempt_\d+_\d+_000001: the ResourceManager rolled the "
+    assert re.search(r"info hadoop: appattempt_\d+_\d+_000001: the ResourceManager rolled the "
                      r"AMRMToken \(1 so far\)", r.stderr), r.stderr
 
 
