@@ -18,6 +18,7 @@ SKEIN_CONFIG, SKEIN_DRIVER_JAVA_OPTIONS).
 """
 
 import argparse
+import signal
 import sys
 import time
 
@@ -44,6 +45,9 @@ def main() -> int:
     ap.add_argument("--poll", type=float, default=0.05)
     a = ap.parse_args()
 
+    # SIGTERM (run.sh's cleanup, timeout) unwinds like an exception: the
+    # application is killed below, and the driver stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     am_env = dict(kv.split("=", 1) for kv in a.am_env)
     spec = skein.ApplicationSpec(
         name=a.name,
