@@ -111,10 +111,17 @@ cleanup() {
     local dpid
     dpid=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' \
       "$SK/config/driver" 2>/dev/null)
+    # `skein driver stop` sends SIGTERM and does not wait
     env "${SKEIN_ENV[@]}" "$SKEIN_VENV/bin/skein" driver stop >/dev/null 2>&1
-    if [ -n "$dpid" ] && grep -qz com.anaconda.skein.Driver "/proc/$dpid/cmdline" 2>/dev/null; then
-      say "skein's global driver (pid $dpid) did not stop: killing it"
-      kill -KILL "$dpid" 2>/dev/null
+    if [ -n "$dpid" ]; then
+      for _ in $(seq 100); do
+        grep -qz com.anaconda.skein.Driver "/proc/$dpid/cmdline" 2>/dev/null || break
+        sleep 0.1
+      done
+      if grep -qz com.anaconda.skein.Driver "/proc/$dpid/cmdline" 2>/dev/null; then
+        say "skein's global driver (pid $dpid) did not stop within 10 s of SIGTERM: killing it"
+        kill -KILL "$dpid" 2>/dev/null
+      fi
     fi
   fi
   while read -r id st; do
