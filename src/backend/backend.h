@@ -56,6 +56,10 @@ typedef struct {
   /* true when the backend sees agent processes end (on_exit is called);
    * otherwise the coordinator learns it from the agent's connection. */
   bool tracks_processes;
+  /* true when the cluster manager enforces a task's memory itself (YARN's
+   * container limit, over the container's whole process tree): the agent
+   * then applies no limit of its own. */
+  bool enforces_memory;
   /* true when the launcher's end follows a lost agent connection within
    * seconds and says why (YARN: the container's exit status and
    * diagnostics: killed for its memory, preempted, its node lost): the

@@ -1159,6 +1159,7 @@ const backend_ops loom__backend_yarn = {
     .launcher = "the YARN container",
     .tracks_processes = true,
     .exit_explains_loss = true,
+    .enforces_memory = true,
     .requeues = true,
     .submit_detached_only = true,
     .submit = yarn_submit,

@@ -67,7 +67,9 @@ static void send_assign(coord *co, task *t) {
                     .files = files,
                     .cpus = t->cpus,
                     .gpus = t->gpus,
-                    .memory = (int64_t)r->memory,
+                    /* where the cluster manager enforces it (YARN's
+                     * container limit), the agent does not limit too */
+                    .memory = co->be->ops->enforces_memory ? 0 : (int64_t)r->memory,
                     .training = t->training,
                     .rank_base = t->rank_base,
                     .world_size = co->world_size,
