@@ -611,6 +611,7 @@ roles:
     assert len(attempts) == 2, attempts
 
 
+@pytest.mark.skipif(SANITIZED, reason="50 s of waiting for YARN's key roll: runs in the normal pass")
 def test_the_amrm_token_rolls_over_during_a_job(yloom, yarn):
     """The script's RM rolls its AMRMToken master key every 31 s (the least it
     allows with a 10 s AM expiry): a 50 s job sees a new token and
