@@ -170,9 +170,12 @@ def test_fashion_demo_curves_in_chromium(loom, tmp_path):
     try:
         base, token = dashboard_of(loom, jd, timeout=60)
         url = f"{base}/?token={token}"
+        # the agents sample CPU and memory every 3 s, and an epoch can take
+        # less on an idle machine: wait for a sample too
         loom.wait_for(lambda: len(series_points(base, token, "chief:0", "train/step_loss")) >= 5 and
-                      len(series_points(base, token, "chief:0", "test/accuracy")) >= 1,
-                      timeout=600, what="the demo's first epoch on the dashboard")
+                      len(series_points(base, token, "chief:0", "test/accuracy")) >= 1 and
+                      len(series_points(base, token, "chief:0", "cpu_percent")) >= 1,
+                      timeout=600, what="the demo's first epoch and a CPU sample on the dashboard")
         dom1 = chromium(tmp_path, url, "--virtual-time-budget=2500", "--dump-dom")
         assert dom1.count('class="badge s-running"') >= 4, dom1[:3000]  # still training
         n1 = {tag: chart_points(dom1, tag) for tag in LIVE_TAGS + EPOCH_TAGS}
