@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LOOM as LOOM_BIN
-from conftest import SANITIZED, loom_pids_of
+from conftest import SAN_REPORT, SANITIZED, loom_pids_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "yarn-cluster.sh"
@@ -121,6 +121,13 @@ def yloom(loom, yarn):
             break
         time.sleep(0.1)
     assert not left, left
+    # what agents and coordinators in containers wrote (the container's
+    # stdout and stderr, in the NodeManagers' log directories): no
+    # sanitizer report there either
+    for f in yarn.dir.glob("nm*/logs/application_*/container_*/std*"):
+        text = f.read_text(errors="replace")
+        m = SAN_REPORT.search(text)
+        assert not m, f"{f}:\n{text[m.start():][:3000]}"
 
 
 def no_process_left(yloom):
