@@ -70,8 +70,9 @@ static int token_set(token *t, const Hadoop__Common__TokenProto *p) {
     token_free(&n);
     return LOOM_ENOMEM;
   }
-  memcpy(n.id, p->identifier.data, p->identifier.len);
-  memcpy(n.pw, p->password.data, p->password.len);
+  /* an empty bytes field unpacks as NULL data: nothing to copy */
+  if (p->identifier.len) memcpy(n.id, p->identifier.data, p->identifier.len);
+  if (p->password.len) memcpy(n.pw, p->password.data, p->password.len);
   n.idlen = p->identifier.len;
   n.pwlen = p->password.len;
   token_free(t);
@@ -488,7 +489,7 @@ int hyarn_container_copy(hyarn_container *dst, const hyarn_container *src) {
   *dst = *src;
   dst->proto = malloc(src->proto_len ? src->proto_len : 1);
   if (!dst->proto) return LOOM_ENOMEM;
-  memcpy(dst->proto, src->proto, src->proto_len);
+  if (src->proto_len) memcpy(dst->proto, src->proto, src->proto_len);
   return 0;
 }
 
@@ -813,8 +814,9 @@ static int cred_take(hyarn_cred_token *out, const uint8_t *id, size_t idl, const
     hyarn_cred_token_free(out);
     return LOOM_ENOMEM;
   }
-  memcpy(out->identifier, id, idl);
-  memcpy(out->password, pw, pwl);
+  /* an empty field may come as NULL (protobuf-c's unpacking) */
+  if (idl) memcpy(out->identifier, id, idl);
+  if (pwl) memcpy(out->password, pw, pwl);
   out->identifier_len = idl;
   out->password_len = pwl;
   snprintf(out->kind, sizeof out->kind, "%.*s", (int)(kl < 127 ? kl : 127), (const char *)kind);
