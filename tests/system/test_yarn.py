@@ -340,6 +340,11 @@ def test_a_resource_manager_that_does_not_answer_is_an_error_not_a_hang(yloom, y
     yloom.wait_for(usable, timeout=60, what="`loom check --backend yarn` to pass again")
     for out in seen[:-1]:
         assert re.search(r"FAIL backend yarn: .*: \d of 2 nodes RUNNING", out), out
+    # both NodeManagers back, for the tests after this one (a job's gang
+    # is checked against the RUNNING nodes)
+    yloom.wait_for(lambda: "2 of 2 nodes RUNNING" in yloom.run("check", "--backend", "yarn",
+                                                              timeout=60).stdout,
+                   timeout=90, what="both NodeManagers RUNNING again")
 
 
 # ---- jobs on YARN ------------------------------------------------------------
