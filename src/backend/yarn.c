@@ -46,6 +46,13 @@
 /* Connecting to the ResourceManager, and each call, give up after this
  * long: a check that fails, fails in seconds. */
 #define YARN_RPC_TIMEOUT_MS 10000
+/* Variables of the client's environment a container does not take: the
+ * NodeManager's shell sets them itself. */
+static bool nm_sets_itself(const char *kv) {
+  return !strncmp(kv, "PWD=", 4) || !strncmp(kv, "OLDPWD=", 7) || !strncmp(kv, "_=", 2) ||
+         !strncmp(kv, "SHLVL=", 6);
+}
+
 /* Set in the environment of a managed application master's container. */
 #define YARN_MANAGED_ENV "LOOM_YARN_MANAGED"
 /* The managed application master's container. */
@@ -911,8 +918,7 @@ static int yarn_launch(backend *b, int task_id, char *const *argv, char *const *
   for (int i = 0, k = 0; e && i < n; i++) {
     /* the NodeManager sets these itself; the managed AM's own marker
      * is not the agents' */
-    if (!strncmp(env[i], "PWD=", 4) || !strncmp(env[i], "OLDPWD=", 7) ||
-        !strncmp(env[i], "_=", 2) || !strncmp(env[i], "SHLVL=", 6) ||
+    if (nm_sets_itself(env[i]) ||
         !strncmp(env[i], YARN_MANAGED_ENV "=", strlen(YARN_MANAGED_ENV) + 1))
       continue;
     if (!(e[k++] = strdup(env[i]))) break;
@@ -1069,9 +1075,7 @@ static int yarn_submit(const spec_job *s, const char *job_id, const char *job_di
   char **env = calloc((size_t)n + 2, sizeof *env);
   int k = 0;
   for (int i = 0; env && i < n; i++)
-    if (strncmp(environ[i], "PWD=", 4) && strncmp(environ[i], "OLDPWD=", 7) &&
-        strncmp(environ[i], "_=", 2) && strncmp(environ[i], "SHLVL=", 6))
-      env[k++] = environ[i];
+    if (!nm_sets_itself(environ[i])) env[k++] = environ[i];
   if (env) env[k++] = YARN_MANAGED_ENV "=1";
   char app[64] = "", why[4096] = "";
   int rc = env && cmd.p

@@ -161,55 +161,77 @@ static const char *app_state(Hadoop__Yarn__YarnApplicationStateProto s) {
   return s >= 1 && s <= 8 ? n[s] : "?";
 }
 
-/* Submits and waits for the AMRMToken. */
-static int submit(hyarn_am *am, hipc_client *rpc, const char *name, const char *queue, char *err,
-                  size_t errlen) {
+/* getNewApplication, then submitApplication of an application named name
+ * in queue (NULL: "default") whose AM container runs clc with memory_mb
+ * and 1 vcore, or, unmanaged, whose AM is the caller's process. *aid gets
+ * the id as soon as the RM gave one (has_id set), so that a failed submit
+ * can still be named and killed. */
+static int new_and_submit(hipc_client *rpc, int timeout_ms, const char *name, const char *queue,
+                          Hadoop__Yarn__ContainerLaunchContextProto *clc, int64_t memory_mb,
+                          bool unmanaged, int max_attempts, Hadoop__Yarn__ApplicationIdProto *aid,
+                          char *err, size_t errlen) {
+  hadoop__yarn__application_id_proto__init(aid);
   ProtobufCMessage *resp = NULL;
   Hadoop__Yarn__GetNewApplicationRequestProto nreq =
       HADOOP__YARN__GET_NEW_APPLICATION_REQUEST_PROTO__INIT;
   int rc = hipc_call(rpc, "getNewApplication", &nreq.base,
                      &hadoop__yarn__get_new_application_response_proto__descriptor, &resp,
-                     am->timeout_ms, err, errlen);
+                     timeout_ms, err, errlen);
   if (rc < 0) return rc;
   Hadoop__Yarn__GetNewApplicationResponseProto *nr = (void *)resp;
-  if (!nr->application_id) {
-    protobuf_c_message_free_unpacked(resp, NULL);
+  if (nr->application_id) {
+    aid->has_id = aid->has_cluster_timestamp = 1;
+    aid->id = nr->application_id->id;
+    aid->cluster_timestamp = nr->application_id->cluster_timestamp;
+  }
+  protobuf_c_message_free_unpacked(resp, NULL);
+  if (!aid->has_id) {
     snprintf(err, errlen, "getNewApplication: the ResourceManager gave no application id");
     return LOOM_EPROTO;
   }
-  am->cluster_ts = nr->application_id->cluster_timestamp;
-  am->app_seq = nr->application_id->id;
-  protobuf_c_message_free_unpacked(resp, NULL);
-  snprintf(am->app_id, sizeof am->app_id, "application_%lld_%04d", (long long)am->cluster_ts,
-           am->app_seq);
-
-  Hadoop__Yarn__ApplicationIdProto aid;
-  app_id_proto(am, &aid);
-  Hadoop__Yarn__ContainerLaunchContextProto clc =
-      HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
   Hadoop__Yarn__ResourceProto res = HADOOP__YARN__RESOURCE_PROTO__INIT;
   res.has_memory = res.has_virtual_cores = 1;
-  res.memory = 64;
+  res.memory = memory_mb;
   res.virtual_cores = 1;
   Hadoop__Yarn__ApplicationSubmissionContextProto ctx =
       HADOOP__YARN__APPLICATION_SUBMISSION_CONTEXT_PROTO__INIT;
-  ctx.application_id = &aid;
+  ctx.application_id = aid;
   ctx.application_name = (char *)name;
   ctx.queue = (char *)(queue ? queue : "default");
-  ctx.am_container_spec = &clc;
-  ctx.has_unmanaged_am = ctx.unmanaged_am = 1;
+  ctx.am_container_spec = clc;
+  ctx.has_unmanaged_am = ctx.unmanaged_am = unmanaged;
   ctx.has_maxappattempts = 1;
-  ctx.maxappattempts = 1;
+  ctx.maxappattempts = max_attempts;
   ctx.resource = &res;
   ctx.applicationtype = "LOOM";
   Hadoop__Yarn__SubmitApplicationRequestProto sreq =
       HADOOP__YARN__SUBMIT_APPLICATION_REQUEST_PROTO__INIT;
   sreq.application_submission_context = &ctx;
-  if ((rc = hipc_call(rpc, "submitApplication", &sreq.base,
-                      &hadoop__yarn__submit_application_response_proto__descriptor, &resp,
-                      am->timeout_ms, err, errlen)) < 0)
-    return rc;
-  protobuf_c_message_free_unpacked(resp, NULL);
+  rc = hipc_call(rpc, "submitApplication", &sreq.base,
+                 &hadoop__yarn__submit_application_response_proto__descriptor, &resp, timeout_ms,
+                 err, errlen);
+  if (rc == 0) protobuf_c_message_free_unpacked(resp, NULL);
+  return rc;
+}
+
+static int force_kill(hipc_client *rpc, Hadoop__Yarn__ApplicationIdProto *aid, const char *why,
+                      int timeout_ms, char *err, size_t errlen);
+
+/* Submits as an unmanaged AM and waits for the AMRMToken. */
+static int submit(hyarn_am *am, hipc_client *rpc, const char *name, const char *queue, char *err,
+                  size_t errlen) {
+  Hadoop__Yarn__ContainerLaunchContextProto clc =
+      HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
+  Hadoop__Yarn__ApplicationIdProto aid;
+  int rc = new_and_submit(rpc, am->timeout_ms, name, queue, &clc, 64, true, 1, &aid, err, errlen);
+  if (aid.has_id) {
+    am->cluster_ts = aid.cluster_timestamp;
+    am->app_seq = aid.id;
+    snprintf(am->app_id, sizeof am->app_id, "application_%lld_%04d", (long long)am->cluster_ts,
+             am->app_seq);
+  }
+  if (rc < 0) return rc;
+  ProtobufCMessage *resp = NULL;
 
   uint64_t deadline = loom__now_ms() + (uint64_t)am->timeout_ms;
   const char *last = "SUBMITTED";
@@ -740,21 +762,11 @@ void hyarn_am_free(hyarn_am *am, bool kill) {
   if (kill && !am->finished && am->app_id[0]) {
     hipc_client *rpc = NULL;
     char err[1024];
-    if (rm_connect(am, &rpc, err, sizeof err) == 0) {
-      Hadoop__Yarn__ApplicationIdProto aid;
-      app_id_proto(am, &aid);
-      Hadoop__Yarn__KillApplicationRequestProto req =
-          HADOOP__YARN__KILL_APPLICATION_REQUEST_PROTO__INIT;
-      req.application_id = &aid;
-      req.diagnostics = "killed by loom";
-      ProtobufCMessage *resp = NULL;
-      if (hipc_call(rpc, "forceKillApplication", &req.base,
-                    &hadoop__yarn__kill_application_response_proto__descriptor, &resp,
-                    am->timeout_ms, err, sizeof err) == 0)
-        protobuf_c_message_free_unpacked(resp, NULL);
-      else
-        loom__log(LOOM_LOG_WARN, "hadoop", "%s", err);
-    }
+    Hadoop__Yarn__ApplicationIdProto aid;
+    app_id_proto(am, &aid);
+    if (rm_connect(am, &rpc, err, sizeof err) < 0 ||
+        force_kill(rpc, &aid, "killed by loom", am->timeout_ms, err, sizeof err) < 0)
+      loom__log(LOOM_LOG_WARN, "hadoop", "%s", err);
     hipc_close(rpc);
   }
   hipc_close(am->sched);
@@ -1000,30 +1012,9 @@ int hyarn_submit_managed(const char *conf_dir, const char *name, const char *que
   app_id[0] = 0;
   int rc = client_connect(conf_dir, timeout_ms, &am, &rpc, err, errlen);
   if (rc < 0) return rc;
-  ProtobufCMessage *resp = NULL;
-  Hadoop__Yarn__GetNewApplicationRequestProto nreq =
-      HADOOP__YARN__GET_NEW_APPLICATION_REQUEST_PROTO__INIT;
-  rc = hipc_call(rpc, "getNewApplication", &nreq.base,
-                 &hadoop__yarn__get_new_application_response_proto__descriptor, &resp, timeout_ms,
-                 err, errlen);
-  Hadoop__Yarn__ApplicationIdProto aid;
-  hadoop__yarn__application_id_proto__init(&aid);
+  clc_env ce;
+  rc = clc_env_make(&ce, env);
   if (rc == 0) {
-    Hadoop__Yarn__GetNewApplicationResponseProto *nr = (void *)resp;
-    if (nr->application_id) {
-      aid.has_id = aid.has_cluster_timestamp = 1;
-      aid.id = nr->application_id->id;
-      aid.cluster_timestamp = nr->application_id->cluster_timestamp;
-    } else {
-      snprintf(err, errlen, "getNewApplication: the ResourceManager gave no application id");
-      rc = LOOM_EPROTO;
-    }
-    protobuf_c_message_free_unpacked(resp, NULL);
-  }
-  clc_env ce = {0};
-  if (rc == 0) rc = clc_env_make(&ce, env);
-  if (rc == 0) {
-    snprintf(app_id, 64, "application_%lld_%04d", (long long)aid.cluster_timestamp, aid.id);
     Hadoop__Yarn__ContainerLaunchContextProto clc =
         HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
     clc.n_environment = ce.n;
@@ -1031,32 +1022,44 @@ int hyarn_submit_managed(const char *conf_dir, const char *name, const char *que
     char *cmds[] = {(char *)command};
     clc.n_command = 1;
     clc.command = cmds;
-    Hadoop__Yarn__ResourceProto res = HADOOP__YARN__RESOURCE_PROTO__INIT;
-    res.has_memory = res.has_virtual_cores = 1;
-    res.memory = memory_mb;
-    res.virtual_cores = 1;
-    Hadoop__Yarn__ApplicationSubmissionContextProto ctx =
-        HADOOP__YARN__APPLICATION_SUBMISSION_CONTEXT_PROTO__INIT;
-    ctx.application_id = &aid;
-    ctx.application_name = (char *)name;
-    ctx.queue = (char *)(queue ? queue : "default");
-    ctx.am_container_spec = &clc;
-    ctx.has_maxappattempts = 1;
-    ctx.maxappattempts = max_attempts;
-    ctx.resource = &res;
-    ctx.applicationtype = "LOOM";
-    Hadoop__Yarn__SubmitApplicationRequestProto sreq =
-        HADOOP__YARN__SUBMIT_APPLICATION_REQUEST_PROTO__INIT;
-    sreq.application_submission_context = &ctx;
-    rc = hipc_call(rpc, "submitApplication", &sreq.base,
-                   &hadoop__yarn__submit_application_response_proto__descriptor, &resp, timeout_ms,
-                   err, errlen);
-    if (rc == 0) protobuf_c_message_free_unpacked(resp, NULL);
+    Hadoop__Yarn__ApplicationIdProto aid;
+    rc = new_and_submit(rpc, timeout_ms, name, queue, &clc, memory_mb, false, max_attempts, &aid,
+                        err, errlen);
+    if (aid.has_id)
+      snprintf(app_id, 64, "application_%lld_%04d", (long long)aid.cluster_timestamp, aid.id);
+    clc_env_free(&ce);
   }
-  clc_env_free(&ce);
   hipc_close(rpc);
   if (rc == LOOM_EPEER && strstr(err, "InvalidResourceRequest")) return LOOM_ERESOURCE;
   return rc < 0 ? LOOM_EBACKEND : 0;
+}
+
+/* A client connection for the application app_id: its id in *aid. */
+static int app_client(const char *conf_dir, const char *app_id, int timeout_ms,
+                      Hadoop__Yarn__ApplicationIdProto *aid, hipc_client **rpc, char *err,
+                      size_t errlen) {
+  *rpc = NULL;
+  if (parse_app_id(app_id, aid) < 0) {
+    snprintf(err, errlen, "'%.80s' is not a YARN application id", app_id);
+    return LOOM_EBACKEND;
+  }
+  hyarn_am am;
+  return client_connect(conf_dir, timeout_ms, &am, rpc, err, errlen);
+}
+
+/* forceKillApplication of aid over rpc. */
+static int force_kill(hipc_client *rpc, Hadoop__Yarn__ApplicationIdProto *aid, const char *why,
+                      int timeout_ms, char *err, size_t errlen) {
+  Hadoop__Yarn__KillApplicationRequestProto req =
+      HADOOP__YARN__KILL_APPLICATION_REQUEST_PROTO__INIT;
+  req.application_id = aid;
+  req.diagnostics = (char *)why;
+  ProtobufCMessage *resp = NULL;
+  int rc = hipc_call(rpc, "forceKillApplication", &req.base,
+                     &hadoop__yarn__kill_application_response_proto__descriptor, &resp, timeout_ms,
+                     err, errlen);
+  if (rc == 0) protobuf_c_message_free_unpacked(resp, NULL);
+  return rc;
 }
 
 int hyarn_app_report(const char *conf_dir, const char *app_id, int timeout_ms, char state[16],
@@ -1065,13 +1068,8 @@ int hyarn_app_report(const char *conf_dir, const char *app_id, int timeout_ms, c
   state[0] = final[0] = 0;
   if (diaglen) diag[0] = 0;
   Hadoop__Yarn__ApplicationIdProto aid;
-  if (parse_app_id(app_id, &aid) < 0) {
-    snprintf(err, errlen, "'%.80s' is not a YARN application id", app_id);
-    return LOOM_EBACKEND;
-  }
-  hyarn_am am;
-  hipc_client *rpc = NULL;
-  int rc = client_connect(conf_dir, timeout_ms, &am, &rpc, err, errlen);
+  hipc_client *rpc;
+  int rc = app_client(conf_dir, app_id, timeout_ms, &aid, &rpc, err, errlen);
   if (rc < 0) return rc;
   Hadoop__Yarn__GetApplicationReportRequestProto rreq =
       HADOOP__YARN__GET_APPLICATION_REPORT_REQUEST_PROTO__INIT;
@@ -1098,23 +1096,9 @@ int hyarn_app_report(const char *conf_dir, const char *app_id, int timeout_ms, c
 int hyarn_app_kill(const char *conf_dir, const char *app_id, const char *why, int timeout_ms,
                    char *err, size_t errlen) {
   Hadoop__Yarn__ApplicationIdProto aid;
-  if (parse_app_id(app_id, &aid) < 0) {
-    snprintf(err, errlen, "'%.80s' is not a YARN application id", app_id);
-    return LOOM_EBACKEND;
-  }
-  hyarn_am am;
-  hipc_client *rpc = NULL;
-  int rc = client_connect(conf_dir, timeout_ms, &am, &rpc, err, errlen);
-  if (rc < 0) return rc;
-  Hadoop__Yarn__KillApplicationRequestProto req =
-      HADOOP__YARN__KILL_APPLICATION_REQUEST_PROTO__INIT;
-  req.application_id = &aid;
-  req.diagnostics = (char *)why;
-  ProtobufCMessage *resp = NULL;
-  rc = hipc_call(rpc, "forceKillApplication", &req.base,
-                 &hadoop__yarn__kill_application_response_proto__descriptor, &resp, timeout_ms, err,
-                 errlen);
-  if (rc == 0) protobuf_c_message_free_unpacked(resp, NULL);
+  hipc_client *rpc;
+  int rc = app_client(conf_dir, app_id, timeout_ms, &aid, &rpc, err, errlen);
+  if (rc == 0) rc = force_kill(rpc, &aid, why, timeout_ms, err, errlen);
   hipc_close(rpc);
   return rc < 0 ? LOOM_EBACKEND : 0;
 }
