@@ -20,6 +20,8 @@ CLASSES=(
   org.apache.hadoop.yarn.proto.ApplicationClientProtocol
   org.apache.hadoop.yarn.proto.ApplicationMasterProtocol
   org.apache.hadoop.yarn.proto.ContainerManagementProtocol
+  org.apache.hadoop.hdfs.protocol.proto.ClientNamenodeProtocolProtos
+  org.apache.hadoop.hdfs.protocol.proto.DataTransferProtos
 )
 cp=$(mktemp)
 trap 'rm -f "$cp"' EXIT
