@@ -132,7 +132,67 @@ struct hdfs {
   /* the NameNode's defaults (getServerDefaults), 0 until asked */
   uint64_t def_blocksize;
   uint32_t def_replication;
+  /* the client configuration's dfs.blocksize and dfs.replication, 0 when
+   * not set: they win over the NameNode's, as in Hadoop's own client */
+  uint64_t conf_blocksize;
+  uint32_t conf_replication;
 };
+
+/* A size as Hadoop's Configuration.getLongBytes reads it: a number with an
+ * optional k, m, g, t or p suffix (either case, powers of 1024). */
+static bool hadoop_bytes(const char *s, uint64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return false;
+  static const char units[] = "kmgtp";
+  if (*end) {
+    const char *u = strchr(units, *end | 0x20);
+    if (!u || end[1]) return false;
+    for (int i = 0; i <= u - units; i++) {
+      if (v > UINT64_MAX / 1024) return false;
+      v *= 1024;
+    }
+  }
+  *out = v;
+  return true;
+}
+
+/* dfs.blocksize and dfs.replication from $HADOOP_CONF_DIR, when set there;
+ * a bad value is said once and left to the NameNode's default. */
+static void client_conf(hdfs *fs) {
+  char dir[1024], why[1024], file[1100], v[128];
+  const char *how;
+  if (hconf_find_dir(NULL, dir, sizeof dir, &how, why, sizeof why) < 0) return;
+  hconf c = {0};
+  const char *files[] = {"core-site.xml", "hdfs-site.xml"};
+  for (size_t i = 0; i < LOOM__ARRAY_LEN(files); i++) {
+    snprintf(file, sizeof file, "%s/%s", dir, files[i]);
+    int lrc = hconf_load(&c, file, why, sizeof why);
+    if (lrc < 0 && lrc != LOOM_ENOENT) loom__log(LOOM_LOG_WARN, "hadoop", "%s", why);
+  }
+  uint64_t bs;
+  if (hconf_get(&c, "dfs.blocksize", NULL, v, sizeof v) == 1) {
+    if (hadoop_bytes(v, &bs) && bs >= BPC && bs % BPC == 0)
+      fs->conf_blocksize = bs;
+    else
+      loom__log(LOOM_LOG_WARN, "hadoop",
+                "%s: dfs.blocksize '%s' is not a multiple of %d bytes: the NameNode's default "
+                "is used",
+                dir, v, BPC);
+  }
+  long long rep;
+  if (hconf_get(&c, "dfs.replication", NULL, v, sizeof v) == 1) {
+    if (loom__parse_int(v, 1, 512, &rep) == 0)
+      fs->conf_replication = (uint32_t)rep;
+    else
+      loom__log(LOOM_LOG_WARN, "hadoop",
+                "%s: dfs.replication '%s' is not a number from 1 to 512: the NameNode's "
+                "default is used",
+                dir, v);
+  }
+  hconf_free(&c);
+}
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static hdfs *g_all;
@@ -156,6 +216,7 @@ int hdfs_get(const char *host, int port, hdfs **out) {
     loom__hex(r, sizeof r, hex);
     snprintf(fs->client, sizeof fs->client, "DFSClient_loom_%d_%s", (int)getpid(), hex);
     pthread_mutex_init(&fs->mu, NULL);
+    client_conf(fs);
     fs->next = g_all;
     g_all = fs;
   }
@@ -1098,8 +1159,12 @@ int hdfs_create(hdfs *fs, const char *path, bool overwrite, uint32_t replication
   w->acked = -1;
   loom__strlcpy(w->path, path, sizeof w->path);
   snprintf(w->url, sizeof w->url, "hdfs://%s:%d%s", fs->host, fs->port, path);
-  w->blocksize = blocksize ? blocksize : fs->def_blocksize;
-  w->replication = replication ? replication : fs->def_replication;
+  w->blocksize = blocksize         ? blocksize
+                 : fs->conf_blocksize ? fs->conf_blocksize
+                                      : fs->def_blocksize;
+  w->replication = replication         ? replication
+                   : fs->conf_replication ? fs->conf_replication
+                                          : fs->def_replication;
   Hadoop__Hdfs__FsPermissionProto perm = HADOOP__HDFS__FS_PERMISSION_PROTO__INIT;
   perm.perm = 0644;
   Hadoop__Hdfs__CreateRequestProto req = HADOOP__HDFS__CREATE_REQUEST_PROTO__INIT;
