@@ -477,13 +477,14 @@ static int put_with(const char *name, fill_fn fill, void *arg, bool replace, cha
 
 typedef struct {
   loom__rfile *f;
-  uint64_t at;
+  uint64_t at, end; /* fill_file: up to end */
   const char *data;
   size_t len;
 } src_state;
 
 static int fill_file(void *arg, void *buf, size_t cap, size_t *got, char *err, size_t errlen) {
   src_state *s = arg;
+  if (cap > s->end - s->at) cap = (size_t)(s->end - s->at);
   int rc = loom__rfile_pread(s->f, buf, cap, s->at, got, err, errlen);
   s->at += *got;
   return rc;
@@ -499,9 +500,15 @@ static int fill_mem(void *arg, void *buf, size_t cap, size_t *got, char *err, si
 }
 
 int loom__fs_put(const char *local, const char *name, bool replace, char *err, size_t errlen) {
+  return loom__fs_put_n(local, UINT64_MAX, name, replace, err, errlen);
+}
+
+int loom__fs_put_n(const char *local, uint64_t len, const char *name, bool replace, char *err,
+                   size_t errlen) {
   src_state s = {0};
   int rc = loom__rfile_open(local, &s.f, err, errlen);
   if (rc < 0) return rc;
+  s.end = len < loom__rfile_size(s.f) ? len : loom__rfile_size(s.f);
   rc = put_with(name, fill_file, &s, replace, err, errlen);
   loom__rfile_close(s.f);
   return rc;
@@ -511,6 +518,7 @@ int loom__fs_get(const char *name, const char *local, char *err, size_t errlen) 
   src_state s = {0};
   int rc = loom__rfile_open(name, &s.f, err, errlen);
   if (rc < 0) return rc;
+  s.end = loom__rfile_size(s.f);
   rc = local_put(local, fill_file, &s, true, err, errlen);
   loom__rfile_close(s.f);
   return rc;
