@@ -1,0 +1,226 @@
+"""HDFS where loom jobs use it, against a real HDFS (a NameNode and two
+DataNodes, replication 2, from scripts/yarn-cluster.sh start --hdfs-only,
+for this module): the data feed reading every format from hdfs:// globs
+(files of several 1 MiB blocks, so splits and records cross block
+boundaries) and committing its output on HDFS exactly once, also when a
+worker is SIGKILLed mid-split and restarted; checkpoints (loom/ckpt.h) in
+an hdfs:// directory, atomic under kills, keep N, a damaged newest one
+skipped; TensorBoard summaries copied to HDFS while the writer runs and
+whole at its end. What loom wrote is read back by loom's own client and
+checked record by record (test_hdfs.py checks that client against
+Hadoop's Java one)."""
+import os
+import random
+import re
+import signal
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, LOOM
+from test_feed import tfrecord
+from test_hdfs import hdfs  # noqa: F401  (the module's cluster)
+from test_summary import decode_file, scalars
+
+PROBE = BUILD / "examples/feed-probe/feedprobe"
+CKPT = BUILD / "examples/ckpt-demo/ckpt-demo"
+SUMMARY = BUILD / "examples/ckpt-demo/summary-demo"
+MiB = 1 << 20
+
+
+@pytest.fixture
+def small_blocks(hdfs, tmp_path):  # noqa: F811
+    """A client configuration with 1 MiB blocks (the NameNode's least)."""
+    conf = tmp_path / "conf-1m"
+    conf.mkdir()
+    for f in hdfs.conf.glob("*.xml"):
+        text = f.read_text()
+        if f.name == "hdfs-site.xml":
+            text = text.replace("</configuration>",
+                                "<property><name>dfs.blocksize</name><value>1m</value>"
+                                "</property></configuration>")
+        (conf / f.name).write_text(text)
+    return conf
+
+
+def fs(conf, *args, check=True, **kw):
+    r = subprocess.run([str(LOOM), "fs", *map(str, args)], capture_output=True,
+                       env=dict(os.environ, HADOOP_CONF_DIR=str(conf)), timeout=120, **kw)
+    if check:
+        assert r.returncode == 0, (args, r.stderr.decode(errors="replace"))
+    return r
+
+
+def records_in(fmt, seed, n):
+    rnd = random.Random(seed)
+    if fmt == "lines":
+        return [f"{seed}-{j:06d}-" + "x" * rnd.randrange(40) for j in range(n)]
+    return [f"{seed}-{j:05d}"[-8:].rjust(8, "0") for j in range(n)]  # 8 bytes each
+
+
+def encode(fmt, recs):
+    if fmt == "lines":
+        return "".join(r + "\n" for r in recs).encode()
+    raw = [r.encode() for r in recs]
+    if fmt == "tfrecord":
+        return tfrecord(raw)
+    if fmt == "idx":  # uint8, n x 2 x 4: a record is 8 bytes
+        return bytes([0, 0, 8, 3]) + struct.pack(">III", len(raw), 2, 4) + b"".join(raw)
+    return b"".join(raw)
+
+
+def part_records(conf, url):
+    """Every output record of the committed part-* files under url."""
+    ls = fs(conf, "ls", url).stdout.decode().splitlines()
+    parts = [l.split()[-1] for l in ls if re.search(r"/part-\d{5}(-e\d+)?$", l)]
+    assert parts, ls
+    got = []
+    for line in fs(conf, "cat", *parts).stdout.splitlines():
+        assert line.startswith(b"out:"), line
+        got.append(line[4:].decode())
+    return got, ls
+
+
+@pytest.mark.parametrize("fmt", ["lines", "tfrecord", "idx", "fixed"])
+def test_the_feed_reads_hdfs_and_commits_its_output_there_exactly_once(loom, hdfs, small_blocks,
+                                                                        fmt):
+    base = f"/feed-{fmt}-{os.getpid()}"
+    want = []
+    for i in range(2):
+        recs = records_in(fmt, f"f{i}", 120_000 if fmt == "lines" else 300_000)
+        want += recs
+        local = loom.tmp / f"in-{i}"
+        local.write_bytes(encode(fmt, recs))
+        assert local.stat().st_size > 2 * MiB  # blocks of 1 MiB: records cross them
+        fs(small_blocks, "put", local, hdfs.url(f"{base}/in/in-{i}.{fmt}"))
+    fstr = "fixed:8" if fmt == "fixed" else fmt
+    spec = loom.spec(f"""
+name: hfeed
+roles:
+  worker: {{instances: 3, command: [{PROBE}, --batch, "16"]}}
+feed: {{input: ["{hdfs.url(base)}/in/in-*"], format: "{fstr}", output: "{hdfs.url(base)}/out"}}
+""")
+    r = loom.run("run", spec, env={"LOOM_FEED_SPLIT_BYTES": "400000",
+                                   "HADOOP_CONF_DIR": str(hdfs.conf)}, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = loom.state()["feed"]
+    assert st["finished"] and st["committed"] == st["splits"] >= 10, st
+    got, ls = part_records(hdfs.conf, hdfs.url(f"{base}/out"))
+    assert len(got) == len(want) and sorted(got) == sorted(want)
+    assert not any("/.tmp" in l for l in ls), ls  # the dispatcher's temporary directory is gone
+
+
+def test_feed_output_on_hdfs_is_exactly_once_when_a_worker_is_killed(loom, hdfs):
+    base = f"/feedkill-{os.getpid()}"
+    want = []
+    for i in range(3):
+        recs = records_in("lines", f"k{i}", 600)
+        want += recs
+        local = loom.tmp / f"k{i}.txt"
+        local.write_bytes(encode("lines", recs))
+        fs(hdfs.conf, "put", local, hdfs.url(f"{base}/in/k{i}.txt"))
+    marker = loom.tmp / "died"
+    spec = loom.spec(f"""
+name: hfeedkill
+restart: task
+max_restarts: 1
+roles:
+  worker: {{command: [{PROBE}, --sleep-us, "200"]}}
+  flaky: {{command: [{PROBE}, --sleep-us, "200", --die-after, "150", --marker, "{marker}"]}}
+feed: {{input: ["{hdfs.url(base)}/in/*.txt"], format: lines, epochs: 2,
+        output: "{hdfs.url(base)}/out"}}
+""")
+    r = loom.run("run", spec, env={"LOOM_FEED_SPLIT_BYTES": "3000",
+                                   "HADOOP_CONF_DIR": str(hdfs.conf)}, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert marker.exists()
+    restarted = [t["task"] for t in loom.state()["tasks"] if t.get("attempt", 0) >= 1]
+    assert restarted == ["flaky:0"], loom.state()["tasks"]
+    assert "it will be read again" in r.stderr
+    got, ls = part_records(hdfs.conf, hdfs.url(f"{base}/out"))
+    for epoch in (0, 1):  # each epoch: every record exactly once
+        parts = [l.split()[-1] for l in ls if l.endswith(f"-e{epoch}")]
+        recs = [l[4:].decode() for l in fs(hdfs.conf, "cat", *parts).stdout.splitlines()]
+        assert sorted(recs) == sorted(want), epoch
+
+
+def ckpt(conf, *args, check=True):
+    r = subprocess.run([str(CKPT), *map(str, args)], capture_output=True, text=True,
+                       env=dict(os.environ, HADOOP_CONF_DIR=str(conf)), timeout=120)
+    if check:
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r
+
+
+def test_checkpoints_on_hdfs_are_atomic_kept_and_checked(hdfs):
+    d = hdfs.url(f"/ckpt-{os.getpid()}")
+    # a saver SIGKILLed at random moments, again and again: the newest
+    # valid checkpoint is never older than the last save it reported
+    rnd = random.Random(7)
+    last = -1
+    for _ in range(4):
+        p = subprocess.Popen([str(CKPT), "save", d, "--keep", "3", "--kib", "512"],
+                             stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, HADOOP_CONF_DIR=str(hdfs.conf)))
+        time.sleep(0.3 + rnd.random() * 0.8)
+        p.send_signal(signal.SIGKILL)
+        out, _ = p.communicate(timeout=30)
+        saved = [int(l.split()[1]) for l in out.splitlines() if l.startswith("saved ")]
+        last = max([last, *saved])
+        r = ckpt(hdfs.conf, "check", d, "--kib", "512")
+        m = re.fullmatch(r"ok (\d+)\n", r.stdout)
+        assert m and int(m[1]) >= last, (r.stdout, last)
+    assert last >= 3, "the saver never got far: raise the sleeps"
+    names = [l.split()[-1] for l in fs(hdfs.conf, "ls", d).stdout.decode().splitlines()]
+    steps = sorted(int(re.search(r"ckpt-(\d+)\.ckpt$", n)[1]) for n in names
+                   if n.endswith(".ckpt"))
+    assert len(steps) <= 3 and steps[-1] >= last, names  # keep 3 (a killed put may leave none extra)
+    # the newest damaged (a truncated copy put in its place): latest falls
+    # back to the one before, and restoring it names the damage
+    newest = steps[-1]
+    bad = Path(os.environ.get("TMPDIR", "/tmp")) / f"bad-{os.getpid()}.ckpt"
+    raw = fs(hdfs.conf, "cat", f"{d}/ckpt-{newest:012d}.ckpt").stdout
+    bad.write_bytes(raw[:len(raw) // 2])
+    try:
+        fs(hdfs.conf, "put", "-f", bad, f"{d}/ckpt-{newest:012d}.ckpt")
+    finally:
+        bad.unlink()
+    r = ckpt(hdfs.conf, "check", d, "--kib", "512")
+    assert r.stdout == f"ok {steps[-2]}\n", (r.stdout, r.stderr, steps)
+    r = ckpt(hdfs.conf, "restore", d, newest, "--kib", "512", check=False)
+    assert r.returncode == 1 and f"ckpt-{newest:012d}.ckpt" in r.stderr, r.stderr
+    assert "truncated" in r.stderr or "short" in r.stderr or "size" in r.stderr, r.stderr
+
+
+def test_summaries_reach_hdfs_while_the_writer_runs(hdfs, tmp_path):
+    d = hdfs.url(f"/tb-{os.getpid()}/run")
+    env = dict(os.environ, HADOOP_CONF_DIR=str(hdfs.conf), LOOM_SUMMARY_UPLOAD_MS="300")
+    p = subprocess.Popen([str(SUMMARY), d, "--steps", "20", "--hold", "4"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        seen = 0
+        deadline = time.monotonic() + 3.5
+        while time.monotonic() < deadline and seen <= 100:
+            r = fs(hdfs.conf, "ls", d, check=False)
+            if r.returncode == 0 and r.stdout:
+                seen = int(r.stdout.split()[4])
+            time.sleep(0.2)
+        # the writer is still holding (it has not closed): the periodic copy
+        # brought its values before the end
+        assert p.poll() is None, "the writer ended before the copy was seen"
+        assert seen > 100, seen
+    finally:
+        out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, (out, err)
+    names = [l.split()[-1] for l in fs(hdfs.conf, "ls", d).stdout.decode().splitlines()]
+    assert len(names) == 1 and "/events.out.tfevents." in names[0], names
+    local = tmp_path / Path(names[0]).name
+    fs(hdfs.conf, "get", names[0], local)
+    got = scalars(decode_file(local))
+    assert got["loss"] == {s: pytest.approx(1 / (1 + s), rel=1e-6) for s in range(20)}
+    assert got["train/accuracy"] == {s: pytest.approx(s / 100, rel=1e-6) for s in range(20)}
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    assert not list(tmp.glob("loom-summary-*")), "the writer's local copy was left"
