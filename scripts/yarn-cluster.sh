@@ -50,7 +50,9 @@
 #                         dnN/data/current/BP-*/current/finalized/subdir*/subdir*/blk_<id>
 #                         (the block's bytes as they are, no header) beside
 #                         blk_<id>_<genstamp>.meta (its CRC32C checksums,
-#                         one per 512 bytes)
+#                         one per 512 bytes). No block scanner runs: a
+#                         replica changed on disk stays as it is until a
+#                         client reads it and reports it
 #
 # Environment: LOOM_YARN_START_TIMEOUT (seconds, default 180) bounds each
 # wait of `start` and `datanode start`; LOOM_YARN_CLASSPATH (a file) skips
@@ -283,6 +285,7 @@ dfs.namenode.heartbeat.recheck-interval=10000
 dfs.http.policy=HTTP_ONLY
 dfs.webhdfs.enabled=true
 dfs.permissions.enabled=true
+dfs.block.scanner.volume.bytes.per.second=0
 EOF
   local i
   for i in 1 2; do
