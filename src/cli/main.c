@@ -3,6 +3,7 @@
  * 3 backend or infrastructure error, 130 interrupted. */
 #include "agent/agent.h"
 #include "backend/backend.h"
+#include "cli/fs.h"
 #include "cli/jobs.h"
 #include "coord/coord.h"
 #include "http/http.h"
@@ -74,6 +75,22 @@ static const struct verb {
     {"ps", "[--help]", "the built-in parameter server, as a ps role's command",
      "Serves this task's shard of the job's variables until the job ends. Use it\n"
      "as the command of the ps role: `ps: {instances: 2, command: loom ps}`.\n"},
+    {"fs", "ls|stat|cat|get|put|mkdir|rm|mv ARGS", "files on HDFS, through loom's own client",
+     "  loom fs ls URL              a directory's entries (or a file), like hdfs dfs -ls\n"
+     "  loom fs stat URL            one line of JSON: type, length, permission, owner, ...\n"
+     "  loom fs cat URL...          the files' bytes to standard output\n"
+     "  loom fs get URL LOCAL       copy to a local file (written beside it, then renamed)\n"
+     "  loom fs put [-f] LOCAL URL  copy a local file there (URL._COPYING_, then renamed;\n"
+     "                              -f replaces a file that exists)\n"
+     "  loom fs mkdir URL           make a directory and its parents\n"
+     "  loom fs rm [-r] URL         remove a file (-r: a directory and all in it)\n"
+     "  loom fs mv SRC DST          rename (DST must not exist)\n\n"
+     "URLs: hdfs://host:port/path, or hdfs:///path for the NameNode of fs.defaultFS\n"
+     "in $HADOOP_CONF_DIR/core-site.xml; the user is $HADOOP_USER_NAME or the login.\n"
+     "get, put, rm and mv take local paths too. Reads check every checksum and go\n"
+     "on from another replica when one is dead or corrupt. Exit status: 0, 1 a\n"
+     "filesystem error (no such path, permission denied, exists, no good\n"
+     "replica), 2 usage or a bad URL, 3 the cluster cannot be reached.\n"},
     {"agent", "", "internal: a task's agent, started by backends", ""},
     {"coordinator", "JOBDIR", "internal: a job's coordinator, started by submit", ""},
 };
@@ -978,6 +995,7 @@ int main(int argc, char **argv) {
   if (!strcmp(v, "agent")) return agent_main();
   if (!strcmp(v, "ps")) return loom__ps_main(argc - 1, argv + 1);
   if (!strcmp(v, "ui")) return loom__ui_main(argc - 1, argv + 1);
+  if (!strcmp(v, "fs")) return loom__fs_main(argc - 1, argv + 1);
   if (!strcmp(v, "coordinator")) return cmd_coordinator(argc, argv);
   fprintf(stderr, "loom: unknown verb '%s'\n\n", v);
   usage(stderr);

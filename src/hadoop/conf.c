@@ -10,6 +10,7 @@
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Hadoop's Configuration.MAX_SUBST: deeper ${...} is a loop. */
@@ -552,4 +553,36 @@ void hconf_free(hconf *c) {
   for (int i = 0; i < c->nfiles; i++) free(c->files[i]);
   free(c->files);
   memset(c, 0, sizeof *c);
+}
+
+int hconf_find_dir(const char *conf_dir, char *out, size_t outlen, const char **how, char *err,
+                   size_t errlen) {
+  const char *env = getenv("HADOOP_CONF_DIR"), *home = getenv("HADOOP_HOME");
+  *how = "HADOOP_CONF_DIR";
+  if (conf_dir) {
+    *how = "the configuration directory";
+    loom__strlcpy(out, conf_dir, outlen);
+  } else if (env && *env) {
+    loom__strlcpy(out, env, outlen);
+  } else if (home && *home) {
+    snprintf(out, outlen, "%s/etc/hadoop", home);
+    *how = "$HADOOP_HOME/etc/hadoop";
+  } else {
+    snprintf(err, errlen,
+             "HADOOP_CONF_DIR is not set: point it at the directory holding the cluster's "
+             "core-site.xml and yarn-site.xml (scripts/yarn-cluster.sh start prints one)");
+    return LOOM_ENOENT;
+  }
+  struct stat st;
+  if (stat(out, &st) < 0 || !S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen, "%s=%s is not a directory", *how, out);
+    return LOOM_ENOENT;
+  }
+  return 0;
+}
+
+void hconf_user(char *out, size_t len) {
+  const char *u = getenv("HADOOP_USER_NAME");
+  struct passwd *pw = (!u || !*u) ? getpwuid(getuid()) : NULL;
+  loom__strlcpy(out, u && *u ? u : pw ? pw->pw_name : "nobody", len);
 }

@@ -52,4 +52,14 @@ const hconf_prop *hconf_find(const hconf *c, const char *name);
 int hconf_get(const hconf *c, const char *name, const char *def, char *out, size_t outlen);
 void hconf_free(hconf *c);
 
+/* The configuration directory Hadoop's clients read: conf_dir when not
+ * NULL, else $HADOOP_CONF_DIR, else $HADOOP_HOME/etc/hadoop, into out;
+ * *how names where it came from, for messages. LOOM_ENOENT with err
+ * saying what is missing when none is set or it is not a directory. */
+int hconf_find_dir(const char *conf_dir, char *out, size_t outlen, const char **how, char *err,
+                   size_t errlen);
+/* The user Hadoop's SIMPLE authentication names: HADOOP_USER_NAME, else
+ * the login of this process's uid. */
+void hconf_user(char *out, size_t len);
+
 #endif

@@ -233,11 +233,11 @@ static int wait_fd(int fd, short events, uint64_t deadline) {
   }
 }
 
-static int send_all(hipc_client *c, const void *buf, size_t n, uint64_t deadline, const char *what,
-                    char *err, size_t errlen) {
+int hipc_send_fd(int fd, const char *peer, const void *buf, size_t n, uint64_t deadline,
+                 const char *what, char *err, size_t errlen) {
   const char *p = buf;
   while (n) {
-    ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
     if (w > 0) {
       p += w;
       n -= (size_t)w;
@@ -245,14 +245,48 @@ static int send_all(hipc_client *c, const void *buf, size_t n, uint64_t deadline
     }
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      int rc = wait_fd(c->fd, POLLOUT, deadline);
+      int rc = wait_fd(fd, POLLOUT, deadline);
       if (rc == LOOM_ETIMEDOUT) {
-        snprintf(err, errlen, "%s: could not send %s within the timeout", c->peer, what);
+        snprintf(err, errlen, "%s: could not send %s within the timeout", peer, what);
         return rc;
       }
       if (rc == 0) continue;
     }
-    snprintf(err, errlen, "%s: sending %s failed: %s", c->peer, what, strerror(errno));
+    snprintf(err, errlen, "%s: sending %s failed: %s", peer, what, strerror(errno));
+    return LOOM_ECONN;
+  }
+  return 0;
+}
+
+static int send_all(hipc_client *c, const void *buf, size_t n, uint64_t deadline, const char *what,
+                    char *err, size_t errlen) {
+  return hipc_send_fd(c->fd, c->peer, buf, n, deadline, what, err, errlen);
+}
+
+int hipc_recv_fd(int fd, const char *peer, void *buf, size_t n, uint64_t deadline, int timeout_ms,
+                 const char *what, char *err, size_t errlen) {
+  char *p = buf;
+  while (n) {
+    ssize_t r = recv(fd, p, n, 0);
+    if (r > 0) {
+      p += r;
+      n -= (size_t)r;
+      continue;
+    }
+    if (r == 0) {
+      snprintf(err, errlen, "%s closed the connection while loom waited for %s", peer, what);
+      return LOOM_ECONN;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      int rc = wait_fd(fd, POLLIN, deadline);
+      if (rc == LOOM_ETIMEDOUT) {
+        snprintf(err, errlen, "%s: no %s within %d ms", peer, what, timeout_ms);
+        return rc;
+      }
+      if (rc == 0) continue;
+    }
+    snprintf(err, errlen, "%s: reading %s failed: %s", peer, what, strerror(errno));
     return LOOM_ECONN;
   }
   return 0;
@@ -260,31 +294,7 @@ static int send_all(hipc_client *c, const void *buf, size_t n, uint64_t deadline
 
 static int recv_all(hipc_client *c, void *buf, size_t n, uint64_t deadline, int timeout_ms,
                     const char *what, char *err, size_t errlen) {
-  char *p = buf;
-  while (n) {
-    ssize_t r = recv(c->fd, p, n, 0);
-    if (r > 0) {
-      p += r;
-      n -= (size_t)r;
-      continue;
-    }
-    if (r == 0) {
-      snprintf(err, errlen, "%s closed the connection while loom waited for %s", c->peer, what);
-      return LOOM_ECONN;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      int rc = wait_fd(c->fd, POLLIN, deadline);
-      if (rc == LOOM_ETIMEDOUT) {
-        snprintf(err, errlen, "%s: no %s within %d ms", c->peer, what, timeout_ms);
-        return rc;
-      }
-      if (rc == 0) continue;
-    }
-    snprintf(err, errlen, "%s: reading %s failed: %s", c->peer, what, strerror(errno));
-    return LOOM_ECONN;
-  }
-  return 0;
+  return hipc_recv_fd(c->fd, c->peer, buf, n, deadline, timeout_ms, what, err, errlen);
 }
 
 /* A non-blocking socket connected to ai within the deadline, or -1 with
@@ -451,10 +461,9 @@ static int sasl_handshake(hipc_client *c, const hsasl_token *tok, uint64_t deadl
   return rc;
 }
 
-int hipc_connect_token(const char *host, int port, const char *peer, const char *protocol,
-                       const char *user, const hsasl_token *tok, int timeout_ms, hipc_client **out,
-                       char *err, size_t errlen) {
-  *out = NULL;
+int hipc_dial(const char *host, int port, const char *peer, int timeout_ms, int *out, char *err,
+              size_t errlen) {
+  *out = -1;
   uint64_t deadline = loom__now_ms() + (uint64_t)timeout_ms;
   char ports[16];
   snprintf(ports, sizeof ports, "%d", port);
@@ -475,6 +484,18 @@ int hipc_connect_token(const char *host, int port, const char *peer, const char 
       snprintf(err, errlen, "%s: cannot connect: %s", peer, strerror(why));
     return why == ETIMEDOUT ? LOOM_ETIMEDOUT : LOOM_ECONN;
   }
+  *out = fd;
+  return 0;
+}
+
+int hipc_connect_token(const char *host, int port, const char *peer, const char *protocol,
+                       const char *user, const hsasl_token *tok, int timeout_ms, hipc_client **out,
+                       char *err, size_t errlen) {
+  *out = NULL;
+  uint64_t deadline = loom__now_ms() + (uint64_t)timeout_ms;
+  int fd = -1;
+  int rc0 = hipc_dial(host, port, peer, timeout_ms, &fd, err, errlen);
+  if (rc0 < 0) return rc0;
   hipc_client *c = calloc(1, sizeof *c);
   if (!c) {
     close(fd);

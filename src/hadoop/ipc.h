@@ -118,4 +118,19 @@ int hipc_call(hipc_client *c, const char *method, const ProtobufCMessage *req,
 const char *hipc_exception(const hipc_client *c);
 void hipc_close(hipc_client *c);
 
+/* ---- sockets, for the other protocols of a Hadoop cluster (HDFS's data
+ * transfer) ---------------------------------------------------------- */
+
+/* A non-blocking TCP connection to host:port within timeout_ms (TCP_NODELAY
+ * set) into *fd. LOOM_ECONN / LOOM_ETIMEDOUT with err naming peer. */
+int hipc_dial(const char *host, int port, const char *peer, int timeout_ms, int *fd, char *err,
+              size_t errlen);
+/* Sends / receives exactly n bytes on the non-blocking fd by the deadline
+ * (loom__now_ms()). LOOM_ECONN (closed, reset), LOOM_ETIMEDOUT; err names
+ * peer and what (timeout_ms only for the message). */
+int hipc_send_fd(int fd, const char *peer, const void *buf, size_t n, uint64_t deadline,
+                 const char *what, char *err, size_t errlen);
+int hipc_recv_fd(int fd, const char *peer, void *buf, size_t n, uint64_t deadline, int timeout_ms,
+                 const char *what, char *err, size_t errlen);
+
 #endif

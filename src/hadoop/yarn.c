@@ -78,28 +78,10 @@ static int rm_addresses(const hconf *c, const char *file, const char *suffix, hy
 
 int hyarn_find_rm(const char *conf_dir, hyarn_rms *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  const char *env = getenv("HADOOP_CONF_DIR"), *home = getenv("HADOOP_HOME");
-  const char *how = "HADOOP_CONF_DIR";
-  if (conf_dir)
-    how = "the configuration directory";
-  else if (env && *env)
-    conf_dir = env;
-  else if (home && *home) {
-    snprintf(out->conf_dir, sizeof out->conf_dir, "%s/etc/hadoop", home);
-    conf_dir = out->conf_dir;
-    how = "$HADOOP_HOME/etc/hadoop";
-  } else {
-    snprintf(err, errlen,
-             "HADOOP_CONF_DIR is not set: point it at the directory holding the cluster's "
-             "yarn-site.xml (scripts/yarn-cluster.sh start prints one)");
+  const char *how = NULL;
+  if (hconf_find_dir(conf_dir, out->conf_dir, sizeof out->conf_dir, &how, err, errlen) < 0)
     return LOOM_EBACKEND;
-  }
-  if (conf_dir != out->conf_dir) loom__strlcpy(out->conf_dir, conf_dir, sizeof out->conf_dir);
-  struct stat st;
-  if (stat(conf_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-    snprintf(err, errlen, "%s=%s is not a directory", how, conf_dir);
-    return LOOM_EBACKEND;
-  }
+  conf_dir = out->conf_dir;
   hconf c = {0};
   char path[1100], why[1024];
   snprintf(path, sizeof path, "%s/core-site.xml", conf_dir);
@@ -147,13 +129,7 @@ int hyarn_find_rm(const char *conf_dir, hyarn_rms *out, char *err, size_t errlen
   return rc < 0 ? LOOM_EBACKEND : 0;
 }
 
-/* The user Hadoop's SIMPLE authentication names: HADOOP_USER_NAME, else
- * the login of this process's uid. */
-void hyarn_user(char *out, size_t len) {
-  const char *u = getenv("HADOOP_USER_NAME");
-  struct passwd *pw = (!u || !*u) ? getpwuid(getuid()) : NULL;
-  loom__strlcpy(out, u && *u ? u : pw ? pw->pw_name : "nobody", len);
-}
+void hyarn_user(char *out, size_t len) { hconf_user(out, len); }
 
 static const char *node_state(Hadoop__Yarn__NodeStateProto s) {
   switch (s) {

@@ -1,0 +1,187 @@
+/* fs.c: `loom fs`, files on HDFS (and local paths) from the command line,
+ * through loom's own HDFS client: ls, stat, cat, get, put, mkdir, rm, mv. */
+#include "cli/fs.h"
+
+#include "fs/fs.h"
+#include "hadoop/hdfs.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_FS 1
+#define EXIT_USAGE 2
+#define EXIT_INFRA 3
+
+static int usage_err(const char *fmt, ...) LOOM__PRINTF(1, 2);
+static int usage_err(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "loom fs: ");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\nusage: loom fs ls|stat|cat|get|put|mkdir|rm|mv ... (loom fs --help)\n");
+  return EXIT_USAGE;
+}
+
+/* The exit status for an error code. */
+static int exit_of(int rc) {
+  switch (rc) {
+  case 0:
+    return 0;
+  case LOOM_EINVAL:
+    return EXIT_USAGE;
+  case LOOM_ECONN:
+  case LOOM_ETIMEDOUT:
+  case LOOM_EBACKEND:
+    return EXIT_INFRA;
+  default:
+    return EXIT_FS;
+  }
+}
+
+static int fail(int rc, const char *err) {
+  fprintf(stderr, "loom fs: %s\n", err[0] ? err : loom_strerror(rc));
+  /* hdfs:/// without a configuration is a usage error */
+  if (rc == LOOM_ENOENT && strstr(err, "names no NameNode")) return EXIT_USAGE;
+  return exit_of(rc);
+}
+
+static void print_perm(uint32_t p, bool dir, char out[11]) {
+  out[0] = dir ? 'd' : '-';
+  const char *rwx = "rwxrwxrwx";
+  for (int i = 0; i < 9; i++) out[1 + i] = p & (0400u >> i) ? rwx[i] : '-';
+  out[10] = 0;
+}
+
+static void print_entry(const hdfs_stat *s, const char *name) {
+  char perm[11], when[32];
+  print_perm(s->perm, s->dir, perm);
+  time_t t = (time_t)(s->mtime_ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
+  printf("%s %3s %-10s %-10s %12llu %s %s\n", perm, s->dir ? "-" : "", s->owner, s->group,
+         (unsigned long long)s->length, when, name);
+}
+
+static int cmd_ls(const char *url) {
+  char err[2048] = "";
+  if (!loom__fs_remote(url)) return usage_err("ls takes an hdfs:// URL, not %s", url);
+  hdfs_url u;
+  hdfs *fs;
+  int rc = hdfs_parse_url(url, &u, err, sizeof err);
+  if (rc == 0) rc = hdfs_get(u.host, u.port, &fs);
+  hdfs_stat *v = NULL;
+  size_t n = 0;
+  if (rc == 0) rc = hdfs_list(fs, u.path, &v, &n, err, sizeof err);
+  if (rc < 0) return fail(rc, err);
+  size_t ul = strlen(url);
+  /* a file lists itself, by its URL; a directory its children */
+  hdfs_stat st;
+  bool self = n == 1 && hdfs_stat_path(fs, u.path, &st, err, sizeof err) == 0 && !st.dir;
+  for (size_t i = 0; i < n; i++) {
+    char full[HDFS_MAX_PATH + 1400];
+    if (self)
+      snprintf(full, sizeof full, "%s", url);
+    else
+      snprintf(full, sizeof full, "%s%s%s", url, ul && url[ul - 1] == '/' ? "" : "/", v[i].name);
+    print_entry(&v[i], full);
+  }
+  free(v);
+  return 0;
+}
+
+static int cmd_stat(const char *url) {
+  char err[2048] = "";
+  if (!loom__fs_remote(url)) return usage_err("stat takes an hdfs:// URL, not %s", url);
+  hdfs_url u;
+  hdfs *fs;
+  hdfs_stat st;
+  int rc = hdfs_parse_url(url, &u, err, sizeof err);
+  if (rc == 0) rc = hdfs_get(u.host, u.port, &fs);
+  if (rc == 0) rc = hdfs_stat_path(fs, u.path, &st, err, sizeof err);
+  if (rc < 0) return fail(rc, err);
+  char perm[11];
+  print_perm(st.perm, st.dir, perm);
+  printf("{\"url\": \"%s\", \"type\": \"%s\", \"length\": %llu, \"permission\": \"%s\", "
+         "\"owner\": \"%s\", \"group\": \"%s\", \"modification_ms\": %llu, \"replication\": %u, "
+         "\"blocksize\": %llu}\n",
+         url, st.dir ? "directory" : "file", (unsigned long long)st.length, perm, st.owner,
+         st.group, (unsigned long long)st.mtime_ms, st.replication,
+         (unsigned long long)st.blocksize);
+  return 0;
+}
+
+static int cmd_cat(int argc, char **argv) {
+  char err[2048] = "";
+  size_t cap = 4u << 20;
+  char *buf = malloc(cap);
+  if (!buf) return EXIT_INFRA;
+  int status = 0;
+  for (int i = 0; i < argc && status == 0; i++) {
+    loom__rfile *f = NULL;
+    int rc = loom__rfile_open(argv[i], &f, err, sizeof err);
+    for (uint64_t at = 0; rc == 0 && at < loom__rfile_size(f);) {
+      size_t got = 0;
+      rc = loom__rfile_pread(f, buf, cap, at, &got, err, sizeof err);
+      if (rc == 0 && !got) {
+        snprintf(err, sizeof err, "%s: ended at %llu of %llu bytes", argv[i],
+                 (unsigned long long)at, (unsigned long long)loom__rfile_size(f));
+        rc = LOOM_EIO;
+      }
+      if (rc == 0 && fwrite(buf, 1, got, stdout) != got) {
+        snprintf(err, sizeof err, "writing to standard output: %s", strerror(errno));
+        rc = LOOM_EIO;
+      }
+      at += got;
+    }
+    loom__rfile_close(f);
+    if (rc < 0) status = fail(rc, err);
+  }
+  free(buf);
+  if (fflush(stdout) != 0 && status == 0) {
+    fprintf(stderr, "loom fs: writing to standard output: %s\n", strerror(errno));
+    status = EXIT_FS;
+  }
+  return status;
+}
+
+int loom__fs_main(int argc, char **argv) {
+  /* argv[0] is "fs" */
+  if (argc < 2) return usage_err("%s", "no command");
+  const char *c = argv[1];
+  char err[2048] = "";
+  int rc;
+  if (!strcmp(c, "ls") && argc == 3) return cmd_ls(argv[2]);
+  if (!strcmp(c, "stat") && argc == 3) return cmd_stat(argv[2]);
+  if (!strcmp(c, "cat") && argc >= 3) return cmd_cat(argc - 2, argv + 2);
+  if (!strcmp(c, "get") && argc == 4) {
+    rc = loom__fs_get(argv[2], argv[3], err, sizeof err);
+    return rc < 0 ? fail(rc, err) : 0;
+  }
+  if (!strcmp(c, "put")) {
+    bool force = argc == 5 && !strcmp(argv[2], "-f");
+    if (argc != 4 && !force) return usage_err("%s", "put [-f] LOCAL URL");
+    rc = loom__fs_put(argv[argc - 2], argv[argc - 1], force, err, sizeof err);
+    return rc < 0 ? fail(rc, err) : 0;
+  }
+  if (!strcmp(c, "mkdir") && argc == 3) {
+    rc = loom__fs_mkdirs(argv[2], err, sizeof err);
+    return rc < 0 ? fail(rc, err) : 0;
+  }
+  if (!strcmp(c, "rm")) {
+    bool rec = argc == 4 && !strcmp(argv[2], "-r");
+    if (argc != 3 && !rec) return usage_err("%s", "rm [-r] URL");
+    rc = loom__fs_remove(argv[argc - 1], rec, err, sizeof err);
+    return rc < 0 ? fail(rc, err) : 0;
+  }
+  if (!strcmp(c, "mv") && argc == 4) {
+    rc = loom__fs_rename(argv[2], argv[3], false, err, sizeof err);
+    return rc < 0 ? fail(rc, err) : 0;
+  }
+  return usage_err("bad arguments for '%s'", c);
+}
