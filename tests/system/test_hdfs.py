@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOOM, SAN_REPORT, SANITIZED
+from conftest import LOOM, SAN_REPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "yarn-cluster.sh"
@@ -245,7 +245,7 @@ def test_what_java_puts_loom_reads(fs, hdfs, tmp_path):
     for n in SIZES + MULTI:
         (src / f"f{n}").write_bytes(blob(n, "java-put"))
         want[n] = (src / f"f{n}").read_bytes()
-    hdfs.java("-D", f"dfs.blocksize={JAVA_BLOCK}", "-mkdir", "/rt-java")
+    hdfs.java("-mkdir", "/rt-java")
     hdfs.java("-D", f"dfs.blocksize={JAVA_BLOCK}", "-put", *sorted(src.iterdir()), "/rt-java/")
     # the multi-block files are that: Java says their block size
     stat = hdfs.java_text("-stat", "%n %o %b", *(f"/rt-java/f{n}" for n in MULTI)).split("\n")
