@@ -23,7 +23,10 @@
 #include "backend/backend.h"
 #include "hadoop/yarn.h"
 
+#include "fs/fs.h"
 #include "hadoop/am.h"
+#include "hadoop/conf.h"
+#include "hadoop/hdfs.h"
 #include "jobdir/jobdir.h"
 
 #include <jansson.h>
@@ -824,27 +827,47 @@ static int run_wait(char *const *argv) {
 }
 
 /* The spec's files and archives, copied into a staging directory the
- * NodeManagers read (file://, on this host's filesystem), become every
- * container's LocalResources: YARN localizes them into the container's
- * directory, unpacking the archives, and the agent links each to its
- * target in the task's directory ({"cwd": name}). A copy, so that a
- * source changed during the job does not make a restarted task's
- * localization fail (YARN checks the size and time it was told). */
+ * NodeManagers read, become every container's LocalResources: YARN
+ * localizes them into the container's directory, unpacking the archives,
+ * and the agent links each to its target in the task's directory ({"cwd":
+ * name}). A copy, so that a source changed during the job does not make a
+ * restarted task's localization fail (YARN checks the size and time it was
+ * told). When the cluster's default filesystem is HDFS (fs.defaultFS in
+ * HADOOP_CONF_DIR's core-site.xml) the staging directory is
+ * hdfs:///user/<user>/.loom/staging/<application>, which NodeManagers on
+ * every host can read; otherwise $TMPDIR/loom-yarn-<application>-*, on
+ * this host's filesystem (file://), for a one-host cluster. */
 static int yarn_stage(backend *b, const spec_job *s, json_t **files, char *err, size_t errlen) {
   ypriv *p = b->priv;
   *files = NULL;
   int n = s->nfiles + s->narchives;
   if (!n) return 0;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(p->stage_dir, sizeof p->stage_dir, "%s/loom-yarn-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp",
-           hyarn_am_app_id(p->am));
-  if (!mkdtemp(p->stage_dir)) {
-    snprintf(err, errlen, "cannot make the YARN staging directory %s: %s", p->stage_dir,
-             strerror(errno));
-    p->stage_dir[0] = 0;
-    return LOOM_EIO;
+  hdfs_url def;
+  char why[1024];
+  bool remote = hdfs_parse_url("hdfs:///", &def, why, sizeof why) == 0;
+  if (remote) {
+    char user[256];
+    hconf_user(user, sizeof user);
+    snprintf(p->stage_dir, sizeof p->stage_dir, "hdfs://%s:%d/user/%s/.loom/staging/%s", def.host,
+             def.port, user, hyarn_am_app_id(p->am));
+    int rc = loom__fs_mkdirs(p->stage_dir, why, sizeof why);
+    if (rc < 0) {
+      snprintf(err, errlen, "cannot make the YARN staging directory: %s", why);
+      p->stage_dir[0] = 0;
+      return rc == LOOM_ENOMEM ? rc : LOOM_EBACKEND;
+    }
+  } else {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(p->stage_dir, sizeof p->stage_dir, "%s/loom-yarn-%s-XXXXXX",
+             tmp && *tmp ? tmp : "/tmp", hyarn_am_app_id(p->am));
+    if (!mkdtemp(p->stage_dir)) {
+      snprintf(err, errlen, "cannot make the YARN staging directory %s: %s", p->stage_dir,
+               strerror(errno));
+      p->stage_dir[0] = 0;
+      return LOOM_EIO;
+    }
+    chmod(p->stage_dir, 0700);
   }
-  chmod(p->stage_dir, 0700);
   p->res = calloc((size_t)n, sizeof *p->res);
   json_t *out = json_object();
   if (!p->res || !out) {
@@ -858,21 +881,40 @@ static int yarn_stage(backend *b, const spec_job *s, json_t **files, char *err, 
     base = base ? base + 1 : kv->value;
     char *dst = loom__asprintf("%s/%d-%s", p->stage_dir, i, base);
     char *name = loom__asprintf("loom-%s%d", arch ? "archive" : "file", i);
-    char *cp[] = {"cp", "-a", "--", (char *)kv->value, dst, NULL};
-    struct stat st;
-    if (!dst || !name || run_wait(cp) < 0 || stat(dst, &st) < 0) {
-      snprintf(err, errlen, "cannot stage %s.%s (%s) into %s for YARN", arch ? "archives" : "files",
-               kv->key, kv->value, p->stage_dir);
+    loom__fs_info st;
+    int rc = dst && name ? 0 : LOOM_ENOMEM;
+    snprintf(why, sizeof why, "out of memory");
+    if (rc == 0 && remote) {
+      struct stat ls;
+      if (stat(kv->value, &ls) < 0) {
+        snprintf(why, sizeof why, "%s", strerror(errno));
+        rc = LOOM_EIO;
+      } else {
+        rc = S_ISDIR(ls.st_mode) ? loom__fs_put_tree(kv->value, dst, why, sizeof why)
+                                 : loom__fs_put(kv->value, dst, true, why, sizeof why);
+      }
+    } else if (rc == 0) {
+      char *cp[] = {"cp", "-a", "--", (char *)kv->value, dst, NULL};
+      if (run_wait(cp) < 0) {
+        snprintf(why, sizeof why, "cp failed");
+        rc = LOOM_EIO;
+      }
+    }
+    /* the size and time YARN checks are what the staging filesystem says */
+    if (rc == 0) rc = loom__fs_stat(dst, &st, why, sizeof why);
+    if (rc < 0) {
+      snprintf(err, errlen, "cannot stage %s.%s (%s) into %s for YARN: %s",
+               arch ? "archives" : "files", kv->key, kv->value, p->stage_dir, why);
       free(dst);
       free(name);
       json_decref(out);
-      return LOOM_EIO;
+      return rc == LOOM_ENOMEM ? rc : LOOM_EIO;
     }
     hyarn_resource *r = &p->res[p->nres++];
     r->name = name;
     r->path = dst;
-    r->size = (int64_t)st.st_size;
-    r->mtime_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+    r->size = (int64_t)st.size;
+    r->mtime_ms = st.mtime_ms;
     r->archive = arch;
     json_object_set_new(out, kv->key, json_pack("{s:s}", "cwd", name));
   }
@@ -885,9 +927,10 @@ static int yarn_stage(backend *b, const spec_job *s, json_t **files, char *err, 
 static void yarn_unstage(backend *b) {
   ypriv *p = b->priv;
   if (!p->stage_dir[0]) return;
-  char *rm[] = {"rm", "-rf", "--", p->stage_dir, NULL};
-  if (run_wait(rm) < 0)
-    loom__log(LOOM_LOG_WARN, "yarn", "could not remove the staging directory %s", p->stage_dir);
+  char why[1024];
+  int rc = loom__fs_remove(p->stage_dir, true, why, sizeof why);
+  if (rc < 0 && rc != LOOM_ENOENT)
+    loom__log(LOOM_LOG_WARN, "yarn", "could not remove the staging directory: %s", why);
   p->stage_dir[0] = 0;
 }
 

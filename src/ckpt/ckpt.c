@@ -32,6 +32,7 @@
 #include "core/core.h"
 #include "lib/lib.h"
 #include "core/crc32c.h"
+#include "fs/fs.h"
 #include "loom/ckpt.h"
 #include "ckpt/ckpt.h"
 
@@ -60,6 +61,10 @@
 struct loom_ckpt {
   loom_t *l; /* not owned; may be NULL */
   char dir[PATH_MAX];
+  /* an hdfs:// checkpoint directory: dir is then a local directory of
+   * this handle's own, where a save writes (and a read fetches) one file
+   * at a time; the checkpoints themselves are only in remote */
+  char *remote;
   char host[256];
   int keep;
   pthread_mutex_t mu; /* one call at a time */
@@ -169,9 +174,42 @@ static int64_t tensor_bytes(size_t esize, int ndim, const int64_t *shape) {
 
 /* ---- the directory ---------------------------------------------------- */
 
+static int cmp_i64(const void *a, const void *b);
+static int64_t step_of_name(const char *name);
+
 static int ckpt_path(const loom_ckpt_t *c, int64_t step, char *out, size_t len) {
   size_t n = (size_t)snprintf(out, len, "%s/ckpt-%012lld.ckpt", c->dir, (long long)step);
   return n < len ? 0 : LOOM_ERANGE;
+}
+
+/* The name of step's checkpoint in the remote directory. */
+static int ckpt_remote_path(const loom_ckpt_t *c, int64_t step, char *out, size_t len) {
+  size_t n = (size_t)snprintf(out, len, "%s/ckpt-%012lld.ckpt", c->remote, (long long)step);
+  return n < len ? 0 : LOOM_ERANGE;
+}
+
+/* ckpt_scan of a remote directory: the names its listing holds. */
+static int ckpt_scan_remote(loom_ckpt_t *c, int64_t **steps, size_t *n) {
+  char pat[PATH_MAX + 32], why[1024];
+  snprintf(pat, sizeof pat, "%s/ckpt-*.ckpt", c->remote);
+  char **names = NULL;
+  size_t k = 0;
+  int rc = loom__fs_glob(pat, &names, &k, why, sizeof why);
+  if (rc < 0) return ckpt_fail(c, rc, "cannot read checkpoint directory %s: %s", c->remote, why);
+  int64_t *v = malloc((k ? k : 1) * sizeof *v);
+  size_t len = 0;
+  for (size_t i = 0; i < k; i++) {
+    const char *b = strrchr(names[i], '/');
+    int64_t st = step_of_name(b ? b + 1 : names[i]);
+    if (v && st >= 0) v[len++] = st;
+    free(names[i]);
+  }
+  free(names);
+  if (!v) return ckpt_fail(c, LOOM_ENOMEM, "out of memory");
+  if (len > 1) qsort(v, len, sizeof *v, cmp_i64);
+  *steps = v;
+  *n = len;
+  return 0;
 }
 
 /* The step in a checkpoint's file name, or -1 for any other name. */
@@ -225,6 +263,7 @@ static int cmp_i64(const void *a, const void *b) {
 static int ckpt_scan(loom_ckpt_t *c, int64_t **steps, size_t *n) {
   *steps = NULL;
   *n = 0;
+  if (c->remote) return ckpt_scan_remote(c, steps, n);
   DIR *d = opendir(c->dir);
   if (!d)
     return ckpt_fail(c, errno == ENOENT ? LOOM_ENOENT : LOOM_EIO,
@@ -481,6 +520,25 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step, ck
 static int ckpt_open_step(loom_ckpt_t *c, int64_t step, char *path, size_t len, int *fd) {
   if (ckpt_path(c, step, path, len) < 0)
     return ckpt_fail(c, LOOM_ERANGE, "checkpoint path too long in %s", c->dir);
+  if (c->remote) {
+    /* fetched whole (every HDFS checksum checked on the way), read from
+     * here, and gone from here once read */
+    char name[PATH_MAX + 32], why[1024];
+    if (ckpt_remote_path(c, step, name, sizeof name) < 0)
+      return ckpt_fail(c, LOOM_ERANGE, "checkpoint path too long in %s", c->remote);
+    int rc = loom__fs_get(name, path, why, sizeof why);
+    if (rc == LOOM_ENOENT)
+      return ckpt_fail(c, LOOM_ENOENT, "no checkpoint of step %lld in %s", (long long)step,
+                       c->remote);
+    if (rc < 0) return ckpt_fail(c, LOOM_EIO, "cannot fetch checkpoint %s: %s", name, why);
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    int e = errno;
+    unlink(path);
+    /* messages name the checkpoint, not the copy */
+    if (loom__strlcpy(path, name, len) >= len) path[0] = 0;
+    if (*fd >= 0) return 0;
+    return ckpt_fail(c, LOOM_EIO, "cannot open the copy of checkpoint %s: %s", name, strerror(e));
+  }
   *fd = open(path, O_RDONLY | O_CLOEXEC);
   if (*fd >= 0) return 0;
   if (errno == ENOENT)
@@ -516,6 +574,28 @@ int loom_ckpt_open(loom_t *l, const char *dir, int keep, loom_ckpt_t **out) {
   c->l = l;
   c->keep = keep;
   pthread_mutex_init(&c->mu, NULL);
+  if (loom__fs_remote(dir)) {
+    char why[1024];
+    const char *td = getenv("TMPDIR");
+    int rc = (c->remote = strdup(dir)) ? 0 : LOOM_ENOMEM;
+    if (rc == 0) {
+      snprintf(c->dir, sizeof c->dir, "%s/loom-ckpt-XXXXXX", td && *td ? td : "/tmp");
+      if (!mkdtemp(c->dir)) {
+        snprintf(why, sizeof why, "cannot make a local directory in %.200s: %s",
+                 td && *td ? td : "/tmp", strerror(errno));
+        c->dir[0] = 0;
+        rc = LOOM_EIO;
+      }
+    }
+    if (rc == 0) rc = loom__fs_mkdirs(dir, why, sizeof why);
+    if (rc < 0) {
+      rc = loom__fail(l, rc, "cannot create checkpoint directory %s: %s", dir, why);
+      loom_ckpt_close(c);
+      return rc;
+    }
+    *out = c;
+    return 0;
+  }
   if (loom__strlcpy(c->dir, dir, sizeof c->dir) >= sizeof c->dir) {
     loom_ckpt_close(c);
     return loom__fail(l, LOOM_ERANGE, "checkpoint directory path too long");
@@ -545,11 +625,16 @@ int loom_ckpt_open(loom_t *l, const char *dir, int keep, loom_ckpt_t **out) {
 
 void loom_ckpt_close(loom_ckpt_t *c) {
   if (!c) return;
+  if (c->remote && c->dir[0]) {
+    char why[512];
+    loom__fs_remove(c->dir, true, why, sizeof why);
+  }
+  free(c->remote);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
 
-const char *loom_ckpt_dir(const loom_ckpt_t *c) { return c ? c->dir : ""; }
+const char *loom_ckpt_dir(const loom_ckpt_t *c) { return !c ? "" : c->remote ? c->remote : c->dir; }
 const char *loom_ckpt_errmsg(const loom_ckpt_t *c) { return c ? c->errmsg : ""; }
 
 /* ---- save --------------------------------------------------------------- */
@@ -632,11 +717,19 @@ static void ckpt_prune(loom_ckpt_t *c, int64_t step) {
     else
       drop = c->keep > 0 && ++older >= (size_t)c->keep;
     if (!drop) continue;
-    char path[PATH_MAX];
-    if (ckpt_path(c, steps[i], path, sizeof path) < 0) continue;
-    if (unlink(path) < 0 && errno != ENOENT)
-      loom__log(LOOM_LOG_WARN, "ckpt", "cannot remove old checkpoint %s: %s", path,
-                strerror(errno));
+    char path[PATH_MAX + 32];
+    if (c->remote) {
+      char why[1024];
+      int rc = ckpt_remote_path(c, steps[i], path, sizeof path);
+      if (rc == 0) rc = loom__fs_remove(path, false, why, sizeof why);
+      if (rc < 0 && rc != LOOM_ENOENT)
+        loom__log(LOOM_LOG_WARN, "ckpt", "cannot remove old checkpoint: %s", why);
+    } else {
+      if (ckpt_path(c, steps[i], path, sizeof path) < 0) continue;
+      if (unlink(path) < 0 && errno != ENOENT)
+        loom__log(LOOM_LOG_WARN, "ckpt", "cannot remove old checkpoint %s: %s", path,
+                  strerror(errno));
+    }
     if (c->verified.valid && c->verified.step == steps[i]) c->verified.valid = false;
   }
   free(steps);
@@ -742,6 +835,14 @@ static int ckpt_save_locked(loom_ckpt_t *c, int64_t step, const loom_tensor *t, 
     return ckpt_fail(c, LOOM_EIO, "cannot sync checkpoint directory %s: %s", c->dir, strerror(e));
   }
   close(dfd);
+  if (c->remote) {
+    /* up whole, under a temporary name renamed over the step's: atomic */
+    char name[PATH_MAX + 32], why[1024];
+    int prc = ckpt_remote_path(c, step, name, sizeof name);
+    if (prc == 0) prc = loom__fs_put(path, name, true, why, sizeof why);
+    unlink(path);
+    if (prc < 0) return ckpt_fail(c, LOOM_EIO, "cannot save checkpoint %s: %s", name, why);
+  }
   ckpt_prune(c, step);
   loom__log(LOOM_LOG_DEBUG, "ckpt", "saved %s (%zu tensors, %llu bytes)", path, n,
             (unsigned long long)file_size);

@@ -147,7 +147,10 @@
   /* ---- summaries (libloom) ---- */                                                              \
   N(SUMMARY_METRIC_MS, "LOOM_SUMMARY_METRIC_MS", 200, -1, 3600000, MS,                             \
     "a summary scalar also goes to the dashboard at most this often per tag (the latest "          \
-    "value in between goes later); 0: every one; -1: none")
+    "value in between goes later); 0: every one; -1: none")                                        \
+  N(SUMMARY_UPLOAD_MS, "LOOM_SUMMARY_UPLOAD_MS", 10000, 100, 3600000, MS,                          \
+    "a summary writer in an hdfs:// directory copies its event file there this often (and at "     \
+    "close)")
 
 typedef enum {
 #define LOOM__TUN_ENUM_N(name, env, def, min, max, kind, doc) LOOM_TUN_##name,

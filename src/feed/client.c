@@ -92,7 +92,7 @@ struct loom_feed {
   /* reader thread only */
   fsplit *toread, *toread_tail;
   bool ended;
-  int rfd;
+  loom__rfile *rf; /* the input file being read */
   char *rpath;
   uint64_t last_renew, last_split_len;
 
@@ -107,6 +107,7 @@ struct loom_feed {
   /* the output of cur_sp's split */
   fsplit *w_sp;
   int w_fd;
+  char *w_local; /* the local file an hdfs:// output is written to first */
   bool w_err;
   unsigned char *wbuf;
   size_t wlen;
@@ -301,14 +302,20 @@ static bool stopping(loom_feed_t *f) {
   return s;
 }
 
-static int open_file(loom_feed_t *f, const char *path) {
-  if (f->rfd >= 0 && f->rpath && !strcmp(f->rpath, path)) return f->rfd;
-  if (f->rfd >= 0) close(f->rfd);
+/* The input file path, open (the one open already when it is that one).
+ * NULL with err set on failure. */
+static loom__rfile *open_file(loom_feed_t *f, const char *path, char *err, size_t errlen) {
+  if (f->rf && f->rpath && !strcmp(f->rpath, path)) return f->rf;
+  loom__rfile_close(f->rf);
+  f->rf = NULL;
   free(f->rpath);
   f->rpath = NULL;
-  f->rfd = open(path, O_RDONLY | O_CLOEXEC);
-  if (f->rfd >= 0) f->rpath = strdup(path);
-  return f->rfd;
+  if (loom__rfile_open(path, &f->rf, err, errlen) == 0 && !(f->rpath = strdup(path))) {
+    loom__rfile_close(f->rf);
+    f->rf = NULL;
+    snprintf(err, errlen, "out of memory");
+  }
+  return f->rf;
 }
 
 /* Asks for more splits; returns false when stopping or over. */
@@ -407,10 +414,13 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
       break;
     }
     /* to read, in the order leased; the kernel starts reading it now */
-    bool same = f->rfd >= 0 && f->rpath && !strcmp(f->rpath, sp->path);
-    int fd = same ? f->rfd : open(sp->path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) posix_fadvise(fd, (off_t)sp->off, (off_t)sp->len, POSIX_FADV_WILLNEED);
-    if (fd >= 0 && !same) close(fd);
+    if (!loom__fs_remote(sp->path)) {
+      bool same = f->rf && f->rpath && !strcmp(f->rpath, sp->path);
+      int fd = same ? -1 : open(sp->path, O_RDONLY | O_CLOEXEC);
+      if (same) loom__rfile_advise(f->rf, sp->off, sp->len, false);
+      if (fd >= 0) posix_fadvise(fd, (off_t)sp->off, (off_t)sp->len, POSIX_FADV_WILLNEED);
+      if (fd >= 0) close(fd);
+    }
     if (f->toread_tail)
       f->toread_tail->next_read = sp;
     else
@@ -426,20 +436,6 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
   return true;
 }
 
-/* Reads n bytes at off; returns the bytes read (fewer only at the end of
- * the file) or -errno. */
-static ssize_t pread_full(int fd, unsigned char *buf, size_t n, uint64_t off) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(fd, buf + got, n - got, (off_t)(off + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -errno;
-    if (r == 0) break;
-    got += (size_t)r;
-  }
-  return (ssize_t)got;
-}
-
 static void recycle(loom_feed_t *f, chunk *c) {
   pthread_mutex_lock(&f->mu);
   chunk_put_locked(f, c);
@@ -453,9 +449,10 @@ static bool read_split(loom_feed_t *f, fsplit *sp) {
   char msg[1024] = "";
   feed_parse_ctx ctx = {
       .path = sp->path, .rec = sp->rec ? sp->rec : f->fmt.rec, .err = msg, .errlen = sizeof msg};
-  int fd = open_file(f, sp->path);
-  if (fd < 0) {
-    push_error(f, LOOM_EIO, "feed input %s: cannot open: %s", sp->path, strerror(errno));
+  char why[1024];
+  loom__rfile *rf = open_file(f, sp->path, why, sizeof why);
+  if (!rf) {
+    push_error(f, LOOM_EIO, "feed input %s: cannot open: %s", sp->path, why);
     return false;
   }
   if (ctx.rec > f->max_record) {
@@ -465,7 +462,7 @@ static bool read_split(loom_feed_t *f, fsplit *sp) {
                sp->path, (unsigned long long)ctx.rec, (unsigned long long)f->max_record);
     return false;
   }
-  posix_fadvise(fd, (off_t)sp->off, (off_t)sp->len, POSIX_FADV_SEQUENTIAL);
+  loom__rfile_advise(rf, sp->off, sp->len, true);
   uint64_t pos = sp->off, end = sp->off + sp->len;
   size_t base_cap = (size_t)f->chunk_bytes;
   if (ctx.rec && ctx.rec <= base_cap) base_cap = base_cap / ctx.rec * ctx.rec;
@@ -489,11 +486,12 @@ static bool read_split(loom_feed_t *f, fsplit *sp) {
       push_error(f, LOOM_ENOMEM, "out of memory for a %zu-byte read-ahead chunk", cap);
       return false;
     }
-    ssize_t got = pread_full(fd, c->buf, want, pos);
-    if (got != (ssize_t)want) {
+    size_t got = 0;
+    int rrc = loom__rfile_pread(rf, c->buf, want, pos, &got, why, sizeof why);
+    if (rrc < 0 || got != want) {
       push_error(f, LOOM_EIO, "feed input %s: cannot read %zu bytes at offset %llu: %s", sp->path,
                  want, (unsigned long long)pos,
-                 got < 0 ? strerror((int)-got) : "the file is shorter than when the job began");
+                 rrc < 0 ? why : "the file is shorter than when the job began");
       recycle(f, c);
       return false;
     }
@@ -581,8 +579,8 @@ static void *reader_main(void *arg) {
     }
     read_split(f, sp);
   }
-  if (f->rfd >= 0) close(f->rfd);
-  f->rfd = -1;
+  loom__rfile_close(f->rf);
+  f->rf = NULL;
   return NULL;
 }
 
@@ -673,6 +671,18 @@ static int writer_close(loom_feed_t *f, bool sync) {
   }
   if (f->w_err && rc == 0)
     rc = loom__fail(f->l, LOOM_EIO, "the feed's output %s could not be written", f->w_sp->tmp);
+  if (f->w_local) {
+    /* an hdfs:// output: the split's whole output goes up now, to the
+     * temporary name the dispatcher renames at commit */
+    char why[1024];
+    int prc = rc == 0 && sync && !f->w_err
+                  ? loom__fs_put(f->w_local, f->w_sp->tmp, true, why, sizeof why)
+                  : 0;
+    if (prc < 0) rc = loom__fail(f->l, LOOM_EIO, "the feed's output: %s", why);
+    unlink(f->w_local);
+    free(f->w_local);
+    f->w_local = NULL;
+  }
   f->w_fd = -1;
   f->wlen = 0;
   f->w_sp = NULL;
@@ -699,6 +709,15 @@ static void forget_split(loom_feed_t *f, fsplit *sp) {
   fsplit_free(sp);
 }
 
+/* Removes a split's temporary output (local or on HDFS). */
+static void tmp_remove(const char *tmp) {
+  char why[512];
+  if (loom__fs_remote(tmp))
+    loom__fs_remove(tmp, false, why, sizeof why);
+  else
+    unlink(tmp);
+}
+
 /* The consumer moved past sp's last record: commit its output and report
  * it done. Frees sp. */
 static int finish_split(loom_feed_t *f, fsplit *sp) {
@@ -707,7 +726,7 @@ static int finish_split(loom_feed_t *f, fsplit *sp) {
   if (rc < 0) {
     char msg[1024];
     loom__strlcpy(msg, loom_errmsg(f->l), sizeof msg);
-    if (sp->tmp) unlink(sp->tmp);
+    if (sp->tmp) tmp_remove(sp->tmp);
     release_leases(f, json_pack("[I]", (json_int_t)sp->lease));
     forget_split(f, sp);
     return loom__fail(f->l, rc, "%s (split given back uncommitted)", msg);
@@ -719,7 +738,7 @@ static int finish_split(loom_feed_t *f, fsplit *sp) {
                   NULL, 0, CALL_MARGIN_MS * 3, &rep, NULL, NULL);
   if (rc == LOOM_ESTATE) {
     f->st.stale++;
-    if (sp->tmp) unlink(sp->tmp);
+    if (sp->tmp) tmp_remove(sp->tmp);
     loom__log(LOOM_LOG_WARN, "feed",
               "split %u was taken back before this task finished it "
               "(lease %llu): its output is discarded; another task reads it",
@@ -894,7 +913,18 @@ int loom_feed_write(loom_feed_t *f, const void *data, size_t len) {
   if (f->w_sp != sp) {
     if (f->w_sp) writer_close(f, false);
     if (!f->wbuf && !(f->wbuf = malloc(WBUF))) return LOOM_ENOMEM;
-    f->w_fd = open(sp->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (loom__fs_remote(sp->tmp)) {
+      /* written here first, uploaded whole when the split is done */
+      const char *td = getenv("TMPDIR");
+      f->w_local = loom__asprintf("%s/loom-feed-out-XXXXXX", td && *td ? td : "/tmp");
+      f->w_fd = f->w_local ? mkostemp(f->w_local, O_CLOEXEC) : -1;
+      if (f->w_fd < 0 && f->w_local) {
+        free(f->w_local);
+        f->w_local = NULL;
+      }
+    } else {
+      f->w_fd = open(sp->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
     f->w_sp = sp;
     f->w_err = f->w_fd < 0;
     if (f->w_fd < 0)
@@ -977,7 +1007,7 @@ int loom_feed_open(loom_t *l, loom_feed_t **out) {
     return LOOM_ENOMEM;
   }
   f->l = l;
-  f->rfd = f->w_fd = -1;
+  f->w_fd = -1;
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv_data, NULL);
   pthread_cond_init(&f->cv_room, NULL);
@@ -1029,7 +1059,13 @@ int loom_feed_close(loom_feed_t *f) {
   if (f->w_fd >= 0) {
     close(f->w_fd);
     f->w_fd = -1;
-    if (f->w_sp && f->w_sp->tmp) unlink(f->w_sp->tmp);
+    if (f->w_local) {
+      unlink(f->w_local);
+      free(f->w_local);
+      f->w_local = NULL;
+    } else if (f->w_sp && f->w_sp->tmp) {
+      unlink(f->w_sp->tmp);
+    }
   }
   /* every split not finished goes back, in batches the wire allows */
   while (f->held) {

@@ -146,8 +146,9 @@ static void serve_waiters(feed_dispatch *d);
 static void lease_take_back(feed_dispatch *d, lease *l, const char *why, int level) {
   loom__log(level, "feed", "split %u (lease %llu of %s) %s: it will be read again", l->split,
             (unsigned long long)l->id, l->task, why);
-  if (l->tmp && unlink(l->tmp) < 0 && errno != ENOENT)
-    loom__log(LOOM_LOG_WARN, "feed", "cannot remove %s: %s", l->tmp, strerror(errno));
+  char because[1024];
+  int rrc = l->tmp ? loom__fs_remove(l->tmp, false, because, sizeof because) : 0;
+  if (rrc < 0 && rrc != LOOM_ENOENT) loom__log(LOOM_LOG_WARN, "feed", "cannot remove: %s", because);
   d->state[l->split] = S_TODO;
   q_push_front(d, l->split);
   d->returned++;
@@ -342,11 +343,11 @@ static int finish(feed_dispatch *d, lease *l, bool wrote, json_int_t records, ch
   uint32_t s = l->split;
   if (d->output && wrote) {
     char *final = part_name(d, s);
-    int rc = final ? renameat2(AT_FDCWD, l->tmp, AT_FDCWD, final, RENAME_NOREPLACE) : -1;
-    if (rc < 0 && final && errno == EINVAL) rc = rename(l->tmp, final); /* no NOREPLACE here */
+    char why[1024] = "out of memory";
+    /* never over a committed part: a split is committed once */
+    int rc = final ? loom__fs_rename(l->tmp, final, false, why, sizeof why) : LOOM_ENOMEM;
     if (rc < 0) {
-      snprintf(msg, msglen, "cannot commit the output of split %u: rename %s to %s: %s", s, l->tmp,
-               final ? final : "?", strerror(errno));
+      snprintf(msg, msglen, "cannot commit the output of split %u: %s", s, why);
       free(final);
       lease_take_back(d, l, "could not be committed", LOOM_LOG_WARN);
       serve_waiters(d);
@@ -504,49 +505,41 @@ json_t *feed_dispatch_status(const feed_dispatch *d) {
 }
 
 /* ---- making and unmaking ------------------------------------------------ */
-/* Deletes every file in dir (not below). */
-static void clear_dir(const char *dir) {
-  DIR *dh = opendir(dir);
-  if (!dh) return;
-  struct dirent *e;
-  while ((e = readdir(dh))) {
-    if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
-    unlinkat(dirfd(dh), e->d_name, 0);
-  }
-  closedir(dh);
-}
-
 static int output_prepare(feed_dispatch *d, char *err, size_t errlen) {
-  if (loom__mkdir_p(d->output, 0755) < 0) {
-    snprintf(err, errlen, "feed.output %s: cannot create it: %s", d->output, strerror(errno));
+  char why[1024];
+  int rc = loom__fs_mkdirs(d->output, why, sizeof why);
+  if (rc < 0) {
+    snprintf(err, errlen, "feed.output %s: cannot create it: %s", d->output, why);
+    return rc == LOOM_EINVAL ? LOOM_ESPEC : LOOM_EIO;
+  }
+  char *pat = loom__asprintf("%s/part-*", d->output);
+  char **parts = NULL;
+  size_t n = 0;
+  rc = pat ? loom__fs_glob(pat, &parts, &n, why, sizeof why) : LOOM_ENOMEM;
+  free(pat);
+  if (rc < 0) {
+    snprintf(err, errlen, "feed.output %s: cannot read it: %s", d->output, why);
     return LOOM_EIO;
   }
-  DIR *dh = opendir(d->output);
-  if (!dh) {
-    snprintf(err, errlen, "feed.output %s: cannot read it: %s", d->output, strerror(errno));
-    return LOOM_EIO;
+  if (n) {
+    const char *b = strrchr(parts[0], '/');
+    snprintf(err, errlen,
+             "feed.output %s already holds output of an earlier run (%s): "
+             "remove its part-* files or choose another directory",
+             d->output, b ? b + 1 : parts[0]);
+    rc = LOOM_ESPEC;
   }
-  struct dirent *e;
-  int rc = 0;
-  while ((e = readdir(dh))) {
-    if (!strncmp(e->d_name, "part-", 5)) {
-      snprintf(err, errlen,
-               "feed.output %s already holds output of an earlier run (%s): "
-               "remove its part-* files or choose another directory",
-               d->output, e->d_name);
-      rc = LOOM_ESPEC;
-      break;
-    }
-  }
-  closedir(dh);
+  for (size_t i = 0; i < n; i++) free(parts[i]);
+  free(parts);
   if (rc < 0) return rc;
   if (!(d->tmpdir = loom__asprintf("%s/.tmp", d->output))) return LOOM_ENOMEM;
-  if (mkdir(d->tmpdir, 0755) < 0 && errno != EEXIST) {
-    snprintf(err, errlen, "feed.output %s: cannot create %s: %s", d->output, d->tmpdir,
-             strerror(errno));
+  /* what a crashed earlier coordinator left goes */
+  rc = loom__fs_remove(d->tmpdir, true, why, sizeof why);
+  if (rc == 0 || rc == LOOM_ENOENT) rc = loom__fs_mkdirs(d->tmpdir, why, sizeof why);
+  if (rc < 0) {
+    snprintf(err, errlen, "feed.output %s: cannot make %s afresh: %s", d->output, d->tmpdir, why);
     return LOOM_EIO;
   }
-  clear_dir(d->tmpdir); /* what a crashed earlier coordinator left */
   return 0;
 }
 
@@ -602,7 +595,9 @@ int feed_dispatch_create(const json_t *feed, const char *job_dir, const char *sp
       rc = LOOM_ESPEC;
       break;
     }
-    globs[i] = g[0] == '/' || !spec_dir ? strdup(g) : loom__asprintf("%s/%s", spec_dir, g);
+    globs[i] = g[0] == '/' || loom__fs_remote(g) || !spec_dir
+                   ? strdup(g)
+                   : loom__asprintf("%s/%s", spec_dir, g);
     if (!globs[i]) {
       rc = LOOM_ENOMEM;
       break;
@@ -624,7 +619,9 @@ int feed_dispatch_create(const json_t *feed, const char *job_dir, const char *sp
   }
   const char *o = json_string_value(json_object_get(feed, "output"));
   if (o && *o) {
-    d->output = o[0] == '/' || !spec_dir ? strdup(o) : loom__asprintf("%s/%s", spec_dir, o);
+    d->output = o[0] == '/' || loom__fs_remote(o) || !spec_dir
+                    ? strdup(o)
+                    : loom__asprintf("%s/%s", spec_dir, o);
     if (!d->output) {
       rc = LOOM_ENOMEM;
       goto fail;
@@ -648,15 +645,13 @@ void feed_dispatch_destroy(feed_dispatch *d) {
     n = w->next;
     free(w);
   }
+  char why[1024];
   while (d->leases) {
     lease *l = d->leases;
-    if (l->tmp) unlink(l->tmp);
+    if (l->tmp) loom__fs_remove(l->tmp, false, why, sizeof why);
     lease_unlink(d, l);
   }
-  if (d->tmpdir) {
-    clear_dir(d->tmpdir);
-    rmdir(d->tmpdir);
-  }
+  if (d->tmpdir) loom__fs_remove(d->tmpdir, true, why, sizeof why);
   loom__feed_input_free(d->in);
   free(d->state);
   free(d->queue);

@@ -13,6 +13,7 @@
 
 #include "core/crc32c.h"
 #include "core/core.h"
+#include "fs/fs.h"
 #include <jansson.h>
 
 /* ---- tunables: LOOM_FEED_* in src/core/tun.h, read with loom__tun() ---- */
@@ -102,15 +103,15 @@ typedef struct {
 /* A format: one table of operations per file fmt_*.c. */
 typedef struct feed_format_ops {
   const char *name;
-  /* Checks the open file fd (ff->path and ff->size set) and sets
+  /* Checks the open file f (ff->path and ff->size set) and sets
    * ff->data_off, ff->data_end and ff->rec. LOOM_EIO / LOOM_ESPEC with a
    * message naming the file on a bad header. */
-  int (*probe)(int fd, const feed_format *fmt, feed_file *ff, char *err, size_t errlen);
+  int (*probe)(loom__rfile *f, const feed_format *fmt, feed_file *ff, char *err, size_t errlen);
   /* Cuts [data_off, data_end) into ranges of about step bytes that start and
    * end on record boundaries: appends each cut (a record's first byte,
    * strictly between data_off and data_end, increasing) to *cuts. */
-  int (*cut)(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts, size_t *ncuts, char *err,
-             size_t errlen);
+  int (*cut)(loom__rfile *f, const feed_file *ff, uint64_t step, uint64_t **cuts, size_t *ncuts,
+             char *err, size_t errlen);
   /* Finds the whole records in buf[0..len) (file bytes from ctx->base, at a
    * record boundary) and appends them to recs; *used gets the bytes they
    * take. With eof, buf ends where the split ends, so bytes left over are a
@@ -123,8 +124,8 @@ typedef struct feed_format_ops {
 
 /* Cutting and parsing records of ff->rec / ctx->rec bytes each, shared by
  * fmt_fixed.c and fmt_idx.c. */
-int loom__feed_cut_sized(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts, size_t *ncuts,
-                         char *err, size_t errlen);
+int loom__feed_cut_sized(loom__rfile *f, const feed_file *ff, uint64_t step, uint64_t **cuts,
+                         size_t *ncuts, char *err, size_t errlen);
 int loom__feed_parse_sized(const unsigned char *buf, size_t len, bool eof,
                            const feed_parse_ctx *ctx, feed_recs *recs, size_t *used);
 /* Appends one cut to a growing array. */

@@ -6,8 +6,9 @@
 #include <stdio.h>
 #include <stdint.h>
 
-static int fixed_probe(int fd, const feed_format *fmt, feed_file *ff, char *err, size_t errlen) {
-  (void)fd;
+static int fixed_probe(loom__rfile *f, const feed_format *fmt, feed_file *ff, char *err,
+                       size_t errlen) {
+  (void)f;
   if (ff->size % fmt->rec) {
     snprintf(err, errlen,
              "%s is %llu bytes, not a multiple of the record size %llu (format fixed:%llu): "
@@ -22,9 +23,9 @@ static int fixed_probe(int fd, const feed_format *fmt, feed_file *ff, char *err,
   return 0;
 }
 
-int loom__feed_cut_sized(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts, size_t *ncuts,
-                         char *err, size_t errlen) {
-  (void)fd;
+int loom__feed_cut_sized(loom__rfile *f, const feed_file *ff, uint64_t step, uint64_t **cuts,
+                         size_t *ncuts, char *err, size_t errlen) {
+  (void)f;
   (void)err;
   (void)errlen;
   uint64_t r = ff->rec, per = step / r ? step / r : 1; /* records a split */

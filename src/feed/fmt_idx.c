@@ -31,11 +31,17 @@ static int idx_elem(unsigned type) {
   return 0;
 }
 
-static int idx_probe(int fd, const feed_format *fmt, feed_file *ff, char *err, size_t errlen) {
+static int idx_probe(loom__rfile *f, const feed_format *fmt, feed_file *ff, char *err,
+                     size_t errlen) {
   (void)fmt;
   unsigned char h[4 + 4 * IDX_MAX_DIMS];
   size_t have = ff->size < sizeof h ? (size_t)ff->size : sizeof h;
-  if (have < 4 || pread(fd, h, have, 0) != (ssize_t)have) {
+  size_t got = 0;
+  if (have >= 4) {
+    int rc = loom__rfile_pread(f, h, have, 0, &got, err, errlen);
+    if (rc < 0) return rc;
+  }
+  if (have < 4 || got != have) {
     snprintf(err, errlen, "%s: %llu bytes is too short for an idx header (format idx)", ff->path,
              (unsigned long long)ff->size);
     return LOOM_ESPEC;

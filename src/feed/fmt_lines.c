@@ -14,8 +14,9 @@
 
 #define LINES_WINDOW (64 << 10)
 
-static int lines_probe(int fd, const feed_format *fmt, feed_file *ff, char *err, size_t errlen) {
-  (void)fd;
+static int lines_probe(loom__rfile *f, const feed_format *fmt, feed_file *ff, char *err,
+                       size_t errlen) {
+  (void)f;
   (void)fmt;
   (void)err;
   (void)errlen;
@@ -26,20 +27,21 @@ static int lines_probe(int fd, const feed_format *fmt, feed_file *ff, char *err,
 }
 
 /* The offset just past the first '\n' at or after from, or end. */
-static int next_line(int fd, const feed_file *ff, uint64_t from, uint64_t *out, char *err,
+static int next_line(loom__rfile *f, const feed_file *ff, uint64_t from, uint64_t *out, char *err,
                      size_t errlen) {
   unsigned char buf[LINES_WINDOW];
   uint64_t pos = from;
   while (pos < ff->data_end) {
     size_t want = ff->data_end - pos < sizeof buf ? (size_t)(ff->data_end - pos) : sizeof buf;
-    ssize_t n = pread(fd, buf, want, (off_t)pos);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      snprintf(err, errlen, "%s: cannot read at offset %llu: %s", ff->path, (unsigned long long)pos,
-               n < 0 ? strerror(errno) : "the file got shorter");
+    size_t n = 0;
+    int rc = loom__rfile_pread(f, buf, want, pos, &n, err, errlen);
+    if (rc < 0) return rc;
+    if (n == 0) {
+      snprintf(err, errlen, "%s: cannot read at offset %llu: the file got shorter", ff->path,
+               (unsigned long long)pos);
       return LOOM_EIO;
     }
-    unsigned char *nl = memchr(buf, '\n', (size_t)n);
+    unsigned char *nl = memchr(buf, '\n', n);
     if (nl) {
       *out = pos + (uint64_t)(nl - buf) + 1;
       return 0;
@@ -50,12 +52,12 @@ static int next_line(int fd, const feed_file *ff, uint64_t from, uint64_t *out, 
   return 0;
 }
 
-static int lines_cut(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts, size_t *ncuts,
-                     char *err, size_t errlen) {
+static int lines_cut(loom__rfile *f, const feed_file *ff, uint64_t step, uint64_t **cuts,
+                     size_t *ncuts, char *err, size_t errlen) {
   uint64_t target = ff->data_off + step;
   while (target < ff->data_end) {
     uint64_t at;
-    int rc = next_line(fd, ff, target - 1, &at, err, errlen);
+    int rc = next_line(f, ff, target - 1, &at, err, errlen);
     if (rc < 0) return rc;
     if (at >= ff->data_end) break;
     if ((rc = loom__feed_cut_push(cuts, ncuts, at)) < 0) return rc;

@@ -24,14 +24,20 @@ static bool header_ok(const unsigned char *h) {
   return loom__crc32c_mask(loom__crc32c(0, h, 8)) == loom__get_le32(h + 8);
 }
 
-static int tf_probe(int fd, const feed_format *fmt, feed_file *ff, char *err, size_t errlen) {
+static int tf_probe(loom__rfile *f, const feed_format *fmt, feed_file *ff, char *err,
+                    size_t errlen) {
   (void)fmt;
   ff->data_off = 0;
   ff->data_end = ff->size;
   ff->rec = 0;
   if (ff->size == 0) return 0;
   unsigned char h[TF_HDR];
-  if (ff->size < TF_HDR + TF_FOOT || pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
+  size_t got = 0;
+  if (ff->size >= TF_HDR + TF_FOOT) {
+    int rc = loom__rfile_pread(f, h, sizeof h, 0, &got, err, errlen);
+    if (rc < 0) return rc;
+  }
+  if (ff->size < TF_HDR + TF_FOOT || got != sizeof h) {
     snprintf(err, errlen, "%s: %llu bytes is too short to be a TFRecord file (format tfrecord)",
              ff->path, (unsigned long long)ff->size);
     return LOOM_ESPEC;
@@ -46,8 +52,8 @@ static int tf_probe(int fd, const feed_format *fmt, feed_file *ff, char *err, si
   return 0;
 }
 
-static int tf_cut(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts, size_t *ncuts,
-                  char *err, size_t errlen) {
+static int tf_cut(loom__rfile *f, const feed_file *ff, uint64_t step, uint64_t **cuts,
+                  size_t *ncuts, char *err, size_t errlen) {
   unsigned char *win = malloc(TF_WINDOW);
   if (!win) return LOOM_ENOMEM;
   uint64_t wpos = 0, wlen = 0; /* the window holds file bytes [wpos, wpos+wlen) */
@@ -62,12 +68,11 @@ static int tf_cut(int fd, const feed_file *ff, uint64_t step, uint64_t **cuts, s
     }
     if (pos < wpos || pos + TF_HDR > wpos + wlen) {
       size_t want = ff->data_end - pos < TF_WINDOW ? (size_t)(ff->data_end - pos) : TF_WINDOW;
-      ssize_t n;
-      do n = pread(fd, win, want, (off_t)pos);
-      while (n < 0 && errno == EINTR);
+      size_t n = 0;
+      if ((rc = loom__rfile_pread(f, win, want, pos, &n, err, errlen)) < 0) break;
       if (n < TF_HDR) {
-        snprintf(err, errlen, "%s: cannot read at offset %llu: %s", ff->path,
-                 (unsigned long long)pos, n < 0 ? strerror(errno) : "the file got shorter");
+        snprintf(err, errlen, "%s: cannot read at offset %llu: the file got shorter", ff->path,
+                 (unsigned long long)pos);
         rc = LOOM_EIO;
         break;
       }

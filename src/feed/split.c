@@ -29,44 +29,48 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Every path the globs match, sorted, each once, into *paths. */
+/* Every name the globs match (local paths or hdfs:// URLs), sorted, each
+ * once, into *paths. */
 static int expand(const char *const *globs, size_t nglobs, char ***paths, size_t *npaths, char *err,
                   size_t errlen) {
   char **out = NULL;
   size_t n = 0, cap = 0;
   int rc = 0;
   for (size_t g = 0; g < nglobs && rc == 0; g++) {
-    glob_t gl;
-    int grc = glob(globs[g], 0, NULL, &gl);
-    if (grc == GLOB_NOMATCH) {
+    char **m = NULL;
+    size_t nm = 0;
+    char why[1024];
+    rc = loom__fs_glob(globs[g], &m, &nm, why, sizeof why);
+    if (rc < 0) {
+      snprintf(err, errlen, "feed.input '%s': %s", globs[g], why);
+      if (rc == LOOM_EINVAL) rc = LOOM_ESPEC;
+      break;
+    }
+    if (nm == 0) {
       snprintf(err, errlen,
                "feed.input '%s' matches no file: check the path (relative "
                "paths start at the spec's directory)",
                globs[g]);
       rc = LOOM_ESPEC;
-    } else if (grc != 0) {
-      snprintf(err, errlen, "feed.input '%s': cannot read a directory on the way: %s", globs[g],
-               strerror(errno));
-      rc = LOOM_EIO;
     }
-    for (size_t i = 0; grc == 0 && rc == 0 && i < gl.gl_pathc; i++) {
-      if (n == cap) {
+    for (size_t i = 0; i < nm; i++) {
+      if (rc == 0 && n == cap) {
         size_t nc = cap ? cap * 2 : 64;
         char **p = nc <= INPUT_MAX_FILES ? realloc(out, nc * sizeof *p) : NULL;
         if (!p) {
           snprintf(err, errlen, "feed.input matches too many files (at most %u)", INPUT_MAX_FILES);
           rc = LOOM_ENOMEM;
-          break;
+        } else {
+          out = p;
+          cap = nc;
         }
-        out = p;
-        cap = nc;
       }
-      if (!(out[n] = strdup(gl.gl_pathv[i])))
-        rc = LOOM_ENOMEM;
+      if (rc == 0)
+        out[n++] = m[i];
       else
-        n++;
+        free(m[i]);
     }
-    if (grc == 0) globfree(&gl);
+    free(m);
   }
   if (rc == 0 && n) {
     qsort(out, n, sizeof *out, cmp_str);
@@ -124,25 +128,26 @@ int loom__feed_input_make(const char *const *globs, size_t nglobs, const feed_fo
     ff->path = paths[i];
     paths[i] = NULL;
     in->nfiles++;
-    int fd = open(ff->path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) {
-      snprintf(err, errlen, "feed input %s: cannot open: %s", ff->path, strerror(errno));
-      rc = LOOM_EIO;
-    } else if (!S_ISREG(st.st_mode)) {
+    loom__rfile *f = NULL;
+    char why[1024];
+    rc = loom__rfile_open(ff->path, &f, why, sizeof why);
+    if (rc == LOOM_ESTATE) {
       snprintf(err, errlen,
                "feed input %s is not a regular file: make feed.input's globs "
                "match files only",
                ff->path);
       rc = LOOM_ESPEC;
+    } else if (rc < 0) {
+      snprintf(err, errlen, "feed input %s: cannot open: %s", ff->path, why);
+      rc = rc == LOOM_ENOMEM ? rc : LOOM_EIO;
     } else {
-      ff->size = (uint64_t)st.st_size;
-      rc = ops->probe(fd, fmt, ff, err, errlen);
+      ff->size = loom__rfile_size(f);
+      rc = ops->probe(f, fmt, ff, err, errlen);
     }
     uint64_t *cuts = NULL;
     size_t ncuts = 0;
     if (rc == 0 && ff->data_end - ff->data_off > split_bytes)
-      rc = ops->cut(fd, ff, split_bytes, &cuts, &ncuts, err, errlen);
+      rc = ops->cut(f, ff, split_bytes, &cuts, &ncuts, err, errlen);
     if (rc == 0 && ff->data_end > ff->data_off) {
       uint64_t at = ff->data_off;
       for (size_t c = 0; c <= ncuts && rc == 0; c++) {
@@ -159,7 +164,7 @@ int loom__feed_input_make(const char *const *globs, size_t nglobs, const feed_fo
       in->bytes += ff->data_end - ff->data_off;
     }
     free(cuts);
-    if (fd >= 0) close(fd);
+    loom__rfile_close(f);
   }
   if (rc == 0 && in->nsplits == 0) {
     snprintf(err, errlen, "feed.input matches only empty files (%zu of them): nothing to read",

@@ -3,6 +3,7 @@
 
 #include "hadoop/hdfs.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
@@ -150,6 +151,7 @@ int loom__fs_stat(const char *name, loom__fs_info *st, char *err, size_t errlen)
     if (rc == 0) {
       st->dir = hs.dir;
       st->size = hs.length;
+      st->mtime_ms = (int64_t)hs.mtime_ms;
     }
     return rc;
   }
@@ -157,6 +159,7 @@ int loom__fs_stat(const char *name, loom__fs_info *st, char *err, size_t errlen)
   if (stat(name, &s) < 0) return local_fail("cannot stat", name, err, errlen);
   st->dir = S_ISDIR(s.st_mode);
   st->size = (uint64_t)s.st_size;
+  st->mtime_ms = (int64_t)s.st_mtim.tv_sec * 1000 + s.st_mtim.tv_nsec / 1000000;
   return 0;
 }
 
@@ -477,13 +480,14 @@ static int put_with(const char *name, fill_fn fill, void *arg, bool replace, cha
 
 typedef struct {
   loom__rfile *f;
-  uint64_t at;
+  uint64_t at, end; /* fill_file: up to end */
   const char *data;
   size_t len;
 } src_state;
 
 static int fill_file(void *arg, void *buf, size_t cap, size_t *got, char *err, size_t errlen) {
   src_state *s = arg;
+  if (cap > s->end - s->at) cap = (size_t)(s->end - s->at);
   int rc = loom__rfile_pread(s->f, buf, cap, s->at, got, err, errlen);
   s->at += *got;
   return rc;
@@ -499,18 +503,60 @@ static int fill_mem(void *arg, void *buf, size_t cap, size_t *got, char *err, si
 }
 
 int loom__fs_put(const char *local, const char *name, bool replace, char *err, size_t errlen) {
+  return loom__fs_put_n(local, UINT64_MAX, name, replace, err, errlen);
+}
+
+int loom__fs_put_n(const char *local, uint64_t len, const char *name, bool replace, char *err,
+                   size_t errlen) {
   src_state s = {0};
   int rc = loom__rfile_open(local, &s.f, err, errlen);
   if (rc < 0) return rc;
+  s.end = len < loom__rfile_size(s.f) ? len : loom__rfile_size(s.f);
   rc = put_with(name, fill_file, &s, replace, err, errlen);
   loom__rfile_close(s.f);
   return rc;
+}
+
+#define TREE_DEPTH 64
+
+static int put_tree(const char *local, const char *name, int depth, char *err, size_t errlen) {
+  if (depth > TREE_DEPTH) {
+    snprintf(err, errlen, "%s: deeper than %d directories", local, TREE_DEPTH);
+    return LOOM_ERANGE;
+  }
+  int rc = loom__fs_mkdirs(name, err, errlen);
+  DIR *d = rc == 0 ? opendir(local) : NULL;
+  if (rc == 0 && !d) return local_fail("cannot read the directory", local, err, errlen);
+  struct dirent *e;
+  while (rc == 0 && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char *src = loom__asprintf("%s/%s", local, e->d_name);
+    char *dst = loom__asprintf("%s/%s", name, e->d_name);
+    struct stat st;
+    if (!src || !dst)
+      rc = LOOM_ENOMEM;
+    else if (stat(src, &st) < 0)
+      rc = local_fail("cannot stat", src, err, errlen);
+    else if (S_ISDIR(st.st_mode))
+      rc = put_tree(src, dst, depth + 1, err, errlen);
+    else if (S_ISREG(st.st_mode))
+      rc = loom__fs_put(src, dst, true, err, errlen);
+    free(src);
+    free(dst);
+  }
+  if (d) closedir(d);
+  return rc;
+}
+
+int loom__fs_put_tree(const char *local, const char *name, char *err, size_t errlen) {
+  return put_tree(local, name, 0, err, errlen);
 }
 
 int loom__fs_get(const char *name, const char *local, char *err, size_t errlen) {
   src_state s = {0};
   int rc = loom__rfile_open(name, &s.f, err, errlen);
   if (rc < 0) return rc;
+  s.end = loom__rfile_size(s.f);
   rc = local_put(local, fill_file, &s, true, err, errlen);
   loom__rfile_close(s.f);
   return rc;

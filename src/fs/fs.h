@@ -38,6 +38,7 @@ void loom__rfile_close(loom__rfile *f);
 typedef struct {
   bool dir;
   uint64_t size;
+  int64_t mtime_ms; /* modification time, ms since the epoch */
 } loom__fs_info;
 
 int loom__fs_stat(const char *name, loom__fs_info *st, char *err, size_t errlen);
@@ -58,6 +59,12 @@ int loom__fs_remove(const char *name, bool recursive, char *err, size_t errlen);
  * name + "._COPYING_" then renamed over name (replace) or onto it (not:
  * LOOM_ESTATE when name exists). */
 int loom__fs_put(const char *local, const char *name, bool replace, char *err, size_t errlen);
+/* The same for the first len bytes of local (all of it when shorter). */
+int loom__fs_put_n(const char *local, uint64_t len, const char *name, bool replace, char *err,
+                   size_t errlen);
+/* Copies the local directory tree local to name (made, with its
+ * subdirectories; files as loom__fs_put with replace). */
+int loom__fs_put_tree(const char *local, const char *name, char *err, size_t errlen);
 /* Copies name to the local file local (written beside it, then renamed). */
 int loom__fs_get(const char *name, const char *local, char *err, size_t errlen);
 /* Writes len bytes of data to name atomically, as loom__fs_put. */

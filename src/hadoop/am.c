@@ -14,6 +14,7 @@
 #include "core/bytes.h"
 #include "applicationmaster_protocol.pb-c.h"
 #include "containermanagement_protocol.pb-c.h"
+#include "hadoop/hdfs.h"
 #include "hadoop/ipc.h"
 #include "hadoop/yarn.h"
 #include "yarn_service_protos.pb-c.h"
@@ -635,6 +636,22 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
     hadoop__yarn__urlproto__init(&url[i]);
     url[i].scheme = "file";
     url[i].file = (char *)res[i].path;
+    hdfs_url hu;
+    char why[512];
+    if (hdfs_is_url(res[i].path)) {
+      /* staged on HDFS: the NodeManagers fetch it from there */
+      if (hdfs_parse_url(res[i].path, &hu, why, sizeof why) < 0) {
+        snprintf(err, errlen, "resource %s: %s", res[i].name, why);
+        rc = LOOM_EBACKEND;
+        break;
+      }
+      url[i].scheme = "hdfs";
+      url[i].host = strdup(hu.host);
+      url[i].has_port = 1;
+      url[i].port = hu.port;
+      url[i].file = strdup(hu.path);
+      if (!url[i].host || !url[i].file) rc = LOOM_ENOMEM;
+    }
     hadoop__yarn__local_resource_proto__init(&lv[i]);
     lv[i].resource = &url[i];
     lv[i].has_size = lv[i].has_timestamp = lv[i].has_type = lv[i].has_visibility = 1;
@@ -682,6 +699,8 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
     snprintf(err, errlen, "container %s on %s: %s", c->id, c->node,
              why[0] ? why : loom_strerror(rc));
   clc_env_free(&ce);
+  for (int i = 0; url && i < nres; i++)
+    if (url[i].scheme && !strcmp(url[i].scheme, "hdfs")) free(url[i].host), free(url[i].file);
   free(lr), free(lrp), free(lv), free(url);
   protobuf_c_message_free_unpacked(&cp->base, NULL);
   return rc < 0 ? LOOM_EBACKEND : 0;

@@ -294,7 +294,8 @@ static int nn_call(hdfs *fs, const char *method, const ProtobufCMessage *req,
   return rc;
 }
 
-static void copy_stat(const Hadoop__Hdfs__HdfsFileStatusProto *p, hdfs_stat *st, bool name) {
+void hdfs_stat_of(const void *status, hdfs_stat *st, bool name) {
+  const Hadoop__Hdfs__HdfsFileStatusProto *p = status;
   memset(st, 0, sizeof *st);
   st->dir = p->filetype == HADOOP__HDFS__HDFS_FILE_STATUS_PROTO__FILE_TYPE__IS_DIR;
   st->length = p->length;
@@ -326,7 +327,7 @@ int hdfs_stat_path(hdfs *fs, const char *path, hdfs_stat *st, char *err, size_t 
     snprintf(err, errlen, "hdfs://%s:%d%s: no such file or directory", fs->host, fs->port, path);
     rc = LOOM_ENOENT;
   }
-  if (rc == 0) copy_stat(resp->fs, st, false);
+  if (rc == 0) hdfs_stat_of(resp->fs, st, false);
   if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
   return rc;
 }
@@ -371,7 +372,8 @@ int hdfs_list(hdfs *fs, const char *path, hdfs_stat **out, size_t *n, char *err,
     }
     bool more = false;
     if (rc == 0) {
-      for (size_t i = 0; i < got; i++) copy_stat(resp->dirlist->partiallisting[i], &v[cnt++], true);
+      for (size_t i = 0; i < got; i++)
+        hdfs_stat_of(resp->dirlist->partiallisting[i], &v[cnt++], true);
       more = resp->dirlist->remainingentries > 0 && got > 0;
       if (more) {
         const ProtobufCBinaryData *last = &resp->dirlist->partiallisting[got - 1]->path;
@@ -635,6 +637,107 @@ static void op_header_init(op_header *h, Hadoop__Hdfs__ExtendedBlockProto *b,
   h->coh.clientname = (char *)client;
 }
 
+/* ---- checks of what the NameNode and DataNodes say ---------------------- */
+
+static bool addr_ok(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (!n || n >= 64) return false;
+  for (size_t i = 0; i < n; i++)
+    if (s[i] <= 0x20 || s[i] >= 0x7f) return false;
+  return true;
+}
+
+int hdfs_check_block(const void *located, char *err, size_t errlen) {
+  const Hadoop__Hdfs__LocatedBlockProto *b = located;
+  if (!b->b->poolid || strlen(b->b->poolid) >= 256) {
+    snprintf(err, errlen, "gave a block with a block pool id of more than 255 bytes");
+    return LOOM_EPROTO;
+  }
+  for (size_t k = 0; k < b->n_locs; k++) {
+    const Hadoop__Hdfs__DatanodeIDProto *id = b->locs[k]->id;
+    if (!addr_ok(id->ipaddr) || !id->xferport || id->xferport > 65535) {
+      snprintf(err, errlen, "gave block %llu a DataNode with an unusable address",
+               (unsigned long long)b->b->blockid);
+      return LOOM_EPROTO;
+    }
+  }
+  return 0;
+}
+
+int hdfs_check_located(const void *located_blocks, char *err, size_t errlen) {
+  const Hadoop__Hdfs__LocatedBlocksProto *l = located_blocks;
+  if (l->ecpolicy || l->fileencryptioninfo) {
+    snprintf(err, errlen, "says the file is %s: not supported by loom's HDFS client",
+             l->ecpolicy ? "erasure-coded" : "in an encryption zone");
+    return LOOM_ENOTSUP;
+  }
+  for (size_t i = 0; i < l->n_blocks; i++) {
+    const Hadoop__Hdfs__LocatedBlockProto *b = l->blocks[i];
+    if (b->offset > l->filelength || b->b->numbytes > l->filelength - b->offset ||
+        (i && b->offset < l->blocks[i - 1]->offset + l->blocks[i - 1]->b->numbytes)) {
+      snprintf(err, errlen,
+               "gave block %zu at %llu+%llu, overlapping or past the file's %llu bytes", i,
+               (unsigned long long)b->offset, (unsigned long long)b->b->numbytes,
+               (unsigned long long)l->filelength);
+      return LOOM_EPROTO;
+    }
+    int rc = hdfs_check_block(b, err, errlen);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+int hdfs_check_read_reply(const void *block_op_response, uint64_t offset, int *type, uint32_t *bpc,
+                          uint64_t *chunk, char *err, size_t errlen) {
+  const Hadoop__Hdfs__BlockOpResponseProto *resp = block_op_response;
+  if (resp->status != HADOOP__HDFS__STATUS__SUCCESS) {
+    snprintf(err, errlen, "refused: %s%s%s", status_name(resp->status), resp->message ? ": " : "",
+             resp->message ? resp->message : "");
+    return LOOM_EPEER;
+  }
+  const Hadoop__Hdfs__ReadOpChecksumInfoProto *ci = resp->readopchecksuminfo;
+  if (!ci || !ci->checksum) {
+    snprintf(err, errlen, "sent no checksum information");
+    return LOOM_EPROTO;
+  }
+  int t = ci->checksum->type;
+  uint32_t n = ci->checksum->bytesperchecksum;
+  if (t < 0 || t > 2 || !n || n > (1u << 20) || ci->chunkoffset > offset ||
+      (t != 0 && offset - ci->chunkoffset >= n)) {
+    snprintf(err, errlen,
+             "sent unusable checksum information (type %d, %u bytes a chunk, chunk at %llu for "
+             "offset %llu)",
+             t, n, (unsigned long long)ci->chunkoffset, (unsigned long long)offset);
+    return LOOM_EPROTO;
+  }
+  *type = t;
+  *bpc = n;
+  *chunk = ci->chunkoffset;
+  return 0;
+}
+
+int hdfs_check_ack(const void *pipeline_ack, int64_t seqno, size_t nodes, char *err,
+                   size_t errlen) {
+  const Hadoop__Hdfs__PipelineAckProto *a = pipeline_ack;
+  for (size_t i = 0; i < a->n_reply; i++)
+    if (a->reply[i] != HADOOP__HDFS__STATUS__SUCCESS) {
+      snprintf(err, errlen, "DataNode %zu of the pipeline answered %s", i + 1,
+               status_name(a->reply[i]));
+      return LOOM_EIO;
+    }
+  if (a->seqno != seqno) {
+    snprintf(err, errlen, "acknowledged packet %lld where %lld was next", (long long)a->seqno,
+             (long long)seqno);
+    return LOOM_EPROTO;
+  }
+  if (a->n_reply != nodes) {
+    snprintf(err, errlen, "an acknowledgement for %zu DataNodes from a pipeline of %zu", a->n_reply,
+             nodes);
+    return LOOM_EPROTO;
+  }
+  return 0;
+}
+
 /* ---- reading ------------------------------------------------------------ */
 
 typedef struct {
@@ -696,21 +799,9 @@ static int locate(hdfs_reader *r, uint64_t off, char *err, size_t errlen) {
     rc = LOOM_ENOENT;
   }
   if (rc == 0) {
-    Hadoop__Hdfs__LocatedBlocksProto *l = resp->locations;
-    if (l->ecpolicy || l->fileencryptioninfo) {
-      snprintf(err, errlen, "%s is %s: not supported by loom's HDFS client", r->url,
-               l->ecpolicy ? "erasure-coded" : "in an encryption zone");
-      rc = LOOM_ENOTSUP;
-    }
-    for (size_t i = 0; rc == 0 && i < l->n_blocks; i++) {
-      const Hadoop__Hdfs__LocatedBlockProto *b = l->blocks[i];
-      if (b->offset > l->filelength || b->b->numbytes > l->filelength - b->offset) {
-        snprintf(err, errlen, "%s: %s gave block %zu at %llu+%llu past the file's %llu bytes",
-                 r->url, r->fs->peer, i, (unsigned long long)b->offset,
-                 (unsigned long long)b->b->numbytes, (unsigned long long)l->filelength);
-        rc = LOOM_EPROTO;
-      }
-    }
+    char why[512];
+    if ((rc = hdfs_check_located(resp->locations, why, sizeof why)) < 0)
+      snprintf(err, errlen, "%s: %s %s", r->url, r->fs->peer, why);
   }
   if (rc < 0) {
     if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -825,35 +916,22 @@ static int stream_open(hdfs_reader *r, int bi, int li, uint64_t off, char *err, 
   if (rc == 0)
     rc = recv_delimited(fd, peer, &hadoop__hdfs__block_op_response_proto__descriptor,
                         (ProtobufCMessage **)&resp, "the answer to the read request", err, errlen);
-  if (rc == 0 && resp->status != HADOOP__HDFS__STATUS__SUCCESS) {
-    snprintf(err, errlen, "%s refused to read block %llu: %s%s%s", peer,
-             (unsigned long long)b->b->blockid, status_name(resp->status),
-             resp->message ? ": " : "", resp->message ? resp->message : "");
-    rc = LOOM_EPEER;
-  }
-  const Hadoop__Hdfs__ReadOpChecksumInfoProto *ci = rc == 0 ? resp->readopchecksuminfo : NULL;
-  if (rc == 0 && (!ci || !ci->checksum)) {
-    snprintf(err, errlen, "%s sent no checksum information for block %llu", peer,
-             (unsigned long long)b->b->blockid);
-    rc = LOOM_EPROTO;
-  }
   if (rc == 0) {
-    int t = ci->checksum->type;
-    uint32_t bpc = ci->checksum->bytesperchecksum;
-    if (t < 0 || t > 2 || !bpc || bpc > (1u << 20) || ci->chunkoffset > op.offset ||
-        (t != 0 && op.offset - ci->chunkoffset >= bpc)) {
-      snprintf(err, errlen,
-               "%s: unusable checksum information (type %d, %u bytes a chunk, "
-               "chunk at %llu for offset %llu)",
-               peer, t, bpc, (unsigned long long)ci->chunkoffset, (unsigned long long)op.offset);
-      rc = LOOM_EPROTO;
+    int t = 0;
+    uint32_t bpc = 0;
+    uint64_t chunk = 0;
+    char why[512];
+    rc = hdfs_check_read_reply(resp, op.offset, &t, &bpc, &chunk, why, sizeof why);
+    if (rc < 0) {
+      snprintf(err, errlen, "%s, reading block %llu: %s", peer, (unsigned long long)b->b->blockid,
+               why);
     } else {
       r->ctype = t;
       r->bpc = t == 0 ? (1u << 20) : bpc;
       r->csize = t == 0 ? 0 : 4;
       /* the stream starts at the chunk's start: the bytes before off are
        * read, checked and dropped */
-      r->spos = b->offset + ci->chunkoffset;
+      r->spos = b->offset + chunk;
     }
   }
   if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -1159,10 +1237,10 @@ int hdfs_create(hdfs *fs, const char *path, bool overwrite, uint32_t replication
   w->acked = -1;
   loom__strlcpy(w->path, path, sizeof w->path);
   snprintf(w->url, sizeof w->url, "hdfs://%s:%d%s", fs->host, fs->port, path);
-  w->blocksize = blocksize         ? blocksize
+  w->blocksize = blocksize            ? blocksize
                  : fs->conf_blocksize ? fs->conf_blocksize
                                       : fs->def_blocksize;
-  w->replication = replication         ? replication
+  w->replication = replication            ? replication
                    : fs->conf_replication ? fs->conf_replication
                                           : fs->def_replication;
   Hadoop__Hdfs__FsPermissionProto perm = HADOOP__HDFS__FS_PERMISSION_PROTO__INIT;
@@ -1226,24 +1304,11 @@ static int take_acks(hdfs_writer *w, bool wait, char *err, size_t errlen) {
         snprintf(err, errlen, "%s: an acknowledgement that does not decode", w->peer);
         return LOOM_EPROTO;
       }
-      int rc = 0;
-      for (size_t i = 0; i < a->n_reply && rc == 0; i++)
-        if (a->reply[i] != HADOOP__HDFS__STATUS__SUCCESS) {
-          snprintf(err, errlen, "%s: DataNode %zu of the pipeline of block %llu answered %s",
-                   w->url, i + 1, (unsigned long long)w->blk->block->b->blockid,
-                   status_name(a->reply[i]));
-          rc = LOOM_EIO;
-        }
-      if (rc == 0 && a->seqno != w->acked + 1) {
-        snprintf(err, errlen, "%s: acknowledged packet %lld where %lld was next", w->peer,
-                 (long long)a->seqno, (long long)(w->acked + 1));
-        rc = LOOM_EPROTO;
-      }
-      if (rc == 0 && a->n_reply != w->blk->block->n_locs) {
-        snprintf(err, errlen, "%s: an acknowledgement for %zu DataNodes from a pipeline of %zu",
-                 w->peer, a->n_reply, w->blk->block->n_locs);
-        rc = LOOM_EPROTO;
-      }
+      char why[512];
+      int rc = hdfs_check_ack(a, w->acked + 1, w->blk->block->n_locs, why, sizeof why);
+      if (rc < 0)
+        snprintf(err, errlen, "%s: block %llu of %s: %s", w->peer,
+                 (unsigned long long)w->blk->block->b->blockid, w->url, why);
       hadoop__hdfs__pipeline_ack_proto__free_unpacked(a, NULL);
       if (rc < 0) return rc;
       w->acked++;
@@ -1317,6 +1382,13 @@ static int block_open(hdfs_writer *w, char *err, size_t errlen) {
     }
     if (rc < 0) break;
     Hadoop__Hdfs__LocatedBlockProto *b = resp->block;
+    char why[512];
+    if (hdfs_check_block(b, why, sizeof why) < 0) {
+      snprintf(err, errlen, "%s: %s %s", w->url, w->fs->peer, why);
+      protobuf_c_message_free_unpacked(&resp->base, NULL);
+      rc = LOOM_EPROTO;
+      break;
+    }
     if (!b->n_locs) {
       snprintf(err, errlen, "%s: %s gave block %llu no DataNode", w->url, w->fs->peer,
                (unsigned long long)b->b->blockid);

@@ -158,4 +158,26 @@ int hdfs_packet_decode(const uint8_t *hdr, size_t hlen, uint32_t plen, uint32_t 
 long hdfs_checksums_bad(int type, uint32_t bpc, const uint8_t *sums, const uint8_t *data,
                         size_t len);
 
+/* ---- checks of the NameNode's and DataNodes' messages (fuzzed) --------- *
+ * Each takes a decoded message (the protobuf-c struct named) and returns 0
+ * or LOOM_EPROTO (LOOM_ENOTSUP, LOOM_EPEER, LOOM_EIO where said) with err
+ * saying what is wrong. */
+
+/* A file status (HdfsFileStatusProto) into st; name: also its path's last
+ * component, non-printable bytes replaced. */
+void hdfs_stat_of(const void *status, hdfs_stat *st, bool name);
+/* LocatedBlocksProto: blocks in order, inside the file, usable DataNode
+ * addresses; LOOM_ENOTSUP for erasure-coded or encrypted files. */
+int hdfs_check_located(const void *located_blocks, char *err, size_t errlen);
+/* One LocatedBlockProto (addBlock's): usable DataNode addresses. */
+int hdfs_check_block(const void *located, char *err, size_t errlen);
+/* BlockOpResponseProto of a read from block offset offset: success
+ * (else LOOM_EPEER) and usable checksum information, into *type, *bpc
+ * and *chunk (the offset the stream starts at). */
+int hdfs_check_read_reply(const void *block_op_response, uint64_t offset, int *type, uint32_t *bpc,
+                          uint64_t *chunk, char *err, size_t errlen);
+/* PipelineAckProto: every DataNode said SUCCESS (else LOOM_EIO), for
+ * packet seqno, from a pipeline of nodes. */
+int hdfs_check_ack(const void *pipeline_ack, int64_t seqno, size_t nodes, char *err, size_t errlen);
+
 #endif

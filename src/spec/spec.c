@@ -689,6 +689,23 @@ static int parse_role(ctx *c, const node *k, const node *v, spec_role *r) {
   return 0;
 }
 
+/* A path of the spec as the job uses it: an hdfs:// URL as written, a
+ * local path made absolute from the spec's directory. Another URL scheme
+ * is refused (LOOM_ESPEC, located). */
+static int spec_path(ctx *c, const node *v, const char *what, char **out) {
+  *out = NULL;
+  const char *s = v->value, *colon = strstr(s, "://");
+  bool scheme = colon && colon > s;
+  for (const char *p = s; scheme && p < colon; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+          *p == '+' || *p == '-' || *p == '.'))
+      scheme = false;
+  if (scheme && strncmp(s, "hdfs://", 7))
+    return fail(c, v, "%s '%s': only local paths and hdfs:// URLs are supported", what, s);
+  *out = scheme || s[0] == '/' ? strdup(s) : loom__asprintf("%s/%s", c->basedir, s);
+  return *out ? 0 : LOOM_ENOMEM;
+}
+
 static int parse_feed(ctx *c, const node *n, json_t **out) {
   int rc;
   if (n->type != N_MAP) return fail(c, n, "feed must be a map (input, format, ...)");
@@ -704,9 +721,8 @@ static int parse_feed(ctx *c, const node *n, json_t **out) {
       const node *g = v->type == N_SCALAR ? v : v->items[i];
       if (g->type != N_SCALAR || !*g->value) return fail(c, g, "feed.input entries must be globs");
       /* relative globs start at the spec's directory */
-      char *abs =
-          g->value[0] == '/' ? strdup(g->value) : loom__asprintf("%s/%s", c->basedir, g->value);
-      if (!abs) return LOOM_ENOMEM;
+      char *abs;
+      if ((rc = spec_path(c, g, "feed.input", &abs)) < 0) return rc;
       json_array_append_new(in, json_string(abs));
       free(abs);
     }
@@ -739,9 +755,8 @@ static int parse_feed(ctx *c, const node *n, json_t **out) {
   if ((v = map_get(n, "output"))) {
     if (v->type != N_SCALAR || !*v->value)
       return fail(c, v, "feed.output must be a directory path");
-    char *abs =
-        v->value[0] == '/' ? strdup(v->value) : loom__asprintf("%s/%s", c->basedir, v->value);
-    if (!abs) return LOOM_ENOMEM;
+    char *abs;
+    if ((rc = spec_path(c, v, "feed.output", &abs)) < 0) return rc;
     json_object_set_new(f, "output", json_string(abs));
     free(abs);
   }

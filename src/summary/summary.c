@@ -33,6 +33,7 @@
 #include "core/bytes.h"
 #include "lib/lib.h"
 #include "core/crc32c.h"
+#include "fs/fs.h"
 #include "summary/pb.h"
 #include "loom/summary.h"
 
@@ -72,8 +73,18 @@ struct loom_summary {
   loom_t *l; /* not owned; may be NULL */
   int fd;
   char path[PATH_MAX];
-  pthread_mutex_t mu; /* guards everything below */
-  pthread_cond_t cv;  /* wakes the flusher: closing */
+  /* an hdfs:// directory: the file is written in a local directory of the
+   * writer's own (path) and copied whole to remote_path (atomically: a
+   * temporary name renamed over it) every LOOM_SUMMARY_UPLOAD_MS and at
+   * close */
+  char *remote_path;
+  char local_dir[PATH_MAX];
+  uint64_t written;      /* bytes in the local file */
+  uint64_t uploaded;     /* of them, on HDFS */
+  uint64_t upload_ms;    /* when last uploaded */
+  pthread_mutex_t up_mu; /* one upload at a time */
+  pthread_mutex_t mu;    /* guards everything below */
+  pthread_cond_t cv;     /* wakes the flusher: closing */
   pthread_t flusher;
   bool flusher_started, closing;
   loom__buf pending; /* framed records not yet written */
@@ -153,8 +164,35 @@ static int sum_flush_locked(loom_summary_t *s) {
       return sum_fail(s, LOOM_EIO, "cannot write TensorBoard events to %s: %s", s->path,
                       w < 0 ? strerror(errno) : "no progress");
     loom__buf_consume(&s->pending, (size_t)w);
+    s->written += (uint64_t)w;
   }
   return 0;
+}
+
+/* Copies the local file, as far as it is written, to HDFS when it grew
+ * (force: also when not due yet). Called without mu. */
+static int sum_upload(loom_summary_t *s, bool force) {
+  if (!s->remote_path) return 0;
+  pthread_mutex_lock(&s->up_mu);
+  pthread_mutex_lock(&s->mu);
+  uint64_t len = s->written, now = loom__now_ms();
+  bool due = len > s->uploaded &&
+             (force || now - s->upload_ms >= (uint64_t)loom__tun(LOOM_TUN_SUMMARY_UPLOAD_MS));
+  pthread_mutex_unlock(&s->mu);
+  int rc = 0;
+  if (due) {
+    char why[1024];
+    rc = loom__fs_put_n(s->path, len, s->remote_path, true, why, sizeof why);
+    pthread_mutex_lock(&s->mu);
+    if (rc < 0)
+      rc = sum_fail(s, rc, "cannot copy TensorBoard events to %s: %s", s->remote_path, why);
+    else
+      s->uploaded = len;
+    s->upload_ms = now;
+    pthread_mutex_unlock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->up_mu);
+  return rc;
 }
 
 static void *sum_flusher(void *arg) {
@@ -168,6 +206,12 @@ static void *sum_flusher(void *arg) {
     int frc = sum_flush_locked(s);
     if (frc < 0 && !s->bg_err) s->bg_err = frc;
     fwd_drain_locked(s, false);
+    if (s->remote_path) {
+      pthread_mutex_unlock(&s->mu);
+      int urc = sum_upload(s, false);
+      pthread_mutex_lock(&s->mu);
+      if (urc < 0 && !s->bg_err) s->bg_err = urc;
+    }
   }
   pthread_mutex_unlock(&s->mu);
   return NULL;
@@ -249,12 +293,17 @@ static int sum_check_tag(loom_summary_t *s, const char *tag) {
 /* The task's run directory, $LOOM_JOB_DIR/tensorboard/<role>-<index>, into
  * out. */
 static int sum_default_dir(loom_t *l, char *out, size_t len) {
-  const char *job_dir = getenv("LOOM_JOB_DIR");
+  const char *job_dir = getenv("LOOM_JOB_DIR"), *base = getenv("LOOM_SUMMARY_DIR");
   const char *role = l ? loom_role(l) : getenv("LOOM_ROLE");
   long long index = l ? loom_index(l) : -1;
   const char *ienv = getenv("LOOM_INDEX");
   if (!l && (!ienv || loom__parse_int(ienv, 0, INT_MAX, &index) < 0)) index = -1;
-  if (!job_dir || !*job_dir || !role || !*role || index < 0) return LOOM_ENOENV;
+  if (!role || !*role || index < 0) return LOOM_ENOENV;
+  if (base && *base) { /* the spec's choice, e.g. hdfs:///user/me/runs/job */
+    if ((size_t)snprintf(out, len, "%s/%s-%lld", base, role, index) >= len) return LOOM_ERANGE;
+    return 0;
+  }
+  if (!job_dir || !*job_dir) return LOOM_ENOENV;
   if ((size_t)snprintf(out, len, "%s/tensorboard/%s-%lld", job_dir, role, index) >= len)
     return LOOM_ERANGE;
   return 0;
@@ -293,6 +342,12 @@ static int sum_create_file(loom_summary_t *s, const char *dir) {
 
 static void sum_free(loom_summary_t *s) {
   if (s->fd >= 0) close(s->fd);
+  if (s->remote_path) {
+    char why[512];
+    loom__fs_remove(s->local_dir, true, why, sizeof why);
+    free(s->remote_path);
+  }
+  pthread_mutex_destroy(&s->up_mu);
   loom__buf_free(&s->pending);
   free(s->fwd);
   pthread_cond_destroy(&s->cv);
@@ -322,18 +377,44 @@ int loom_summary_open(loom_t *l, const char *dir, loom_summary_t **out) {
   s->fwd_every_ms = l ? loom__tun(LOOM_TUN_SUMMARY_METRIC_MS) : -1;
   loom__buf_init(&s->pending, SUMMARY_MAX_PENDING);
   pthread_mutex_init(&s->mu, NULL);
+  pthread_mutex_init(&s->up_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&s->cv, &ca);
   pthread_condattr_destroy(&ca);
 
-  int rc = loom__mkdir_p(dir, 0755);
-  if (rc < 0) {
+  int rc = 0;
+  const char *local = dir;
+  if (loom__fs_remote(dir)) {
+    char why[1024];
+    const char *td = getenv("TMPDIR");
+    snprintf(s->local_dir, sizeof s->local_dir, "%s/loom-summary-XXXXXX", td && *td ? td : "/tmp");
+    if (!mkdtemp(s->local_dir)) {
+      rc = sum_fail(s, LOOM_EIO, "cannot make a local directory for the events of %s: %s", dir,
+                    strerror(errno));
+      s->local_dir[0] = 0;
+      goto fail;
+    }
+    /* remote_path set from here: sum_free removes local_dir */
+    if ((rc = loom__fs_mkdirs(dir, why, sizeof why)) < 0) {
+      rc = sum_fail(s, rc, "cannot create summary directory %s: %s", dir, why);
+      rmdir(s->local_dir);
+      goto fail;
+    }
+    local = s->local_dir;
+  } else if ((rc = loom__mkdir_p(dir, 0755)) < 0) {
     rc = sum_fail(s, rc, "cannot create summary directory %s: %s", dir, strerror(errno));
     goto fail;
   }
-  if ((rc = sum_create_file(s, dir)) < 0) goto fail;
+  if ((rc = sum_create_file(s, local)) < 0) goto fail;
+  if (local != dir) {
+    const char *b = strrchr(s->path, '/');
+    if (!(s->remote_path = loom__asprintf("%s/%s", dir, b ? b + 1 : s->path))) {
+      rc = LOOM_ENOMEM;
+      goto fail;
+    }
+  }
 
   /* The first record says which format follows; TensorBoard wants it. */
   loom__pb ev;
@@ -343,6 +424,7 @@ int loom_summary_open(loom_t *l, const char *dir, loom_summary_t **out) {
   rc = sum_append_locked(s, &ev);
   loom__pb_free(&ev);
   if (rc == 0) rc = sum_flush_locked(s);
+  if (rc == 0) rc = sum_upload(s, true); /* it is there from the start */
   if (rc < 0) goto fail;
 
   if (pthread_create(&s->flusher, NULL, sum_flusher, s) != 0) {
@@ -539,11 +621,15 @@ int loom_summary_close(loom_summary_t *s) {
   if (close(s->fd) < 0 && rc == 0)
     rc = sum_fail(s, LOOM_EIO, "cannot close %s: %s", s->path, strerror(errno));
   s->fd = -1;
+  int urc = sum_upload(s, true);
+  if (rc == 0) rc = urc;
   if (rc < 0 && !s->l) loom__log(LOOM_LOG_ERROR, "summary", "%s", s->errmsg);
   sum_free(s);
   return rc;
 }
 
-const char *loom_summary_path(const loom_summary_t *s) { return s ? s->path : ""; }
+const char *loom_summary_path(const loom_summary_t *s) {
+  return !s ? "" : s->remote_path ? s->remote_path : s->path;
+}
 
 const char *loom_summary_errmsg(const loom_summary_t *s) { return s ? s->errmsg : ""; }

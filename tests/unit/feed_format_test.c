@@ -24,13 +24,13 @@ static char *put(const char *name, const void *data, size_t len) {
 static int probe(const char *path, const char *format, feed_file *ff, char *err, size_t n) {
   feed_format fmt;
   assert_int_equal(loom__feed_format_parse(format, &fmt), 0);
-  int fd = open(path, O_RDONLY);
-  assert_true(fd >= 0);
+  loom__rfile *f = NULL;
+  assert_int_equal(loom__rfile_open(path, &f, err, n), 0);
   memset(ff, 0, sizeof *ff);
   ff->path = (char *)path;
-  ff->size = (uint64_t)lseek(fd, 0, SEEK_END);
-  int rc = loom__feed_format_ops(&fmt)->probe(fd, &fmt, ff, err, n);
-  close(fd);
+  ff->size = loom__rfile_size(f);
+  int rc = loom__feed_format_ops(&fmt)->probe(f, &fmt, ff, err, n);
+  loom__rfile_close(f);
   return rc;
 }
 

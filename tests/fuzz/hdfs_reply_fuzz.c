@@ -1,0 +1,191 @@
+/* hdfs_reply_fuzz.c: libFuzzer harness for what loom's HDFS client
+ * (src/hadoop/hdfs.c) reads from a NameNode and from DataNodes. The first
+ * byte picks what the rest is:
+ *   0  a DataNode's data packet: a checksum type byte, then the packet as
+ *      sent (4-byte length, 2-byte header length, header, checksums, data):
+ *      hdfs_packet_lengths, hdfs_packet_decode, hdfs_checksums_bad;
+ *   1  a DataNode's answer to a read request (BlockOpResponseProto), then
+ *      hdfs_check_read_reply at the offset of the next 8 bytes;
+ *   2  a pipeline acknowledgement (PipelineAckProto), hdfs_check_ack;
+ *   3+ a NameNode reply frame (4-byte length, then the frame) to
+ *      getFileInfo, getListing, getBlockLocations, addBlock or create,
+ *      hipc_decode_response, then hdfs_stat_of / hdfs_check_located /
+ *      hdfs_check_block on what it holds.
+ * Aborts when a check's contract breaks: a packet accepted whose parts do
+ * not add up to its length, a read reply accepted with a chunk offset past
+ * the offset or a checksum size out of range, an error without a message,
+ * a file status name that is not NUL-terminated printable text. Seeds:
+ * tests/fuzz/make_seeds.c, from protobuf-c's encoders of the same
+ * messages. */
+#include "ClientNamenodeProtocol.pb-c.h"
+#include "core/bytes.h"
+#include "datatransfer.pb-c.h"
+#include "hadoop/hdfs.h"
+#include "hadoop/ipc.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static uint8_t *copy(const uint8_t *p, size_t n) {
+  uint8_t *c = malloc(n ? n : 1);
+  if (c) memcpy(c, p, n);
+  return c;
+}
+
+static void packet(const uint8_t *d, size_t n) {
+  if (n < 7) return;
+  int type = d[0] % 3;
+  uint32_t csize = type ? 4 : 0, bpc = type ? 512 : (1u << 20);
+  char err[512] = "";
+  uint32_t plen;
+  uint16_t hlen;
+  if (hdfs_packet_lengths(d + 1, &plen, &hlen, err, sizeof err) < 0) {
+    if (!err[0]) abort();
+    return;
+  }
+  d += 7;
+  n -= 7;
+  if (hlen > n) return;
+  uint8_t *h = copy(d, hlen);
+  if (!h) return;
+  hdfs_packet p;
+  err[0] = 0;
+  int rc = hdfs_packet_decode(h, hlen, plen, bpc, csize, &p, err, sizeof err);
+  free(h);
+  if (rc < 0) {
+    if (!err[0]) abort();
+    return;
+  }
+  if (p.datalen > plen - 4) abort();
+  size_t body = plen - 4;
+  uint64_t chunks = ((uint64_t)p.datalen + bpc - 1) / bpc;
+  if (body - p.datalen != chunks * csize) abort();
+  if (body > n - hlen) return;
+  uint8_t *b = copy(d + hlen, body);
+  if (!b) return;
+  long bad = hdfs_checksums_bad(type, bpc, b, b + (body - p.datalen), p.datalen);
+  if (bad >= 0 && (uint64_t)bad >= chunks) abort();
+  free(b);
+}
+
+static void read_reply(const uint8_t *d, size_t n) {
+  if (n < 8) return;
+  uint64_t off = loom__get_be64(d);
+  uint8_t *m = copy(d + 8, n - 8);
+  if (!m) return;
+  Hadoop__Hdfs__BlockOpResponseProto *r =
+      hadoop__hdfs__block_op_response_proto__unpack(NULL, n - 8, m);
+  free(m);
+  if (!r) return;
+  int type = -1;
+  uint32_t bpc = 0;
+  uint64_t chunk = 0;
+  char err[512] = "";
+  if (hdfs_check_read_reply(r, off, &type, &bpc, &chunk, err, sizeof err) == 0) {
+    if (type < 0 || type > 2 || !bpc || bpc > (1u << 20) || chunk > off) abort();
+  } else if (!err[0]) {
+    abort();
+  }
+  hadoop__hdfs__block_op_response_proto__free_unpacked(r, NULL);
+}
+
+static void ack(const uint8_t *d, size_t n) {
+  if (n < 2) return;
+  uint8_t *m = copy(d + 1, n - 1);
+  if (!m) return;
+  Hadoop__Hdfs__PipelineAckProto *a = hadoop__hdfs__pipeline_ack_proto__unpack(NULL, n - 1, m);
+  free(m);
+  if (!a) return;
+  char err[512] = "";
+  if (hdfs_check_ack(a, (int64_t)(d[0] & 7), d[0] >> 4, err, sizeof err) < 0 && !err[0]) abort();
+  hadoop__hdfs__pipeline_ack_proto__free_unpacked(a, NULL);
+}
+
+static void printable(const char *s, size_t cap) {
+  size_t n = strnlen(s, cap);
+  if (n == cap) abort();
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] < 0x20) abort();
+}
+
+static void stat_check(const Hadoop__Hdfs__HdfsFileStatusProto *p) {
+  hdfs_stat st;
+  hdfs_stat_of(p, &st, true);
+  printable(st.name, sizeof st.name);
+  if (st.perm > 07777) abort();
+}
+
+static void nn_reply(uint8_t which, const uint8_t *d, size_t n) {
+  static const ProtobufCMessageDescriptor *const descs[] = {
+      &hadoop__hdfs__get_file_info_response_proto__descriptor,
+      &hadoop__hdfs__get_listing_response_proto__descriptor,
+      &hadoop__hdfs__get_block_locations_response_proto__descriptor,
+      &hadoop__hdfs__add_block_response_proto__descriptor,
+      &hadoop__hdfs__create_response_proto__descriptor,
+  };
+  size_t k = which % (sizeof descs / sizeof descs[0]);
+  char err[512] = "";
+  uint32_t len;
+  if (n < 4) return;
+  if (hipc_frame_length(d, &len, err, sizeof err) < 0) return;
+  if (len > n - 4) return;
+  uint8_t *frame = copy(d + 4, len);
+  if (!frame) return;
+  hipc_response r;
+  int rc = hipc_decode_response(frame, len, descs[k], &r, err, sizeof err);
+  free(frame);
+  if (rc < 0) return;
+  if (r.status == 0 && r.body) {
+    switch (k) {
+    case 0: {
+      Hadoop__Hdfs__GetFileInfoResponseProto *m = (void *)r.body;
+      if (m->fs) stat_check(m->fs);
+      break;
+    }
+    case 1: {
+      Hadoop__Hdfs__GetListingResponseProto *m = (void *)r.body;
+      for (size_t i = 0; m->dirlist && i < m->dirlist->n_partiallisting; i++)
+        stat_check(m->dirlist->partiallisting[i]);
+      break;
+    }
+    case 2: {
+      Hadoop__Hdfs__GetBlockLocationsResponseProto *m = (void *)r.body;
+      err[0] = 0;
+      if (m->locations && hdfs_check_located(m->locations, err, sizeof err) < 0 && !err[0]) abort();
+      break;
+    }
+    case 3: {
+      Hadoop__Hdfs__AddBlockResponseProto *m = (void *)r.body;
+      err[0] = 0;
+      if (hdfs_check_block(m->block, err, sizeof err) < 0 && !err[0]) abort();
+      break;
+    }
+    default: {
+      Hadoop__Hdfs__CreateResponseProto *m = (void *)r.body;
+      if (m->fs) stat_check(m->fs);
+    }
+    }
+  }
+  hipc_response_free(&r);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 2) return 0;
+  switch (data[0]) {
+  case 0:
+    packet(data + 1, size - 1);
+    break;
+  case 1:
+    read_reply(data + 1, size - 1);
+    break;
+  case 2:
+    ack(data + 1, size - 1);
+    break;
+  default:
+    nn_reply(data[0] - 3, data + 1, size - 1);
+  }
+  return 0;
+}
