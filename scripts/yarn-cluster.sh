@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# yarn-cluster.sh: a real Apache Hadoop YARN on this machine, for trying
-# loom's yarn backend and for its tests. Hadoop 3.5.0 comes from Maven
-# Central through hadoop/pom.xml (no Hadoop install needed: java and mvn).
+# yarn-cluster.sh: a real Apache Hadoop YARN and HDFS on this machine, for
+# trying loom's yarn backend and HDFS client and for their tests. Hadoop
+# 3.5.0 comes from Maven Central through hadoop/pom.xml (no Hadoop install
+# needed: java and mvn).
 #
-#   scripts/yarn-cluster.sh start [--hdfs] [DIR]  # prints: export HADOOP_CONF_DIR=DIR/conf
+#   scripts/yarn-cluster.sh start [--hdfs | --hdfs-only] [DIR]  # prints: export HADOOP_CONF_DIR=DIR/conf
 #   scripts/yarn-cluster.sh status [DIR]
 #   scripts/yarn-cluster.sh stop [DIR]
+#   scripts/yarn-cluster.sh datanode stop|start N [DIR]   # N: 1 or 2
+#   scripts/yarn-cluster.sh classpath                      # Hadoop's jars, for a Java client
 #
 # DIR defaults to $LOOM_HOME/yarn, or /tmp/loom-yarn-$USER without
 # LOOM_HOME. `start` writes the configuration into DIR and starts a
@@ -18,13 +21,42 @@
 # timeouts are low so that a broken client fails in seconds. It returns
 # when the RM's REST API lists both nodes RUNNING, or fails naming what it
 # waited for. With --hdfs it also formats and starts a NameNode and two
-# DataNodes (replication 2, each its own JVM) and makes hdfs://127.0.0.1:PORT
-# the default filesystem; it then also waits until the NameNode has both
-# DataNodes live and has left safe mode. `stop` stops exactly the
+# DataNodes (replication 2, permissions checked, each its own JVM) and
+# makes hdfs://127.0.0.1:PORT the default filesystem; it then also waits
+# until the NameNode has both DataNodes live and has left safe mode.
+# --hdfs-only starts the NameNode and the two DataNodes alone (no YARN
+# daemon, no yarn-site.xml), with the same waits. `stop` stops exactly the
 # processes `start` recorded in DIR/pids and waits until they are gone.
 #
+# `datanode stop N` stops DataNode dnN cleanly (SIGTERM, as Hadoop's own
+# scripts do) and returns when its process is gone; the NameNode notices
+# only after its heartbeat recheck (about 30 s here). `datanode start N`
+# starts it again with the same configuration, ports and data directory,
+# and returns when it has registered with the NameNode and the NameNode
+# has 2 live DataNodes again.
+#
+# What is where in DIR:
+#   conf/                 the clients' configuration (core-site.xml: fs.defaultFS)
+#   ports                 "name port" lines: rm, web, nm1, nm2, ... namenode,
+#                         namenode-web, dn1, dn2 (data transfer), dn1-web, dn2-web
+#   pids/NAME.pid         rm, nm1, nm2, nn, dn1, dn2
+#   logs/NAME.log         each daemon's log (a restarted DataNode appends); a
+#                         DataNode's has a clienttrace line for each block it
+#                         serves: "op: HDFS_READ, ... blockid: BP-...:blk_<id>_<genstamp>"
+#   hdfs/name/            the NameNode's metadata
+#   dnN/conf/             DataNode N's configuration
+#   dnN/data/             DataNode N's dfs.datanode.data.dir; a finalized
+#                         block's replica is the file
+#                         dnN/data/current/BP-*/current/finalized/subdir*/subdir*/blk_<id>
+#                         (the block's bytes as they are, no header) beside
+#                         blk_<id>_<genstamp>.meta (its CRC32C checksums,
+#                         one per 512 bytes). No block scanner runs: a
+#                         replica changed on disk stays as it is until a
+#                         client reads it and reports it
+#
 # Environment: LOOM_YARN_START_TIMEOUT (seconds, default 180) bounds each
-# wait of `start`; LOOM_YARN_CLASSPATH (a file) skips Maven.
+# wait of `start` and `datanode start`; LOOM_YARN_CLASSPATH (a file) skips
+# Maven.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,7 +89,8 @@ say() { echo "yarn-cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 usage() {
-  echo "usage: scripts/yarn-cluster.sh start [--hdfs] [DIR] | stop [DIR] | status [DIR]" >&2
+  echo "usage: scripts/yarn-cluster.sh start [--hdfs | --hdfs-only] [DIR] | stop [DIR] | status [DIR]" \
+    "| datanode stop|start N [DIR] | classpath" >&2
   exit 2
 }
 
@@ -118,14 +151,18 @@ write_xml() {
 write_conf() {
   local d=$1
   mkdir -p "$d/conf" "$d/logs" "$d/pids" "$d/tmp" "$d/labels"
+  rm -f "$d"/logs/*.log
   mapfile -t P < <(free_ports 19)
   RM_PORT=${P[0]}
   RM_SCHED=${P[1]}
   RM_TRACKER=${P[2]}
   RM_ADMIN=${P[3]}
   RM_WEB=${P[4]}
-  printf 'rm %s\nscheduler %s\ntracker %s\nadmin %s\nweb %s\n' "$RM_PORT" "$RM_SCHED" \
-    "$RM_TRACKER" "$RM_ADMIN" "$RM_WEB" >"$d/ports"
+  : >"$d/ports"
+  if [ "$YARN" = 1 ]; then
+    printf 'rm %s\nscheduler %s\ntracker %s\nadmin %s\nweb %s\n' "$RM_PORT" "$RM_SCHED" \
+      "$RM_TRACKER" "$RM_ADMIN" "$RM_WEB" >"$d/ports"
+  fi
   local fs=file:///
   [ "$HDFS" = 1 ] && fs=hdfs://127.0.0.1:${P[11]}
   write_xml "$d/conf/core-site.xml" <<EOF
@@ -136,6 +173,25 @@ ipc.client.connect.max.retries=3
 ipc.client.connect.retry.interval=500
 ipc.client.connect.max.retries.on.timeouts=3
 EOF
+  cat >"$d/conf/log4j.properties" <<'EOF'
+# every daemon logs to its stderr, which yarn-cluster.sh sends to DIR/logs/
+log4j.rootLogger=INFO,console
+log4j.appender.console=org.apache.log4j.ConsoleAppender
+log4j.appender.console.target=System.err
+log4j.appender.console.layout=org.apache.log4j.PatternLayout
+log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %p %c{2}: %m%n
+log4j.logger.org.apache.hadoop.util.NativeCodeLoader=ERROR
+# a DataNode logs every block it serves (op: HDFS_READ, blockid: ...:blk_<id>_<genstamp>)
+log4j.logger.org.apache.hadoop.hdfs.server.datanode.DataNode.clienttrace=DEBUG
+EOF
+  rm -f "$d/conf/hdfs-site.xml" "$d/conf/yarn-site.xml" "$d/conf/capacity-scheduler.xml"
+  [ "$HDFS" = 1 ] && write_hdfs_conf "$d"
+  [ "$YARN" = 1 ] && write_yarn_conf "$d"
+  return 0
+}
+
+write_yarn_conf() {
+  local d=$1
   # what the RM, the NMs and every client read
   write_xml "$d/conf/yarn-site.xml" <<EOF
 yarn.resourcemanager.hostname=127.0.0.1
@@ -180,17 +236,6 @@ yarn.scheduler.capacity.root.accessible-node-labels.gpu.capacity=100
 yarn.scheduler.capacity.root.default.accessible-node-labels=gpu
 yarn.scheduler.capacity.root.default.accessible-node-labels.gpu.capacity=100
 EOF
-  cat >"$d/conf/log4j.properties" <<'EOF'
-# every daemon logs to its stderr, which yarn-cluster.sh sends to DIR/logs/
-log4j.rootLogger=INFO,console
-log4j.appender.console=org.apache.log4j.ConsoleAppender
-log4j.appender.console.target=System.err
-log4j.appender.console.layout=org.apache.log4j.PatternLayout
-log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %p %c{2}: %m%n
-log4j.logger.org.apache.hadoop.util.NativeCodeLoader=ERROR
-EOF
-  rm -f "$d/conf/hdfs-site.xml"
-  [ "$HDFS" = 1 ] && write_hdfs_conf "$d"
   local i
   for i in 1 2; do
     local nd="$d/nm$i" k=$((i - 1))
@@ -225,6 +270,7 @@ EOF
 # each DataNode's own, with its ports and data directory.
 write_hdfs_conf() {
   local d=$1
+  rm -rf "$d/hdfs/name" "$d/dn1/data" "$d/dn2/data"
   mkdir -p "$d/hdfs/name"
   printf 'namenode %s\nnamenode-web %s\n' "${P[11]}" "${P[12]}" >>"$d/ports"
   write_xml "$d/conf/hdfs-site.xml" <<EOF
@@ -238,6 +284,8 @@ dfs.heartbeat.interval=1
 dfs.namenode.heartbeat.recheck-interval=10000
 dfs.http.policy=HTTP_ONLY
 dfs.webhdfs.enabled=true
+dfs.permissions.enabled=true
+dfs.block.scanner.volume.bytes.per.second=0
 EOF
   local i
   for i in 1 2; do
@@ -255,7 +303,7 @@ dfs.datanode.hostname=127.0.0.1
 EOF
       echo '</configuration>'
     } >"$dd/conf/hdfs-site.xml"
-    echo "dn$i ${P[$base]}" >>"$d/ports"
+    printf 'dn%s %s\ndn%s-web %s\n' "$i" "${P[$base]}" "$i" "${P[$((base + 1))]}" >>"$d/ports"
   done
 }
 
@@ -270,7 +318,8 @@ alive() {
 }
 
 # Starts a daemon: name, heap, configuration directory, main class, and
-# what else goes first on its classpath.
+# what else goes first on its classpath. Its log is appended to (a
+# DataNode started again keeps what it logged before).
 launch() {
   local name=$1 heap=$2 conf=$3 cls=$4 extra=${5:-}
   (
@@ -278,28 +327,38 @@ launch() {
     cd "$DIR"
     exec setsid java "-Xmx$heap" "${JAVA_FAST[@]}" "${JAVA_OPENS[@]}" "-Dloom.yarn.dir=$DIR" \
       "-Dhadoop.log.dir=$DIR/logs" "-Dyarn.log.dir=$DIR/logs" -cp "$conf:$extra$CP" "$cls" \
-      </dev/null >"$DIR/logs/$name.log" 2>&1
+      </dev/null >>"$DIR/logs/$name.log" 2>&1
   ) &
-  echo $! >"$DIR/pids/$name.pid"
+  local pid=$! i
+  echo "$pid" >"$DIR/pids/$name.pid"
+  # Until the subshell has exec'd java, its command line lacks the mark
+  # alive() looks for: a busy machine can take a while to get there.
+  for ((i = 0; i < 200; i++)); do
+    grep -qzxF -- "-Dloom.yarn.dir=$DIR" "/proc/$pid/cmdline" 2>/dev/null && break
+    [ -e "/proc/$pid" ] || break
+    sleep 0.05
+  done
 }
 
 tail_log() { say "last lines of $DIR/logs/$1.log:"; tail -n "${2:-15}" "$DIR/logs/$1.log" >&2 || true; }
 
 # Waits until command $2 succeeds, at most TIMEOUT seconds, while the
-# daemons named in $3 live; $1 says what is waited for.
+# daemons named in $3 live; $1 says what is waited for. On failure it runs
+# $ON_FAIL (by default: stop the whole cluster) and exits.
+ON_FAIL=stop_all
 wait_for() {
   local what=$1 check=$2 daemons=$3 start=$SECONDS d
   while ! eval "$check"; do
     for d in $daemons; do
       if ! alive "$DIR/pids/$d.pid"; then
         tail_log "$d" 25
-        stop_all
+        $ON_FAIL
         die "$d exited while waiting for $what (its log: $DIR/logs/$d.log)"
       fi
     done
     if [ $((SECONDS - start)) -ge "$TIMEOUT" ]; then
       for d in $daemons; do tail_log "$d"; done
-      stop_all
+      $ON_FAIL
       die "timed out after ${TIMEOUT}s waiting for $what (LOOM_YARN_START_TIMEOUT)"
     fi
     sleep 0.5
@@ -361,7 +420,20 @@ hdfs_ready() {
 import json, sys
 b = json.load(sys.stdin)["beans"][0]
 live = json.loads(b.get("LiveNodes") or "{}")
-sys.exit(0 if len(live) == 2 and not b.get("Safemode") else 1)'
+sys.exit(0 if len(live) == 2 and not b.get("Safemode") else 1)' 2>/dev/null
+}
+
+# DataNode $1 says (its own JMX) that it is registered with the NameNode
+# (its BPServiceActor RUNNING: it registers before it runs).
+dn_registered() {
+  local web
+  web=$(port_of "$DIR" "dn$1-web")
+  curl -sf --max-time 5 "http://127.0.0.1:$web/jmx?qry=Hadoop:service=DataNode,name=DataNodeInfo" \
+    2>/dev/null | "$PY" -c '
+import json, sys
+b = json.load(sys.stdin)["beans"][0]
+actors = json.loads(b.get("BPServiceActorInfo") or "[]")
+sys.exit(0 if actors and all(a.get("ActorState") == "RUNNING" for a in actors) else 1)' 2>/dev/null
 }
 
 stop_all() {
@@ -379,15 +451,18 @@ cmd_start() {
   for f in "$DIR"/pids/*.pid; do
     [ -e "$f" ] && alive "$f" && die "a cluster already runs in $DIR (scripts/yarn-cluster.sh stop $DIR)"
   done
+  rm -f "$DIR"/pids/*.pid
   CP=$(classpath)
   local t0=$SECONDS
   write_conf "$DIR"
   # interrupted half-way: nothing stays
   trap 'stop_all; exit 130' INT TERM
-  launch rm 384m "$DIR/conf" org.apache.hadoop.yarn.server.resourcemanager.ResourceManager
-  say "ResourceManager starting on 127.0.0.1:$RM_PORT (web http://127.0.0.1:$RM_WEB), log $DIR/logs/rm.log"
-  # nm2 has no label: it may register at once
-  launch nm2 256m "$DIR/nm2/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
+  if [ "$YARN" = 1 ]; then
+    launch rm 384m "$DIR/conf" org.apache.hadoop.yarn.server.resourcemanager.ResourceManager
+    say "ResourceManager starting on 127.0.0.1:$RM_PORT (web http://127.0.0.1:$RM_WEB), log $DIR/logs/rm.log"
+    # nm2 has no label: it may register at once
+    launch nm2 256m "$DIR/nm2/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
+  fi
   local hdfs_daemons=""
   if [ "$HDFS" = 1 ]; then
     # formatting (a JVM of its own) overlaps with the RM's start
@@ -403,33 +478,81 @@ cmd_start() {
     # their servlets (JMX, WebHDFS), without the static pages.
     mkdir -p "$DIR/hdfs/www/webapps/hdfs" "$DIR/hdfs/www/webapps/datanode"
     launch nn 384m "$DIR/conf" org.apache.hadoop.hdfs.server.namenode.NameNode "$DIR/hdfs/www:"
-    launch dn1 256m "$DIR/dn1/conf" org.apache.hadoop.hdfs.server.datanode.DataNode "$DIR/hdfs/www:"
-    launch dn2 256m "$DIR/dn2/conf" org.apache.hadoop.hdfs.server.datanode.DataNode "$DIR/hdfs/www:"
+    launch_dn 1
+    launch_dn 2
     hdfs_daemons="nn dn1 dn2"
     say "NameNode starting on hdfs://127.0.0.1:$(port_of "$DIR" namenode), log $DIR/logs/nn.log"
   fi
-  wait_for "the ResourceManager's REST API to say STARTED (http://127.0.0.1:$RM_WEB/ws/v1/cluster/info)" \
-    rm_started "rm nm2 $hdfs_daemons"
-  # A label must be in the cluster before an NM reports it.
-  HADOOP_CONF_DIR="$DIR/conf" timeout "$TIMEOUT" java -Xmx128m "${JAVA_FAST[@]}" \
-    -cp "$DIR/conf:$CP" org.apache.hadoop.yarn.client.cli.RMAdminCLI \
-    -addToClusterNodeLabels "gpu(exclusive=false)" >"$DIR/logs/rmadmin.log" 2>&1 || {
-    tail_log rmadmin
-    stop_all
-    die "could not add the node label gpu to the cluster (RMAdminCLI -addToClusterNodeLabels)"
-  }
-  launch nm1 256m "$DIR/nm1/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
-  wait_for "2 RUNNING NodeManagers, one labelled gpu with yarn.io/gpu 2 (http://127.0.0.1:$RM_WEB/ws/v1/cluster/nodes)" \
-    nodes_ready "rm nm1 nm2 $hdfs_daemons"
+  if [ "$YARN" = 1 ]; then
+    wait_for "the ResourceManager's REST API to say STARTED (http://127.0.0.1:$RM_WEB/ws/v1/cluster/info)" \
+      rm_started "rm nm2 $hdfs_daemons"
+    # A label must be in the cluster before an NM reports it.
+    HADOOP_CONF_DIR="$DIR/conf" timeout "$TIMEOUT" java -Xmx128m "${JAVA_FAST[@]}" \
+      -cp "$DIR/conf:$CP" org.apache.hadoop.yarn.client.cli.RMAdminCLI \
+      -addToClusterNodeLabels "gpu(exclusive=false)" >"$DIR/logs/rmadmin.log" 2>&1 || {
+      tail_log rmadmin
+      stop_all
+      die "could not add the node label gpu to the cluster (RMAdminCLI -addToClusterNodeLabels)"
+    }
+    launch nm1 256m "$DIR/nm1/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
+    wait_for "2 RUNNING NodeManagers, one labelled gpu with yarn.io/gpu 2 (http://127.0.0.1:$RM_WEB/ws/v1/cluster/nodes)" \
+      nodes_ready "rm nm1 nm2 $hdfs_daemons"
+  fi
   if [ "$HDFS" = 1 ]; then
     wait_for "the NameNode to have 2 live DataNodes and leave safe mode (http://127.0.0.1:$(port_of "$DIR" namenode-web)/jmx)" \
       hdfs_ready "nn dn1 dn2"
   fi
   trap - INT TERM
-  local with=""
-  [ "$HDFS" = 1 ] && with=", HDFS hdfs://127.0.0.1:$(port_of "$DIR" namenode) (2 DataNodes)"
-  say "ready in $((SECONDS - t0))s: ResourceManager 127.0.0.1:$RM_PORT, NodeManagers nm1 (gpu) and nm2$with; stop with: scripts/yarn-cluster.sh stop $DIR"
+  local hdfs=""
+  [ "$HDFS" = 1 ] && hdfs="HDFS hdfs://127.0.0.1:$(port_of "$DIR" namenode) (2 DataNodes)"
+  if [ "$YARN" = 1 ]; then
+    say "ready in $((SECONDS - t0))s: ResourceManager 127.0.0.1:$RM_PORT, NodeManagers nm1 (gpu) and nm2${hdfs:+, $hdfs}; stop with: scripts/yarn-cluster.sh stop $DIR"
+  else
+    say "ready in $((SECONDS - t0))s: $hdfs; stop with: scripts/yarn-cluster.sh stop $DIR"
+  fi
   echo "export HADOOP_CONF_DIR=$DIR/conf"
+}
+
+launch_dn() {
+  launch "dn$1" 256m "$DIR/dn$1/conf" org.apache.hadoop.hdfs.server.datanode.DataNode "$DIR/hdfs/www:"
+}
+
+# datanode stop|start N
+cmd_datanode() {
+  local op=$1 n=$2 pidf="$DIR/pids/dn$2.pid" pid start
+  [ -n "$(port_of "$DIR" namenode 2>/dev/null)" ] && [ -d "$DIR/dn$n/conf" ] ||
+    die "no HDFS in $DIR (scripts/yarn-cluster.sh start --hdfs-only $DIR)"
+  case $op in
+  stop)
+    alive "$pidf" || die "DataNode dn$n is not running in $DIR"
+    pid=$(cat "$pidf")
+    kill -TERM "$pid"
+    start=$SECONDS
+    while alive "$pidf"; do
+      if [ $((SECONDS - start)) -ge "$STOP_GRACE" ]; then
+        tail_log "dn$n"
+        kill -KILL "$pid" 2>/dev/null || true
+        die "DataNode dn$n (pid $pid) did not stop within ${STOP_GRACE}s of SIGTERM: SIGKILLed it"
+      fi
+      sleep 0.1
+    done
+    say "DataNode dn$n stopped (pid $pid; 127.0.0.1:$(port_of "$DIR" "dn$n"))"
+    ;;
+  start)
+    alive "$pidf" && die "DataNode dn$n already runs (pid $(cat "$pidf"))"
+    alive "$DIR/pids/nn.pid" || die "the NameNode does not run in $DIR"
+    CP=$(classpath)
+    # a DataNode that does not come up is stopped again; the rest stays
+    ON_FAIL="stop_some $pidf"
+    trap 'stop_some "$pidf"; exit 130' INT TERM
+    launch_dn "$n"
+    wait_for "DataNode dn$n to register with the NameNode and the NameNode to have 2 live DataNodes (http://127.0.0.1:$(port_of "$DIR" "dn$n-web")/jmx, http://127.0.0.1:$(port_of "$DIR" namenode-web)/jmx)" \
+      "dn_registered $n && hdfs_ready" "nn dn$n"
+    trap - INT TERM
+    say "DataNode dn$n running again (pid $(cat "$pidf"); 127.0.0.1:$(port_of "$DIR" "dn$n"))"
+    ;;
+  *) usage ;;
+  esac
 }
 
 cmd_status() {
@@ -440,19 +563,33 @@ cmd_status() {
     name=$(basename "$f" .pid)
     if alive "$f"; then echo "$name running (pid $(cat "$f"))"; n=$((n + 1)); else echo "$name not running"; fi
   done
-  echo "ResourceManager 127.0.0.1:$(port_of "$DIR" rm), web http://127.0.0.1:$(port_of "$DIR" web)"
+  if [ -n "$(port_of "$DIR" rm)" ]; then
+    echo "ResourceManager 127.0.0.1:$(port_of "$DIR" rm), web http://127.0.0.1:$(port_of "$DIR" web)"
+  fi
   if [ -n "$(port_of "$DIR" namenode)" ]; then
     echo "NameNode hdfs://127.0.0.1:$(port_of "$DIR" namenode), web http://127.0.0.1:$(port_of "$DIR" namenode-web)"
+    if json=$(curl -sf --max-time 5 "http://127.0.0.1:$(port_of "$DIR" namenode-web)/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo" 2>/dev/null); then
+      "$PY" -c '
+import json, sys
+b = json.loads(sys.argv[1])["beans"][0]
+live = json.loads(b.get("LiveNodes") or "{}")
+print("HDFS %d live DataNodes (%s)%s" % (len(live), " ".join(sorted(v.get("xferaddr", k) for k, v in live.items())),
+      ", in safe mode" if b.get("Safemode") else ""))' "$json"
+    else
+      echo "the NameNode does not answer"
+    fi
   fi
-  if json=$(rest nodes 2>/dev/null); then
-    "$PY" -c '
+  if [ -n "$(port_of "$DIR" rm)" ]; then
+    if json=$(rest nodes 2>/dev/null); then
+      "$PY" -c '
 import json, sys
 for n in (json.loads(sys.argv[1]).get("nodes") or {}).get("node") or []:
     t = n["totalResource"]
     print("node %s %s %d MB %d vcores labels [%s]" % (n["id"], n["state"], t["memory"],
           t["vCores"], ",".join(n.get("nodeLabels") or [])))' "$json"
-  else
-    echo "the ResourceManager does not answer"
+    else
+      echo "the ResourceManager does not answer"
+    fi
   fi
   echo "export HADOOP_CONF_DIR=$DIR/conf"
   [ $n -gt 0 ]
@@ -462,17 +599,31 @@ for n in (json.loads(sys.argv[1]).get("nodes") or {}).get("node") or []:
 VERB=$1
 shift
 HDFS=0
-if [ "$VERB" = start ] && [ "${1:-}" = --hdfs ]; then
-  HDFS=1
-  shift
-fi
+YARN=1
+case "$VERB ${1:-}" in
+"start --hdfs") HDFS=1; shift ;;
+"start --hdfs-only") HDFS=1; YARN=0; shift ;;
+"classpath "*) [ $# -eq 0 ] || usage; classpath; exit 0 ;;
+"datanode "*)
+  [ $# -ge 2 ] && [ $# -le 3 ] || usage
+  DN_OP=$1 DN_N=$2
+  [[ "$DN_OP" =~ ^(stop|start)$ && "$DN_N" =~ ^[12]$ ]] || usage
+  shift 2
+  ;;
+esac
 [ $# -le 1 ] || usage
+case ${1:-} in -*) usage ;; esac
 DIR=${1:-$(default_dir)}
-mkdir -p "$DIR"
+[ "$VERB" = start ] && mkdir -p "$DIR"
+if [ ! -d "$DIR" ]; then
+  [ "$VERB" = stop ] && exit 0 # nothing to stop
+  die "no cluster in $DIR"
+fi
 DIR=$(cd "$DIR" && pwd)
 case $VERB in
 start) cmd_start ;;
 stop) stop_all ;;
 status) cmd_status ;;
+datanode) cmd_datanode "$DN_OP" "$DN_N" ;;
 *) usage ;;
 esac
