@@ -62,9 +62,14 @@ static void print_entry(const hdfs_stat *s, const char *name) {
   print_perm(s->perm, s->dir, perm);
   time_t t = (time_t)(s->mtime_ms / 1000);
   struct tm tm;
-  gmtime_r(&t, &tm);
+  localtime_r(&t, &tm); /* as FsShell -ls prints it */
   strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
-  printf("%s %3s %-10s %-10s %12llu %s %s\n", perm, s->dir ? "-" : "", s->owner, s->group,
+  char repl[16];
+  if (s->dir)
+    snprintf(repl, sizeof repl, "-");
+  else
+    snprintf(repl, sizeof repl, "%u", s->replication);
+  printf("%s %3s %-10s %-10s %12llu %s %s\n", perm, repl, s->owner, s->group,
          (unsigned long long)s->length, when, name);
 }
 

@@ -206,7 +206,7 @@ def test_summaries_reach_hdfs_while_the_writer_runs(hdfs, tmp_path):
         while time.monotonic() < deadline and seen <= 100:
             r = fs(hdfs.conf, "ls", d, check=False)
             if r.returncode == 0 and r.stdout:
-                seen = int(r.stdout.split()[4])
+                seen = int(r.stdout.split()[4])  # perm repl owner group size ...
             time.sleep(0.2)
         # the writer is still holding (it has not closed): the periodic copy
         # brought its values before the end
