@@ -660,11 +660,14 @@ def stage_dirs():
 
 def test_files_and_archives_are_localized_by_yarn(yloom, yarn, tmp_path):
     """files (a file and a directory) and archives (.tar.gz, .zip) go to a
-    staging directory, reach every container as YARN LocalResources (YARN
-    unpacks the archives), appear at their targets in the task's directory,
-    and the staging directory is gone when the job is."""
+    staging directory on the cluster's HDFS (its default filesystem),
+    reach every container as YARN LocalResources (YARN fetches them from
+    HDFS and unpacks the archives), appear at their targets in the task's
+    directory, and the staging directory is gone when the job is."""
     src = make_stage_sources(tmp_path / "src")
     before = stage_dirs()
+    me = pwd.getpwuid(os.getuid()).pw_name
+    staging = f"hdfs://127.0.0.1:{yarn.nn_port}/user/{me}/.loom/staging"
     s = yloom.spec(f"""
 name: ystage
 backend: yarn
@@ -673,19 +676,26 @@ archives: {{pyenv: {src}/pyenv.tar.gz, zipped: {src}/z.zip}}
 roles:
   worker:
     instances: 2
-    command: "cat one.txt data/sub/x.txt; /usr/bin/python3 pyenv/mod.py; ls zipped; readlink pyenv"
+    command: "cat one.txt data/sub/x.txt; /usr/bin/python3 pyenv/mod.py; ls zipped; readlink pyenv; for d in $({LOOM_BIN} fs ls {staging} | awk '{{print $NF}}'); do {LOOM_BIN} fs ls $d; done"
 """)
     r = yloom.run("run", s, timeout=90)
     assert r.returncode == 0, r.stdout + r.stderr
     for w in ("worker:0", "worker:1"):
         for line in ("file one", "in dir", "from the archive", "mod.py"):
             assert f"[{w}] {line}" in r.stdout, r.stdout
+    # while the job ran, the four were in its staging directory on HDFS
+    app = app_of(yarn, "ystage")["id"]
+    listed = re.findall(rf"\[worker:0\] .* {re.escape(staging)}/{app}/(\d-\S+)$", r.stdout, re.M)
+    assert sorted(listed) == ["0-one.txt", "1-dir", "2-pyenv.tar.gz", "3-z.zip"], r.stdout
     # the archive came from the container's directory, where YARN unpacked it
     links = [l for l in r.stdout.splitlines() if l.startswith("[worker:0] ") and "loom-archive" in l]
     assert links and "/appcache/" in links[0], r.stdout
     staged = [e for e in yloom.events() if e["event"] == "files_staged"]
     assert staged and set(staged[0]["files"]) == {"one.txt", "data", "pyenv", "zipped"}, staged
-    assert stage_dirs() == before
+    assert stage_dirs() == before  # nothing staged on this host's filesystem
+    left = subprocess.run([str(LOOM_BIN), "fs", "ls", f"{staging}/{app}"], capture_output=True,
+                          text=True, timeout=30)
+    assert left.returncode == 1 and "no such file or directory" in left.stderr, left
 
 
 normal_pass_only = pytest.mark.skipif(
