@@ -17,9 +17,15 @@
  *
  * little-endian. Loading checks every length against what is left of the
  * file before allocating, and the digest before anything reaches the live
- * state. */
+ * state.
+ *
+ * DIR may be an hdfs:// URL: a shard's file is then written locally, as
+ * above, and uploaded whole to a temporary name renamed over its own (by
+ * the NameNode: atomic); the manifest and LATEST the same way; reading
+ * fetches each file whole to a local temporary file first. */
 #include "ps/ps.h"
 #include "core/bytes.h"
+#include "fs/fs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -50,6 +56,14 @@ static int shard_path(char *out, size_t len, const char *dir, uint64_t step, int
                           (unsigned long long)step, shard, nshards) >= len
              ? LOOM_ERANGE
              : 0;
+}
+
+/* A local temporary file's name for a copy of path (remote). */
+static void local_tmp(char *out, size_t len, const char *what) {
+  const char *td = getenv("TMPDIR");
+  static unsigned seq;
+  snprintf(out, len, "%s/loom-ps-%s.%d.%u", td && *td ? td : "/tmp", what, (int)getpid(),
+           __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
 }
 
 static void fsync_dir(const char *path) {
@@ -113,8 +127,12 @@ int ps_ckpt_write(const ps_state *st, const char *dir, uint64_t step, char *err,
     snprintf(err, errlen, "checkpoint directory name too long");
     return LOOM_ERANGE;
   }
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  if (loom__mkdir_p(sdir, 0755) < 0) {
+  bool remote = loom__fs_remote(dir);
+  if (remote)
+    local_tmp(tmp, sizeof tmp, "shard");
+  else
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  if (!remote && loom__mkdir_p(sdir, 0755) < 0) {
     snprintf(err, errlen, "cannot create %s: %s", sdir, strerror(errno));
     return LOOM_EIO;
   }
@@ -149,6 +167,16 @@ int ps_ckpt_write(const ps_state *st, const char *dir, uint64_t step, char *err,
   if (fclose(w.f) != 0 && !w.bad) w.bad = true, saved = errno;
   EVP_MD_CTX_free(w.md);
   free(vbuf);
+  if (remote && !w.bad) {
+    char why[1024];
+    int rc = loom__fs_put(tmp, path, true, why, sizeof why);
+    unlink(tmp);
+    if (rc < 0) {
+      snprintf(err, errlen, "cannot write %s: %s", path, why);
+      return LOOM_EIO;
+    }
+    return 0;
+  }
   if (w.bad || rename(tmp, path) < 0) {
     if (!w.bad) saved = errno;
     unlink(tmp);
@@ -160,7 +188,35 @@ int ps_ckpt_write(const ps_state *st, const char *dir, uint64_t step, char *err,
 }
 
 /* ---- committing --------------------------------------------------------- */
+/* prune of a remote directory: the step-* directories its listing has */
+static int prune_remote(const char *dir, uint64_t keep_step, int keep) {
+  char pat[PS_MAX_PATH + 16], why[1024];
+  snprintf(pat, sizeof pat, "%s/step-*", dir);
+  char **names = NULL;
+  size_t n = 0;
+  if (loom__fs_glob(pat, &names, &n, why, sizeof why) < 0) return LOOM_EIO;
+  uint64_t *steps = calloc(n ? n : 1, sizeof *steps);
+  for (size_t i = 0; steps && i < n; i++) {
+    const char *b = strrchr(names[i], '/');
+    long long s;
+    steps[i] = b && loom__parse_int(b + 6, 0, LLONG_MAX, &s) == 0 ? (uint64_t)s : UINT64_MAX;
+  }
+  for (size_t i = 0; steps && i < n; i++) {
+    if (steps[i] == UINT64_MAX) continue;
+    size_t newer = 0;
+    for (size_t j = 0; j < n; j++) newer += steps[j] != UINT64_MAX && steps[j] > steps[i];
+    if ((int)newer < keep || steps[i] == keep_step) continue;
+    if (loom__fs_remove(names[i], true, why, sizeof why) < 0)
+      loom__log(LOOM_LOG_WARN, "ps", "cannot remove an old checkpoint: %s", why);
+  }
+  for (size_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+  free(steps);
+  return 0;
+}
+
 static int prune(const char *dir, uint64_t keep_step, int keep) {
+  if (loom__fs_remote(dir)) return prune_remote(dir, keep_step, keep);
   DIR *d = opendir(dir);
   if (!d) return LOOM_EIO;
   uint64_t *steps = NULL;
@@ -202,10 +258,11 @@ static int prune(const char *dir, uint64_t keep_step, int keep) {
 
 int ps_ckpt_commit(const char *dir, uint64_t step, int nshards, int keep, char *err,
                    size_t errlen) {
-  char path[PS_MAX_PATH + 128];
-  struct stat sb;
+  char path[PS_MAX_PATH + 128], why[1024];
+  loom__fs_info sb;
   for (int i = 0; i < nshards; i++) {
-    if (shard_path(path, sizeof path, dir, step, i, nshards) < 0 || stat(path, &sb) < 0) {
+    if (shard_path(path, sizeof path, dir, step, i, nshards) < 0 ||
+        loom__fs_stat(path, &sb, why, sizeof why) < 0) {
       snprintf(err, errlen, "checkpoint %llu is missing shard %d's file %s",
                (unsigned long long)step, i, path);
       return LOOM_ENOENT;
@@ -220,16 +277,23 @@ int ps_ckpt_commit(const char *dir, uint64_t step, int nshards, int keep, char *
   char *ms = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
   json_decref(m);
   snprintf(path, sizeof path, "%s/MANIFEST.json", sdir);
-  int rc = ms ? loom__write_atomic(path, ms, strlen(ms), 0644, true) : LOOM_ENOMEM;
+  bool remote = loom__fs_remote(dir);
+  snprintf(why, sizeof why, "out of memory");
+  int rc = !ms      ? LOOM_ENOMEM
+           : remote ? loom__fs_write_all(path, ms, strlen(ms), true, why, sizeof why)
+                    : loom__write_atomic(path, ms, strlen(ms), 0644, true);
+  if (rc < 0 && !remote) snprintf(why, sizeof why, "%s", strerror(errno));
   free(ms);
   if (rc == 0) {
     char latest[32];
     int n = snprintf(latest, sizeof latest, "%llu\n", (unsigned long long)step);
     snprintf(path, sizeof path, "%s/LATEST", dir);
-    rc = loom__write_atomic(path, latest, (size_t)n, 0644, true);
+    rc = remote ? loom__fs_write_all(path, latest, (size_t)n, true, why, sizeof why)
+                : loom__write_atomic(path, latest, (size_t)n, 0644, true);
+    if (rc < 0 && !remote) snprintf(why, sizeof why, "%s", strerror(errno));
   }
   if (rc < 0) {
-    snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    snprintf(err, errlen, "cannot write %s: %s", path, why);
     return rc;
   }
   prune(dir, step, keep < 1 ? 1 : keep);
@@ -239,7 +303,16 @@ int ps_ckpt_commit(const char *dir, uint64_t step, int nshards, int keep, char *
 int ps_ckpt_latest(const char *dir, uint64_t *step) {
   char path[PS_MAX_PATH + 16], *s = NULL;
   if ((size_t)snprintf(path, sizeof path, "%s/LATEST", dir) >= sizeof path) return LOOM_ERANGE;
-  int rc = loom__read_file(path, 64, &s, NULL);
+  int rc;
+  if (loom__fs_remote(dir)) {
+    char why[1024];
+    size_t n = 0;
+    void *data = NULL;
+    rc = loom__fs_read_all(path, 64, &data, &n, why, sizeof why);
+    s = data;
+  } else {
+    rc = loom__read_file(path, 64, &s, NULL);
+  }
   if (rc < 0) return rc == LOOM_ENOENT ? LOOM_ENOENT : LOOM_EIO;
   char *nl = strchr(s, '\n');
   if (nl) *nl = 0;
@@ -416,8 +489,30 @@ static int ck_read_stream(FILE *f, uint64_t size, const char *path, int shard, i
 static FILE *ck_open(const char *path, bool buffered, uint64_t *size, char **vbuf, int *rc,
                      char *err, size_t errlen) {
   struct stat sb;
-  FILE *f = fopen(path, "rbe");
   *vbuf = NULL;
+  if (loom__fs_remote(path)) {
+    /* fetched whole, read from here, gone from here once open */
+    char local[PS_MAX_PATH], why[1024];
+    local_tmp(local, sizeof local, "read");
+    int grc = loom__fs_get(path, local, why, sizeof why);
+    if (grc < 0) {
+      snprintf(err, errlen, "cannot read %s: %s", path, why);
+      *rc = grc == LOOM_ENOENT ? LOOM_ENOENT : LOOM_EIO;
+      return NULL;
+    }
+    FILE *f = fopen(local, "rbe");
+    unlink(local);
+    if (!f || fstat(fileno(f), &sb) < 0) {
+      snprintf(err, errlen, "cannot read the copy of %s: %s", path, strerror(errno));
+      *rc = LOOM_EIO;
+      if (f) fclose(f);
+      return NULL;
+    }
+    *size = (uint64_t)sb.st_size;
+    if (buffered && (*vbuf = malloc(CK_BUF))) setvbuf(f, *vbuf, _IOFBF, CK_BUF);
+    return f;
+  }
+  FILE *f = fopen(path, "rbe");
   if (!f || fstat(fileno(f), &sb) < 0) {
     snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
     *rc = errno == ENOENT ? LOOM_ENOENT : LOOM_EIO;
@@ -500,7 +595,15 @@ static int manifest_shards(const char *dir, uint64_t step, int *old, char *err, 
   size_t len = 0;
   if (step_dir(sdir, sizeof sdir, dir, step) < 0) return LOOM_ERANGE;
   snprintf(path, sizeof path, "%s/MANIFEST.json", sdir);
-  int rc = loom__read_file(path, 1 << 16, &ms, &len);
+  int rc;
+  if (loom__fs_remote(dir)) {
+    char why[1024];
+    void *data = NULL;
+    rc = loom__fs_read_all(path, 1 << 16, &data, &len, why, sizeof why);
+    ms = data;
+  } else {
+    rc = loom__read_file(path, 1 << 16, &ms, &len);
+  }
   if (rc < 0) {
     snprintf(err, errlen, "checkpoint %llu in %s is incomplete or missing (no %s)",
              (unsigned long long)step, dir, path);

@@ -9,6 +9,7 @@
  * cut at PS_CHUNK bytes. Replies come back in order per connection, which
  * is how they are matched to requests (and their ids checked). */
 #include "lib/lib.h"
+#include "fs/fs.h"
 #include "ps/ps.h"
 #include "wire/wire.h"
 #include "wire/wire_auth.h"
@@ -376,7 +377,7 @@ static int ckpt_dir_of(loom_ps_t *ps, const char *given) {
     if ((size_t)snprintf(buf, sizeof buf, "%s/ps-ckpt", jd) >= sizeof buf) return LOOM_ERANGE;
     d = buf;
   }
-  if (d[0] == '/') {
+  if (d[0] == '/' || loom__fs_remote(d)) {
     if (loom__strlcpy(ps->ckpt_dir, d, sizeof ps->ckpt_dir) >= sizeof ps->ckpt_dir)
       return LOOM_ERANGE;
     return 0;

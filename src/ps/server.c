@@ -472,9 +472,11 @@ static int h_barrier(ps_server *s, conn *c, const ps_hdr *h) {
   return reply_ok(c, h);
 }
 
-/* The directory in a SAVE, COMMIT or RESTORE payload, NUL-terminated. */
+/* The directory in a SAVE, COMMIT or RESTORE payload, NUL-terminated: an
+ * absolute path or an hdfs:// URL. */
 static int dir_of(const ps_hdr *h, const unsigned char *p, char *dir) {
-  if (h->len < 2 || h->len > PS_MAX_PATH || p[0] != '/' || memchr(p, 0, h->len)) return -1;
+  if (h->len < 2 || h->len > PS_MAX_PATH || memchr(p, 0, h->len)) return -1;
+  if (p[0] != '/' && (h->len < 8 || memcmp(p, "hdfs://", 7))) return -1;
   memcpy(dir, p, h->len);
   dir[h->len] = 0;
   return 0;

@@ -224,3 +224,48 @@ def test_summaries_reach_hdfs_while_the_writer_runs(hdfs, tmp_path):
     assert got["train/accuracy"] == {s: pytest.approx(s / 100, rel=1e-6) for s in range(20)}
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     assert not list(tmp.glob("loom-summary-*")), "the writer's local copy was left"
+
+
+def test_the_parameter_server_checkpoints_on_hdfs_and_resumes_from_them(loom, hdfs, tmp_path):
+    """test_ps's killed-ps job with LOOM_PS_CKPT_DIR on HDFS: shard files,
+    manifests and LATEST there, and the retried attempt resumes from them
+    with every sum exact."""
+    from test_ps import PROBE as PSPROBE, ps_pids
+    ck = hdfs.url(f"/psckpt-{os.getpid()}")
+
+    def spec(name, out, sleep_ms, retries, ckdir):
+        env = f"env: {{LOOM_PS_CKPT_DIR: '{ckdir}', HADOOP_CONF_DIR: '{hdfs.conf}'}}" if ckdir else ""
+        return loom.spec(f"""
+name: {name}
+retries: {retries}
+{env}
+roles:
+  ps: {{instances: 2, command: [{LOOM}, ps]}}
+  chief: {{command: [{PSPROBE}, ckpt, {out}, '30', '5', '{sleep_ms}']}}
+  worker: {{command: [{PSPROBE}, ckpt, {out}, '30', '5', '{sleep_ms}']}}
+""", name=f"{name}.yaml")
+
+    ref_out, out = tmp_path / "ref.json", tmp_path / "resumed.json"
+    r = loom.run("run", spec("hpsref", ref_out, 0, 0, None), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    p = loom.popen("run", spec("hpskill", out, 40, 1, ck))
+
+    def latest():
+        r = fs(hdfs.conf, "cat", f"{ck}/LATEST", check=False)
+        return int(r.stdout) if r.returncode == 0 and r.stdout.strip() else -1
+    loom.wait_for(lambda: latest() >= 10, timeout=90, what="a checkpoint of step 10 on HDFS")
+    pids = ps_pids(loom, 0)
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
+    stdout, stderr = p.communicate(timeout=180)
+    assert p.returncode == 0, stdout + stderr
+    m = re.findall(r"RESTORED rank=(\d) attempt=1 step=(\d+)", stdout)
+    assert len(m) == 2 and all(int(s) >= 10 for _, s in m), stdout
+    import json
+    got, ref = json.loads(out.read_text()), json.loads(ref_out.read_text())
+    for k in ("dense", "rows"):
+        assert got[k] == ref[k], f"{k} differs from the uninterrupted run"
+    steps = [l.split()[-1] for l in fs(hdfs.conf, "ls", ck).stdout.decode().splitlines()]
+    assert any(s.endswith(f"/step-{latest():012d}") for s in steps), steps
+    shards = fs(hdfs.conf, "ls", f"{ck}/step-{latest():012d}").stdout.decode()
+    assert "shard-0-of-2.bin" in shards and "shard-1-of-2.bin" in shards and "MANIFEST.json" in shards
