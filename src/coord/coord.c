@@ -438,6 +438,12 @@ static int open_job_files(coord *co) {
   return 0;
 }
 
+/* A task's host, for the feed's locality. */
+static const char *feed_host_of(void *ctx, const char *name) {
+  task *t = coord_task_by_name(ctx, name);
+  return t && t->host[0] ? t->host : NULL;
+}
+
 /* The data feed's coordinator side, when the spec has a feed; a bad feed
  * is the spec's error (exit 2). */
 static int start_feed(coord *co) {
@@ -451,6 +457,7 @@ static int start_feed(coord *co) {
     fprintf(stderr, "loom: %s: %s\n", co->s->path, err);
     return LOOM_EINVAL;
   }
+  feed_dispatch_set_hosts(co->feed, feed_host_of, co);
   return 0;
 }
 

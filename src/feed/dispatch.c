@@ -71,7 +71,14 @@ struct feed_dispatch {
   size_t nleased;
   waiter *waiters, **wtail; /* FIFO */
   uint64_t committed, expired, stale, returned, records;
+  /* locality: where tasks run, and how many leases went to a task on a
+   * host holding the split's first block */
+  const char *(*host_of)(void *ctx, const char *task);
+  void *host_ctx;
+  uint64_t local;
 };
+
+#define LOCAL_WINDOW 64 /* queued splits looked at for a local one */
 
 /* ---- the queue of splits ------------------------------------------------ */
 static void q_push_front(feed_dispatch *d, uint32_t s) {
@@ -86,6 +93,37 @@ static uint32_t q_pop(feed_dispatch *d) {
   d->qhead = (d->qhead + 1) % d->in->nsplits;
   d->qlen--;
   return s;
+}
+
+/* The index in in->hosts of host, or -1. */
+static int host_known(const feed_dispatch *d, const char *host) {
+  for (size_t i = 0; host && i < d->in->nhosts; i++)
+    if (!strcmp(d->in->hosts[i], host)) return (int)i;
+  return -1;
+}
+
+static bool split_on(const feed_split *sp, int h) {
+  for (int k = 0; k < FEED_SPLIT_HOSTS; k++)
+    if (sp->host[k] == h) return true;
+  return false;
+}
+
+/* q_pop, preferring among the next LOCAL_WINDOW a split with a replica on
+ * host h (>= 0): it swaps places with the head. *local says whether the
+ * split popped is on h. */
+static uint32_t q_pop_near(feed_dispatch *d, int h, bool *local) {
+  size_t n = d->in->nsplits;
+  *local = false;
+  for (size_t k = 0; h >= 0 && k < d->qlen && k < LOCAL_WINDOW; k++) {
+    size_t at = (d->qhead + k) % n;
+    if (!split_on(&d->in->splits[d->queue[at]], h)) continue;
+    uint32_t t = d->queue[at];
+    d->queue[at] = d->queue[d->qhead];
+    d->queue[d->qhead] = t;
+    *local = true;
+    break;
+  }
+  return q_pop(d);
 }
 
 /* Fills the queue for epoch d->epoch: every split not done, in the epoch's
@@ -159,8 +197,11 @@ static void lease_take_back(feed_dispatch *d, lease *l, const char *why, int lev
 static json_t *lease_out(feed_dispatch *d, void *conn, const char *task, int max) {
   json_t *arr = json_array();
   uint64_t now = loom__now_ms();
+  int h = d->host_of && d->in->nhosts ? host_known(d, d->host_of(d->host_ctx, task)) : -1;
   for (int k = 0; k < max && d->qlen > 0; k++) {
-    uint32_t s = q_pop(d);
+    bool local;
+    uint32_t s = q_pop_near(d, h, &local);
+    d->local += local;
     if (d->state[s] != S_TODO) { /* cannot happen: a split is queued once */
       loom__log(LOOM_LOG_ERROR, "feed", "internal error: split %u queued twice", s);
       continue;
@@ -496,12 +537,13 @@ void feed_dispatch_new_attempt(feed_dispatch *d) {
 json_t *feed_dispatch_status(const feed_dispatch *d) {
   if (!d) return json_object();
   bool over = d->epoch >= d->epochs;
-  return json_pack(
-      "{s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "epoch",
-      over ? d->epochs - 1 : d->epoch, "epochs", d->epochs, "splits", (json_int_t)d->in->nsplits,
-      "done", (json_int_t)(over ? d->in->nsplits : d->done), "leased", (json_int_t)d->nleased,
-      "committed", (json_int_t)d->committed, "expired", (json_int_t)d->expired, "stale",
-      (json_int_t)d->stale, "records", (json_int_t)d->records, "finished", over);
+  return json_pack("{s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:I}", "epoch",
+                   over ? d->epochs - 1 : d->epoch, "epochs", d->epochs, "splits",
+                   (json_int_t)d->in->nsplits, "done",
+                   (json_int_t)(over ? d->in->nsplits : d->done), "leased", (json_int_t)d->nleased,
+                   "committed", (json_int_t)d->committed, "expired", (json_int_t)d->expired,
+                   "stale", (json_int_t)d->stale, "records", (json_int_t)d->records, "finished",
+                   over, "local", (json_int_t)d->local);
 }
 
 /* ---- making and unmaking ------------------------------------------------ */
@@ -658,4 +700,11 @@ void feed_dispatch_destroy(feed_dispatch *d) {
   free(d->output);
   free(d->tmpdir);
   free(d);
+}
+
+void feed_dispatch_set_hosts(feed_dispatch *d, const char *(*host_of)(void *ctx, const char *task),
+                             void *ctx) {
+  if (!d) return;
+  d->host_of = host_of;
+  d->host_ctx = ctx;
 }

@@ -5,7 +5,10 @@
  *
  * This is the contract between the coordinator (src/coord/coord.c, which
  * owns the loop and the connections) and the feed (src/feed/). The
- * coordinator calls these on its loop thread only; none of them blocks. */
+ * coordinator calls these on its loop thread only; none of them blocks but
+ * for the file-system calls of committing and taking back a split's
+ * output (a rename, an unlink: on HDFS one NameNode call each,
+ * milliseconds, bounded by HDFS_TIMEOUT_MS). */
 #ifndef LOOM_FEED_DISPATCH_H
 #define LOOM_FEED_DISPATCH_H
 
@@ -25,6 +28,12 @@ typedef void (*feed_reply_fn)(void *conn, json_int_t id, int rc, json_t *extra, 
 int feed_dispatch_create(const json_t *feed, const char *job_dir, const char *spec_dir,
                          feed_reply_fn reply, feed_dispatch **out, char *err, size_t errlen);
 void feed_dispatch_destroy(feed_dispatch *d);
+/* Where each task runs, for locality: host_of(ctx, task) gives the task's
+ * host (an address, as HDFS names its DataNodes) or NULL. A task asking for
+ * splits gets, among the next LOCAL_WINDOW queued, one whose first block
+ * has a replica on its host when there is one. */
+void feed_dispatch_set_hosts(feed_dispatch *d, const char *(*host_of)(void *ctx, const char *task),
+                             void *ctx);
 
 /* A frame whose type is in [WIRE_FEED_FIRST, WIRE_FEED_LAST], from the
  * libloom client of `task` on connection conn. Returns 0, or LOOM_EPROTO

@@ -142,9 +142,14 @@ int loom__feed_format_parse(const char *s, feed_format *fmt);
 const feed_format_ops *loom__feed_format_ops(const feed_format *fmt);
 
 /* ---- the input and its splits ------------------------------------------ */
+#define FEED_SPLIT_HOSTS 3      /* replicas remembered per split */
+#define FEED_NO_HOST UINT16_MAX /* an unused entry of feed_split.host */
 typedef struct {
   uint32_t file;
   uint64_t off, len; /* bytes of the file, record-aligned */
+  /* the hosts holding the split's first byte (HDFS: its block's
+   * DataNodes), as indexes into feed_input.hosts */
+  uint16_t host[FEED_SPLIT_HOSTS];
 } feed_split;
 
 typedef struct {
@@ -154,6 +159,8 @@ typedef struct {
   feed_split *splits;
   size_t nsplits;
   uint64_t bytes; /* of records, over all files */
+  char **hosts;   /* every host some split names, each once */
+  size_t nhosts;
 } feed_input;
 
 /* Expands globs (sorted, each file once), probes every file and cuts the

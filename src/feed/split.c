@@ -22,6 +22,8 @@ void loom__feed_input_free(feed_input *in) {
   for (size_t i = 0; i < in->nfiles; i++) free(in->files[i].path);
   free(in->files);
   free(in->splits);
+  for (size_t i = 0; i < in->nhosts; i++) free(in->hosts[i]);
+  free(in->hosts);
   free(in);
 }
 
@@ -93,6 +95,19 @@ static int expand(const char *const *globs, size_t nglobs, char ***paths, size_t
   return 0;
 }
 
+/* The index of host in in->hosts, added when new; FEED_NO_HOST past the
+ * table's size or out of memory (locality is a preference). */
+static uint16_t host_index(feed_input *in, const char *host) {
+  for (size_t i = 0; i < in->nhosts; i++)
+    if (!strcmp(in->hosts[i], host)) return (uint16_t)i;
+  if (in->nhosts >= FEED_NO_HOST) return FEED_NO_HOST;
+  char **nh = realloc(in->hosts, (in->nhosts + 1) * sizeof *nh);
+  if (!nh) return FEED_NO_HOST;
+  in->hosts = nh;
+  if (!(nh[in->nhosts] = strdup(host))) return FEED_NO_HOST;
+  return (uint16_t)in->nhosts++;
+}
+
 static int add_split(feed_input *in, size_t *cap, uint32_t file, uint64_t off, uint64_t len) {
   if (in->nsplits == *cap) {
     size_t nc = *cap ? *cap * 2 : 64;
@@ -101,7 +116,8 @@ static int add_split(feed_input *in, size_t *cap, uint32_t file, uint64_t off, u
     in->splits = s;
     *cap = nc;
   }
-  in->splits[in->nsplits++] = (feed_split){.file = file, .off = off, .len = len};
+  in->splits[in->nsplits++] = (feed_split){
+      .file = file, .off = off, .len = len, .host = {FEED_NO_HOST, FEED_NO_HOST, FEED_NO_HOST}};
   return 0;
 }
 
@@ -159,6 +175,12 @@ int loom__feed_input_make(const char *const *globs, size_t nglobs, const feed_fo
           break;
         }
         rc = add_split(in, &scap, (uint32_t)(in->nfiles - 1), at, next - at);
+        if (rc == 0 && loom__fs_remote(ff->path)) {
+          char hosts[FEED_SPLIT_HOSTS][64];
+          int nh = loom__rfile_hosts(f, at, hosts, FEED_SPLIT_HOSTS);
+          for (int h = 0; h < nh; h++)
+            in->splits[in->nsplits - 1].host[h] = host_index(in, hosts[h]);
+        }
         at = next;
       }
       in->bytes += ff->data_end - ff->data_off;
