@@ -9,6 +9,9 @@
 #   name=hdfs_read peer=loom|java|java_fsshell n=8 bytes=1073741824 rounds=5 median_s=... mib_s=...
 #   name=hdfs_read_ratio peer=java n=8 ratio=... target=1.0
 #   name=hdfs_read_ratio peer=java_fsshell n=8 ratio=...
+#   name=hdfs_read peer=loom_feed ...         loom's feed delivering the records
+#   name=hdfs_read_ratio peer=loom_feed n=8 ratio=... of=loom_fs_cat   (fs cat's time / the feed's)
+#   name=hdfs_feed_ratio peer=java n=8 ratio=...   (java's read / the feed's)
 #   name=hdfs_read peer=pyarrow skipped=REASON            (or its figures, if it can run here)
 #   name=hdfs_write peer=loom|java|java_fsshell n=8 bytes=... rounds=5 median_s=... mib_s=...
 #   name=hdfs_write_ratio peer=java n=8 ratio=... target=1.0
@@ -175,13 +178,23 @@ if [ -z "$PYARROW_SKIP" ]; then RPEERS+=(pyarrow); else say "pyarrow skipped: $P
 WPEERS=()
 for p in $PEERS; do WPEERS+=("$p"); done
 
-# ---------------------------------------------------------------------------
-# TODO(loom feed, figure (e)): loom's feed delivering records from these
-# files (hdfs://.../bench/f*) goes here, as a read peer `loom_feed`: add it
-# to RPEERS and give it a case in read_one below that runs the feed over
-# "${URLS[@]}", checks that it delivered $BYTES bytes, and sets SECS (its
-# ratio against loom's plain `fs cat` then comes out like the others').
-# ---------------------------------------------------------------------------
+# loom's feed delivering records from the same files (figure (e)): a
+# one-worker job whose task reads the feed (fixed 64 KiB records) to the
+# end with loom_feed_next_batch; the time is the task's own, from
+# loom_feed_open to the last record (job start-up excluded), as bench/feed
+# times it.
+FEEDBENCH=$BUILD/bench/feed/feedbench
+if has loom && [ -x "$FEEDBENCH" ]; then
+  RPEERS+=(loom_feed)
+  cat >"$TMP/feed.yaml" <<EOF
+name: hdfsfeedbench
+env: {HADOOP_CONF_DIR: "$CONF"}
+roles:
+  worker: {command: ["$FEEDBENCH", feed, "16"]}
+feed: {input: ["$NN/bench/f*"], format: "fixed:65536"}
+EOF
+fi
+
 
 # Runs "$@" under timeout, in the background so that a signal reaches the
 # exit trap at once; stdout to $OUTF, stderr to $ERRF. Sets SECS to the
@@ -224,6 +237,13 @@ read_one() { # peer round
   java)
     timed java "${JAVA_OPTS[@]}" -cp "$JCP" "$JPROG" read "${PATHS[@]}"
     java_figure read_s
+    ;;
+  loom_feed)
+    timed "$LOOM" run "$TMP/feed.yaml"
+    local fb
+    fb=$(field bytes "$OUTF" | head -1)
+    [ "$fb" = "$BYTES" ] || die "the feed delivered $fb bytes, not $BYTES"
+    SECS=$(field seconds "$OUTF" | head -1)
     ;;
   java_fsshell)
     OUTF=/dev/null
@@ -330,6 +350,15 @@ for what in read write; do
     [ "$p" = loom ] && continue
     extra=""
     [ "$p" = java ] && extra=" target=1.0"
+    if [ "$p" = loom_feed ]; then
+      # the feed against its ceiling, loom's plain client (< 1: slower), and
+      # against the Java client reading the bytes alone (> 1: faster)
+      echo "name=hdfs_read_ratio peer=loom_feed n=$N ratio=$(ratio "$(med $what loom 6)" "$(med $what loom_feed 6)") of=loom_fs_cat"
+      case " ${P[*]} " in *" java "*)
+        echo "name=hdfs_feed_ratio peer=java n=$N ratio=$(ratio "$(med $what java 6)" "$(med $what loom_feed 6)")" ;;
+      esac
+      continue
+    fi
     echo "name=hdfs_${what}_ratio peer=$p n=$N ratio=$(ratio "$(med $what "$p" 6)" "$(med $what loom 6)")$extra"
   done
 done
