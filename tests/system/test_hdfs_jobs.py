@@ -272,3 +272,35 @@ roles:
     assert any(s.endswith(f"/step-{latest():012d}") for s in steps), steps
     shards = fs(hdfs.conf, "ls", f"{ck}/step-{latest():012d}").stdout.decode()
     assert "shard-0-of-2.bin" in shards and "shard-1-of-2.bin" in shards and "MANIFEST.json" in shards
+
+
+def test_the_python_module_reads_and_writes_the_feed_on_hdfs(loom, hdfs):
+    """examples/feed-probe/feedprobe.py (the loom module over libloom) with
+    the input and the output on HDFS: every record once per epoch."""
+    from conftest import LIBLOOM, ROOT, yaml_env
+    from test_feed import PY, PYPROBE
+    if not LIBLOOM.exists():
+        pytest.skip(f"{LIBLOOM} is not built")
+    base = f"/feedpy-{os.getpid()}"
+    want = []
+    for i in range(2):
+        recs = records_in("lines", f"p{i}", 800)
+        want += recs
+        local = loom.tmp / f"p{i}.txt"
+        local.write_bytes(encode("lines", recs))
+        fs(hdfs.conf, "put", local, hdfs.url(f"{base}/in/p{i}.txt"))
+    env = yaml_env({"PYTHONPATH": ROOT / "python", "LOOM_LIBRARY": LIBLOOM,
+                    "HADOOP_CONF_DIR": hdfs.conf})
+    spec = loom.spec(f"""
+name: hfeedpy
+env: {env}
+roles:
+  worker: {{instances: 2, command: [{PY}, {PYPROBE}, --mode, batch]}}
+feed: {{input: ["{hdfs.url(base)}/in/*.txt"], format: lines, epochs: 2,
+        output: "{hdfs.url(base)}/out"}}
+""")
+    r = loom.run("run", spec, env={"LOOM_FEED_SPLIT_BYTES": "3000",
+                                   "HADOOP_CONF_DIR": str(hdfs.conf)}, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got, _ = part_records(hdfs.conf, hdfs.url(f"{base}/out"))
+    assert sorted(got) == sorted(want * 2)
