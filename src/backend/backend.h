@@ -100,6 +100,10 @@ typedef struct {
    * coordinator on this host (YARN: an unmanaged application master for
    * `run`, a managed one in a container for `submit`). */
   bool submit_detached_only;
+  /* true when the cluster manager fetches hdfs:// sources of the spec's
+   * files and archives itself (YARN's LocalResources); otherwise the
+   * coordinator fetches them into the job directory before staging. */
+  bool localizes_remote_files;
   /* Where the coordinator runs. NULL: on this host, started by the
    * client. Otherwise hands the job to the cluster manager so that the
    * coordinator (`exe coordinator job_dir --backend NAME`) starts inside

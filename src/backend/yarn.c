@@ -884,7 +884,12 @@ static int yarn_stage(backend *b, const spec_job *s, json_t **files, char *err, 
     loom__fs_info st;
     int rc = dst && name ? 0 : LOOM_ENOMEM;
     snprintf(why, sizeof why, "out of memory");
-    if (rc == 0 && remote) {
+    if (rc == 0 && loom__fs_remote(kv->value)) {
+      /* already on HDFS: localized from where it is, not copied */
+      free(dst);
+      dst = strdup(kv->value);
+      if (!dst) rc = LOOM_ENOMEM;
+    } else if (rc == 0 && remote) {
       struct stat ls;
       if (stat(kv->value, &ls) < 0) {
         snprintf(why, sizeof why, "%s", strerror(errno));
@@ -1221,6 +1226,7 @@ const backend_ops loom__backend_yarn = {
     .signal = yarn_signal,
     .host = yarn_host,
     .stage_files = yarn_stage,
+    .localizes_remote_files = true,
     .unstage_files = yarn_unstage,
     .finish = yarn_finish,
     .destroy = yarn_destroy,

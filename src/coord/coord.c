@@ -9,6 +9,7 @@
  * fails (stop everything within the grace period, then retry or give up).
  * Task state lives here and is mirrored to state.json and events.jsonl. */
 #include "coord/coord_int.h"
+#include "fs/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -567,10 +568,54 @@ static void start_timers(coord *co) {
   signal(SIGPIPE, SIG_IGN);
 }
 
+/* The spec's files and archives whose source is on HDFS, fetched into
+ * the job directory (fetched/<n>-<name>), their sources then those copies:
+ * for backends that do not localize them themselves. */
+static int fetch_remote_files(coord *co, char *err, size_t errlen) {
+  if (co->be->ops->localizes_remote_files) return 0;
+  const spec_job *s = co->s;
+  json_t *got = NULL;
+  int rc = 0;
+  for (int i = 0; i < s->nfiles + s->narchives && rc == 0; i++) {
+    bool arch = i >= s->nfiles;
+    spec_kv *kv = arch ? &s->archives[i - s->nfiles] : &s->files[i];
+    if (!loom__fs_remote(kv->value)) continue;
+    const char *base = strrchr(kv->value, '/');
+    base = base && base[1] ? base + 1 : "source";
+    char *dir = loom__asprintf("%s/fetched", co->o->job_dir);
+    char *dst = dir ? loom__asprintf("%s/%d-%s", dir, i, base) : NULL;
+    char why[1024] = "out of memory";
+    rc = dst ? loom__fs_mkdirs(dir, why, sizeof why) : LOOM_ENOMEM;
+    if (rc == 0) rc = loom__fs_get_tree(kv->value, dst, why, sizeof why);
+    if (rc < 0) {
+      snprintf(err, errlen, "%s.%s: cannot fetch %s: %s", arch ? "archives" : "files", kv->key,
+               kv->value, why);
+      free(dst);
+    } else {
+      if (!got) got = json_object();
+      json_object_set_new(got, kv->key, json_string(kv->value));
+      free(kv->value);
+      kv->value = dst;
+    }
+    free(dir);
+  }
+  if (got) coord_event(co, NULL, "files_fetched", json_pack("{s:o}", "files", got));
+  return rc;
+}
+
 /* Files the backend copies to the job's nodes; false when it could not
  * (the job is then finished, as a backend failure). */
 static bool stage_files(coord *co) {
   const coord_opts *o = co->o;
+  char ferr[1400] = "";
+  if (fetch_remote_files(co, ferr, sizeof ferr) < 0) {
+    fprintf(stderr, "loom: cannot fetch the job's files: %s\n", ferr);
+    coord_event(co, NULL, "staging_failed", json_pack("{s:s}", "reason", ferr));
+    co->outcome = O_INFRA;
+    loom__strlcpy(co->root_msg, ferr, sizeof co->root_msg);
+    finish(co);
+    return false;
+  }
   if (co->be->ops->stage_files) {
     char err[512] = "";
     setenv("LOOM_JOB_DIR_STAGE", o->job_dir, 1);

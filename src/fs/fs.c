@@ -552,6 +552,43 @@ int loom__fs_put_tree(const char *local, const char *name, char *err, size_t err
   return put_tree(local, name, 0, err, errlen);
 }
 
+static int get_tree(const char *name, const char *local, int depth, char *err, size_t errlen) {
+  loom__fs_info st;
+  int rc = loom__fs_stat(name, &st, err, errlen);
+  if (rc < 0) return rc;
+  if (!st.dir) return loom__fs_get(name, local, err, errlen);
+  if (depth > TREE_DEPTH) {
+    snprintf(err, errlen, "%s: deeper than %d directories", name, TREE_DEPTH);
+    return LOOM_ERANGE;
+  }
+  if (mkdir(local, 0755) < 0 && errno != EEXIST)
+    return local_fail("cannot create", local, err, errlen);
+  if (!loom__fs_remote(name)) {
+    snprintf(err, errlen, "%s: a local directory (copy it with cp)", name);
+    return LOOM_EINVAL;
+  }
+  hdfs *fs;
+  hdfs_url u;
+  hdfs_stat *v = NULL;
+  size_t n = 0;
+  if ((rc = remote(name, &fs, &u, err, errlen)) < 0) return rc;
+  if ((rc = hdfs_list(fs, u.path, &v, &n, err, errlen)) < 0) return rc;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if (strchr(v[i].name, '/') || !strcmp(v[i].name, ".") || !strcmp(v[i].name, "..")) continue;
+    char *src = loom__asprintf("%s/%s", name, v[i].name);
+    char *dst = loom__asprintf("%s/%s", local, v[i].name);
+    rc = src && dst ? get_tree(src, dst, depth + 1, err, errlen) : LOOM_ENOMEM;
+    free(src);
+    free(dst);
+  }
+  free(v);
+  return rc;
+}
+
+int loom__fs_get_tree(const char *name, const char *local, char *err, size_t errlen) {
+  return get_tree(name, local, 0, err, errlen);
+}
+
 int loom__fs_get(const char *name, const char *local, char *err, size_t errlen) {
   src_state s = {0};
   int rc = loom__rfile_open(name, &s.f, err, errlen);

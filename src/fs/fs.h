@@ -65,6 +65,8 @@ int loom__fs_put_n(const char *local, uint64_t len, const char *name, bool repla
 /* Copies the local directory tree local to name (made, with its
  * subdirectories; files as loom__fs_put with replace). */
 int loom__fs_put_tree(const char *local, const char *name, char *err, size_t errlen);
+/* Copies name, a file or a directory tree, to local (made). */
+int loom__fs_get_tree(const char *name, const char *local, char *err, size_t errlen);
 /* Copies name to the local file local (written beside it, then renamed). */
 int loom__fs_get(const char *name, const char *local, char *err, size_t errlen);
 /* Writes len bytes of data to name atomically, as loom__fs_put. */

@@ -797,6 +797,26 @@ static int parse_files(ctx *c, const node *n, spec_job *s, const char *what) {
     for (int j = 0; !arch && j < s->narchives; j++)
       if (!strcmp(s->archives[j].key, t))
         return fail(c, k, "files.%s: archives has a target of the same name", t);
+    char *url = NULL;
+    char where[80];
+    snprintf(where, sizeof where, "%s.%s", what, t);
+    int prc = spec_path(c, v, where, &url);
+    if (prc < 0) return prc;
+    if (!strncmp(url, "hdfs://", 7)) {
+      /* fetched (or, on YARN, localized) when the job starts: that it
+       * exists is checked then */
+      if (arch && !archive_name(url)) {
+        free(url);
+        return fail(c, v, "archives.%s: source '%s' must end in .tar.gz, .tgz, .tar or .zip", t,
+                    v->value);
+      }
+      (*out)[i].key = strdup(t);
+      (*out)[i].value = url;
+      if (!(*out)[i].key) return LOOM_ENOMEM;
+      (*count)++;
+      continue;
+    }
+    free(url);
     char *src =
         v->value[0] == '/' ? strdup(v->value) : loom__asprintf("%s/%s", c->basedir, v->value);
     if (!src) return LOOM_ENOMEM;

@@ -304,3 +304,49 @@ feed: {{input: ["{hdfs.url(base)}/in/*.txt"], format: lines, epochs: 2,
     assert r.returncode == 0, r.stdout + r.stderr
     got, _ = part_records(hdfs.conf, hdfs.url(f"{base}/out"))
     assert sorted(got) == sorted(want * 2)
+
+
+def test_files_and_archives_from_hdfs_reach_every_task(loom, hdfs, tmp_path):
+    """files: and archives: sources given as hdfs:// URLs (a file, a
+    directory, a .tar.gz) are fetched when the job starts and appear at
+    their targets in every task's directory; a missing one fails the job
+    before any task runs, naming it (exit 3)."""
+    src = tmp_path / "src"
+    (src / "dir" / "sub").mkdir(parents=True)
+    (src / "one.txt").write_text("file one\n")
+    (src / "dir" / "sub" / "x.txt").write_text("in dir\n")
+    (src / "env").mkdir()
+    (src / "env" / "mod.py").write_text("print('from the archive')\n")
+    subprocess.run(["tar", "-C", str(src / "env"), "-czf", str(src / "pyenv.tar.gz"), "mod.py"],
+                   check=True)
+    base = f"/files-{os.getpid()}"
+    fs(hdfs.conf, "put", src / "one.txt", hdfs.url(f"{base}/one.txt"))
+    fs(hdfs.conf, "put", src / "pyenv.tar.gz", hdfs.url(f"{base}/pyenv.tar.gz"))
+    fs(hdfs.conf, "put", src / "dir" / "sub" / "x.txt", hdfs.url(f"{base}/dir/sub/x.txt"))
+    spec = loom.spec(f"""
+name: hfiles
+files: {{one.txt: "{hdfs.url(base)}/one.txt", data: "{hdfs.url(base)}/dir"}}
+archives: {{pyenv: "{hdfs.url(base)}/pyenv.tar.gz"}}
+roles:
+  worker:
+    instances: 2
+    command: "cat one.txt data/sub/x.txt; /usr/bin/python3 pyenv/mod.py"
+""")
+    r = loom.run("run", spec, env={"HADOOP_CONF_DIR": str(hdfs.conf)}, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for w in ("worker:0", "worker:1"):
+        for line in ("file one", "in dir", "from the archive"):
+            assert f"[{w}] {line}" in r.stdout, r.stdout
+    ev = [e for e in loom.events() if e["event"] == "files_fetched"]
+    assert ev and set(ev[0]["files"]) == {"one.txt", "data", "pyenv"}, ev
+    # a source that is not there: the job fails at once, naming it
+    spec = loom.spec(f"""
+name: hfilesmissing
+files: {{gone.txt: "{hdfs.url(base)}/gone.txt"}}
+roles:
+  worker: {{command: "true"}}
+""", name="missing.yaml")
+    r = loom.run("run", spec, env={"HADOOP_CONF_DIR": str(hdfs.conf)}, timeout=60)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert f"files.gone.txt: cannot fetch {hdfs.url(base)}/gone.txt" in r.stderr, r.stderr
+    assert "no such file or directory" in r.stderr, r.stderr

@@ -668,30 +668,37 @@ def test_files_and_archives_are_localized_by_yarn(yloom, yarn, tmp_path):
     before = stage_dirs()
     me = pwd.getpwuid(os.getuid()).pw_name
     staging = f"hdfs://127.0.0.1:{yarn.nn_port}/user/{me}/.loom/staging"
+    # a source already on HDFS is localized from where it is, not copied
+    remote = f"hdfs://127.0.0.1:{yarn.nn_port}/ystage-src/remote.txt"
+    (tmp_path / "remote.txt").write_text("from hdfs\n")
+    put = subprocess.run([str(LOOM_BIN), "fs", "put", "-f", str(tmp_path / "remote.txt"), remote],
+                         capture_output=True, text=True, timeout=60)
+    assert put.returncode == 0, put.stderr
     s = yloom.spec(f"""
 name: ystage
 backend: yarn
-files: {{one.txt: {src}/one.txt, data: {src}/dir}}
+files: {{one.txt: {src}/one.txt, data: {src}/dir, remote.txt: "{remote}"}}
 archives: {{pyenv: {src}/pyenv.tar.gz, zipped: {src}/z.zip}}
 roles:
   worker:
     instances: 2
-    command: "cat one.txt data/sub/x.txt; /usr/bin/python3 pyenv/mod.py; ls zipped; readlink pyenv; for d in $({LOOM_BIN} fs ls {staging} | awk '{{print $NF}}'); do {LOOM_BIN} fs ls $d; done"
+    command: "cat one.txt data/sub/x.txt remote.txt; /usr/bin/python3 pyenv/mod.py; ls zipped; readlink pyenv; for d in $({LOOM_BIN} fs ls {staging} | awk '{{print $NF}}'); do {LOOM_BIN} fs ls $d; done"
 """)
     r = yloom.run("run", s, timeout=90)
     assert r.returncode == 0, r.stdout + r.stderr
     for w in ("worker:0", "worker:1"):
-        for line in ("file one", "in dir", "from the archive", "mod.py"):
+        for line in ("file one", "in dir", "from the archive", "mod.py", "from hdfs"):
             assert f"[{w}] {line}" in r.stdout, r.stdout
     # while the job ran, the four were in its staging directory on HDFS
     app = app_of(yarn, "ystage")["id"]
     listed = re.findall(rf"\[worker:0\] .* {re.escape(staging)}/{app}/(\d-\S+)$", r.stdout, re.M)
-    assert sorted(listed) == ["0-one.txt", "1-dir", "2-pyenv.tar.gz", "3-z.zip"], r.stdout
+    assert sorted(listed) == ["0-one.txt", "1-dir", "3-pyenv.tar.gz", "4-z.zip"], r.stdout
     # the archive came from the container's directory, where YARN unpacked it
     links = [l for l in r.stdout.splitlines() if l.startswith("[worker:0] ") and "loom-archive" in l]
     assert links and "/appcache/" in links[0], r.stdout
     staged = [e for e in yloom.events() if e["event"] == "files_staged"]
-    assert staged and set(staged[0]["files"]) == {"one.txt", "data", "pyenv", "zipped"}, staged
+    assert staged and set(staged[0]["files"]) == {"one.txt", "data", "remote.txt", "pyenv",
+                                                  "zipped"}, staged
     assert stage_dirs() == before  # nothing staged on this host's filesystem
     left = subprocess.run([str(LOOM_BIN), "fs", "ls", f"{staging}/{app}"], capture_output=True,
                           text=True, timeout=30)
