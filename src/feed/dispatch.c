@@ -543,7 +543,7 @@ json_t *feed_dispatch_status(const feed_dispatch *d) {
                    (json_int_t)(over ? d->in->nsplits : d->done), "leased", (json_int_t)d->nleased,
                    "committed", (json_int_t)d->committed, "expired", (json_int_t)d->expired,
                    "stale", (json_int_t)d->stale, "records", (json_int_t)d->records, "finished",
-                   over, "local", (json_int_t)d->local);
+                   over, "data_local", (json_int_t)d->local);
 }
 
 /* ---- making and unmaking ------------------------------------------------ */

@@ -110,7 +110,7 @@ feed: {{input: ["{hdfs.url(base)}/in/in-*"], format: "{fstr}", output: "{hdfs.ur
     assert st["finished"] and st["committed"] == st["splits"] >= 10, st
     # every task runs on 127.0.0.1, where both DataNodes are: each lease
     # went to a task on a host holding its split's first block
-    assert st["local"] >= st["splits"], st
+    assert st["data_local"] >= st["splits"], st
     got, ls = part_records(hdfs.conf, hdfs.url(f"{base}/out"))
     assert len(got) == len(want) and sorted(got) == sorted(want)
     assert not any("/.tmp" in l for l in ls), ls  # the dispatcher's temporary directory is gone
