@@ -605,28 +605,25 @@ static int fetch_remote_files(coord *co, char *err, size_t errlen) {
 
 /* Files the backend copies to the job's nodes; false when it could not
  * (the job is then finished, as a backend failure). */
+static bool staging_failed(coord *co, const char *what, const char *err) {
+  fprintf(stderr, "loom: cannot %s: %s\n", what, err);
+  coord_event(co, NULL, "staging_failed", json_pack("{s:s}", "reason", err));
+  co->outcome = O_INFRA;
+  loom__strlcpy(co->root_msg, err, sizeof co->root_msg);
+  finish(co);
+  return false;
+}
+
 static bool stage_files(coord *co) {
   const coord_opts *o = co->o;
   char ferr[1400] = "";
-  if (fetch_remote_files(co, ferr, sizeof ferr) < 0) {
-    fprintf(stderr, "loom: cannot fetch the job's files: %s\n", ferr);
-    coord_event(co, NULL, "staging_failed", json_pack("{s:s}", "reason", ferr));
-    co->outcome = O_INFRA;
-    loom__strlcpy(co->root_msg, ferr, sizeof co->root_msg);
-    finish(co);
-    return false;
-  }
+  if (fetch_remote_files(co, ferr, sizeof ferr) < 0)
+    return staging_failed(co, "fetch the job's files", ferr);
   if (co->be->ops->stage_files) {
     char err[512] = "";
     setenv("LOOM_JOB_DIR_STAGE", o->job_dir, 1);
-    if (co->be->ops->stage_files(co->be, co->s, &co->staged_files, err, sizeof err) < 0) {
-      fprintf(stderr, "loom: cannot stage the job's files on its nodes: %s\n", err);
-      coord_event(co, NULL, "staging_failed", json_pack("{s:s}", "reason", err));
-      co->outcome = O_INFRA;
-      loom__strlcpy(co->root_msg, err, sizeof co->root_msg);
-      finish(co);
-      return false;
-    }
+    if (co->be->ops->stage_files(co->be, co->s, &co->staged_files, err, sizeof err) < 0)
+      return staging_failed(co, "stage the job's files on its nodes", err);
     if (co->staged_files)
       coord_event(co, NULL, "files_staged", json_pack("{s:O}", "files", co->staged_files));
   }

@@ -1210,6 +1210,19 @@ struct hdfs_writer {
 
 static uint8_t *pkt_data(hdfs_writer *w) { return w->pkt + PKT_HEAD + PKT_SUMS; }
 
+/* The block before the one being asked for (addBlock's previous,
+ * complete's last) into b; false when there is none (the file's first). */
+static bool prev_block(hdfs_writer *w, Hadoop__Hdfs__ExtendedBlockProto *b) {
+  hadoop__hdfs__extended_block_proto__init(b);
+  if (!w->has_prev) return false;
+  b->poolid = w->prev_pool;
+  b->blockid = w->prev_id;
+  b->generationstamp = w->prev_gs;
+  b->has_numbytes = 1;
+  b->numbytes = w->prev_bytes;
+  return true;
+}
+
 static void writer_free(hdfs_writer *w) {
   if (w->fd >= 0) close(w->fd);
   if (w->blk) protobuf_c_message_free_unpacked(&w->blk->base, NULL);
@@ -1355,20 +1368,13 @@ static int block_open(hdfs_writer *w, char *err, size_t errlen) {
   size_t nex = 0;
   int rc = 0;
   for (int attempt = 0; attempt < 4; attempt++) {
-    Hadoop__Hdfs__ExtendedBlockProto prev = HADOOP__HDFS__EXTENDED_BLOCK_PROTO__INIT;
+    Hadoop__Hdfs__ExtendedBlockProto prev;
     Hadoop__Hdfs__AddBlockRequestProto req = HADOOP__HDFS__ADD_BLOCK_REQUEST_PROTO__INIT;
     req.src = w->path;
     req.clientname = w->fs->client;
     req.has_fileid = 1;
     req.fileid = w->fileid;
-    if (w->has_prev) {
-      prev.poolid = w->prev_pool;
-      prev.blockid = w->prev_id;
-      prev.generationstamp = w->prev_gs;
-      prev.has_numbytes = 1;
-      prev.numbytes = w->prev_bytes;
-      req.previous = &prev;
-    }
+    if (prev_block(w, &prev)) req.previous = &prev;
     req.n_excludenodes = nex;
     req.excludenodes = ex;
     Hadoop__Hdfs__AddBlockResponseProto *resp = NULL;
@@ -1588,20 +1594,13 @@ int hdfs_write(hdfs_writer *w, const void *buf, size_t n, char *err, size_t errl
 }
 
 static int complete(hdfs_writer *w, char *err, size_t errlen) {
-  Hadoop__Hdfs__ExtendedBlockProto last = HADOOP__HDFS__EXTENDED_BLOCK_PROTO__INIT;
+  Hadoop__Hdfs__ExtendedBlockProto last;
   Hadoop__Hdfs__CompleteRequestProto req = HADOOP__HDFS__COMPLETE_REQUEST_PROTO__INIT;
   req.src = w->path;
   req.clientname = w->fs->client;
   req.has_fileid = 1;
   req.fileid = w->fileid;
-  if (w->has_prev) {
-    last.poolid = w->prev_pool;
-    last.blockid = w->prev_id;
-    last.generationstamp = w->prev_gs;
-    last.has_numbytes = 1;
-    last.numbytes = w->prev_bytes;
-    req.last = &last;
-  }
+  if (prev_block(w, &last)) req.last = &last;
   /* false until the DataNodes reported the last block: ask again */
   uint64_t deadline = loom__now_ms() + HDFS_TIMEOUT_MS;
   for (int wait_ms = 20;; wait_ms = wait_ms < 800 ? wait_ms * 2 : wait_ms) {

@@ -306,3 +306,18 @@ def loom(tmp_path):
             pass
     assert not left, f"processes outlived the test: {left}"
     assert not found, _san_fail(found)
+
+
+def cluster_pids(d: Path):
+    """Pids of the JVMs of the Hadoop cluster that scripts/yarn-cluster.sh
+    started in d (their -Dloom.yarn.dir=d)."""
+    mark = f"-Dloom.yarn.dir={d}".encode()
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if mark in (p / "cmdline").read_bytes().split(b"\0"):
+                    out.append(int(p.name))
+            except OSError:
+                pass
+    return out

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOOM, SAN_REPORT
+from conftest import LOOM, SAN_REPORT, cluster_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "yarn-cluster.sh"
@@ -43,20 +43,6 @@ pytestmark = pytest.mark.skipif(
 JAVA_OPTS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
              "-Djava.net.preferIPv4Stack=true"]
 KiB, MiB = 1024, 1024 * 1024
-
-
-def cluster_pids(d: Path):
-    """Pids of the JVMs of the cluster in d (their -Dloom.yarn.dir=d)."""
-    mark = f"-Dloom.yarn.dir={d}".encode()
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if mark in (p / "cmdline").read_bytes().split(b"\0"):
-                    out.append(int(p.name))
-            except OSError:
-                pass
-    return out
 
 
 def sha(b: bytes):

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LOOM as LOOM_BIN
-from conftest import SAN_REPORT, SANITIZED, loom_pids_of
+from conftest import SAN_REPORT, SANITIZED, cluster_pids, loom_pids_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "yarn-cluster.sh"
@@ -34,20 +34,6 @@ SCRIPT = ROOT / "scripts" / "yarn-cluster.sh"
 pytestmark = pytest.mark.skipif(
     not (shutil.which("java") and shutil.which("mvn")),
     reason="java and mvn are not installed (scripts/setup.sh installs a JDK and Maven)")
-
-
-def cluster_pids(d: Path):
-    """Pids of the JVMs of the cluster in d (their -Dloom.yarn.dir=d)."""
-    mark = f"-Dloom.yarn.dir={d}".encode()
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if mark in (p / "cmdline").read_bytes().split(b"\0"):
-                    out.append(int(p.name))
-            except OSError:
-                pass
-    return out
 
 
 class Yarn:
