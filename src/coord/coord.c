@@ -453,10 +453,13 @@ static int start_feed(coord *co) {
   loom__strlcpy(sdir, co->s->path, sizeof sdir);
   char *slash = strrchr(sdir, '/');
   if (slash) *slash = 0;
-  if (feed_dispatch_create(co->s->feed, co->o->job_dir, sdir, coord_feed_reply, &co->feed, err,
-                           sizeof err) < 0) {
+  int rc = feed_dispatch_create(co->s->feed, co->o->job_dir, sdir, coord_feed_reply, &co->feed, err,
+                                sizeof err);
+  if (rc < 0) {
     fprintf(stderr, "loom: %s: %s\n", co->s->path, err);
-    return LOOM_EINVAL;
+    /* an input or output on a cluster that cannot be reached is not the
+     * spec's fault */
+    return rc == LOOM_ECONN || rc == LOOM_ETIMEDOUT ? LOOM_EBACKEND : LOOM_EINVAL;
   }
   feed_dispatch_set_hosts(co->feed, feed_host_of, co);
   return 0;
@@ -671,8 +674,9 @@ int coord_run(const coord_opts *o) {
     return EXIT_INFRA;
   }
   if (coord_setup_tasks(co) < 0 || open_job_files(co) < 0) goto out_loop;
-  if (start_feed(co) < 0) {
-    status = EXIT_USAGE;
+  int frc = start_feed(co);
+  if (frc < 0) {
+    status = frc == LOOM_EBACKEND ? EXIT_INFRA : EXIT_USAGE;
     goto out_loop;
   }
   if (start_backend(co) < 0) goto out_loop;

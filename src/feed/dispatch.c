@@ -552,7 +552,9 @@ static int output_prepare(feed_dispatch *d, char *err, size_t errlen) {
   int rc = loom__fs_mkdirs(d->output, why, sizeof why);
   if (rc < 0) {
     snprintf(err, errlen, "feed.output %s: cannot create it: %s", d->output, why);
-    return rc == LOOM_EINVAL ? LOOM_ESPEC : LOOM_EIO;
+    return rc == LOOM_EINVAL                          ? LOOM_ESPEC
+           : rc == LOOM_ECONN || rc == LOOM_ETIMEDOUT ? rc
+                                                      : LOOM_EIO;
   }
   char *pat = loom__asprintf("%s/part-*", d->output);
   char **parts = NULL;
@@ -678,7 +680,9 @@ int feed_dispatch_create(const json_t *feed, const char *job_dir, const char *sp
 fail:
   if (errlen && !err[0]) snprintf(err, errlen, "feed: %s", loom_strerror(rc));
   feed_dispatch_destroy(d);
-  return rc == LOOM_ENOMEM || rc == LOOM_EIO ? rc : LOOM_ESPEC;
+  return rc == LOOM_ENOMEM || rc == LOOM_EIO || rc == LOOM_ECONN || rc == LOOM_ETIMEDOUT
+             ? rc
+             : LOOM_ESPEC;
 }
 
 void feed_dispatch_destroy(feed_dispatch *d) {

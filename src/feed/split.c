@@ -155,7 +155,7 @@ int loom__feed_input_make(const char *const *globs, size_t nglobs, const feed_fo
       rc = LOOM_ESPEC;
     } else if (rc < 0) {
       snprintf(err, errlen, "feed input %s: cannot open: %s", ff->path, why);
-      rc = rc == LOOM_ENOMEM ? rc : LOOM_EIO;
+      rc = rc == LOOM_ENOMEM || rc == LOOM_ECONN || rc == LOOM_ETIMEDOUT ? rc : LOOM_EIO;
     } else {
       ff->size = loom__rfile_size(f);
       rc = ops->probe(f, fmt, ff, err, errlen);

@@ -350,3 +350,23 @@ roles:
     assert r.returncode == 3, r.stdout + r.stderr
     assert f"files.gone.txt: cannot fetch {hdfs.url(base)}/gone.txt" in r.stderr, r.stderr
     assert "no such file or directory" in r.stderr, r.stderr
+
+
+def test_feed_input_on_a_missing_path_or_an_unreachable_namenode(loom, hdfs):
+    """A glob that matches nothing on HDFS is the spec's error (exit 2); a
+    NameNode that is not there is the cluster's (exit 3), at once; both
+    name what they were given."""
+    for url, code, said in (
+            (hdfs.url("/no-such-dir/*.txt"), 2, "matches no file"),
+            ("hdfs://127.0.0.1:1/data/*.txt", 3, "the NameNode at 127.0.0.1:1: cannot connect")):
+        spec = loom.spec(f"""
+name: hfeedbad
+roles:
+  worker: {{command: [{PROBE}]}}
+feed: {{input: ["{url}"], format: lines}}
+""")
+        t0 = time.monotonic()
+        r = loom.run("run", spec, env={"HADOOP_CONF_DIR": str(hdfs.conf)}, timeout=60)
+        assert r.returncode == code, r.stdout + r.stderr
+        assert url in r.stderr and said in r.stderr, r.stderr
+        assert time.monotonic() - t0 < 20
