@@ -325,7 +325,11 @@ launch() {
   (
     export HADOOP_CONF_DIR="$conf" HADOOP_LOG_DIR="$DIR/logs"
     cd "$DIR"
+    # the web servers' work directories (jetty-*) go in DIR, not /tmp:
+    # nothing of the cluster outlives DIR
+    mkdir -p "$DIR/tmp"
     exec setsid java "-Xmx$heap" "${JAVA_FAST[@]}" "${JAVA_OPENS[@]}" "-Dloom.yarn.dir=$DIR" \
+      "-Djava.io.tmpdir=$DIR/tmp" \
       "-Dhadoop.log.dir=$DIR/logs" "-Dyarn.log.dir=$DIR/logs" -cp "$conf:$extra$CP" "$cls" \
       </dev/null >>"$DIR/logs/$name.log" 2>&1
   ) &
