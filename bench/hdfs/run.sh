@@ -120,12 +120,8 @@ CONF=$CDIR/conf
 export HADOOP_CONF_DIR=$CONF
 NN=hdfs://127.0.0.1:$(awk '$1 == "namenode" {print $2}' "$CDIR/ports")
 
-# Hadoop's jars as the script resolved them (its cache, or LOOM_YARN_CLASSPATH).
-if [ -n "${LOOM_YARN_CLASSPATH:-}" ]; then
-  HCP=$(cat "$LOOM_YARN_CLASSPATH")
-else
-  HCP=$(cat "${XDG_CACHE_HOME:-$HOME/.cache}/loom/hadoop-classpath-$(sha256sum "$ROOT/hadoop/pom.xml" | cut -c1-16).txt")
-fi
+# Hadoop's jars as the script resolves them (its cache, or LOOM_YARN_CLASSPATH).
+HCP=$("$ROOT/scripts/yarn-cluster.sh" classpath)
 JCP=$CONF:$HCP
 jv() { java "${JAVA_OPTS[@]}" -cp "$JCP" "$@"; }
 

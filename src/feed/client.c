@@ -662,7 +662,8 @@ static int writer_close(loom_feed_t *f, bool sync) {
   int rc = 0;
   if (f->w_fd >= 0) {
     if (sync && !f->w_err) rc = writer_flush(f);
-    if (rc == 0 && sync && !f->w_err && fdatasync(f->w_fd) < 0) {
+    /* an hdfs:// output's local copy goes up whole below: no sync here */
+    if (rc == 0 && sync && !f->w_err && !f->w_local && fdatasync(f->w_fd) < 0) {
       f->w_err = true;
       rc = loom__fail(f->l, LOOM_EIO, "cannot sync the feed's output %s: %s", f->w_sp->tmp,
                       strerror(errno));
