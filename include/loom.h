@@ -107,6 +107,21 @@ LOOM_EXPORT int loom_event(loom_t *l, const char *name, const char *detail_json)
 #define LOOM_METRIC_MAX_TAG 128
 LOOM_EXPORT int loom_metric(loom_t *l, const char *tag, int64_t step, double value);
 
+/* Where this process's time went since libloom first communicated or
+ * read from the feed for it (all zero before that): inside collectives
+ * moving data (comm_s) or waiting for slower ranks to arrive
+ * (wait_peers_s), blocked on the feed waiting for records (wait_data_s),
+ * and the rest (compute_s = wall_s minus those three: the program's own
+ * work). The same shares go to the coordinator every LOOM_PHASE_MS as the
+ * metrics time_compute_pct, time_comm_pct, time_wait_peers_pct and
+ * time_wait_data_pct (percent of that window, at the step of the
+ * milliseconds since the first of these; the last window's on
+ * loom_finish, if at least 100 ms long). */
+typedef struct {
+  double wall_s, compute_s, comm_s, wait_peers_s, wait_data_s;
+} loom_phase_times;
+LOOM_EXPORT int loom_phase_times_get(loom_t *l, loom_phase_times *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 
 #include "idx.h"
 
@@ -71,19 +72,27 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
               OC);
 }
 
-/* Accumulates into dweight and dbias; overwrites dinp (skipped when NULL,
- * for the first layer whose input needs no gradient). */
+/* Overwrites dweight, dbias and dinp (skipped when NULL, for the first
+ * layer whose input needs no gradient) with the gradients of B rows; no
+ * rows: zero gradients. (Overwriting, not accumulating into zeroed
+ * memory, saves a pass over the weights' gradient a step, the same for
+ * one process as for many; the sums are the same floats.) */
 static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int B, int C, int OC) {
   // dinp is (B,C), dweight is (OC,C), dbias is (OC), dout is (B,OC)
-  if (B == 0) return;
+  if (B == 0) {
+    memset(dweight, 0, (size_t)OC * (size_t)C * sizeof(float));
+    memset(dbias, 0, (size_t)OC * sizeof(float));
+    return;
+  }
   if (dinp != NULL) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, C, OC, 1.0f, dout, OC, weight, C,
                 0.0f, dinp, C);
   }
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, B, 1.0f, dout, OC, inp, C, 1.0f,
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, B, 1.0f, dout, OC, inp, C, 0.0f,
               dweight, C);
-  for (int b = 0; b < B; b++) {
+  memcpy(dbias, dout, (size_t)OC * sizeof(float));
+  for (int b = 1; b < B; b++) {
     const float *dout_b = dout + (size_t)b * OC;
     for (int o = 0; o < OC; o++) dbias[o] += dout_b[o];
   }
@@ -319,8 +328,8 @@ static int model_forward(Model *m, int B) {
   return correct;
 }
 
-/* After model_forward on the same B rows: adds loss_weight times the
- * gradient of the sum of their losses to m->grads (zeroed by the caller). */
+/* After model_forward on the same B rows: sets m->grads to loss_weight
+ * times the gradient of the sum of their losses (zero for no rows). */
 static void model_backward(Model *m, int B, float loss_weight) {
   ParameterTensors p = m->params, g = m->grads;
   ActivationTensors a = m->acts;
@@ -340,9 +349,11 @@ static void model_backward(Model *m, int B, float loss_weight) {
  * p -= lr * v. Deterministic, and identical on every process given the
  * same summed gradient. */
 static void sgd_update(Model *m, float lr, float mu) {
+  float *restrict v = m->momentum, *restrict p = m->params_memory;
+  const float *restrict g = m->grads_memory;
   for (size_t i = 0; i < m->num_parameters; i++) {
-    m->momentum[i] = mu * m->momentum[i] + m->grads_memory[i];
-    m->params_memory[i] -= lr * m->momentum[i];
+    v[i] = mu * v[i] + g[i];
+    p[i] -= lr * v[i];
   }
 }
 
@@ -441,10 +452,14 @@ typedef struct {
   int limit;
   int json;
   int verbose;
+  int phases;
   const char *summary; // TensorBoard directory (NULL: the job's, if any)
   const char *ckpt;    // checkpoint directory (NULL: the job's, if any)
   int no_ckpt;
 } Options;
+
+/* Where a step's time goes (--phases): seconds per part, summed. */
+enum { PH_LOAD, PH_FORWARD, PH_BACKWARD, PH_ALLREDUCE, PH_UPDATE, PH_N };
 
 typedef struct {
   loom_t *loom; // NULL when running alone
@@ -729,6 +744,7 @@ static void usage(FILE *out) {
       "  --save PATH      write the final parameters (rank 0)",
       "  --json           print a final JSON line (rank 0)",
       "  --verbose        every rank logs, not only rank 0",
+      "  --phases         every rank prints where its training time went",
       "  --summary DIR    TensorBoard summaries: loss and accuracy each step",
       "                   and epoch, weight histograms, the configuration",
       "                   (rank 0; inside a job by default, in the task's",
@@ -790,6 +806,9 @@ static int parse_args(int argc, char **argv, Options *o) {
       continue;
     } else if (strcmp(a, "--verbose") == 0) {
       o->verbose = 1;
+      continue;
+    } else if (strcmp(a, "--phases") == 0) {
+      o->phases = 1;
       continue;
     } else if (strcmp(a, "--no-ckpt") == 0) {
       o->no_ckpt = 1;
@@ -991,6 +1010,7 @@ int main(int argc, char **argv) {
   order = malloc((size_t)train.n * sizeof(int));
   if (order == NULL) goto out;
   double train_time = 0.0, samples = 0.0;
+  double phase[PH_N] = {0};
   double accuracy = 0.0, test_loss = 0.0;
   float *stats = model.grads_memory + model.num_parameters;
   int steps_per_epoch = (train.n + opt.batch - 1) / opt.batch;
@@ -1010,13 +1030,22 @@ int main(int argc, char **argv) {
       int lo, hi;
       my_slice(Bg, comm.rank, comm.world, &lo, &hi);
       int B = hi - lo;
-      memset(model.grads_memory, 0, (model.num_parameters + GRAD_STATS) * sizeof(float));
+      double p0 = now_s();
+      stats[STAT_LOSS] = stats[STAT_CORRECT] = 0.0f; // model_backward sets the gradients
       load_batch(&model, &train, order + start + lo, B);
       float weight = 1.0f / (float)Bg;
+      double p1 = now_s();
       stats[STAT_CORRECT] = (float)model_forward(&model, B);
       for (int b = 0; b < B; b++) stats[STAT_LOSS] += weight * model.losses[b];
+      double p2 = now_s();
       model_backward(&model, B, weight);
+      double p3 = now_s();
       int crc = comm_sum_f32(&comm, model.grads_memory, model.num_parameters + GRAD_STATS);
+      double p4 = now_s();
+      phase[PH_LOAD] += p1 - p0;
+      phase[PH_FORWARD] += p2 - p1;
+      phase[PH_BACKWARD] += p3 - p2;
+      phase[PH_ALLREDUCE] += p4 - p3;
       if (crc == LOOM_ECHANGED || crc == LOOM_EPEER) {
         // a peer died or came back: re-form, take rank 0's state, and redo
         // the step rank 0 is at (the global batch does not depend on who
@@ -1034,6 +1063,7 @@ int main(int argc, char **argv) {
       }
       if (crc != 0) goto out;
       sgd_update(&model, lr_at(opt.lr, step, total_steps), opt.momentum);
+      phase[PH_UPDATE] += now_s() - p4;
       loss_sum += (double)stats[STAT_LOSS] * Bg;
       correct += stats[STAT_CORRECT];
       seen += Bg;
@@ -1081,6 +1111,25 @@ int main(int argc, char **argv) {
               "mlp: warning: parameters differ across ranks "
               "(checksums from %.17g to %.17g)\n",
               -range[1], range[0]);
+  }
+  if (opt.phases) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("mlp: rank %d cpu %.3f s, %ld voluntary and %ld involuntary context switches\n",
+           comm.rank,
+           (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+               (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec,
+           ru.ru_nvcsw, ru.ru_nivcsw);
+    loom_phase_times pt = {0};
+    if (comm.loom != NULL && loom_phase_times_get(comm.loom, &pt) == 0)
+      printf("mlp: rank %d libloom: %.3f s communicating, %.3f s waiting for peers\n", comm.rank,
+             pt.comm_s, pt.wait_peers_s);
+    double other = train_time;
+    for (int i = 0; i < PH_N; i++) other -= phase[i];
+    printf("mlp: rank %d phases (s): load %.3f forward %.3f backward %.3f allreduce %.3f "
+           "update %.3f other %.3f of %.3f\n",
+           comm.rank, phase[PH_LOAD], phase[PH_FORWARD], phase[PH_BACKWARD], phase[PH_ALLREDUCE],
+           phase[PH_UPDATE], other, train_time);
   }
   if (comm.rank == 0 && opt.save != NULL && model_save(&model, opt.save) != 0) goto out;
   double rate = train_time > 0.0 ? samples / train_time : 0.0;

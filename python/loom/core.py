@@ -84,3 +84,14 @@ class Loom:
         if not math.isfinite(v):
             raise ValueError(f"metric {tag!r} at step {step}: {v} is not finite")
         check(lib.loom_metric(self.handle, t, int(step), v), self.handle)
+
+    def phases(self) -> dict:
+        """Where this process's time went since libloom first communicated
+        or read the feed for it (loom_phase_times_get), in seconds: wall,
+        compute (the rest), comm (inside collectives), wait_peers (waiting
+        in them for slower ranks), wait_data (blocked on the feed). All
+        zero before the first collective or feed read. The same shares
+        reach the dashboard every LOOM_PHASE_MS as time_*_pct metrics."""
+        t = (ctypes.c_double * 5)()
+        check(lib.loom_phase_times_get(self.handle, t), self.handle)
+        return dict(zip(("wall", "compute", "comm", "wait_peers", "wait_data"), t))

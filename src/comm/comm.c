@@ -288,13 +288,21 @@ int loom_comm_reform(loom_t *l, int timeout_ms) {
   return 0;
 }
 
+/* A collective from the public API: serialized per handle, its time split
+ * into waiting for peers (joining the communicator included) and the rest
+ * (loom__phase_add). */
 #define COMM_PUBLIC(call)                                                                          \
   struct comm_state *s;                                                                            \
+  uint64_t t0_ = comm__now_ns();                                                                   \
   int rc = comm_state_get(l, &s);                                                                  \
   if (rc < 0) return rc;                                                                           \
   pthread_mutex_lock(&s->mu);                                                                      \
+  uint64_t w0_ = s->c->wait_ns - (comm__now_ns() - t0_); /* joining counts as waiting */           \
   rc = call;                                                                                       \
+  uint64_t waited_ = s->c->wait_ns - w0_, took_ = comm__now_ns() - t0_;                            \
   pthread_mutex_unlock(&s->mu);                                                                    \
+  loom__phase_add(l, LOOM__PHASE_PEERS, waited_);                                                  \
+  loom__phase_add(l, LOOM__PHASE_COMM, took_ > waited_ ? took_ - waited_ : 0);                     \
   return rc < 0 ? loom__fail(l, rc, "%s", comm_errmsg(s->c)) : 0
 
 int loom_allreduce(loom_t *l, const void *send, void *recv, size_t count, loom_dtype dt,

@@ -54,6 +54,8 @@ struct comm {
                     since: 1 the caller must look again, 2 it has */
   int err;       /* first error; the communicator is poisoned once set */
   char errmsg[256];
+  uint64_t wait_ns;      /* time spent waiting for peers (nothing moved), summed */
+  uint64_t wait_from_ns; /* when the current wait began */
   uint64_t deadline_ns, next_check_ns;
   void *tmp; /* scratch for algorithms, grown by comm__scratch() */
   size_t tmp_cap;

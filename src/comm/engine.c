@@ -121,6 +121,7 @@ static int engine_check(comm_t *c, int full, const struct comm_waitset *ws) {
 /* Waits for ws (or briefly spins). Returns 0 to retry, or an error. */
 static int engine_wait(comm_t *c, struct comm_waitset *ws, uint32_t token, unsigned *idle) {
   unsigned n = (*idle)++;
+  if (n == 0) c->wait_from_ns = comm__now_ns();
   /* Only sockets to wait on and more ranks than CPUs: the kernel wakes the
    * poll as soon as bytes come, and spinning or yielding would only take
    * the CPU from the rank that sends them (measured: 10-15% at 4 ranks on
@@ -159,6 +160,13 @@ static int engine_wait(comm_t *c, struct comm_waitset *ws, uint32_t token, unsig
   return 0;
 }
 
+/* Ends a wait that engine_wait began (if one did): its time joins wait_ns. */
+static void engine_waited(comm_t *c, unsigned *idle) {
+  if (*idle == 0) return;
+  c->wait_ns += comm__now_ns() - c->wait_from_ns;
+  *idle = 0;
+}
+
 /* Transports report through comm__fail(); this covers one that did not. */
 static int engine_error(comm_t *c, int rc) {
   return c->err ? c->err : comm__fail(c, rc, "rank %d: transport error", c->rank);
@@ -176,7 +184,10 @@ int comm__pipeline(comm_t *c, struct comm_stage *st, int n) {
     /* Skip what is complete (zero-length halves included). */
     while (s < n && st[s].sdone == st[s].slen) s++, moved = 1;
     while (r < n && r <= s && st[r].rdone == st[r].rlen) r++, moved = 1;
-    if (s == n && r == n) return 0;
+    if (s == n && r == n) {
+      engine_waited(c, &idle);
+      return 0;
+    }
     if (s < n) {
       struct comm_stage *x = &st[s];
       size_t upto = x->sdep >= 0 ? st[x->sdep].rdone : x->slen;
@@ -204,7 +215,7 @@ int comm__pipeline(comm_t *c, struct comm_stage *st, int n) {
         p->tp->want(p, 0, &ws);
     }
     if (moved) {
-      idle = 0;
+      engine_waited(c, &idle);
       c->gone_seen = 0;
       continue;
     }
@@ -217,6 +228,7 @@ int comm__wait_counter(comm_t *c, const _Atomic uint64_t *v, uint64_t target, in
   for (;;) {
     uint32_t token = comm__shm_bell_token(c);
     if (atomic_load_explicit(v, memory_order_acquire) >= target) {
+      engine_waited(c, &idle);
       c->gone_seen = 0;
       return 0;
     }

@@ -73,6 +73,9 @@
   N(METRIC_RATE, "LOOM_METRIC_RATE", 100, 1, 1 << 20, COUNT,                                       \
     "coordinator: metrics kept per task and second (10 s of them in a burst); the rest are "       \
     "dropped and counted")                                                                         \
+  N(PHASE_MS, "LOOM_PHASE_MS", 5000, 100, 3600000, MS,                                             \
+    "libloom: how often a task sends the shares of its time spent computing, communicating, "      \
+    "waiting for peers and waiting for data (the time_*_pct metrics)")                             \
   W(CGROUP_ROOT, "LOOM_CGROUP_ROOT", "", NULL,                                                     \
     "local: make memory cgroups under this directory (v2 or a v1 memory hierarchy) instead "       \
     "of the delegated one; none: the rlimit only")                                                 \

@@ -613,7 +613,9 @@ static int wait_head(loom_feed_t *f, chunk **out) {
   }
   *out = f->qhead;
   pthread_mutex_unlock(&f->mu);
-  f->st.wait_ns += loom__now_ns() - t0;
+  uint64_t waited = loom__now_ns() - t0;
+  f->st.wait_ns += waited;
+  loom__phase_add(f->l, LOOM__PHASE_DATA, waited);
   if (rc == LOOM_ETIMEDOUT)
     return loom__fail(f->l, rc, "the feed's reader thread is stuck: no sign of it for %llu ms",
                       (unsigned long long)limit);

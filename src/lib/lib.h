@@ -50,4 +50,14 @@ void loom__comm_fini(loom_t *l);
  * statically: not exported from the shared library. */
 const char *loom__comm_transport_of(loom_t *l, int peer);
 
+/* Where the process's time goes (loom_phase_times_get): libloom's parts
+ * add the nanoseconds they spent inside collectives moving data
+ * (LOOM__PHASE_COMM) or waiting for slower ranks (LOOM__PHASE_PEERS), and
+ * blocked on the feed (LOOM__PHASE_DATA). Every LOOM_PHASE_MS of wall
+ * time after the first of these, the shares of the window go to the
+ * coordinator as metrics (time_*_pct). Thread-safe and cheap: an atomic
+ * add and a clock read. */
+enum { LOOM__PHASE_COMM, LOOM__PHASE_PEERS, LOOM__PHASE_DATA, LOOM__PHASE_N };
+void loom__phase_add(loom_t *l, int phase, uint64_t ns);
+
 #endif

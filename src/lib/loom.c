@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,15 @@ struct loom {
   char abort_reason[256];
   char errmsg[512];
   void *comm;
+  /* loom__phase_add: totals, and the metrics' current window */
+  _Atomic uint64_t phase_ns[LOOM__PHASE_N];
+  _Atomic uint64_t phase_t0;   /* when the first phase began; 0: none yet */
+  _Atomic uint64_t phase_next; /* when the current window closes */
+  pthread_mutex_t phase_mu;    /* guards what follows; only tried */
+  uint64_t win_t0, win_ns[LOOM__PHASE_N];
 };
+
+static void phase_window(loom_t *l, uint64_t now);
 
 int loom__fail(loom_t *l, int code, const char *fmt, ...) {
   if (!l) return code;
@@ -184,6 +193,7 @@ int loom_init(loom_t **out) {
   if (!l) return LOOM_ENOMEM;
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
+  pthread_mutex_init(&l->phase_mu, NULL);
   l->fd = -1;
   l->rank = env_int("LOOM_RANK", -1);
   l->world = env_int("LOOM_WORLD_SIZE", l->rank >= 0 ? 1 : 0);
@@ -231,6 +241,13 @@ int loom_init(loom_t **out) {
 
 void loom_finish(loom_t *l) {
   if (!l) return;
+  /* the last window's shares, if it is long enough to mean something */
+  uint64_t now = loom__now_ns();
+  if (atomic_load(&l->phase_t0) != 0 && now - l->win_t0 >= 100000000u && l->fd >= 0 &&
+      !loom__aborted(l) && pthread_mutex_trylock(&l->phase_mu) == 0) {
+    phase_window(l, now);
+    pthread_mutex_unlock(&l->phase_mu);
+  }
   loom__comm_fini(l);
   if (l->fd >= 0) shutdown(l->fd, SHUT_RDWR);
   if (l->thread_started) pthread_join(l->thread, NULL);
@@ -239,6 +256,7 @@ void loom_finish(loom_t *l) {
   wire_reader_free(&l->reader);
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);
+  pthread_mutex_destroy(&l->phase_mu);
   free(l);
 }
 
@@ -416,6 +434,61 @@ int loom_metric(loom_t *l, const char *tag, int64_t step, double value) {
   int rc = l->aborted ? l->aborted : wire_msg_send(l->fd, &m);
   pthread_mutex_unlock(&l->mu);
   return rc;
+}
+
+static const char *const PHASE_TAGS[LOOM__PHASE_N] = {"time_comm_pct", "time_wait_peers_pct",
+                                                      "time_wait_data_pct"};
+
+/* Sends the shares of the window [win_t0, now) as metrics, at the step of
+ * the milliseconds since the first phase, and opens the next window. */
+static void phase_window(loom_t *l, uint64_t now) {
+  uint64_t wall = now > l->win_t0 ? now - l->win_t0 : 1;
+  int64_t step = (int64_t)((now - atomic_load(&l->phase_t0)) / 1000000u);
+  double rest = 100.0;
+  for (int i = 0; i < LOOM__PHASE_N; i++) {
+    uint64_t cur = atomic_load_explicit(&l->phase_ns[i], memory_order_relaxed);
+    double pct = 100.0 * (double)(cur - l->win_ns[i]) / (double)wall;
+    if (pct > rest) pct = rest; /* a phase that began before the window */
+    rest -= pct;
+    l->win_ns[i] = cur;
+    loom_metric(l, PHASE_TAGS[i], step, pct);
+  }
+  loom_metric(l, "time_compute_pct", step, rest);
+  l->win_t0 = now;
+  atomic_store(&l->phase_next, now + (uint64_t)loom__tun(LOOM_TUN_PHASE_MS) * 1000000u);
+}
+
+void loom__phase_add(loom_t *l, int phase, uint64_t ns) {
+  if (!l || phase < 0 || phase >= LOOM__PHASE_N) return;
+  atomic_fetch_add_explicit(&l->phase_ns[phase], ns, memory_order_relaxed);
+  uint64_t now = loom__now_ns();
+  uint64_t next = atomic_load_explicit(&l->phase_next, memory_order_relaxed);
+  if (next != 0 && now < next) return;
+  if (pthread_mutex_trylock(&l->phase_mu) != 0) return; /* another thread is at it */
+  if (atomic_load(&l->phase_t0) == 0) { /* the first: the window opens where it began */
+    uint64_t t0 = now > ns ? now - ns : 1;
+    l->win_t0 = t0;
+    for (int i = 0; i < LOOM__PHASE_N; i++) l->win_ns[i] = 0;
+    atomic_store(&l->phase_t0, t0);
+    atomic_store(&l->phase_next, t0 + (uint64_t)loom__tun(LOOM_TUN_PHASE_MS) * 1000000u);
+  } else if (now >= atomic_load(&l->phase_next)) {
+    phase_window(l, now);
+  }
+  pthread_mutex_unlock(&l->phase_mu);
+}
+
+int loom_phase_times_get(loom_t *l, loom_phase_times *out) {
+  if (!l || !out) return LOOM_EINVAL;
+  *out = (loom_phase_times){0};
+  uint64_t t0 = atomic_load(&l->phase_t0);
+  if (t0 == 0) return 0;
+  out->wall_s = (double)(loom__now_ns() - t0) / 1e9;
+  out->comm_s = (double)atomic_load(&l->phase_ns[LOOM__PHASE_COMM]) / 1e9;
+  out->wait_peers_s = (double)atomic_load(&l->phase_ns[LOOM__PHASE_PEERS]) / 1e9;
+  out->wait_data_s = (double)atomic_load(&l->phase_ns[LOOM__PHASE_DATA]) / 1e9;
+  out->compute_s = out->wall_s - out->comm_s - out->wait_peers_s - out->wait_data_s;
+  if (out->compute_s < 0) out->compute_s = 0;
+  return 0;
 }
 
 int loom_event(loom_t *l, const char *name, const char *detail_json) {

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import LIBLOOM, ROOT, pylib_env, yaml_env
+from conftest import BUILD, LIBLOOM, ROOT, pylib_env, yaml_env
 from test_dashboard import CHROMIUM, api, chart_points, chromium, dashboard_of, start_ui, stop_ui
 from test_summary import (DATA, DEMO, MLP, decode_file, event_files, pb_fields, read_records,
                           scalars)
@@ -134,6 +134,64 @@ roles:
     assert drops[-1]["total"] == 3000 - len(kept)
     (t,) = loom.state()["tasks"]
     assert t["metrics_dropped"] == 3000 - len(kept)
+
+
+PHASEPROBE = BUILD / "tests/system/phaseprobe"
+PHASE_TAGS = ("time_compute_pct", "time_comm_pct", "time_wait_peers_pct", "time_wait_data_pct")
+
+
+def test_phase_breakdown_metrics(loom):
+    """Rank 0 computes 4 ms a step, the other ranks 0.5 ms, then all
+    allreduce: libloom's own accounting (loom_phase_times_get, and the
+    time_*_pct metrics every LOOM_PHASE_MS) must show rank 0 computing
+    and the others waiting for it, each window's shares adding up to
+    100%, and the compute it reports matching what the probe measured."""
+    spec = loom.spec(f"""
+name: phases
+roles:
+  worker: {{instances: 3, command: [{PHASEPROBE}, "2.5"]}}
+""")
+    r = loom.run("run", spec, timeout=120, env={"LOOM_PHASE_MS": "500"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = {}
+    for line in r.stdout.splitlines():
+        if "PHASES " in line:
+            d = json.loads(line.split("PHASES ", 1)[1])
+            got[d["rank"]] = d
+    assert sorted(got) == [0, 1, 2], r.stdout
+    for rank, d in got.items():
+        parts = d["compute"] + d["comm"] + d["wait_peers"] + d["wait_data"]
+        assert abs(parts - d["wall"]) < 1e-3, d
+        assert d["wait_data"] == 0, d
+        assert 2.0 < d["wall"] < 60, d
+        # compute as libloom sees it: everything outside its calls, so at
+        # least what the probe itself spent computing
+        assert d["compute"] >= 0.95 * d["computed"], d
+    assert got[0]["compute"] / got[0]["wall"] > 0.7, got[0]
+    assert got[0]["wait_peers"] / got[0]["wall"] < 0.2, got[0]
+    for rank in (1, 2):
+        assert got[rank]["wait_peers"] / got[rank]["wall"] > 0.5, got[rank]
+        assert got[rank]["compute"] / got[rank]["wall"] < 0.35, got[rank]
+    ev = loom.events()
+    for task in ("worker:0", "worker:1", "worker:2"):
+        m = user_metrics(ev, task)
+        series = [m.get(t, []) for t in PHASE_TAGS]
+        n = len(series[0])
+        assert n >= 4 and all(len(s) == n for s in series), (task, [len(s) for s in series])
+        for i in range(n):
+            steps = {s[i][0] for s in series}
+            assert len(steps) == 1, (task, i, steps)  # the window's end, in ms
+            if i:  # windows of LOOM_PHASE_MS, the last (sent by loom_finish) shorter
+                gap = series[0][i][0] - series[0][i - 1][0]
+                assert (400 <= gap <= 2000) if i < n - 1 else (100 <= gap <= 2000), (task, i)
+            assert abs(sum(s[i][1] for s in series) - 100.0) < 1e-6, (task, i)
+            assert all(0 <= s[i][1] <= 100 for s in series), (task, i)
+        mid = series[2][1:-1]  # whole windows of the steady part: waiting for peers
+        rank = int(task.split(":")[1])
+        if rank == 0:
+            assert all(v < 30 for _, v in mid), (task, mid)
+        else:
+            assert all(v > 50 for _, v in mid), (task, mid)
 
 
 def demo_spec(loom, epochs):
