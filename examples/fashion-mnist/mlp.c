@@ -178,6 +178,10 @@ typedef struct {
   ParameterTensors grads;
   float *grads_memory; // their gradients, then GRAD_STATS floats (below)
   float *momentum;     // (num_parameters) SGD's velocity
+  // the update writes the next parameters and velocity here, then the
+  // pointers are swapped: a step that fails half-way leaves the current
+  // ones as they were (see sgd_step)
+  float *params_next, *momentum_next;
   ActivationTensors acts;
   float *acts_memory;
   float *dscratch;  // (B, max(H1, H2, NUM_CLASSES)) backward scratch
@@ -263,13 +267,16 @@ static int model_build(Model *m, int h1, int h2, int max_batch, uint64_t seed) {
   m->params_memory = calloc(m->num_parameters, sizeof(float));
   m->grads_memory = calloc(m->num_parameters + GRAD_STATS, sizeof(float));
   m->momentum = calloc(m->num_parameters, sizeof(float));
+  m->params_next = calloc(m->num_parameters, sizeof(float));
+  m->momentum_next = calloc(m->num_parameters, sizeof(float));
   m->acts_memory = calloc(num_acts, sizeof(float));
   m->dscratch = calloc(B * widest, sizeof(float));
   m->dscratch2 = calloc(B * widest, sizeof(float));
   m->losses = calloc(B, sizeof(float));
   m->targets = calloc(B, 1);
-  if (!m->params_memory || !m->grads_memory || !m->momentum || !m->acts_memory || !m->dscratch ||
-      !m->dscratch2 || !m->losses || !m->targets)
+  if (!m->params_memory || !m->grads_memory || !m->momentum || !m->params_next ||
+      !m->momentum_next || !m->acts_memory || !m->dscratch || !m->dscratch2 || !m->losses ||
+      !m->targets)
     return -1;
 
   float **slots[NUM_PARAMETER_TENSORS];
@@ -296,6 +303,8 @@ static void model_free(Model *m) {
   free(m->params_memory);
   free(m->grads_memory);
   free(m->momentum);
+  free(m->params_next);
+  free(m->momentum_next);
   free(m->acts_memory);
   free(m->dscratch);
   free(m->dscratch2);
@@ -345,16 +354,44 @@ static void model_backward(Model *m, int B, float loss_weight) {
   linear_backward(NULL, g.w1, g.b1, dh1, a.x, p.w1, B, NUM_INPUTS, H1);
 }
 
-/* SGD with momentum, as torch.optim.SGD does it: v = mu * v + g;
- * p -= lr * v. Deterministic, and identical on every process given the
- * same summed gradient. */
-static void sgd_update(Model *m, float lr, float mu) {
-  float *restrict v = m->momentum, *restrict p = m->params_memory;
-  const float *restrict g = m->grads_memory;
-  for (size_t i = 0; i < m->num_parameters; i++) {
-    v[i] = mu * v[i] + g[i];
-    p[i] -= lr * v[i];
+/* SGD with momentum, as torch.optim.SGD does it: v' = mu * v + g;
+ * p' = p - lr * v'. Deterministic, and identical on every process given
+ * the same summed gradient. */
+typedef struct {
+  Model *m;
+  float lr, mu;
+  float stats[GRAD_STATS]; // the summed statistics
+} SgdStep;
+
+/* A piece of the summed gradient block (loom_apply_fn): elements
+ * [offset, offset + n) of the gradients, then of the statistics after
+ * them. Reads the current parameters and velocity, writes the next. */
+static void sgd_apply(void *arg, size_t offset, const void *piece, size_t n) {
+  SgdStep *st = arg;
+  const Model *m = st->m;
+  const float *g = piece;
+  size_t P = m->num_parameters, k = offset < P ? (P - offset < n ? P - offset : n) : 0;
+  const float *restrict v = m->momentum + offset, *restrict p = m->params_memory + offset;
+  float *restrict vn = m->momentum_next + offset, *restrict pn = m->params_next + offset;
+  const float mu = st->mu, lr = st->lr;
+  for (size_t i = 0; i < k; i++) {
+    vn[i] = mu * v[i] + g[i];
+    pn[i] = p[i] - lr * vn[i];
   }
+  for (size_t i = k; i < n; i++) st->stats[offset + i - P] = g[i];
+}
+
+/* The next parameters and velocity become the current ones. */
+static void model_swap(Model *m) {
+  float *t = m->params_memory;
+  m->params_memory = m->params_next;
+  m->params_next = t;
+  t = m->momentum;
+  m->momentum = m->momentum_next;
+  m->momentum_next = t;
+  float **slots[NUM_PARAMETER_TENSORS];
+  param_slots(&m->params, slots);
+  point_tensors(slots, m->param_sizes, NUM_PARAMETER_TENSORS, m->params_memory);
 }
 
 /* The learning rate of step (from 0) of total: cosine decay from lr to 0,
@@ -459,7 +496,7 @@ typedef struct {
 } Options;
 
 /* Where a step's time goes (--phases): seconds per part, summed. */
-enum { PH_LOAD, PH_FORWARD, PH_BACKWARD, PH_ALLREDUCE, PH_UPDATE, PH_N };
+enum { PH_LOAD, PH_FORWARD, PH_BACKWARD, PH_UPDATE, PH_N };
 
 typedef struct {
   loom_t *loom; // NULL when running alone
@@ -472,13 +509,22 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Sums count floats over all processes, in place. A change of the job's
- * membership (a peer died, or a restarted one came back) is returned as
- * LOOM_ECHANGED or LOOM_EPEER without a message: the caller recovers. */
-static int comm_sum_f32(Comm *c, float *buf, size_t count) {
-  if (c->loom == NULL) return 0;
+/* Sums the gradient block (gradients, then statistics) over all processes
+ * and applies the SGD update to the sum as it comes, piece by piece
+ * (loom_allreduce_apply: each piece read where the reduction left it),
+ * writing the next parameters and velocity; the caller swaps them in on
+ * success. A change of the job's membership (a peer died, or a restarted
+ * one came back) is returned as LOOM_ECHANGED or LOOM_EPEER without a
+ * message: the current parameters are untouched and the caller recovers. */
+static int sgd_step(Comm *c, SgdStep *st) {
+  Model *m = st->m;
+  size_t count = m->num_parameters + GRAD_STATS;
+  if (c->loom == NULL) {
+    sgd_apply(st, 0, m->grads_memory, count);
+    return 0;
+  }
   if (loom_membership_changed(c->loom)) return LOOM_ECHANGED;
-  int rc = loom_allreduce(c->loom, buf, buf, count, LOOM_F32, LOOM_SUM);
+  int rc = loom_allreduce_apply(c->loom, m->grads_memory, count, LOOM_F32, LOOM_SUM, sgd_apply, st);
   if (rc != 0 && rc != LOOM_ECHANGED && rc != LOOM_EPEER)
     fprintf(stderr, "mlp: rank %d: allreduce failed: %s: %s\n", c->rank, loom_strerror(rc),
             loom_errmsg(c->loom));
@@ -1040,12 +1086,13 @@ int main(int argc, char **argv) {
       double p2 = now_s();
       model_backward(&model, B, weight);
       double p3 = now_s();
-      int crc = comm_sum_f32(&comm, model.grads_memory, model.num_parameters + GRAD_STATS);
+      SgdStep upd = {&model, lr_at(opt.lr, step, total_steps), opt.momentum, {0}};
+      int crc = sgd_step(&comm, &upd);
       double p4 = now_s();
       phase[PH_LOAD] += p1 - p0;
       phase[PH_FORWARD] += p2 - p1;
       phase[PH_BACKWARD] += p3 - p2;
-      phase[PH_ALLREDUCE] += p4 - p3;
+      phase[PH_UPDATE] += p4 - p3; // the allreduce and the update, fused
       if (crc == LOOM_ECHANGED || crc == LOOM_EPEER) {
         // a peer died or came back: re-form, take rank 0's state, and redo
         // the step rank 0 is at (the global batch does not depend on who
@@ -1062,8 +1109,8 @@ int main(int argc, char **argv) {
         continue;
       }
       if (crc != 0) goto out;
-      sgd_update(&model, lr_at(opt.lr, step, total_steps), opt.momentum);
-      phase[PH_UPDATE] += now_s() - p4;
+      model_swap(&model);
+      memcpy(stats, upd.stats, sizeof upd.stats);
       loss_sum += (double)stats[STAT_LOSS] * Bg;
       correct += stats[STAT_CORRECT];
       seen += Bg;
@@ -1126,10 +1173,10 @@ int main(int argc, char **argv) {
              pt.comm_s, pt.wait_peers_s);
     double other = train_time;
     for (int i = 0; i < PH_N; i++) other -= phase[i];
-    printf("mlp: rank %d phases (s): load %.3f forward %.3f backward %.3f allreduce %.3f "
-           "update %.3f other %.3f of %.3f\n",
-           comm.rank, phase[PH_LOAD], phase[PH_FORWARD], phase[PH_BACKWARD], phase[PH_ALLREDUCE],
-           phase[PH_UPDATE], other, train_time);
+    printf("mlp: rank %d phases (s): load %.3f forward %.3f backward %.3f "
+           "allreduce+update %.3f other %.3f of %.3f\n",
+           comm.rank, phase[PH_LOAD], phase[PH_FORWARD], phase[PH_BACKWARD], phase[PH_UPDATE],
+           other, train_time);
   }
   if (comm.rank == 0 && opt.save != NULL && model_save(&model, opt.save) != 0) goto out;
   double rate = train_time > 0.0 ? samples / train_time : 0.0;

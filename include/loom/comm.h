@@ -57,6 +57,27 @@ LOOM_EXPORT int loom_membership_changed(const loom_t *l);
  * this task is not a member of it (it was declared lost). */
 LOOM_EXPORT int loom_comm_reform(loom_t *l, int timeout_ms);
 
+/* An allreduce that hands its result over piece by piece instead of
+ * writing it out: fn(arg, offset, piece, n) is called for every piece of
+ * the reduced vector as soon as it is complete, with piece pointing at its
+ * n elements, elements offset .. offset + n - 1 of the result. Every
+ * element is handed over exactly once (pieces in no particular order,
+ * from the calling thread, never concurrently); piece is valid only
+ * during the call and must not be written. send (count elements) is only
+ * read. Made for fusing what follows the reduction into it, an
+ * optimizer's update above all: over shared memory each piece is read
+ * where the reduction left it, in cache, so the copy of the result into
+ * a buffer and the pass that reads it back are saved, and this rank's
+ * own share is handed over while the others are still reducing theirs.
+ * If the call fails (LOOM_EPEER, LOOM_ECHANGED, ...), some pieces may
+ * have been handed over and others not: a program that must be able to
+ * redo the step writes what fn computes apart from its inputs (double
+ * buffers), as examples/fashion-mnist/mlp.c does. fn must not call
+ * libloom's collectives. */
+typedef void (*loom_apply_fn)(void *arg, size_t offset, const void *piece, size_t n);
+LOOM_EXPORT int loom_allreduce_apply(loom_t *l, const void *send, size_t count, loom_dtype dt,
+                                     loom_op op, loom_apply_fn fn, void *arg);
+
 /* The size in elements of rank r's block in loom_reduce_scatter(). */
 LOOM_EXPORT size_t loom_reduce_scatter_count(size_t count, int world_size, int rank);
 

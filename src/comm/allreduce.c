@@ -139,3 +139,32 @@ int comm_allreduce(comm_t *c, const void *send, void *recv, size_t count, loom_d
     return allreduce_rd(c, send, recv, count, dt, op);
   return allreduce_ring(c, send, recv, count, dt, op);
 }
+
+/* One rank hands its own vector over as it is; a native collective hands
+ * pieces straight from where it reduced them; otherwise the result goes
+ * through scratch and is handed over whole. */
+int comm_allreduce_apply(comm_t *c, const void *send, size_t count, loom_dtype dt, loom_op op,
+                         loom_apply_fn fn, void *arg) {
+  if (!fn) {
+    if (c && !c->err) snprintf(c->errmsg, sizeof c->errmsg, "invalid argument: no function");
+    return LOOM_EINVAL;
+  }
+  int rc = comm__check_reduce(c, send, send, count, dt, op);
+  if (rc < 0 || count == 0) return rc;
+  if (c->world == 1) { /* sum, max, min or average of one vector: itself */
+    fn(arg, 0, send, count);
+    return 0;
+  }
+  if (c->native && c->native->allreduce_apply)
+    return c->native->allreduce_apply(c, send, count, dt, op, fn, arg);
+  size_t bytes = count * comm_dtype_size(dt);
+  if (bytes > c->apply_cap) {
+    void *p = realloc(c->apply_out, bytes);
+    if (!p) return comm__fail(c, LOOM_ENOMEM, "out of memory");
+    c->apply_out = p;
+    c->apply_cap = bytes;
+  }
+  if ((rc = comm_allreduce(c, send, c->apply_out, count, dt, op)) < 0) return rc;
+  fn(arg, 0, c->apply_out, count);
+  return 0;
+}

@@ -151,6 +151,7 @@ void comm_destroy(comm_t *c) {
   free(c->pids);
   free(c->pairs);
   free(c->tmp);
+  free(c->apply_out);
   free(c);
 }
 
@@ -290,8 +291,9 @@ int loom_comm_reform(loom_t *l, int timeout_ms) {
 
 /* A collective from the public API: serialized per handle, its time split
  * into waiting for peers (joining the communicator included) and the rest
- * (loom__phase_add). */
-#define COMM_PUBLIC(call)                                                                          \
+ * (loom__phase_add), less *excl_ns: time the call spent in the caller's
+ * own code (loom_allreduce_apply's fn). */
+#define COMM_PUBLIC_EXCL(call, excl_ns)                                                            \
   struct comm_state *s;                                                                            \
   uint64_t t0_ = comm__now_ns();                                                                   \
   int rc = comm_state_get(l, &s);                                                                  \
@@ -299,15 +301,38 @@ int loom_comm_reform(loom_t *l, int timeout_ms) {
   pthread_mutex_lock(&s->mu);                                                                      \
   uint64_t w0_ = s->c->wait_ns - (comm__now_ns() - t0_); /* joining counts as waiting */           \
   rc = call;                                                                                       \
-  uint64_t waited_ = s->c->wait_ns - w0_, took_ = comm__now_ns() - t0_;                            \
+  uint64_t waited_ = s->c->wait_ns - w0_, took_ = comm__now_ns() - t0_ - (excl_ns);                \
   pthread_mutex_unlock(&s->mu);                                                                    \
   loom__phase_add(l, LOOM__PHASE_PEERS, waited_);                                                  \
   loom__phase_add(l, LOOM__PHASE_COMM, took_ > waited_ ? took_ - waited_ : 0);                     \
   return rc < 0 ? loom__fail(l, rc, "%s", comm_errmsg(s->c)) : 0
+#define COMM_PUBLIC(call) COMM_PUBLIC_EXCL(call, 0)
 
 int loom_allreduce(loom_t *l, const void *send, void *recv, size_t count, loom_dtype dt,
                    loom_op op) {
   COMM_PUBLIC(comm_allreduce(s->c, send, recv, count, dt, op));
+}
+
+/* The caller's fn, timed: its time is the program's own work, not the
+ * collective's. */
+struct apply_timed {
+  loom_apply_fn fn;
+  void *arg;
+  uint64_t ns;
+};
+
+static void apply_timed(void *arg, size_t offset, const void *piece, size_t n) {
+  struct apply_timed *t = arg;
+  uint64_t t0 = comm__now_ns();
+  t->fn(t->arg, offset, piece, n);
+  t->ns += comm__now_ns() - t0;
+}
+
+int loom_allreduce_apply(loom_t *l, const void *send, size_t count, loom_dtype dt, loom_op op,
+                         loom_apply_fn fn, void *arg) {
+  struct apply_timed t = {fn, arg, 0};
+  COMM_PUBLIC_EXCL(comm_allreduce_apply(s->c, send, count, dt, op, fn ? apply_timed : NULL, &t),
+                   t.ns);
 }
 
 int loom_broadcast(loom_t *l, void *buf, size_t bytes, int root) {

@@ -11,6 +11,7 @@
 #include "core/core.h"
 #include "comm/transport.h"
 #include "loom.h"
+#include "loom/comm.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -59,6 +60,8 @@ struct comm {
   uint64_t deadline_ns, next_check_ns;
   void *tmp; /* scratch for algorithms, grown by comm__scratch() */
   size_t tmp_cap;
+  void *apply_out; /* comm_allreduce_apply's result where no transport hands it over */
+  size_t apply_cap;
 };
 
 /* Creates a communicator of world ranks, this one being rank. All ranks
@@ -85,6 +88,8 @@ const char *comm_errmsg(const comm_t *c);
 /* The collectives; semantics as in include/loom/comm.h. */
 int comm_allreduce(comm_t *c, const void *send, void *recv, size_t count, loom_dtype dt,
                    loom_op op);
+int comm_allreduce_apply(comm_t *c, const void *send, size_t count, loom_dtype dt, loom_op op,
+                         loom_apply_fn fn, void *arg);
 int comm_broadcast(comm_t *c, void *buf, size_t bytes, int root);
 int comm_allgather(comm_t *c, const void *send, void *recv, size_t bytes);
 int comm_reduce_scatter(comm_t *c, const void *send, void *recv, size_t count, loom_dtype dt,

@@ -549,16 +549,19 @@ static int shm_allreduce_all(comm_t *c, struct shm_dev *d, const void *send, voi
   return 0;
 }
 
-/* Large: per chunk, each rank reduces its slice and gathers the others. */
+/* Large: per chunk, each rank reduces its slice and gathers the others.
+ * With fn (comm_allreduce_apply), each slice goes to fn from its slot
+ * instead of being copied into recv. */
 static int shm_allreduce_slices(comm_t *c, struct shm_dev *d, const char *send, char *recv,
-                                size_t count, loom_dtype dt, loom_op op) {
+                                size_t count, loom_dtype dt, loom_op op, loom_apply_fn fn,
+                                void *arg) {
   size_t es = comm_dtype_size(dt), per = d->slot_size / es;
   int n = d->nlocal, me = d->me, rc;
   const char **x = d->xs;
   for (size_t at = 0; at < count; at += per) {
     size_t cnt = count - at < per ? count - at : per;
     const char *in = send + at * es;
-    char *out = recv + at * es;
+    char *out = fn ? NULL : recv + at * es;
     uint64_t k;
     if ((rc = shm_round(c, d, &k)) < 0) return rc;
     char *mine = shm_slot_at(d, k, me);
@@ -574,14 +577,20 @@ static int shm_allreduce_slices(comm_t *c, struct shm_dev *d, const char *send, 
     shm_reduce_n(dt, op, mine + so, x, n, sl / es);
     if (op == LOOM_AVG) comm_scale(dt, mine + so, sl / es, n);
     shm_publish(d, &d->ctl[me].reduced, k + 1);
-    memcpy(out + so, mine + so, sl);
+    if (fn)
+      fn(arg, at + so / es, mine + so, sl / es);
+    else
+      memcpy(out + so, mine + so, sl);
     /* Out: the other slices, from their owners' slots. */
     for (int j = 1; j < n; j++) {
       int o = (me + j) % n;
       rc = comm__wait_counter(c, &d->ctl[o].reduced, k + 1, d->ranks[o]);
       if (rc < 0) return rc;
-      size_t oo = comm__block_off(cnt, n, o) * es;
-      memcpy(out + oo, shm_slot_at(d, k, o) + oo, comm__block_len(cnt, n, o) * es);
+      size_t oo = comm__block_off(cnt, n, o) * es, ol = comm__block_len(cnt, n, o);
+      if (fn)
+        fn(arg, at + oo / es, shm_slot_at(d, k, o) + oo, ol);
+      else
+        memcpy(out + oo, shm_slot_at(d, k, o) + oo, ol * es);
     }
   }
   return 0;
@@ -593,7 +602,23 @@ static int shm_allreduce(comm_t *c, const void *send, void *recv, size_t count, 
   size_t bytes = count * comm_dtype_size(dt);
   if (bytes <= d->small_bytes && bytes <= d->slot_size)
     return shm_allreduce_all(c, d, send, recv, count, dt, op);
-  return shm_allreduce_slices(c, d, send, recv, count, dt, op);
+  return shm_allreduce_slices(c, d, send, recv, count, dt, op, NULL, NULL);
+}
+
+/* Small vectors: reduced whole into scratch, handed over whole; large
+ * ones: each slice from the slot it was reduced into. */
+static int shm_allreduce_apply(comm_t *c, const void *send, size_t count, loom_dtype dt, loom_op op,
+                               loom_apply_fn fn, void *arg) {
+  struct shm_dev *d = c->shm;
+  size_t bytes = count * comm_dtype_size(dt);
+  if (bytes <= d->small_bytes && bytes <= d->slot_size) {
+    void *out = comm__scratch(c, bytes);
+    if (!out) return comm__fail(c, LOOM_ENOMEM, "out of memory");
+    int rc = shm_allreduce_all(c, d, send, out, count, dt, op);
+    if (rc == 0) fn(arg, 0, out, count);
+    return rc;
+  }
+  return shm_allreduce_slices(c, d, send, NULL, count, dt, op, fn, arg);
 }
 
 /* broadcast: per slot-sized chunk, the root copies in and arrives; the
@@ -692,6 +717,7 @@ const struct comm_transport comm__shm_transport = {
     .poison = shm_poison,
     .coll_ok = shm_coll_ok,
     .allreduce = shm_allreduce,
+    .allreduce_apply = shm_allreduce_apply,
     .barrier = shm_barrier,
     .broadcast = shm_broadcast,
     .allgather = shm_allgather,

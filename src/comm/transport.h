@@ -18,6 +18,7 @@
 #define LOOM_COMM_TRANSPORT_H
 
 #include "loom.h"
+#include "loom/comm.h"
 
 #include <poll.h>
 #include <stddef.h>
@@ -83,6 +84,9 @@ struct comm_transport {
   int (*coll_ok)(const comm_t *c);
   int (*allreduce)(comm_t *c, const void *send, void *recv, size_t count, loom_dtype dt,
                    loom_op op);
+  /* allreduce handing the result to fn instead of recv (comm_allreduce_apply) */
+  int (*allreduce_apply)(comm_t *c, const void *send, size_t count, loom_dtype dt, loom_op op,
+                         loom_apply_fn fn, void *arg);
   int (*barrier)(comm_t *c);
   int (*broadcast)(comm_t *c, void *buf, size_t bytes, int root);
   int (*allgather)(comm_t *c, const void *send, void *recv, size_t bytes);

@@ -139,6 +139,51 @@ static int check_allreduce(comm_t *c, int n, size_t count, loom_dtype dt, loom_o
   return 0;
 }
 
+struct applied {
+  char *out;
+  unsigned char *seen; /* times each element was handed over */
+  size_t es, count, calls;
+  int bad; /* a piece past the end */
+};
+
+static void apply_fn(void *arg, size_t offset, const void *piece, size_t n) {
+  struct applied *a = arg;
+  a->calls++;
+  if (offset > a->count || n > a->count - offset) {
+    a->bad = 1;
+    return;
+  }
+  memcpy(a->out + offset * a->es, piece, n * a->es);
+  for (size_t i = 0; i < n; i++) a->seen[offset + i]++;
+}
+
+/* comm_allreduce_apply: every element handed over exactly once, with the
+ * reduced value, and send left as it was. */
+static int check_allreduce_apply(comm_t *c, int n, size_t count, loom_dtype dt, loom_op op) {
+  size_t es = comm_dtype_size(dt);
+  char *send = malloc((count + 1) * es), *out = malloc((count + 1) * es);
+  unsigned char *seen = calloc(count + 1, 1);
+  CHECK(send && out && seen, "out of memory");
+  for (size_t i = 0; i < count; i++) put(dt, send, i, val(g_rank, i));
+  struct applied a = {out, seen, es, count, 0, 0};
+  CALL(c, comm_allreduce_apply(c, send, count, dt, op, apply_fn, &a));
+  CHECK(!a.bad, "allreduce_apply %s %s count %zu: a piece past the end", dt_name[dt], op_name[op],
+        count);
+  CHECK(count > 0 || a.calls == 0, "allreduce_apply of nothing called fn %zu times", a.calls);
+  for (size_t i = 0; i < count; i++) {
+    CHECK(seen[i] == 1, "allreduce_apply %s %s count %zu: [%zu] handed over %d times", dt_name[dt],
+          op_name[op], count, i, seen[i]);
+    double got = get(dt, out, i), want = expect(dt, op, n, i);
+    CHECK(got == want, "allreduce_apply %s %s count %zu: [%zu] = %g, want %g", dt_name[dt],
+          op_name[op], count, i, got, want);
+    CHECK(get(dt, send, i) == val(g_rank, i), "allreduce_apply wrote into send at [%zu]", i);
+  }
+  free(send);
+  free(out);
+  free(seen);
+  return 0;
+}
+
 static int check_reduce_scatter(comm_t *c, int n, size_t count, loom_dtype dt, loom_op op,
                                 int inplace) {
   size_t es = comm_dtype_size(dt);
@@ -217,6 +262,7 @@ static int rank_body(comm_t *c, const struct tcase *tc) {
           if (k == 5 && inplace && dt != LOOM_F32) continue;
           if (check_allreduce(c, n, counts[k], dt, op, inplace)) return 1;
           if (check_reduce_scatter(c, n, counts[k], dt, op, inplace)) return 1;
+          if (!inplace && check_allreduce_apply(c, n, counts[k], dt, op)) return 1;
         }
   for (int k = 0; k < ncounts; k++)
     for (int root = 0; root<n; root += n> 1 ? n - 1 : 1)
