@@ -4,6 +4,10 @@
  * at the end. Knobs for tests and demos:
  *
  *   --batch N           read with loom_feed_next_batch, N at a time
+ *   --read N            read with loom_feed_read_offsets, N at a time, each
+ *                       record followed by '\n', into a buffer that starts
+ *                       at 16 bytes and doubles on LOOM_ERANGE; checks the
+ *                       offsets and separators (exit 6 if wrong)
  *   --print             print every record as "REC <epoch> <record>"
  *   --sleep-us N        sleep N us a record (a slow task)
  *   --die-after K --marker PATH
@@ -33,13 +37,35 @@ static long arg_long(char **argv, int *i, int argc) {
   return atol(argv[++*i]);
 }
 
+/* What loom_feed_read_offsets promises for a batch of got records read
+ * with '\n' after each: 1..max records, rising offsets from 0 within cap,
+ * a '\n' at the end of each. Prints what is wrong and returns 1. */
+static int read_check(const char *buf, size_t cap, const size_t *offs, size_t got, size_t max) {
+  if (got < 1 || got > max || offs[0] != 0 || offs[got] > cap) {
+    fprintf(stderr, "feedprobe: read_offsets gave %zu records (max %zu), offs[0]=%zu, end %zu\n",
+            got, max, offs[0], offs[got]);
+    return 1;
+  }
+  for (size_t k = 0; k < got; k++) {
+    if (offs[k + 1] <= offs[k] || buf[offs[k + 1] - 1] != '\n') {
+      fprintf(stderr, "feedprobe: read_offsets: record %zu at [%zu, %zu) lacks its separator\n", k,
+              offs[k], offs[k + 1]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  long batch = 0, sleep_us = 0, die_after = -1, fail_after = -1, pause_after = -1, stop_after = -1;
+  long batch = 0, readn = 0, sleep_us = 0, die_after = -1, fail_after = -1, pause_after = -1,
+       stop_after = -1;
   const char *marker = NULL, *go = NULL;
   int print = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--batch"))
       batch = arg_long(argv, &i, argc);
+    else if (!strcmp(argv[i], "--read"))
+      readn = arg_long(argv, &i, argc);
     else if (!strcmp(argv[i], "--print"))
       print = 1;
     else if (!strcmp(argv[i], "--sleep-us"))
@@ -87,14 +113,30 @@ int main(int argc, char **argv) {
   int epochs_seen = 1;
   loom_record recs[256];
   if (batch > 256) batch = 256;
-  char *line = NULL;
-  size_t line_cap = 0;
+  if (readn > 256) readn = 256;
+  char *line = NULL, *rbuf = NULL;
+  size_t line_cap = 0, rcap = 16, offs[257];
   for (;;) {
     size_t got = 1;
-    if (batch > 0)
+    if (readn > 0) {
+      if (!rbuf && !(rbuf = malloc(rcap))) return 4;
+      while ((rc = loom_feed_read_offsets(f, rbuf, rcap, offs, (size_t)readn, '\n', &got)) ==
+             LOOM_ERANGE) {
+        size_t need = offs[0];
+        while (rcap < need) rcap *= 2;
+        free(rbuf);
+        if (!(rbuf = malloc(rcap))) return 4;
+      }
+      if (rc == 0 && read_check(rbuf, rcap, offs, got, (size_t)readn)) return 6;
+      for (size_t k = 0; rc == 0 && k < got; k++) {
+        recs[k].data = rbuf + offs[k];
+        recs[k].size = offs[k + 1] - offs[k] - 1;
+      }
+    } else if (batch > 0) {
       rc = loom_feed_next_batch(f, recs, (size_t)batch, &got);
-    else
+    } else {
       rc = loom_feed_next(f, &recs[0]);
+    }
     if (rc == LOOM_FEED_END) break;
     if (rc == LOOM_FEED_EPOCH) {
       epochs_seen++;
@@ -152,6 +194,7 @@ int main(int argc, char **argv) {
          (unsigned long long)s.splits, (unsigned long long)s.stale, epochs_seen,
          (double)s.wait_ns / 1e6);
   free(line);
+  free(rbuf);
   rc = loom_feed_close(f);
   loom_finish(l);
   return rc < 0 ? 5 : 0;

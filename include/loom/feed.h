@@ -42,14 +42,15 @@ extern "C" {
 typedef struct loom_feed loom_feed_t;
 
 /* A record: a view of size bytes that stays valid until the next call that
- * reads the feed (next, next_batch, read) or closes it; writing output
- * does not invalidate it. */
+ * reads the feed (next, next_batch, read, read_offsets) or closes it;
+ * writing output does not invalidate it. */
 typedef struct {
   const void *data;
   size_t size;
 } loom_record;
 
-/* What loom_feed_next / next_batch / read return besides 0 and errors. */
+/* What loom_feed_next / next_batch / read / read_offsets return besides 0
+ * and errors. */
 enum {
   LOOM_FEED_END = 1,  /* no more records: every split of every epoch is done */
   LOOM_FEED_EPOCH = 2 /* no record: the next one begins a new epoch (once
@@ -89,6 +90,22 @@ LOOM_EXPORT int loom_feed_next_batch(loom_feed_t *f, loom_record *recs, size_t m
  * batch: the Python module's numpy path.) */
 LOOM_EXPORT int loom_feed_read(loom_feed_t *f, void *buf, size_t cap, size_t *sizes, size_t max,
                                size_t *n);
+
+/* Like loom_feed_read, but gives offsets instead of sizes, and can end each
+ * record with a separator byte: offs (max + 1 of them) gets where each
+ * record starts in buf, offs[0..*n), and offs[*n] where the data ends.
+ * With sep -1 the records are back to back (record k is buf[offs[k],
+ * offs[k+1])); with sep 0..255 the byte sep follows each one (record k is
+ * buf[offs[k], offs[k+1] - 1)), so that a binding can cut the batch with
+ * one split on sep when no record contains that byte (a line of the
+ * `lines` format never holds '\n'; a binding checks that the split gave
+ * *n + 1 parts, and cuts by the offsets otherwise). If not even the first
+ * record fits: LOOM_ERANGE, offs[0] = the bytes it needs (its size, plus
+ * one with a separator), and the record stays next. LOOM_EINVAL for a sep
+ * outside -1..255. (For bindings: the Python module's batch() and
+ * read_view().) */
+LOOM_EXPORT int loom_feed_read_offsets(loom_feed_t *f, void *buf, size_t cap, size_t *offs,
+                                       size_t max, int sep, size_t *n);
 
 /* The epoch of the last record returned (from 0); before any, the epoch
  * the feed is at. */

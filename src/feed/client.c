@@ -868,23 +868,28 @@ int loom_feed_next_batch(loom_feed_t *f, loom_record *recs, size_t max, size_t *
   return 0;
 }
 
-int loom_feed_read(loom_feed_t *f, void *buf, size_t cap, size_t *sizes, size_t max, size_t *n) {
-  if (!f || (!buf && cap) || !sizes || !n || !max) return LOOM_EINVAL;
+/* Copies up to max records back to back into dst (cap bytes), each followed
+ * by the byte sep when sep >= 0, stopping before one that does not fit.
+ * Gives record k's size in sizes[k] (when sizes) and where it starts in
+ * offs[k] (when offs; offs[*n] is where the data ends). If not even the
+ * first fits: LOOM_ERANGE, with the bytes it needs in need (its size, plus
+ * one with a separator), and the record stays next. */
+static int read_batch(loom_feed_t *f, unsigned char *dst, size_t cap, size_t *sizes, size_t *offs,
+                      size_t max, int sep, size_t *n, size_t *need) {
   *n = 0;
   release_retired(f);
   int rc = ensure(f, false);
   if (rc != 0) return rc;
-  size_t k = 0, used = 0;
-  unsigned char *out = buf;
+  size_t k = 0, used = 0, extra = sep >= 0;
   while (k < max) {
-    if (k > 0 && ensure(f, true) != 0) break;
+    if (k > 0 && ensure(f, true) != 0) break; /* split boundary, or an error for later */
     chunk *c = f->cur;
     while (k < max && c->pos < c->recs.n) {
       size_t i = c->order ? c->order[c->pos] : c->pos;
       size_t len = loom__feed_rec_at(&c->recs, i).len;
-      if (len > cap - used) {
+      if (len > cap - used || extra > cap - used - len) {
         if (k == 0) {
-          sizes[0] = len;
+          *need = len + extra;
           return loom__fail(f->l, LOOM_ERANGE, "a %zu-byte record does not fit in %zu bytes", len,
                             cap);
         }
@@ -892,14 +897,29 @@ int loom_feed_read(loom_feed_t *f, void *buf, size_t cap, size_t *sizes, size_t 
       }
       loom_record r;
       take(f, &r);
-      memcpy(out + used, r.data, len);
+      if (offs) offs[k] = used;
+      if (sizes) sizes[k] = len;
+      memcpy(dst + used, r.data, len);
       used += len;
-      sizes[k++] = len;
+      if (extra) dst[used++] = (unsigned char)sep;
+      k++;
     }
   }
 out:
+  if (offs) offs[k] = used;
   *n = k;
   return 0;
+}
+
+int loom_feed_read(loom_feed_t *f, void *buf, size_t cap, size_t *sizes, size_t max, size_t *n) {
+  if (!f || (!buf && cap) || !sizes || !n || !max) return LOOM_EINVAL;
+  return read_batch(f, buf, cap, sizes, NULL, max, -1, n, &sizes[0]);
+}
+
+int loom_feed_read_offsets(loom_feed_t *f, void *buf, size_t cap, size_t *offs, size_t max, int sep,
+                           size_t *n) {
+  if (!f || (!buf && cap) || !offs || !n || !max || sep < -1 || sep > 255) return LOOM_EINVAL;
+  return read_batch(f, buf, cap, NULL, offs, max, sep, n, &offs[0]);
 }
 
 int loom_feed_write(loom_feed_t *f, const void *data, size_t len) {

@@ -60,13 +60,14 @@ def feed_status(loom):
     return loom.state()["feed"]
 
 
-@pytest.mark.parametrize("batch", [0, 7])
-def test_every_record_exactly_once_across_workers(loom, batch):
+@pytest.mark.parametrize("how", [["--batch", "0"], ["--batch", "7"], ["--read", "7"]],
+                         ids=["next", "batch", "read_offsets"])
+def test_every_record_exactly_once_across_workers(loom, how):
     recs = lines_input(loom.tmp)
     spec = loom.spec(f"""
 name: feedonce
 roles:
-  worker: {{instances: 3, command: [{PROBE}, --batch, "{batch}", --sleep-us, "20"]}}
+  worker: {{instances: 3, command: [{PROBE}, {how[0]}, "{how[1]}", --sleep-us, "20"]}}
 feed: {{input: [data/*.txt], format: lines, output: out/}}
 """)
     r = loom.run("run", spec, env={"LOOM_FEED_SPLIT_BYTES": "3000"})
