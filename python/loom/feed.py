@@ -3,7 +3,9 @@
     feed = Feed()                          # or Feed(loom_handle)
     for rec in feed: ...                   # bytes, all records of all epochs
     rec = feed.next()                      # bytes, EPOCH, or END (None)
-    recs = feed.batch(64)                  # list of bytes (one split at most)
+    recs = feed.batch(1024)                # list of bytes (one split at most)
+    data, offs = feed.read_view(1024)      # no copy: memoryviews of the batch
+                                           # and its k + 1 offsets
     x = feed.array_batch(64, (785,), np.uint8)   # fixed-size records as a
                                            # numpy array, one C call a batch
     feed.write(b"result\\n")                # output for the last record's split
@@ -18,7 +20,7 @@ before closing. Not usable across fork(): open the feed in the process
 that reads it (e.g. a DataLoader with num_workers=0)."""
 import array
 import ctypes
-import itertools
+import struct
 
 from ._lib import FeedStats, Record, check, lib
 from .core import Loom
@@ -35,6 +37,7 @@ EPOCH = _Epoch()  # returned once when the next record begins a new epoch
 
 _C_END, _C_EPOCH = 1, 2  # LOOM_FEED_END, LOOM_FEED_EPOCH
 _LOOM_ERANGE = -11
+_NL = 10  # batch()'s separator: a line (the `lines` format) never holds one
 
 
 class Feed:
@@ -49,6 +52,10 @@ class Feed:
         self._buf = self._cbuf = None
         self._sizes = self._csizes = None
         self._np_sizes = self._np_sizes_p = None
+        self._offs = self._coffs = None  # read_offsets' n + 1 offsets (uint64)
+        self._nref = ctypes.byref(self._n)
+        self._sep = _NL  # -1 once a record held it: batch() then cuts by offsets
+        self._same = None  # (s, offsets of n records of s bytes), for batch()
 
     # -- reading ---------------------------------------------------------------
     def _status(self, rc):
@@ -78,13 +85,78 @@ class Feed:
 
     def batch(self, n):
         """Up to n records (bytes) of one split, or EPOCH, or END (None).
-        One C call a batch: the records are copied out together, then cut."""
-        got = self._read(n, 1 << 20)
-        if not isinstance(got, tuple):
-            return got
-        data, sizes = got
-        ends = list(itertools.accumulate(sizes))  # cut in C loops, not Python ones
-        return list(map(data.__getitem__, map(slice, itertools.chain((0,), ends), ends)))
+        One C call a batch copies the records out together, each followed by
+        a newline; one bytes.split cuts them when no record holds a newline
+        (lines never do), else they are cut by their offsets (or with one
+        struct.unpack when all have the same size: fixed records)."""
+        sep = self._sep
+        k = self._fill(n, 1 << 20, sep)
+        if k.__class__ is not int:
+            return k
+        return self._cut(bytes(memoryview(self._buf)[:self._offs[k]]), self._offs, k, sep)
+
+    def _cut(self, data, offs, k, sep):
+        """The k records in data, at offsets offs[0..k] (each followed by
+        the byte sep when sep >= 0), as a list of bytes."""
+        if sep >= 0:
+            recs = data.split(bytes((sep,)))
+            if len(recs) == k + 1:  # no record held sep: exactly the k records, and b""
+                recs.pop()
+                return recs
+            self._sep = -1  # this feed's records may hold it: offsets from now on
+            return list(map(data.__getitem__, map(slice, offs[:k], map((-1).__add__,
+                                                                        offs[1:k + 1]))))
+        size = offs[1]
+        if offs[k] == k * size:
+            if not size:  # every record empty
+                return [b""] * k
+            same = self._same
+            if same is None or same[0] != size or len(same[1]) < k + 1:
+                same = self._same = (size, array.array("Q", range(0, len(offs) * size, size)))
+            if offs[:k + 1] == same[1][:k + 1]:  # every record has size bytes (fixed)
+                return list(struct.unpack(f"{size}s" * k, data))
+        return list(map(data.__getitem__, map(slice, offs[:k], offs[1:k + 1])))
+
+    def read_view(self, n, max_bytes=1 << 20):
+        """Up to n records (of one split) copied back to back in one call,
+        and handed over without another copy: (data, offsets), read-only
+        memoryviews valid until the next read (of any kind) or close:
+        data the bytes (format "B"), offsets k + 1 uint64 (format "Q"),
+        record i being data[offsets[i]:offsets[i + 1]]. Or EPOCH, or END
+        (None). For numpy: np.frombuffer(data, np.uint8) and
+        np.frombuffer(offsets, np.uint64), no copy. A record larger than
+        max_bytes grows the buffer."""
+        k = self._fill(n, max_bytes, -1)
+        if k.__class__ is not int:
+            return k
+        return (memoryview(self._buf)[:self._offs[k]].toreadonly(),
+                memoryview(self._offs)[:k + 1].toreadonly())
+
+    def _fill(self, n, max_bytes, sep):
+        """One loom_feed_read_offsets call into self._buf and self._offs
+        (sep: -1 or a byte to end each record with): the number of records,
+        or EPOCH, or END."""
+        if self._offs is None or len(self._offs) <= n:
+            self._coffs = None
+            self._offs = array.array("Q", bytes(8 * (n + 1)))
+            self._coffs = (ctypes.c_size_t * (n + 1)).from_buffer(self._offs)
+        while True:
+            if self._buf is None or len(self._buf) < max_bytes:
+                self._grow(max_bytes)
+            rc = lib.loom_feed_read_offsets(self._live(), self._cbuf, len(self._buf), self._coffs,
+                                            n, sep, self._nref)
+            if not rc:
+                return self._n.value
+            if rc == _LOOM_ERANGE:  # the next record is larger than the buffer
+                max_bytes = max(self._offs[0], 2 * len(self._buf))
+                continue
+            return self._status(rc)
+
+    def _grow(self, size):
+        # a new buffer, never a resized one: views handed out keep the old alive
+        self._cbuf = None
+        self._buf = bytearray(size)
+        self._cbuf = (ctypes.c_char * size).from_buffer(self._buf)
 
     def read(self, n, max_bytes=1 << 20):
         """Up to n records (of one split) copied back to back in one call:
@@ -98,11 +170,9 @@ class Feed:
             self._csizes = (ctypes.c_size_t * n).from_buffer(self._sizes)
         while True:
             if self._buf is None or len(self._buf) < max_bytes:
-                self._cbuf = None
-                self._buf = bytearray(max_bytes)
-                self._cbuf = (ctypes.c_char * max_bytes).from_buffer(self._buf)
+                self._grow(max_bytes)
             rc = lib.loom_feed_read(self._live(), self._cbuf, len(self._buf), self._csizes, n,
-                                    ctypes.byref(self._n))
+                                    self._nref)
             if rc == _LOOM_ERANGE:  # the next record is larger than the buffer
                 max_bytes = max(self._sizes[0], 2 * len(self._buf))
                 continue

@@ -359,7 +359,7 @@ roles:
 
 # ---- Python -------------------------------------------------------------------
 @needs_pylib
-@pytest.mark.parametrize("mode", ["next", "batch", "read"])
+@pytest.mark.parametrize("mode", ["next", "batch", "read", "view"])
 def test_python_module_reads_and_writes(loom, mode):
     recs = lines_input(loom.tmp)
     spec = loom.spec(f"""
@@ -374,6 +374,86 @@ feed: {{input: [data/*.txt], format: lines, epochs: 2, output: out/}}
     got = outputs(loom.tmp / "out")
     assert sorted(got) == sorted(recs * 2)  # two epochs: part-NNNNN-e0 and -e1
     assert len(list((loom.tmp / "out").glob("part-*-e1"))) == feed_status(loom)["splits"]
+
+
+def binary_records(rng, n, size=None):
+    """n records of random bytes, newlines and empty ones among them, of
+    size bytes each or of 0..40."""
+    return [bytes(rng.choice(b"\nab\x00\xff") for _ in range(rng.randint(0, 40) if size is None
+                                                              else size)) for _ in range(n)]
+
+
+@needs_pylib
+@pytest.mark.parametrize("fmt", ["tfrecord", "fixed", "lines"])
+@pytest.mark.parametrize("mode", ["batch", "view"])
+def test_python_binary_records_come_out_whole(loom, fmt, mode):
+    # batch() cuts with one split on newlines while no record holds one
+    # (lines never do), then by the offsets (varying sizes) or with one
+    # struct.unpack (fixed): every path, records compared byte for byte
+    import random
+    rng = random.Random(7)
+    d = loom.tmp / "data"
+    d.mkdir()
+    recs = []
+    for i in range(3):
+        if fmt == "tfrecord":  # the first file's records hold no newline: split first
+            rs = [r.replace(b"\n", b"") if i == 0 else r for r in binary_records(rng, 300)]
+            (d / f"in-{i}").write_bytes(tfrecord(rs))
+        elif fmt == "fixed":
+            rs = binary_records(rng, 300, 12)
+            (d / f"in-{i}").write_bytes(b"".join(rs))
+        else:
+            rs = [r.replace(b"\n", b"") for r in binary_records(rng, 300)]
+            (d / f"in-{i}").write_bytes(b"".join(r + b"\n" for r in rs))
+        recs += rs
+    fstr = "fixed:12" if fmt == "fixed" else fmt
+    spec = loom.spec(f"""
+name: feedbin
+env: {yaml_env({"PYTHONPATH": ROOT / "python", "LOOM_LIBRARY": LIBLOOM})}
+roles:
+  worker: {{instances: 2, command: [{PY}, {PYPROBE}, --mode, {mode}, --hex]}}
+feed: {{input: [data/in-*], format: "{fstr}", epochs: 2, output: out/}}
+""")
+    r = loom.run("run", spec, env={"LOOM_FEED_SPLIT_BYTES": "2000"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert feed_status(loom)["splits"] >= 6
+    got = outputs(loom.tmp / "out")
+    assert sorted(got) == sorted(r.hex() for r in recs * 2)
+    assert len(list((loom.tmp / "out").glob("part-*-e1"))) == feed_status(loom)["splits"]
+    oks = re.findall(r"FEEDOK task=\S+ records=(\d+)", r.stdout)
+    assert len(oks) == 2 and sum(int(n) for n in oks) == 2 * len(recs)
+
+
+CUT_CHECK = r"""
+import array, loom
+f = loom.Feed.__new__(loom.Feed)  # no job: the cutting alone
+def cut(recs, sep):
+    data, offs = b"", [0]
+    for r in recs:
+        data += r + (bytes((sep,)) if sep >= 0 else b"")
+        offs.append(len(data))
+    offs = array.array("Q", offs + [0] * 5)  # longer than k + 1, as a reused one is
+    return f._cut(data, offs, len(recs), sep)
+f._sep, f._same = 10, None
+assert cut([b"ab", b"", b"c"], 10) == [b"ab", b"", b"c"] and f._sep == 10  # one split
+assert cut([b"a\nb", b"", b"c\n"], 10) == [b"a\nb", b"", b"c\n"]  # a newline in one
+assert f._sep == -1  # offsets from now on
+for recs in ([b"abcde", b"abcd", b"abcdef"] * 3 + [b"abcde"],  # sizes 5, 4, 6: sum 5 k
+             [b"x\ny"] * 7, [b"x\ny"] * 3, [b"12\n"] * 7, [b""] * 4, [b"a"], [b"", b"ab"]):
+    got = cut(recs, -1)
+    assert got == recs and all(type(r) is bytes for r in got), (recs, got)
+print("CUTOK")
+"""
+
+
+@needs_pylib
+def test_python_batch_cuts_every_way():
+    # batch()'s cutting on crafted batches: a split, by the offsets (sizes
+    # that add up as if equal), and one struct.unpack (equal sizes)
+    env = {**os.environ, **pylib_env(), "PYTHONPATH": str(ROOT / "python"),
+           "LOOM_LIBRARY": str(LIBLOOM)}
+    r = subprocess.run([PY, "-c", CUT_CHECK], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and "CUTOK" in r.stdout, r.stdout + r.stderr
 
 
 @needs_pylib
