@@ -5,9 +5,10 @@
  *
  *   --batch N           read with loom_feed_next_batch, N at a time
  *   --read N            read with loom_feed_read_offsets, N at a time, each
- *                       record followed by '\n', into a buffer that starts
- *                       at 16 bytes and doubles on LOOM_ERANGE; checks the
- *                       offsets and separators (exit 6 if wrong)
+ *                       record framed by its 4-byte length and a '\n', into
+ *                       a buffer that starts at 16 bytes and doubles on
+ *                       LOOM_ERANGE; checks the offsets and frames (exit 6
+ *                       if wrong)
  *   --print             print every record as "REC <epoch> <record>"
  *   --sleep-us N        sleep N us a record (a slow task)
  *   --die-after K --marker PATH
@@ -38,8 +39,9 @@ static long arg_long(char **argv, int *i, int argc) {
 }
 
 /* What loom_feed_read_offsets promises for a batch of got records read
- * with '\n' after each: 1..max records, rising offsets from 0 within cap,
- * a '\n' at the end of each. Prints what is wrong and returns 1. */
+ * framed by a 4-byte length and a '\n': 1..max records, rising offsets from
+ * 0 within cap, each frame its record's length, then the record, then a
+ * '\n'. Prints what is wrong and returns 1. */
 static int read_check(const char *buf, size_t cap, const size_t *offs, size_t got, size_t max) {
   if (got < 1 || got > max || offs[0] != 0 || offs[got] > cap) {
     fprintf(stderr, "feedprobe: read_offsets gave %zu records (max %zu), offs[0]=%zu, end %zu\n",
@@ -47,8 +49,11 @@ static int read_check(const char *buf, size_t cap, const size_t *offs, size_t go
     return 1;
   }
   for (size_t k = 0; k < got; k++) {
-    if (offs[k + 1] <= offs[k] || buf[offs[k + 1] - 1] != '\n') {
-      fprintf(stderr, "feedprobe: read_offsets: record %zu at [%zu, %zu) lacks its separator\n", k,
+    const unsigned char *p = (const unsigned char *)buf + offs[k];
+    size_t len = p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
+    if (offs[k + 1] < offs[k] + 5 || len != offs[k + 1] - offs[k] - 5 ||
+        buf[offs[k + 1] - 1] != '\n') {
+      fprintf(stderr, "feedprobe: read_offsets: record %zu at [%zu, %zu) framed wrong\n", k,
               offs[k], offs[k + 1]);
       return 1;
     }
@@ -120,7 +125,8 @@ int main(int argc, char **argv) {
     size_t got = 1;
     if (readn > 0) {
       if (!rbuf && !(rbuf = malloc(rcap))) return 4;
-      while ((rc = loom_feed_read_offsets(f, rbuf, rcap, offs, (size_t)readn, '\n', &got)) ==
+      unsigned frame = LOOM_FEED_FRAME_LEN32 | LOOM_FEED_FRAME_SEP | '\n';
+      while ((rc = loom_feed_read_offsets(f, rbuf, rcap, offs, (size_t)readn, frame, &got)) ==
              LOOM_ERANGE) {
         size_t need = offs[0];
         while (rcap < need) rcap *= 2;
@@ -129,8 +135,8 @@ int main(int argc, char **argv) {
       }
       if (rc == 0 && read_check(rbuf, rcap, offs, got, (size_t)readn)) return 6;
       for (size_t k = 0; rc == 0 && k < got; k++) {
-        recs[k].data = rbuf + offs[k];
-        recs[k].size = offs[k + 1] - offs[k] - 1;
+        recs[k].data = rbuf + offs[k] + 4;
+        recs[k].size = offs[k + 1] - offs[k] - 5;
       }
     } else if (batch > 0) {
       rc = loom_feed_next_batch(f, recs, (size_t)batch, &got);

@@ -4,7 +4,8 @@ with read() or with read_view()), writes "out:<record>\\n" for each when
 the spec has feed.output ("out:<record in hex>\\n" with --hex), and prints
 "FEEDOK task=... records=... epochs=...".
 
-    python3 feedprobe.py [--mode next|batch|read|view] [--hex] [--fail-after K]"""
+    python3 feedprobe.py [--mode next|batch|read|view] [--hex] [--no-marshal]
+                         [--fail-after K]"""
 import argparse
 import os
 import sys
@@ -14,6 +15,8 @@ import loom
 ap = argparse.ArgumentParser()
 ap.add_argument("--mode", default="next", choices=["next", "batch", "read", "view"])
 ap.add_argument("--hex", action="store_true", help="write each record in hex (binary records)")
+ap.add_argument("--no-marshal", action="store_true",
+                help="batch() cuts by the offsets (its path where marshal is not usable)")
 ap.add_argument("--fail-after", type=int, default=-1, help="exit 3 after K records on attempt 0")
 a = ap.parse_args()
 if os.environ.get("LOOM_ATTEMPT", "0") != "0":
@@ -22,6 +25,8 @@ if os.environ.get("LOOM_ATTEMPT", "0") != "0":
 n = 0
 epochs = 1
 with loom.Feed() as feed:
+    if a.no_marshal:
+        feed._marshal = False
     output = True
     while True:
         if a.mode == "next":

@@ -91,21 +91,29 @@ LOOM_EXPORT int loom_feed_next_batch(loom_feed_t *f, loom_record *recs, size_t m
 LOOM_EXPORT int loom_feed_read(loom_feed_t *f, void *buf, size_t cap, size_t *sizes, size_t max,
                                size_t *n);
 
-/* Like loom_feed_read, but gives offsets instead of sizes, and can end each
- * record with a separator byte: offs (max + 1 of them) gets where each
- * record starts in buf, offs[0..*n), and offs[*n] where the data ends.
- * With sep -1 the records are back to back (record k is buf[offs[k],
- * offs[k+1])); with sep 0..255 the byte sep follows each one (record k is
- * buf[offs[k], offs[k+1] - 1)), so that a binding can cut the batch with
- * one split on sep when no record contains that byte (a line of the
- * `lines` format never holds '\n'; a binding checks that the split gave
- * *n + 1 parts, and cuts by the offsets otherwise). If not even the first
- * record fits: LOOM_ERANGE, offs[0] = the bytes it needs (its size, plus
- * one with a separator), and the record stays next. LOOM_EINVAL for a sep
- * outside -1..255. (For bindings: the Python module's batch() and
+/* What surrounds each record in loom_feed_read_offsets' buffer. */
+enum {
+  LOOM_FEED_FRAME_SEP = 0x100,  /* | c: the byte c (0..255) after each record */
+  LOOM_FEED_FRAME_LEN32 = 0x200 /* the record's size, 4 bytes little-endian,
+                                 * before it */
+};
+
+/* Like loom_feed_read, but gives offsets instead of sizes, and can frame
+ * each record (frame: 0, or LOOM_FEED_FRAME_* or'ed): offs (max + 1 of
+ * them) gets where each record's frame starts in buf, offs[0..*n), and
+ * offs[*n] where the data ends. With frame 0 the records are back to back,
+ * record k being buf[offs[k], offs[k+1]); a framed record's bytes are that
+ * less its length before (4 bytes) and its separator after (1). Framing
+ * lets a binding cut a batch into its own objects in one call of its own
+ * (the Python module's batch(): a length before and the byte 's' after
+ * each record is the layout its marshal module reads a list of bytes
+ * from). If not even the first record fits: LOOM_ERANGE, offs[0] = the
+ * bytes its frame needs, and the record stays next. LOOM_ENOTSUP for a
+ * record of 4 GiB or more with LOOM_FEED_FRAME_LEN32; LOOM_EINVAL for
+ * unknown frame bits. (For bindings: the Python module's batch() and
  * read_view().) */
 LOOM_EXPORT int loom_feed_read_offsets(loom_feed_t *f, void *buf, size_t cap, size_t *offs,
-                                       size_t max, int sep, size_t *n);
+                                       size_t max, unsigned frame, size_t *n);
 
 /* The epoch of the last record returned (from 0); before any, the epoch
  * the feed is at. */

@@ -20,6 +20,7 @@ before closing. Not usable across fork(): open the feed in the process
 that reads it (e.g. a DataLoader with num_workers=0)."""
 import array
 import ctypes
+import marshal
 import struct
 
 from ._lib import FeedStats, Record, check, lib
@@ -37,7 +38,27 @@ EPOCH = _Epoch()  # returned once when the next record begins a new epoch
 
 _C_END, _C_EPOCH = 1, 2  # LOOM_FEED_END, LOOM_FEED_EPOCH
 _LOOM_ERANGE = -11
-_NL = 10  # batch()'s separator: a line (the `lines` format) never holds one
+_FRAME_SEP, _FRAME_LEN32 = 0x100, 0x200  # LOOM_FEED_FRAME_*
+
+# batch() has libloom frame each record as <int32 size><bytes>"s" after a
+# 6-byte head "[" <int32 count> "s" of its own: marshal's layout of a list
+# of bytes (TYPE_LIST, TYPE_STRING; the "s" after a record is the next
+# one's type, the last is ignored), which marshal.loads turns into the
+# list in one C loop, reading the buffer in place. Checked once, in case a
+# Python ever reads these differently; batch() then cuts by the offsets.
+_HEAD = 6
+_MARSHAL_FRAME = _FRAME_LEN32 | _FRAME_SEP | ord("s")
+
+
+def _marshal_reads_frames():
+    try:
+        return marshal.loads(b"[\x02\x00\x00\x00s\x01\x00\x00\x00as\x00\x00\x00\x00s") == \
+            [b"a", b""]
+    except Exception:
+        return False
+
+
+_MARSHAL = _marshal_reads_frames()
 
 
 class Feed:
@@ -54,8 +75,7 @@ class Feed:
         self._np_sizes = self._np_sizes_p = None
         self._offs = self._coffs = None  # read_offsets' n + 1 offsets (uint64)
         self._nref = ctypes.byref(self._n)
-        self._sep = _NL  # -1 once a record held it: batch() then cuts by offsets
-        self._same = None  # (s, offsets of n records of s bytes), for batch()
+        self._marshal = _MARSHAL  # batch() by marshal.loads, else by the offsets
 
     # -- reading ---------------------------------------------------------------
     def _status(self, rc):
@@ -85,37 +105,29 @@ class Feed:
 
     def batch(self, n):
         """Up to n records (bytes) of one split, or EPOCH, or END (None).
-        One C call a batch copies the records out together, each followed by
-        a newline; one bytes.split cuts them when no record holds a newline
-        (lines never do), else they are cut by their offsets (or with one
-        struct.unpack when all have the same size: fixed records)."""
-        sep = self._sep
-        k = self._fill(n, 1 << 20, sep)
+        One C call copies the batch out, framed so that one marshal.loads
+        makes the list (about as fast as read()'s one bytes object)."""
+        if self._marshal:
+            k = self._fill(n, 1 << 20, _MARSHAL_FRAME, _HEAD)
+            if k.__class__ is not int:
+                return k
+            buf = self._buf
+            if len(buf) <= 1 << 31:  # else a record may be past marshal's int32 sizes
+                struct.pack_into("<BiB", buf, 0, 0x5B, k, 0x73)  # "[" k "s"
+                return marshal.loads(buf)  # reads the k records, not past them
+            return self._cut(bytes(memoryview(buf)[_HEAD:_HEAD + self._offs[k]]), k, 4, 1)
+        k = self._fill(n, 1 << 20, 0, 0)
         if k.__class__ is not int:
             return k
-        return self._cut(bytes(memoryview(self._buf)[:self._offs[k]]), self._offs, k, sep)
+        return self._cut(bytes(memoryview(self._buf)[:self._offs[k]]), k, 0, 0)
 
-    def _cut(self, data, offs, k, sep):
-        """The k records in data, at offsets offs[0..k] (each followed by
-        the byte sep when sep >= 0), as a list of bytes."""
-        if sep >= 0:
-            recs = data.split(bytes((sep,)))
-            if len(recs) == k + 1:  # no record held sep: exactly the k records, and b""
-                recs.pop()
-                return recs
-            self._sep = -1  # this feed's records may hold it: offsets from now on
-            return list(map(data.__getitem__, map(slice, offs[:k], map((-1).__add__,
-                                                                        offs[1:k + 1]))))
-        size = offs[1]
-        if offs[k] == k * size:
-            if not size:  # every record empty
-                return [b""] * k
-            same = self._same
-            if same is None or same[0] != size or len(same[1]) < k + 1:
-                same = self._same = (size, array.array("Q", range(0, len(offs) * size, size)))
-            if offs[:k + 1] == same[1][:k + 1]:  # every record has size bytes (fixed)
-                return list(struct.unpack(f"{size}s" * k, data))
-        return list(map(data.__getitem__, map(slice, offs[:k], offs[1:k + 1])))
+    def _cut(self, data, k, pre, post):
+        """The k records in data as a list of bytes, by self._offs (frames
+        of pre bytes before each record and post after)."""
+        offs = self._offs
+        starts = map(pre.__add__, offs[:k]) if pre else offs[:k]
+        ends = map((-post).__add__, offs[1:k + 1]) if post else offs[1:k + 1]
+        return list(map(data.__getitem__, map(slice, starts, ends)))
 
     def read_view(self, n, max_bytes=1 << 20):
         """Up to n records (of one split) copied back to back in one call,
@@ -126,16 +138,16 @@ class Feed:
         (None). For numpy: np.frombuffer(data, np.uint8) and
         np.frombuffer(offsets, np.uint64), no copy. A record larger than
         max_bytes grows the buffer."""
-        k = self._fill(n, max_bytes, -1)
+        k = self._fill(n, max_bytes, 0, 0)
         if k.__class__ is not int:
             return k
         return (memoryview(self._buf)[:self._offs[k]].toreadonly(),
                 memoryview(self._offs)[:k + 1].toreadonly())
 
-    def _fill(self, n, max_bytes, sep):
-        """One loom_feed_read_offsets call into self._buf and self._offs
-        (sep: -1 or a byte to end each record with): the number of records,
-        or EPOCH, or END."""
+    def _fill(self, n, max_bytes, frame, at):
+        """One loom_feed_read_offsets call (frame: LOOM_FEED_FRAME_* bits)
+        into self._buf from byte at on, offsets into self._offs (from at):
+        the number of records, or EPOCH, or END."""
         if self._offs is None or len(self._offs) <= n:
             self._coffs = None
             self._offs = array.array("Q", bytes(8 * (n + 1)))
@@ -143,12 +155,12 @@ class Feed:
         while True:
             if self._buf is None or len(self._buf) < max_bytes:
                 self._grow(max_bytes)
-            rc = lib.loom_feed_read_offsets(self._live(), self._cbuf, len(self._buf), self._coffs,
-                                            n, sep, self._nref)
+            rc = lib.loom_feed_read_offsets(self._live(), self._addr + at, len(self._buf) - at,
+                                            self._coffs, n, frame, self._nref)
             if not rc:
                 return self._n.value
             if rc == _LOOM_ERANGE:  # the next record is larger than the buffer
-                max_bytes = max(self._offs[0], 2 * len(self._buf))
+                max_bytes = max(self._offs[0] + at, 2 * len(self._buf))
                 continue
             return self._status(rc)
 
@@ -157,6 +169,7 @@ class Feed:
         self._cbuf = None
         self._buf = bytearray(size)
         self._cbuf = (ctypes.c_char * size).from_buffer(self._buf)
+        self._addr = ctypes.addressof(self._cbuf)
 
     def read(self, n, max_bytes=1 << 20):
         """Up to n records (of one split) copied back to back in one call:

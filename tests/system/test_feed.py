@@ -385,19 +385,19 @@ def binary_records(rng, n, size=None):
 
 @needs_pylib
 @pytest.mark.parametrize("fmt", ["tfrecord", "fixed", "lines"])
-@pytest.mark.parametrize("mode", ["batch", "view"])
+@pytest.mark.parametrize("mode", ["batch", "batch-offsets", "view"])
 def test_python_binary_records_come_out_whole(loom, fmt, mode):
-    # batch() cuts with one split on newlines while no record holds one
-    # (lines never do), then by the offsets (varying sizes) or with one
-    # struct.unpack (fixed): every path, records compared byte for byte
+    # records of any bytes (newlines, NULs, empty ones), compared byte for
+    # byte, through batch() (marshal.loads of libloom's frames, or cut by
+    # the offsets) and read_view()
     import random
     rng = random.Random(7)
     d = loom.tmp / "data"
     d.mkdir()
     recs = []
     for i in range(3):
-        if fmt == "tfrecord":  # the first file's records hold no newline: split first
-            rs = [r.replace(b"\n", b"") if i == 0 else r for r in binary_records(rng, 300)]
+        if fmt == "tfrecord":
+            rs = binary_records(rng, 300)
             (d / f"in-{i}").write_bytes(tfrecord(rs))
         elif fmt == "fixed":
             rs = binary_records(rng, 300, 12)
@@ -407,11 +407,12 @@ def test_python_binary_records_come_out_whole(loom, fmt, mode):
             (d / f"in-{i}").write_bytes(b"".join(r + b"\n" for r in rs))
         recs += rs
     fstr = "fixed:12" if fmt == "fixed" else fmt
+    args = ["--mode", "batch", "--no-marshal"] if mode == "batch-offsets" else ["--mode", mode]
     spec = loom.spec(f"""
 name: feedbin
 env: {yaml_env({"PYTHONPATH": ROOT / "python", "LOOM_LIBRARY": LIBLOOM})}
 roles:
-  worker: {{instances: 2, command: [{PY}, {PYPROBE}, --mode, {mode}, --hex]}}
+  worker: {{instances: 2, command: [{PY}, {PYPROBE}, {", ".join(args)}, --hex]}}
 feed: {{input: [data/in-*], format: "{fstr}", epochs: 2, output: out/}}
 """)
     r = loom.run("run", spec, env={"LOOM_FEED_SPLIT_BYTES": "2000"})
@@ -425,31 +426,30 @@ feed: {{input: [data/in-*], format: "{fstr}", epochs: 2, output: out/}}
 
 
 CUT_CHECK = r"""
-import array, loom
-f = loom.Feed.__new__(loom.Feed)  # no job: the cutting alone
-def cut(recs, sep):
-    data, offs = b"", [0]
-    for r in recs:
-        data += r + (bytes((sep,)) if sep >= 0 else b"")
-        offs.append(len(data))
-    offs = array.array("Q", offs + [0] * 5)  # longer than k + 1, as a reused one is
-    return f._cut(data, offs, len(recs), sep)
-f._sep, f._same = 10, None
-assert cut([b"ab", b"", b"c"], 10) == [b"ab", b"", b"c"] and f._sep == 10  # one split
-assert cut([b"a\nb", b"", b"c\n"], 10) == [b"a\nb", b"", b"c\n"]  # a newline in one
-assert f._sep == -1  # offsets from now on
-for recs in ([b"abcde", b"abcd", b"abcdef"] * 3 + [b"abcde"],  # sizes 5, 4, 6: sum 5 k
-             [b"x\ny"] * 7, [b"x\ny"] * 3, [b"12\n"] * 7, [b""] * 4, [b"a"], [b"", b"ab"]):
-    got = cut(recs, -1)
-    assert got == recs and all(type(r) is bytes for r in got), (recs, got)
+import array, marshal, struct, loom
+from loom import feed as lf
+assert lf._MARSHAL  # this Python reads the frames: batch() takes the marshal path
+f = lf.Feed.__new__(lf.Feed)  # no job: the cutting alone
+for recs in ([b"abcde", b"", b"x\ny"], [b"s"], [b""] * 3, [bytes(range(256)) * 3] * 2):
+    for pre, post in ((0, 0), (4, 1)):
+        data, offs = b"", [0]
+        for r in recs:
+            data += (struct.pack("<I", len(r)) if pre else b"") + r + (b"s" if post else b"")
+            offs.append(len(data))
+        f._offs = array.array("Q", offs + [0] * 5)  # longer than k + 1, as a reused one is
+        got = f._cut(data, len(recs), pre, post)
+        assert got == recs and all(type(r) is bytes for r in got), (recs, pre, got)
+        if pre:  # what batch() hands marshal
+            head = struct.pack("<BiB", 0x5B, len(recs), 0x73)
+            assert marshal.loads(memoryview(bytearray(head + data + b"junk"))) == recs
 print("CUTOK")
 """
 
 
 @needs_pylib
 def test_python_batch_cuts_every_way():
-    # batch()'s cutting on crafted batches: a split, by the offsets (sizes
-    # that add up as if equal), and one struct.unpack (equal sizes)
+    # batch()'s two ways to make its list: marshal.loads of the frames
+    # libloom wrote, or slices by the offsets
     env = {**os.environ, **pylib_env(), "PYTHONPATH": str(ROOT / "python"),
            "LOOM_LIBRARY": str(LIBLOOM)}
     r = subprocess.run([PY, "-c", CUT_CHECK], capture_output=True, text=True, env=env, timeout=60)
