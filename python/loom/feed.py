@@ -4,20 +4,25 @@
     for rec in feed: ...                   # bytes, all records of all epochs
     rec = feed.next()                      # bytes, EPOCH, or END (None)
     recs = feed.batch(1024)                # list of bytes (one split at most)
-    data, offs = feed.read_view(1024)      # no copy: memoryviews of the batch
-                                           # and its k + 1 offsets
+    data, offs = feed.read_view(1024)      # memoryviews of the batch and its
+                                           # k + 1 offsets: the fastest
     x = feed.array_batch(64, (785,), np.uint8)   # fixed-size records as a
                                            # numpy array, one C call a batch
     feed.write(b"result\\n")                # output for the last record's split
     feed.close()
 
-Records are copied out of the reader's buffers (next_view() gives a
-memoryview without a copy, valid until the next read). Reading happens
-ahead on libloom's own thread, outside the GIL, so it overlaps with
-Python's compute. Exactly-once output: a split's output is committed when
-the reader moves past the split's last record; read to the end (END)
-before closing. Not usable across fork(): open the feed in the process
-that reads it (e.g. a DataLoader with num_workers=0)."""
+Which to use: read_view() when the records can be used where they lie (a
+parser, a tokenizer or numpy taking a buffer and offsets), array_batch()
+for fixed-size records into numpy, batch() for a list of bytes objects
+(one C call and one marshal.loads a batch: about as fast as Python
+reading the files itself), next() and iteration for a record at a time (a
+C call each). Records are copied out of the reader's buffers (next_view()
+and read_view() give memoryviews without a copy, valid until the next
+read). Reading happens ahead on libloom's own thread, outside the GIL, so
+it overlaps with Python's compute. Exactly-once output: a split's output
+is committed when the reader moves past the split's last record; read to
+the end (END) before closing. Not usable across fork(): open the feed in
+the process that reads it (e.g. a DataLoader with num_workers=0)."""
 import array
 import ctypes
 import marshal
