@@ -119,6 +119,16 @@ int main(int argc, char **argv) {
   loom_record recs[256];
   if (batch > 256) batch = 256;
   if (readn > 256) readn = 256;
+  if (readn > 0) { /* frame bits it does not know, a byte without FRAME_SEP: refused */
+    size_t o[2], k0;
+    char b1[8];
+    int bad1 = loom_feed_read_offsets(f, b1, sizeof b1, o, 1, 0x400, &k0);
+    int bad2 = loom_feed_read_offsets(f, b1, sizeof b1, o, 1, '\n', &k0);
+    if (bad1 != LOOM_EINVAL || bad2 != LOOM_EINVAL) {
+      fprintf(stderr, "feedprobe: read_offsets took bad frames: %d %d\n", bad1, bad2);
+      return 6;
+    }
+  }
   char *line = NULL, *rbuf = NULL;
   size_t line_cap = 0, rcap = 16, offs[257];
   for (;;) {
