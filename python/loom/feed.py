@@ -110,8 +110,9 @@ class Feed:
 
     def batch(self, n):
         """Up to n records (bytes) of one split, or EPOCH, or END (None).
-        One C call copies the batch out, framed so that one marshal.loads
-        makes the list (about as fast as read()'s one bytes object)."""
+        One C call copies the batch out, each record framed by its size,
+        and one marshal.loads makes the list from that buffer in one C loop
+        (records may hold any bytes)."""
         if self._marshal:
             k = self._fill(n, 1 << 20, _MARSHAL_FRAME, _HEAD)
             if k.__class__ is not int:
