@@ -1,6 +1,7 @@
 """pyfeed.py: the same reading through loom's feed from Python, in a job:
   batch   Feed.batch(1024): a list of bytes objects a call
   read    Feed.read(1024): one buffer and the sizes a call
+  view    Feed.read_view(1024): memoryviews of the batch and its offsets, no copy
   array N Feed.array_batch(1024, N, out=buf): into one numpy array, reused
 Prints "records=N bytes=B seconds=S cpu=C"."""
 import sys
@@ -39,6 +40,15 @@ with loom.Feed() as feed:
                 continue
             n += len(got[1])
             b += sum(got[1])
+        elif mode == "view":
+            got = feed.read_view(1024)
+            if got is loom.END:
+                break
+            if got is loom.EPOCH:
+                continue
+            offs = got[1]
+            n += len(offs) - 1
+            b += offs[-1]
         else:
             if n == 0 and b == 0:
                 import numpy as np

@@ -7,7 +7,9 @@
 #   feed_batch        the same with loom_feed_next_batch(256)
 #   python_naive      Python reading the files itself, a record at a time
 #   python_feed_*     Python through the loom module: batch (bytes objects),
-#                     read (one buffer a call), array (numpy, reused; fixed)
+#                     read (one buffer a call), view (memoryviews of the
+#                     batch and its offsets, no copy), array (numpy,
+#                     reused; fixed)
 #   c_direct_work, feed_next_work
 #                     both again with WORK iterations of compute per record
 #                     (LOOM_BENCH_WORK, about 1.3 ns each): how much of the
@@ -82,7 +84,7 @@ YAML
 # C ones), the same checksum (the _work figures against c_direct_work);
 # anything else stops the benchmark.
 NAMES=(c_direct feed_next feed_batch python_naive python_feed_batch python_feed_read
-       python_feed_array c_direct_work feed_next_work)
+       python_feed_view python_feed_array c_direct_work feed_next_work)
 for kind in lines fixed; do
   if [ "$kind" = lines ]; then files=("$work"/lines-*.txt); f=lines; else files=("$work"/fixed-*.bin); f=fixed:128; fi
   declare -A SECS=() CPUS=() N=() WANT_N=() WANT_SUM=()
@@ -96,6 +98,7 @@ for kind in lines fixed; do
         python_naive) out=$($PY bench/feed/naive.py "$f" "${files[@]}") ;;
         python_feed_batch) out=$(job "$kind" $PY "$PWD/bench/feed/pyfeed.py" batch) ;;
         python_feed_read) out=$(job "$kind" $PY "$PWD/bench/feed/pyfeed.py" read) ;;
+        python_feed_view) out=$(job "$kind" $PY "$PWD/bench/feed/pyfeed.py" view) ;;
         python_feed_array) out=$(job "$kind" $PY "$PWD/bench/feed/pyfeed.py" array 128) ;;
         c_direct_work) out=$(LOOM_BENCH_WORK=$WORK "$FB" direct "$f" "${files[@]}") ;;
         feed_next_work) out=$(LOOM_BENCH_WORK=$WORK job "$kind" "$FB" feed) ;;

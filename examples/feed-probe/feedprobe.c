@@ -4,6 +4,11 @@
  * at the end. Knobs for tests and demos:
  *
  *   --batch N           read with loom_feed_next_batch, N at a time
+ *   --read N            read with loom_feed_read_offsets, N at a time, each
+ *                       record framed by its 4-byte length and a '\n', into
+ *                       a buffer that starts at 16 bytes and doubles on
+ *                       LOOM_ERANGE; checks the offsets and frames (exit 6
+ *                       if wrong)
  *   --print             print every record as "REC <epoch> <record>"
  *   --sleep-us N        sleep N us a record (a slow task)
  *   --die-after K --marker PATH
@@ -33,13 +38,39 @@ static long arg_long(char **argv, int *i, int argc) {
   return atol(argv[++*i]);
 }
 
+/* What loom_feed_read_offsets promises for a batch of got records read
+ * framed by a 4-byte length and a '\n': 1..max records, rising offsets from
+ * 0 within cap, each frame its record's length, then the record, then a
+ * '\n'. Prints what is wrong and returns 1. */
+static int read_check(const char *buf, size_t cap, const size_t *offs, size_t got, size_t max) {
+  if (got < 1 || got > max || offs[0] != 0 || offs[got] > cap) {
+    fprintf(stderr, "feedprobe: read_offsets gave %zu records (max %zu), offs[0]=%zu, end %zu\n",
+            got, max, offs[0], offs[got]);
+    return 1;
+  }
+  for (size_t k = 0; k < got; k++) {
+    const unsigned char *p = (const unsigned char *)buf + offs[k];
+    size_t len = p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
+    if (offs[k + 1] < offs[k] + 5 || len != offs[k + 1] - offs[k] - 5 ||
+        buf[offs[k + 1] - 1] != '\n') {
+      fprintf(stderr, "feedprobe: read_offsets: record %zu at [%zu, %zu) framed wrong\n", k,
+              offs[k], offs[k + 1]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  long batch = 0, sleep_us = 0, die_after = -1, fail_after = -1, pause_after = -1, stop_after = -1;
+  long batch = 0, readn = 0, sleep_us = 0, die_after = -1, fail_after = -1, pause_after = -1,
+       stop_after = -1;
   const char *marker = NULL, *go = NULL;
   int print = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--batch"))
       batch = arg_long(argv, &i, argc);
+    else if (!strcmp(argv[i], "--read"))
+      readn = arg_long(argv, &i, argc);
     else if (!strcmp(argv[i], "--print"))
       print = 1;
     else if (!strcmp(argv[i], "--sleep-us"))
@@ -87,14 +118,41 @@ int main(int argc, char **argv) {
   int epochs_seen = 1;
   loom_record recs[256];
   if (batch > 256) batch = 256;
-  char *line = NULL;
-  size_t line_cap = 0;
+  if (readn > 256) readn = 256;
+  if (readn > 0) { /* frame bits it does not know, a byte without FRAME_SEP: refused */
+    size_t o[2], k0;
+    char b1[8];
+    int bad1 = loom_feed_read_offsets(f, b1, sizeof b1, o, 1, 0x400, &k0);
+    int bad2 = loom_feed_read_offsets(f, b1, sizeof b1, o, 1, '\n', &k0);
+    if (bad1 != LOOM_EINVAL || bad2 != LOOM_EINVAL) {
+      fprintf(stderr, "feedprobe: read_offsets took bad frames: %d %d\n", bad1, bad2);
+      return 6;
+    }
+  }
+  char *line = NULL, *rbuf = NULL;
+  size_t line_cap = 0, rcap = 16, offs[257];
   for (;;) {
     size_t got = 1;
-    if (batch > 0)
+    if (readn > 0) {
+      if (!rbuf && !(rbuf = malloc(rcap))) return 4;
+      unsigned frame = LOOM_FEED_FRAME_LEN32 | LOOM_FEED_FRAME_SEP | '\n';
+      while ((rc = loom_feed_read_offsets(f, rbuf, rcap, offs, (size_t)readn, frame, &got)) ==
+             LOOM_ERANGE) {
+        size_t need = offs[0];
+        while (rcap < need) rcap *= 2;
+        free(rbuf);
+        if (!(rbuf = malloc(rcap))) return 4;
+      }
+      if (rc == 0 && read_check(rbuf, rcap, offs, got, (size_t)readn)) return 6;
+      for (size_t k = 0; rc == 0 && k < got; k++) {
+        recs[k].data = rbuf + offs[k] + 4;
+        recs[k].size = offs[k + 1] - offs[k] - 5;
+      }
+    } else if (batch > 0) {
       rc = loom_feed_next_batch(f, recs, (size_t)batch, &got);
-    else
+    } else {
       rc = loom_feed_next(f, &recs[0]);
+    }
     if (rc == LOOM_FEED_END) break;
     if (rc == LOOM_FEED_EPOCH) {
       epochs_seen++;
@@ -152,6 +210,7 @@ int main(int argc, char **argv) {
          (unsigned long long)s.splits, (unsigned long long)s.stale, epochs_seen,
          (double)s.wait_ns / 1e6);
   free(line);
+  free(rbuf);
   rc = loom_feed_close(f);
   loom_finish(l);
   return rc < 0 ? 5 : 0;

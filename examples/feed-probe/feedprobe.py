@@ -1,9 +1,11 @@
 """feedprobe.py: the Python twin of feedprobe.c, through the loom Python
 module: reads the job's feed to the end (one record at a time, in batches,
-or with read()), writes "out:<record>\\n" for each when the spec has
-feed.output, and prints "FEEDOK task=... records=... epochs=...".
+with read() or with read_view()), writes "out:<record>\\n" for each when
+the spec has feed.output ("out:<record in hex>\\n" with --hex), and prints
+"FEEDOK task=... records=... epochs=...".
 
-    python3 feedprobe.py [--mode next|batch|read] [--fail-after K]"""
+    python3 feedprobe.py [--mode next|batch|read|view] [--hex] [--no-marshal]
+                         [--fail-after K]"""
 import argparse
 import os
 import sys
@@ -11,7 +13,10 @@ import sys
 import loom
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--mode", default="next", choices=["next", "batch", "read"])
+ap.add_argument("--mode", default="next", choices=["next", "batch", "read", "view"])
+ap.add_argument("--hex", action="store_true", help="write each record in hex (binary records)")
+ap.add_argument("--no-marshal", action="store_true",
+                help="batch() cuts by the offsets (its path where marshal is not usable)")
 ap.add_argument("--fail-after", type=int, default=-1, help="exit 3 after K records on attempt 0")
 a = ap.parse_args()
 if os.environ.get("LOOM_ATTEMPT", "0") != "0":
@@ -20,6 +25,8 @@ if os.environ.get("LOOM_ATTEMPT", "0") != "0":
 n = 0
 epochs = 1
 with loom.Feed() as feed:
+    if a.no_marshal:
+        feed._marshal = False
     output = True
     while True:
         if a.mode == "next":
@@ -27,6 +34,15 @@ with loom.Feed() as feed:
             got = r if r in (loom.END, loom.EPOCH) else [r]
         elif a.mode == "batch":
             got = feed.batch(32)
+        elif a.mode == "view":
+            res = feed.read_view(32, 16)  # small: records past 16 bytes grow it
+            if res in (loom.END, loom.EPOCH):
+                got = res
+            else:
+                data, offs = res
+                assert data.readonly and offs.readonly and offs.format == "Q"
+                assert offs[0] == 0 and offs[-1] == len(data) and 1 <= len(offs) - 1 <= 32
+                got = [bytes(data[offs[i]:offs[i + 1]]) for i in range(len(offs) - 1)]
         else:
             res = feed.read(32, 16)  # small: records past 16 bytes grow it
             if res in (loom.END, loom.EPOCH):
@@ -45,7 +61,7 @@ with loom.Feed() as feed:
         for rec in got:
             if output:
                 try:
-                    feed.write(b"out:" + rec + b"\n")
+                    feed.write(b"out:" + (rec.hex().encode() if a.hex else rec) + b"\n")
                 except loom.LoomError as e:
                     if e.name != "LOOM_ESTATE":
                         raise

@@ -42,14 +42,15 @@ extern "C" {
 typedef struct loom_feed loom_feed_t;
 
 /* A record: a view of size bytes that stays valid until the next call that
- * reads the feed (next, next_batch, read) or closes it; writing output
- * does not invalidate it. */
+ * reads the feed (next, next_batch, read, read_offsets) or closes it;
+ * writing output does not invalidate it. */
 typedef struct {
   const void *data;
   size_t size;
 } loom_record;
 
-/* What loom_feed_next / next_batch / read return besides 0 and errors. */
+/* What loom_feed_next / next_batch / read / read_offsets return besides 0
+ * and errors. */
 enum {
   LOOM_FEED_END = 1,  /* no more records: every split of every epoch is done */
   LOOM_FEED_EPOCH = 2 /* no record: the next one begins a new epoch (once
@@ -89,6 +90,30 @@ LOOM_EXPORT int loom_feed_next_batch(loom_feed_t *f, loom_record *recs, size_t m
  * batch: the Python module's numpy path.) */
 LOOM_EXPORT int loom_feed_read(loom_feed_t *f, void *buf, size_t cap, size_t *sizes, size_t max,
                                size_t *n);
+
+/* What surrounds each record in loom_feed_read_offsets' buffer. */
+enum {
+  LOOM_FEED_FRAME_SEP = 0x100,  /* | c: the byte c (0..255) after each record */
+  LOOM_FEED_FRAME_LEN32 = 0x200 /* the record's size, 4 bytes little-endian,
+                                 * before it */
+};
+
+/* Like loom_feed_read, but gives offsets instead of sizes, and can frame
+ * each record (frame: 0, or LOOM_FEED_FRAME_* or'ed): offs (max + 1 of
+ * them) gets where each record's frame starts in buf, offs[0..*n), and
+ * offs[*n] where the data ends. With frame 0 the records are back to back,
+ * record k being buf[offs[k], offs[k+1]); a framed record's bytes are that
+ * less its length before (4 bytes) and its separator after (1). Framing
+ * lets a binding cut a batch into its own objects in one call of its own
+ * (the Python module's batch(): a length before and the byte 's' after
+ * each record is the layout its marshal module reads a list of bytes
+ * from). If not even the first record fits: LOOM_ERANGE, offs[0] = the
+ * bytes its frame needs, and the record stays next. LOOM_ENOTSUP for a
+ * record of 4 GiB or more with LOOM_FEED_FRAME_LEN32; LOOM_EINVAL for
+ * unknown frame bits. (For bindings: the Python module's batch() and
+ * read_view().) */
+LOOM_EXPORT int loom_feed_read_offsets(loom_feed_t *f, void *buf, size_t cap, size_t *offs,
+                                       size_t max, unsigned frame, size_t *n);
 
 /* The epoch of the last record returned (from 0); before any, the epoch
  * the feed is at. */

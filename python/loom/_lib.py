@@ -70,6 +70,8 @@ _decl("loom_feed_open", c_int, c_void_p, P(c_void_p))
 _decl("loom_feed_next", c_int, c_void_p, P(Record))
 _decl("loom_feed_next_batch", c_int, c_void_p, P(Record), c_size_t, P(c_size_t))
 _decl("loom_feed_read", c_int, c_void_p, c_void_p, c_size_t, P(c_size_t), c_size_t, P(c_size_t))
+_decl("loom_feed_read_offsets", c_int, c_void_p, c_void_p, c_size_t, P(c_size_t), c_size_t,
+      ctypes.c_uint, P(c_size_t))
 _decl("loom_feed_epoch", c_int, c_void_p)
 _decl("loom_feed_epochs", c_int, c_void_p)
 _decl("loom_feed_split", c_long, c_void_p)

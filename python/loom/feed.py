@@ -3,22 +3,30 @@
     feed = Feed()                          # or Feed(loom_handle)
     for rec in feed: ...                   # bytes, all records of all epochs
     rec = feed.next()                      # bytes, EPOCH, or END (None)
-    recs = feed.batch(64)                  # list of bytes (one split at most)
+    recs = feed.batch(1024)                # list of bytes (one split at most)
+    data, offs = feed.read_view(1024)      # memoryviews of the batch and its
+                                           # k + 1 offsets: the fastest
     x = feed.array_batch(64, (785,), np.uint8)   # fixed-size records as a
                                            # numpy array, one C call a batch
     feed.write(b"result\\n")                # output for the last record's split
     feed.close()
 
-Records are copied out of the reader's buffers (next_view() gives a
-memoryview without a copy, valid until the next read). Reading happens
-ahead on libloom's own thread, outside the GIL, so it overlaps with
-Python's compute. Exactly-once output: a split's output is committed when
-the reader moves past the split's last record; read to the end (END)
-before closing. Not usable across fork(): open the feed in the process
-that reads it (e.g. a DataLoader with num_workers=0)."""
+Which to use: read_view() when the records can be used where they lie (a
+parser, a tokenizer or numpy taking a buffer and offsets), array_batch()
+for fixed-size records into numpy, batch() for a list of bytes objects
+(one C call and one marshal.loads a batch: about as fast as Python
+reading the files itself), next() and iteration for a record at a time (a
+C call each). Records are copied out of the reader's buffers (next_view()
+and read_view() give memoryviews without a copy, valid until the next
+read). Reading happens ahead on libloom's own thread, outside the GIL, so
+it overlaps with Python's compute. Exactly-once output: a split's output
+is committed when the reader moves past the split's last record; read to
+the end (END) before closing. Not usable across fork(): open the feed in
+the process that reads it (e.g. a DataLoader with num_workers=0)."""
 import array
 import ctypes
-import itertools
+import marshal
+import struct
 
 from ._lib import FeedStats, Record, check, lib
 from .core import Loom
@@ -35,6 +43,27 @@ EPOCH = _Epoch()  # returned once when the next record begins a new epoch
 
 _C_END, _C_EPOCH = 1, 2  # LOOM_FEED_END, LOOM_FEED_EPOCH
 _LOOM_ERANGE = -11
+_FRAME_SEP, _FRAME_LEN32 = 0x100, 0x200  # LOOM_FEED_FRAME_*
+
+# batch() has libloom frame each record as <int32 size><bytes>"s" after a
+# 6-byte head "[" <int32 count> "s" of its own: marshal's layout of a list
+# of bytes (TYPE_LIST, TYPE_STRING; the "s" after a record is the next
+# one's type, the last is ignored), which marshal.loads turns into the
+# list in one C loop, reading the buffer in place. Checked once, in case a
+# Python ever reads these differently; batch() then cuts by the offsets.
+_HEAD = 6
+_MARSHAL_FRAME = _FRAME_LEN32 | _FRAME_SEP | ord("s")
+
+
+def _marshal_reads_frames():
+    try:
+        return marshal.loads(b"[\x02\x00\x00\x00s\x01\x00\x00\x00as\x00\x00\x00\x00s") == \
+            [b"a", b""]
+    except Exception:
+        return False
+
+
+_MARSHAL = _marshal_reads_frames()
 
 
 class Feed:
@@ -49,6 +78,9 @@ class Feed:
         self._buf = self._cbuf = None
         self._sizes = self._csizes = None
         self._np_sizes = self._np_sizes_p = None
+        self._offs = self._coffs = None  # read_offsets' n + 1 offsets (uint64)
+        self._nref = ctypes.byref(self._n)
+        self._marshal = _MARSHAL  # batch() by marshal.loads, else by the offsets
 
     # -- reading ---------------------------------------------------------------
     def _status(self, rc):
@@ -78,13 +110,72 @@ class Feed:
 
     def batch(self, n):
         """Up to n records (bytes) of one split, or EPOCH, or END (None).
-        One C call a batch: the records are copied out together, then cut."""
-        got = self._read(n, 1 << 20)
-        if not isinstance(got, tuple):
-            return got
-        data, sizes = got
-        ends = list(itertools.accumulate(sizes))  # cut in C loops, not Python ones
-        return list(map(data.__getitem__, map(slice, itertools.chain((0,), ends), ends)))
+        One C call copies the batch out, each record framed by its size,
+        and one marshal.loads makes the list from that buffer in one C loop
+        (records may hold any bytes)."""
+        if self._marshal:
+            k = self._fill(n, 1 << 20, _MARSHAL_FRAME, _HEAD)
+            if k.__class__ is not int:
+                return k
+            buf = self._buf
+            if len(buf) <= 1 << 31:  # else a record may be past marshal's int32 sizes
+                struct.pack_into("<BiB", buf, 0, 0x5B, k, 0x73)  # "[" k "s"
+                return marshal.loads(buf)  # reads the k records, not past them
+            return self._cut(bytes(memoryview(buf)[_HEAD:_HEAD + self._offs[k]]), k, 4, 1)
+        k = self._fill(n, 1 << 20, 0, 0)
+        if k.__class__ is not int:
+            return k
+        return self._cut(bytes(memoryview(self._buf)[:self._offs[k]]), k, 0, 0)
+
+    def _cut(self, data, k, pre, post):
+        """The k records in data as a list of bytes, by self._offs (frames
+        of pre bytes before each record and post after)."""
+        offs = self._offs
+        starts = map(pre.__add__, offs[:k]) if pre else offs[:k]
+        ends = map((-post).__add__, offs[1:k + 1]) if post else offs[1:k + 1]
+        return list(map(data.__getitem__, map(slice, starts, ends)))
+
+    def read_view(self, n, max_bytes=1 << 20):
+        """Up to n records (of one split) copied back to back in one call,
+        and handed over without another copy: (data, offsets), read-only
+        memoryviews valid until the next read (of any kind) or close:
+        data the bytes (format "B"), offsets k + 1 uint64 (format "Q"),
+        record i being data[offsets[i]:offsets[i + 1]]. Or EPOCH, or END
+        (None). For numpy: np.frombuffer(data, np.uint8) and
+        np.frombuffer(offsets, np.uint64), no copy. A record larger than
+        max_bytes grows the buffer."""
+        k = self._fill(n, max_bytes, 0, 0)
+        if k.__class__ is not int:
+            return k
+        return (memoryview(self._buf)[:self._offs[k]].toreadonly(),
+                memoryview(self._offs)[:k + 1].toreadonly())
+
+    def _fill(self, n, max_bytes, frame, at):
+        """One loom_feed_read_offsets call (frame: LOOM_FEED_FRAME_* bits)
+        into self._buf from byte at on, offsets into self._offs (from at):
+        the number of records, or EPOCH, or END."""
+        if self._offs is None or len(self._offs) <= n:
+            self._coffs = None
+            self._offs = array.array("Q", bytes(8 * (n + 1)))
+            self._coffs = (ctypes.c_size_t * (n + 1)).from_buffer(self._offs)
+        while True:
+            if self._buf is None or len(self._buf) < max_bytes:
+                self._grow(max_bytes)
+            rc = lib.loom_feed_read_offsets(self._live(), self._addr + at, len(self._buf) - at,
+                                            self._coffs, n, frame, self._nref)
+            if not rc:
+                return self._n.value
+            if rc == _LOOM_ERANGE:  # the next record is larger than the buffer
+                max_bytes = max(self._offs[0] + at, 2 * len(self._buf))
+                continue
+            return self._status(rc)
+
+    def _grow(self, size):
+        # a new buffer, never a resized one: views handed out keep the old alive
+        self._cbuf = None
+        self._buf = bytearray(size)
+        self._cbuf = (ctypes.c_char * size).from_buffer(self._buf)
+        self._addr = ctypes.addressof(self._cbuf)
 
     def read(self, n, max_bytes=1 << 20):
         """Up to n records (of one split) copied back to back in one call:
@@ -98,11 +189,9 @@ class Feed:
             self._csizes = (ctypes.c_size_t * n).from_buffer(self._sizes)
         while True:
             if self._buf is None or len(self._buf) < max_bytes:
-                self._cbuf = None
-                self._buf = bytearray(max_bytes)
-                self._cbuf = (ctypes.c_char * max_bytes).from_buffer(self._buf)
+                self._grow(max_bytes)
             rc = lib.loom_feed_read(self._live(), self._cbuf, len(self._buf), self._csizes, n,
-                                    ctypes.byref(self._n))
+                                    self._nref)
             if rc == _LOOM_ERANGE:  # the next record is larger than the buffer
                 max_bytes = max(self._sizes[0], 2 * len(self._buf))
                 continue

@@ -870,23 +870,33 @@ int loom_feed_next_batch(loom_feed_t *f, loom_record *recs, size_t max, size_t *
   return 0;
 }
 
-int loom_feed_read(loom_feed_t *f, void *buf, size_t cap, size_t *sizes, size_t max, size_t *n) {
-  if (!f || (!buf && cap) || !sizes || !n || !max) return LOOM_EINVAL;
+/* Copies up to max records back to back into dst (cap bytes), each framed
+ * as frame says (a LOOM_FEED_FRAME_* set; 0 for none), stopping before one
+ * that does not fit. Gives record k's size in sizes[k] (when sizes) and
+ * where its frame starts in offs[k] (when offs; offs[*n] is where the data
+ * ends). If not even the first fits: LOOM_ERANGE, with the bytes its frame
+ * needs in need, and the record stays next. */
+static int read_batch(loom_feed_t *f, unsigned char *dst, size_t cap, size_t *sizes, size_t *offs,
+                      size_t max, unsigned frame, size_t *n, size_t *need) {
   *n = 0;
   release_retired(f);
   int rc = ensure(f, false);
   if (rc != 0) return rc;
+  size_t pre = frame & LOOM_FEED_FRAME_LEN32 ? 4 : 0, post = frame & LOOM_FEED_FRAME_SEP ? 1 : 0;
   size_t k = 0, used = 0;
-  unsigned char *out = buf;
   while (k < max) {
-    if (k > 0 && ensure(f, true) != 0) break;
+    if (k > 0 && ensure(f, true) != 0) break; /* split boundary, or an error for later */
     chunk *c = f->cur;
     while (k < max && c->pos < c->recs.n) {
       size_t i = c->order ? c->order[c->pos] : c->pos;
       size_t len = loom__feed_rec_at(&c->recs, i).len;
-      if (len > cap - used) {
+      if (pre && len > UINT32_MAX) {
+        if (k > 0) goto out; /* the error for the next call, the record stays next */
+        return loom__fail(f->l, LOOM_ENOTSUP, "a %zu-byte record has no 4-byte length", len);
+      }
+      if (len > cap - used || pre + post > cap - used - len) {
         if (k == 0) {
-          sizes[0] = len;
+          *need = pre + len + post;
           return loom__fail(f->l, LOOM_ERANGE, "a %zu-byte record does not fit in %zu bytes", len,
                             cap);
         }
@@ -894,14 +904,33 @@ int loom_feed_read(loom_feed_t *f, void *buf, size_t cap, size_t *sizes, size_t 
       }
       loom_record r;
       take(f, &r);
-      memcpy(out + used, r.data, len);
+      if (offs) offs[k] = used;
+      if (sizes) sizes[k] = len;
+      for (size_t b = 0; b < pre; b++) dst[used++] = (unsigned char)(len >> (8 * b));
+      memcpy(dst + used, r.data, len);
       used += len;
-      sizes[k++] = len;
+      if (post) dst[used++] = (unsigned char)frame;
+      k++;
     }
   }
 out:
+  if (offs) offs[k] = used;
   *n = k;
   return 0;
+}
+
+int loom_feed_read(loom_feed_t *f, void *buf, size_t cap, size_t *sizes, size_t max, size_t *n) {
+  if (!f || (!buf && cap) || !sizes || !n || !max) return LOOM_EINVAL;
+  return read_batch(f, buf, cap, sizes, NULL, max, 0, n, &sizes[0]);
+}
+
+int loom_feed_read_offsets(loom_feed_t *f, void *buf, size_t cap, size_t *offs, size_t max,
+                           unsigned frame, size_t *n) {
+  unsigned known = LOOM_FEED_FRAME_SEP | LOOM_FEED_FRAME_LEN32 | 0xff;
+  if (!f || (!buf && cap) || !offs || !n || !max || (frame & ~known) ||
+      (!(frame & LOOM_FEED_FRAME_SEP) && (frame & 0xff)))
+    return LOOM_EINVAL;
+  return read_batch(f, buf, cap, NULL, offs, max, frame, n, &offs[0]);
 }
 
 int loom_feed_write(loom_feed_t *f, const void *data, size_t len) {

@@ -60,13 +60,14 @@ def feed_status(loom):
     return loom.state()["feed"]
 
 
-@pytest.mark.parametrize("batch", [0, 7])
-def test_every_record_exactly_once_across_workers(loom, batch):
+@pytest.mark.parametrize("how", [["--batch", "0"], ["--batch", "7"], ["--read", "7"]],
+                         ids=["next", "batch", "read_offsets"])
+def test_every_record_exactly_once_across_workers(loom, how):
     recs = lines_input(loom.tmp)
     spec = loom.spec(f"""
 name: feedonce
 roles:
-  worker: {{instances: 3, command: [{PROBE}, --batch, "{batch}", --sleep-us, "20"]}}
+  worker: {{instances: 3, command: [{PROBE}, {how[0]}, "{how[1]}", --sleep-us, "20"]}}
 feed: {{input: [data/*.txt], format: lines, output: out/}}
 """)
     r = loom.run("run", spec, env={"LOOM_FEED_SPLIT_BYTES": "3000"})
@@ -358,7 +359,7 @@ roles:
 
 # ---- Python -------------------------------------------------------------------
 @needs_pylib
-@pytest.mark.parametrize("mode", ["next", "batch", "read"])
+@pytest.mark.parametrize("mode", ["next", "batch", "read", "view"])
 def test_python_module_reads_and_writes(loom, mode):
     recs = lines_input(loom.tmp)
     spec = loom.spec(f"""
@@ -373,6 +374,86 @@ feed: {{input: [data/*.txt], format: lines, epochs: 2, output: out/}}
     got = outputs(loom.tmp / "out")
     assert sorted(got) == sorted(recs * 2)  # two epochs: part-NNNNN-e0 and -e1
     assert len(list((loom.tmp / "out").glob("part-*-e1"))) == feed_status(loom)["splits"]
+
+
+def binary_records(rng, n, size=None):
+    """n records of random bytes, newlines and empty ones among them, of
+    size bytes each or of 0..40."""
+    return [bytes(rng.choice(b"\nab\x00\xff") for _ in range(rng.randint(0, 40) if size is None
+                                                              else size)) for _ in range(n)]
+
+
+@needs_pylib
+@pytest.mark.parametrize("fmt", ["tfrecord", "fixed", "lines"])
+@pytest.mark.parametrize("mode", ["batch", "batch-offsets", "view"])
+def test_python_binary_records_come_out_whole(loom, fmt, mode):
+    # records of any bytes (newlines, NULs, empty ones), compared byte for
+    # byte, through batch() (marshal.loads of libloom's frames, or cut by
+    # the offsets) and read_view()
+    import random
+    rng = random.Random(7)
+    d = loom.tmp / "data"
+    d.mkdir()
+    recs = []
+    for i in range(3):
+        if fmt == "tfrecord":
+            rs = binary_records(rng, 300)
+            (d / f"in-{i}").write_bytes(tfrecord(rs))
+        elif fmt == "fixed":
+            rs = binary_records(rng, 300, 12)
+            (d / f"in-{i}").write_bytes(b"".join(rs))
+        else:
+            rs = [r.replace(b"\n", b"") for r in binary_records(rng, 300)]
+            (d / f"in-{i}").write_bytes(b"".join(r + b"\n" for r in rs))
+        recs += rs
+    fstr = "fixed:12" if fmt == "fixed" else fmt
+    args = ["--mode", "batch", "--no-marshal"] if mode == "batch-offsets" else ["--mode", mode]
+    spec = loom.spec(f"""
+name: feedbin
+env: {yaml_env({"PYTHONPATH": ROOT / "python", "LOOM_LIBRARY": LIBLOOM})}
+roles:
+  worker: {{instances: 2, command: [{PY}, {PYPROBE}, {", ".join(args)}, --hex]}}
+feed: {{input: [data/in-*], format: "{fstr}", epochs: 2, output: out/}}
+""")
+    r = loom.run("run", spec, env={"LOOM_FEED_SPLIT_BYTES": "2000"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert feed_status(loom)["splits"] >= 6
+    got = outputs(loom.tmp / "out")
+    assert sorted(got) == sorted(r.hex() for r in recs * 2)
+    assert len(list((loom.tmp / "out").glob("part-*-e1"))) == feed_status(loom)["splits"]
+    oks = re.findall(r"FEEDOK task=\S+ records=(\d+)", r.stdout)
+    assert len(oks) == 2 and sum(int(n) for n in oks) == 2 * len(recs)
+
+
+CUT_CHECK = r"""
+import array, marshal, struct, loom
+from loom import feed as lf
+assert lf._MARSHAL  # this Python reads the frames: batch() takes the marshal path
+f = lf.Feed.__new__(lf.Feed)  # no job: the cutting alone
+for recs in ([b"abcde", b"", b"x\ny"], [b"s"], [b""] * 3, [bytes(range(256)) * 3] * 2):
+    for pre, post in ((0, 0), (4, 1)):
+        data, offs = b"", [0]
+        for r in recs:
+            data += (struct.pack("<I", len(r)) if pre else b"") + r + (b"s" if post else b"")
+            offs.append(len(data))
+        f._offs = array.array("Q", offs + [0] * 5)  # longer than k + 1, as a reused one is
+        got = f._cut(data, len(recs), pre, post)
+        assert got == recs and all(type(r) is bytes for r in got), (recs, pre, got)
+        if pre:  # what batch() hands marshal
+            head = struct.pack("<BiB", 0x5B, len(recs), 0x73)
+            assert marshal.loads(memoryview(bytearray(head + data + b"junk"))) == recs
+print("CUTOK")
+"""
+
+
+@needs_pylib
+def test_python_batch_cuts_every_way():
+    # batch()'s two ways to make its list: marshal.loads of the frames
+    # libloom wrote, or slices by the offsets
+    env = {**os.environ, **pylib_env(), "PYTHONPATH": str(ROOT / "python"),
+           "LOOM_LIBRARY": str(LIBLOOM)}
+    r = subprocess.run([PY, "-c", CUT_CHECK], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and "CUTOK" in r.stdout, r.stdout + r.stderr
 
 
 @needs_pylib
