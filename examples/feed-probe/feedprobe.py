@@ -9,14 +9,16 @@ the spec has feed.output ("out:<record in hex>\\n" with --hex), and prints
 import argparse
 import os
 import sys
+import time
 
 import loom
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--mode", default="next", choices=["next", "batch", "read", "view"])
+ap.add_argument("--mode", default="next", choices=["next", "iter", "batch", "read", "view"])
 ap.add_argument("--hex", action="store_true", help="write each record in hex (binary records)")
 ap.add_argument("--no-marshal", action="store_true",
                 help="batch() cuts by the offsets (its path where marshal is not usable)")
+ap.add_argument("--sleep-us", type=int, default=0, help="sleep this long after each record")
 ap.add_argument("--fail-after", type=int, default=-1, help="exit 3 after K records on attempt 0")
 a = ap.parse_args()
 if os.environ.get("LOOM_ATTEMPT", "0") != "0":
@@ -28,7 +30,29 @@ with loom.Feed() as feed:
     if a.no_marshal:
         feed._marshal = False
     output = True
-    while True:
+
+    def take(rec):
+        global n, output
+        if output:
+            try:
+                feed.write(b"out:" + (rec.hex().encode() if a.hex else rec) + b"\n")
+            except loom.LoomError as e:
+                if e.name != "LOOM_ESTATE":
+                    raise
+                output = False  # no feed.output in the spec
+        n += 1
+        if a.sleep_us:
+            time.sleep(a.sleep_us / 1e6)
+        if n == a.fail_after:
+            print(f"feedprobe.py: failing on purpose after {n} records", file=sys.stderr)
+            sys.stdout.flush()
+            os._exit(3)
+
+    if a.mode == "iter":  # `for rec in feed`: epochs are skipped, counted by feed.epoch
+        for rec in feed:
+            take(rec)
+            epochs = feed.epoch + 1
+    while a.mode != "iter":
         if a.mode == "next":
             r = feed.next()
             got = r if r in (loom.END, loom.EPOCH) else [r]
@@ -59,18 +83,7 @@ with loom.Feed() as feed:
             epochs += 1
             continue
         for rec in got:
-            if output:
-                try:
-                    feed.write(b"out:" + (rec.hex().encode() if a.hex else rec) + b"\n")
-                except loom.LoomError as e:
-                    if e.name != "LOOM_ESTATE":
-                        raise
-                    output = False  # no feed.output in the spec
-            n += 1
-            if n == a.fail_after:
-                print(f"feedprobe.py: failing on purpose after {n} records", file=sys.stderr)
-                sys.stdout.flush()
-                os._exit(3)
+            take(rec)
     st = feed.stats()
     print(f"FEEDOK task={os.environ.get('LOOM_TASK')} records={st['records']} "
           f"splits={st['splits']} stale={st['stale']} epochs={epochs}", flush=True)

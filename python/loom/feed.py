@@ -235,14 +235,18 @@ class Feed:
 
     def __iter__(self):
         """Every record (bytes) of every epoch; epoch boundaries are skipped
-        (see .epoch)."""
+        (see .epoch). Reads batch() by batch() (256 records, one split at
+        most) and hands the records over one at a time: the next batch is
+        read only once the loop body has had every record of this one, so
+        write() still lands with the split of the record in hand and a
+        split is committed only after its last record was processed."""
         while True:
-            r = self.next()
-            if r is END:
+            b = self.batch(256)
+            if b is END:
                 return
-            if r is EPOCH:
+            if b is EPOCH:
                 continue
-            yield r
+            yield from b
 
     def batches(self, n):
         """Lists of up to n records, epoch boundaries skipped."""

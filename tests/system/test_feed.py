@@ -359,7 +359,7 @@ roles:
 
 # ---- Python -------------------------------------------------------------------
 @needs_pylib
-@pytest.mark.parametrize("mode", ["next", "batch", "read", "view"])
+@pytest.mark.parametrize("mode", ["next", "iter", "batch", "read", "view"])
 def test_python_module_reads_and_writes(loom, mode):
     recs = lines_input(loom.tmp)
     spec = loom.spec(f"""
@@ -374,6 +374,31 @@ feed: {{input: [data/*.txt], format: lines, epochs: 2, output: out/}}
     got = outputs(loom.tmp / "out")
     assert sorted(got) == sorted(recs * 2)  # two epochs: part-NNNNN-e0 and -e1
     assert len(list((loom.tmp / "out").glob("part-*-e1"))) == feed_status(loom)["splits"]
+
+
+@needs_pylib
+def test_python_iteration_retry_is_exactly_once(loom):
+    """`for rec in feed` reads a batch at a time: a task that dies in the
+    middle of a batch (some of its records written out, the split not yet
+    past its end) has that split's output dropped and redone by the retry,
+    so every record's output is there exactly once."""
+    recs = lines_input(loom.tmp, nfiles=6, per=400)
+    env = yaml_env({"PYTHONPATH": ROOT / "python", "LOOM_LIBRARY": LIBLOOM})
+    spec = loom.spec(f"""
+name: feedpyretry
+retries: 1
+env: {env}
+roles:
+  worker: {{instances: 2, command: [{PY}, {PYPROBE}, --mode, iter, --sleep-us, "300"]}}
+  flaky: {{command: [{PY}, {PYPROBE}, --mode, iter, --sleep-us, "300", --fail-after, "333"]}}
+feed: {{input: [data/*.txt], format: lines, output: out/}}
+""")
+    r = loom.run("run", spec, env={"LOOM_FEED_SPLIT_BYTES": "2000"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "failing on purpose" in r.stdout + r.stderr
+    st = feed_status(loom)
+    assert st["committed"] == st["splits"]
+    assert_exactly_once(loom.tmp / "out", recs)
 
 
 def binary_records(rng, n, size=None):
