@@ -1,4 +1,5 @@
 """pyfeed.py: the same reading through loom's feed from Python, in a job:
+  iter    for rec in feed: a bytes object at a time (batch() under it)
   batch   Feed.batch(1024): a list of bytes objects a call
   read    Feed.read(1024): one buffer and the sizes a call
   view    Feed.read_view(1024): memoryviews of the batch and its offsets, no copy
@@ -22,7 +23,11 @@ def cpu():
 c0 = cpu()
 n = b = 0
 with loom.Feed() as feed:
-    while True:
+    if mode == "iter":
+        for r in feed:
+            n += 1
+            b += len(r)
+    while mode != "iter":
         if mode == "batch":
             got = feed.batch(1024)
             if got is loom.END:

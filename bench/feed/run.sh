@@ -6,7 +6,8 @@
 #   feed_next         loom's feed in a one-worker job, loom_feed_next
 #   feed_batch        the same with loom_feed_next_batch(256)
 #   python_naive      Python reading the files itself, a record at a time
-#   python_feed_*     Python through the loom module: batch (bytes objects),
+#   python_feed_*     Python through the loom module: iter (for rec in feed),
+#                     batch (bytes objects),
 #                     read (one buffer a call), view (memoryviews of the
 #                     batch and its offsets, no copy), array (numpy,
 #                     reused; fixed)
@@ -83,7 +84,7 @@ YAML
 # c_direct read: the same record count and, where the peer prints one (the
 # C ones), the same checksum (the _work figures against c_direct_work);
 # anything else stops the benchmark.
-NAMES=(c_direct feed_next feed_batch python_naive python_feed_batch python_feed_read
+NAMES=(c_direct feed_next feed_batch python_naive python_feed_iter python_feed_batch python_feed_read
        python_feed_view python_feed_array c_direct_work feed_next_work)
 for kind in lines fixed; do
   if [ "$kind" = lines ]; then files=("$work"/lines-*.txt); f=lines; else files=("$work"/fixed-*.bin); f=fixed:128; fi
@@ -96,6 +97,7 @@ for kind in lines fixed; do
         feed_next) out=$(job "$kind" "$FB" feed) ;;
         feed_batch) out=$(job "$kind" "$FB" feed 256) ;;
         python_naive) out=$($PY bench/feed/naive.py "$f" "${files[@]}") ;;
+        python_feed_iter) out=$(job "$kind" $PY "$PWD/bench/feed/pyfeed.py" iter) ;;
         python_feed_batch) out=$(job "$kind" $PY "$PWD/bench/feed/pyfeed.py" batch) ;;
         python_feed_read) out=$(job "$kind" $PY "$PWD/bench/feed/pyfeed.py" read) ;;
         python_feed_view) out=$(job "$kind" $PY "$PWD/bench/feed/pyfeed.py" view) ;;
