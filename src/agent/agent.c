@@ -5,6 +5,7 @@
  * cluster spec a libuv loop drives the coordinator connection, the user's
  * processes, their output pipes, signals and timers. */
 #include "agent/agent.h"
+#include "fs/fs.h"
 #include "jobdir/jobdir.h"
 #include "wire/wire.h"
 #include "wire/wire_msg.h"
@@ -67,6 +68,7 @@ struct agent {
   json_t *assign; /* the ASSIGN frame's JSON, which as borrows from */
   wire_assign as; /* what to run */
   char task[96], host[256], secret[160], cgroup[1024];
+  char tmpdir[PATH_MAX];    /* the task's TMPDIR, removed when it ends; "" if none */
   char start_cwd[PATH_MAX]; /* where the agent started (a YARN container's directory) */
   cg_kind cgkind;           /* how cgroup (if set) limits memory */
   int attempt, port, reserve_fd, nprocs, running, open_pipes;
@@ -112,6 +114,35 @@ static void remove_cgroup(agent *a) {
   a->cgroup[0] = 0;
 }
 
+/* The task's private TMPDIR goes with the task, whatever its processes
+ * left there (a SIGKILLed writer's half-uploaded files included). */
+static void remove_tmpdir(agent *a) {
+  if (!a->tmpdir[0]) return;
+  char err[512];
+  if (loom__fs_remove(a->tmpdir, true, err, sizeof err) < 0)
+    agent_log("%s: cannot remove its temporary directory: %s", a->task, err);
+  a->tmpdir[0] = 0;
+}
+
+/* Each start of the task's processes gets a TMPDIR of its own under the
+ * agent's (or /tmp), unless the spec's env sets one. */
+static void make_tmpdir(agent *a) {
+  remove_tmpdir(a);
+  if (json_object_get(a->as.env, "TMPDIR")) return;
+  const char *base = getenv("TMPDIR");
+  char name[128];
+  snprintf(name, sizeof name, "%s-%d", a->as.role, (int)a->as.index);
+  for (char *p = name; *p; p++)
+    if (*p == '/') *p = '_';
+  int n = snprintf(a->tmpdir, sizeof a->tmpdir, "%s/loom-task-%s-XXXXXX",
+                   base && *base ? base : "/tmp", name);
+  if (n < 0 || (size_t)n >= sizeof a->tmpdir || !mkdtemp(a->tmpdir)) {
+    agent_log("%s: cannot make its temporary directory under %s: %s; TMPDIR left as it is", a->task,
+              base && *base ? base : "/tmp", strerror(errno));
+    a->tmpdir[0] = 0;
+  }
+}
+
 static void linger_expired(uv_timer_t *t) {
   agent *a = t->data;
   agent_log("%s: the coordinator did not close the connection in time after the task ended",
@@ -140,6 +171,7 @@ static void shutdown_done(uv_shutdown_t *req, int status) {
  * the coordinator has read it. */
 static void agent_done(agent *a) {
   remove_cgroup(a);
+  remove_tmpdir(a);
   if (a->conn_open) {
     a->conn_open = false;
     uv_shutdown_t *req = calloc(1, sizeof *req);
@@ -564,6 +596,7 @@ static void build_env(agent *a, envv *e, int local, const wire_cluster *cl, cons
   const char *key;
   json_t *v;
   json_object_foreach(a->as.env, key, v) env_set(e, key, json_string_value(v));
+  if (a->tmpdir[0]) env_set(e, "TMPDIR", a->tmpdir);
   const wire_assign *as = &a->as;
   const char *role = as->role;
   int index = (int)as->index;
@@ -664,6 +697,7 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
     a->reserve_fd = -1;
   }
   make_cgroup(a);
+  make_tmpdir(a);
   a->started_ms = loom__now_ms();
   /* the usage baseline is the start (no ticks yet): the first sample is
    * reported 3 s after it, not 3 s after the first heartbeat tick */
@@ -1350,6 +1384,7 @@ out_loop:
   uv_loop_close(&a->loop);
 out:
   remove_cgroup(a);
+  remove_tmpdir(a);
   if (fd >= 0) close(fd);
   if (a->reserve_fd >= 0) close(a->reserve_fd);
   json_decref(a->assign);

@@ -113,3 +113,38 @@ roles:
     pa = {l.split()[-1] for l in oa.splitlines()}
     pb = {l.split()[-1] for l in ob.splitlines()}
     assert len(pa) == 1 and len(pb) == 1 and pa != pb
+
+
+def test_each_task_has_a_tmpdir_that_goes_with_it(loom, tmp_path):
+    """Each start of a task gets a TMPDIR of its own (loom-task-<role>-<index>-*),
+    removed when the task ends, however it ends: here one task leaves files
+    there and exits, another is SIGKILLed (itself) with files there and
+    restarted once; a spec that sets TMPDIR keeps it."""
+    own = tmp_path / "own-tmp"
+    own.mkdir()
+    spec = loom.spec(f"""
+name: tmpdirs
+restart: task
+max_restarts: 1
+roles:
+  chief: {{command: 'echo "T=$TMPDIR"; mkdir -p $TMPDIR/a/b && echo x > $TMPDIR/a/b/f'}}
+  worker: {{command: 'echo "T=$TMPDIR"; echo y > $TMPDIR/g; if [ "$LOOM_ATTEMPT" = 0 ] && [ ! -e {tmp_path}/killed ]; then touch {tmp_path}/killed; kill -9 $$; fi'}}
+  keeper: {{env: {{TMPDIR: "{own}"}}, command: 'echo "T=$TMPDIR"; echo z > $TMPDIR/h'}}
+""")
+    r = loom.run("run", spec)
+    assert r.returncode == 0, r.stdout + r.stderr
+    seen = {}
+    for line in r.stdout.splitlines():
+        if "] T=" in line:
+            task, path = line.split("] T=")
+            seen.setdefault(task.lstrip("["), []).append(path)
+    assert sorted(seen) == ["chief:0", "keeper:0", "worker:0"], r.stdout
+    assert len(seen["worker:0"]) == 2 and len(set(seen["worker:0"])) == 2, seen  # one per start
+    for task, paths in seen.items():
+        for p in paths:
+            if task == "keeper:0":
+                assert p == str(own) and (own / "h").read_text() == "z\n"
+            else:
+                name = task.replace(":", "-")
+                assert os.path.basename(p).startswith(f"loom-task-{name}-"), p
+                assert not os.path.exists(p), f"{task}'s TMPDIR {p} outlived it"
