@@ -36,11 +36,17 @@ static void quiet(int level, const char *subsys, const char *msg, void *arg) {
   (void)level, (void)subsys, (void)msg, (void)arg;
 }
 
+/* The checkpoint directory the harness opens (restores only: it stays
+ * empty), removed when the fuzzer exits. */
+static char fuzz_dir[] = "/tmp/loom-ckpt-fuzz-XXXXXX";
+
+static void remove_fuzz_dir(void) { rmdir(fuzz_dir); }
+
 static void loom_file(unsigned char *p, size_t n, bool fix) {
   static loom_ckpt_t *c;
   if (!c) {
-    char dir[] = "/tmp/loom-ckpt-fuzz-XXXXXX";
-    if (!mkdtemp(dir) || loom_ckpt_open(NULL, dir, 0, &c) < 0) abort();
+    if (!mkdtemp(fuzz_dir) || loom_ckpt_open(NULL, fuzz_dir, 0, &c) < 0) abort();
+    atexit(remove_fuzz_dir);
   }
   if (fix && n >= HEADER + TRAILER) {
     loom__put_le64(p + 24, n);

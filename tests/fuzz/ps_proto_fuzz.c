@@ -39,6 +39,13 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
   return 0;
 }
 
+/* The checkpoint directory and what the shards left in it, when the
+ * fuzzer exits (it is in /dev/shm: memory). */
+static void remove_ckdir(void) {
+  nftw(ckdir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+  rmdir(ckdir);
+}
+
 static void setup(void) {
   setenv("LOOM_PS_MAX_MEMORY", "8388608", 1);
   setenv("LOOM_PS_MAX_MSG", "4259840", 1); /* 4 MiB + 64 KiB, the least */
@@ -49,6 +56,7 @@ static void setup(void) {
   snprintf(ckdir, sizeof ckdir, "%s/loom-ps-fuzz-XXXXXX",
            stat("/dev/shm", &sb) == 0 ? "/dev/shm" : "/tmp");
   if (!mkdtemp(ckdir)) abort();
+  atexit(remove_ckdir);
 }
 
 /* Reads what the shard replied so far into *in (grown). */
