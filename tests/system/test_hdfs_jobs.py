@@ -158,8 +158,12 @@ def ckpt(conf, *args, check=True):
     return r
 
 
-def test_checkpoints_on_hdfs_are_atomic_kept_and_checked(hdfs):
+def test_checkpoints_on_hdfs_are_atomic_kept_and_checked(hdfs, tmp_path):
     d = hdfs.url(f"/ckpt-{os.getpid()}")
+    # a saver killed mid-upload leaves its local copy in its TMPDIR (in a
+    # job, the task's own, which its agent removes): here, the test's
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     # a saver SIGKILLed at random moments, again and again: the newest
     # valid checkpoint is never older than the last save it reported
     rnd = random.Random(7)
@@ -167,7 +171,8 @@ def test_checkpoints_on_hdfs_are_atomic_kept_and_checked(hdfs):
     for _ in range(4):
         p = subprocess.Popen([str(CKPT), "save", d, "--keep", "3", "--kib", "512"],
                              stdout=subprocess.PIPE, text=True,
-                             env=dict(os.environ, HADOOP_CONF_DIR=str(hdfs.conf)))
+                             env=dict(os.environ, HADOOP_CONF_DIR=str(hdfs.conf),
+                                      TMPDIR=str(scratch)))
         time.sleep(0.3 + rnd.random() * 0.8)
         p.send_signal(signal.SIGKILL)
         out, _ = p.communicate(timeout=30)
@@ -175,7 +180,8 @@ def test_checkpoints_on_hdfs_are_atomic_kept_and_checked(hdfs):
         last = max([last, *saved])
         r = ckpt(hdfs.conf, "check", d, "--kib", "512")
         m = re.fullmatch(r"ok (\d+)\n", r.stdout)
-        assert m and int(m[1]) >= last, (r.stdout, last)
+        # none yet is right only while no save was reported (a busy machine)
+        assert (m and int(m[1]) >= last) or (last < 0 and r.stdout == "none\n"), (r.stdout, last)
     assert last >= 3, "the saver never got far: raise the sleeps"
     names = [l.split()[-1] for l in fs(hdfs.conf, "ls", d).stdout.decode().splitlines()]
     steps = sorted(int(re.search(r"ckpt-(\d+)\.ckpt$", n)[1]) for n in names
