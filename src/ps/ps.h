@@ -183,7 +183,7 @@ typedef struct {
   uint64_t n;          /* rows, numbered 0..n-1 in the order added */
   float **pages;       /* row slots: the key, then the floats */
   uint64_t npages, pages_cap;
-  uint32_t *index; /* open addressing: row + 1, 0 empty */
+  uint64_t *index; /* open addressing: row + 1 | the key's tag << 32; 0 empty */
   uint64_t mask;   /* index size - 1 */
   uint64_t bytes;  /* what this store took from its ps_mem */
 } ps_rows;
