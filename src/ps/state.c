@@ -182,8 +182,8 @@ void ps_sparse_read(ps_state *st, const ps_var *v, const unsigned char *keys, si
                     float *out) {
   (void)st;
   size_t dim = (size_t)v->d.count;
-  /* A group at a time, so that its rows, which the lookups prefetched,
-   * are still in cache when they are copied. */
+  /* A group at a time: its lookups, then its copies, each pass a group of
+   * independent loads (no scratch array either). */
   int64_t rows[READ_GROUP];
   for (size_t a = 0; a < n; a += READ_GROUP) {
     size_t k = n - a < READ_GROUP ? n - a : READ_GROUP;
