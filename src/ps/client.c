@@ -801,9 +801,11 @@ int loom_ps_push(loom_ps_t *ps, loom_ps_var_t *var, const float *grad) {
 typedef struct {
   uint64_t *gk;
   size_t *pos;
+  size_t *where; /* keys[i] is the where[i]-th key seen first */
   float *rows;
-  size_t first[PS_MAX_SHARDS + 1];
+  size_t first[PS_MAX_SHARDS + 1]; /* [0..nshards] set */
   size_t nu;
+  bool identity; /* one shard, no key twice: gk is keys, pos[i] is i (not set) */
 } ps_groups;
 
 #define ARENA_KEEP (64u << 20) /* an arena past this is freed after the call */
@@ -827,7 +829,9 @@ static void arena_trim(loom_ps_t *ps) {
 }
 
 static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim, ps_groups *g) {
-  memset(g, 0, sizeof *g);
+  g->nu = 0;
+  g->identity = false;
+  memset(g->first, 0, ((size_t)ps->nshards + 1) * sizeof *g->first);
   size_t tsize = 16;
   while (tsize < 2 * n) tsize *= 2;
   size_t m = n ? n : 1;
@@ -864,6 +868,16 @@ static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim,
     }
     where[i] = table[h] - 1;
   }
+  g->nu = nu;
+  g->where = where;
+  if (ps->nshards == 1) { /* nothing to group: the unique keys in order */
+    g->first[1] = nu;
+    memcpy(g->gk, uniq, nu * sizeof *uniq);
+    g->identity = nu == n && n > 0;
+    if (!g->identity)
+      for (size_t i = 0; i < n; i++) g->pos[i] = where[i];
+    return 0;
+  }
   for (size_t u = 0; u < nu; u++) {
     shard[u] = ps_key_shard(uniq[u], ps->nshards);
     g->first[shard[u] + 1]++;
@@ -876,7 +890,6 @@ static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim,
     g->gk[slot[u]] = uniq[u];
   }
   for (size_t i = 0; i < n; i++) g->pos[i] = slot[where[i]];
-  g->nu = nu;
   return 0;
 }
 
@@ -909,12 +922,20 @@ static int sparse_io(loom_ps_t *ps, loom_ps_var_t *v, const uint64_t *keys, size
     rc = ps_fail(ps, LOOM_ENOMEM, "out of memory for %zu rows of '%s'", g.nu, v->d.name);
     goto out;
   }
-  if (!pull) { /* sum the gradients of repeated keys */
-    memset(g.rows, 0, g.nu * row);
+  /* One shard and no key twice: the keys, gradients and rows are the
+   * caller's, sent from and received into where they are. */
+  float *rows = g.identity ? (pull ? out : (float *)grad) : g.rows;
+  if (!pull && !g.identity) { /* gather, summing the gradients of repeated keys */
+    size_t seen = 0;
     for (size_t i = 0; i < n; i++) {
       float *restrict dst = g.rows + g.pos[i] * dim;
       const float *restrict src = grad + i * dim;
-      for (size_t j = 0; j < dim; j++) dst[j] += src[j];
+      if (g.where[i] == seen) { /* its first sight */
+        memcpy(dst, src, row);
+        seen++;
+      } else {
+        for (size_t j = 0; j < dim; j++) dst[j] += src[j];
+      }
     }
   }
   size_t c = 0;
@@ -933,11 +954,11 @@ static int sparse_io(loom_ps_t *ps, loom_ps_var_t *v, const uint64_t *keys, size
       cl->p1 = g.gk + a;
       cl->n1 = k * sizeof(uint64_t);
       if (pull) {
-        cl->dst = g.rows + a * dim;
+        cl->dst = rows + a * dim;
         cl->dst_len = k * row;
         if (ps->rank < 0) cl->h.flags = PS_F_NOWAIT;
       } else {
-        cl->p2 = g.rows + a * dim;
+        cl->p2 = rows + a * dim;
         cl->n2 = k * row;
         if (first) cl->h.flags = PS_F_FIRST;
       }
@@ -946,7 +967,7 @@ static int sparse_io(loom_ps_t *ps, loom_ps_var_t *v, const uint64_t *keys, size
     } while (a < b);
   }
   rc = run(ps, calls, c);
-  if (rc == 0 && pull)
+  if (rc == 0 && pull && !g.identity)
     for (size_t i = 0; i < n; i++) memcpy(out + i * dim, g.rows + g.pos[i] * dim, row);
 out:
   arena_trim(ps);

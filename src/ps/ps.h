@@ -142,7 +142,15 @@ int ps_decl_get(ps_rbuf *r, ps_decl *d, char *err, size_t errlen);
  * initializer, optimizer kind); hyperparameters may differ. */
 bool ps_decl_compatible(const ps_decl *a, const ps_decl *b, char *why, size_t whylen);
 
-uint64_t ps_mix64(uint64_t x);
+/* splitmix64's finalizer; inline, as lookups hash every key. */
+static inline uint64_t ps_mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
 /* The shard that holds key, out of n. */
 static inline int ps_key_shard(uint64_t key, int n) {
   return (int)(((ps_mix64(key) >> 32) * (uint64_t)n) >> 32);
