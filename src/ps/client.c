@@ -795,17 +795,20 @@ int loom_ps_push(loom_ps_t *ps, loom_ps_var_t *var, const float *grad) {
 }
 
 /* ---- sparse ------------------------------------------------------------ */
-/* A sparse call's keys grouped by shard, duplicates merged: shard s's
- * unique keys are gk[first[s] .. first[s+1]), keys[i] is gk[pos[i]], and
- * rows[pos[i] * dim] its row. All of it lives in the handle's arena. */
+/* A sparse call's keys grouped by shard, a push's duplicates merged:
+ * shard s's keys are gk[first[s] .. first[s+1]), keys[i] is gk[pos[i]],
+ * and rows[pos[i] * dim] its row. A pull's are not merged: a repeated key
+ * is asked for (and its row sent) again, which costs less than finding
+ * the repeats, and leaves a pull from one shard nothing to do. All of it
+ * lives in the handle's arena (or is the caller's keys). */
 typedef struct {
-  uint64_t *gk;
+  const uint64_t *gk;
   size_t *pos;
   size_t *where; /* keys[i] is the where[i]-th key seen first */
   float *rows;
   size_t first[PS_MAX_SHARDS + 1]; /* [0..nshards] set */
   size_t nu;
-  bool identity; /* one shard, no key twice: gk is keys, pos[i] is i (not set) */
+  bool identity; /* one shard, no key merged: gk is keys, pos[i] is i (not set) */
 } ps_groups;
 
 #define ARENA_KEEP (64u << 20) /* an arena past this is freed after the call */
@@ -828,7 +831,8 @@ static void arena_trim(loom_ps_t *ps) {
   }
 }
 
-static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim, ps_groups *g) {
+static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim, bool merge,
+                      ps_groups *g) {
   g->nu = 0;
   g->identity = false;
   memset(g->first, 0, ((size_t)ps->nshards + 1) * sizeof *g->first);
@@ -845,21 +849,27 @@ static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim,
   (ptr) = (void *)p;                                                                               \
   p += ((count) * sizeof *(ptr) + 7) & ~(size_t)7
   uint32_t *table;
-  uint64_t *uniq;
+  uint64_t *uniq, *gk;
   size_t *where, *slot;
   int *shard;
   CARVE(table, tsize);
   CARVE(uniq, m);
-  CARVE(g->gk, m);
+  CARVE(gk, m);
   CARVE(where, m);
   CARVE(slot, m);
   CARVE(g->pos, m);
   CARVE(shard, m);
   CARVE(g->rows, m * dim);
 #undef CARVE
-  memset(table, 0, tsize * sizeof *table);
+  const uint64_t *uq = uniq; /* the keys in order of first sight */
   size_t nu = 0, mask = tsize - 1;
-  for (size_t i = 0; i < n; i++) {
+  if (!merge) {
+    uq = keys;
+    nu = n;
+  } else {
+    memset(table, 0, tsize * sizeof *table);
+  }
+  for (size_t i = 0; merge && i < n; i++) {
     size_t h = (size_t)ps_mix64(keys[i]) & mask;
     while (table[h] && uniq[table[h] - 1] != keys[i]) h = (h + 1) & mask;
     if (!table[h]) {
@@ -869,17 +879,17 @@ static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim,
     where[i] = table[h] - 1;
   }
   g->nu = nu;
-  g->where = where;
+  g->where = merge ? where : NULL;
   if (ps->nshards == 1) { /* nothing to group: the unique keys in order */
     g->first[1] = nu;
-    memcpy(g->gk, uniq, nu * sizeof *uniq);
+    g->gk = uq;
     g->identity = nu == n && n > 0;
     if (!g->identity)
       for (size_t i = 0; i < n; i++) g->pos[i] = where[i];
     return 0;
   }
   for (size_t u = 0; u < nu; u++) {
-    shard[u] = ps_key_shard(uniq[u], ps->nshards);
+    shard[u] = ps_key_shard(uq[u], ps->nshards);
     g->first[shard[u] + 1]++;
   }
   for (int s = 0; s < ps->nshards; s++) g->first[s + 1] += g->first[s];
@@ -887,9 +897,10 @@ static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim,
   memcpy(fill, g->first, (size_t)ps->nshards * sizeof *fill);
   for (size_t u = 0; u < nu; u++) {
     slot[u] = fill[shard[u]]++;
-    g->gk[slot[u]] = uniq[u];
+    gk[slot[u]] = uq[u];
   }
-  for (size_t i = 0; i < n; i++) g->pos[i] = slot[where[i]];
+  g->gk = gk;
+  for (size_t i = 0; i < n; i++) g->pos[i] = merge ? slot[where[i]] : slot[i];
   return 0;
 }
 
@@ -909,7 +920,7 @@ static int sparse_io(loom_ps_t *ps, loom_ps_var_t *v, const uint64_t *keys, size
   size_t dim = (size_t)v->d.count, row = dim * sizeof(float);
   ps_groups g;
   ps_call *calls = NULL;
-  if ((rc = group_keys(ps, keys, n, dim, &g)) < 0) PUBLIC_LEAVE(ps, rc);
+  if ((rc = group_keys(ps, keys, n, dim, !pull, &g)) < 0) PUBLIC_LEAVE(ps, rc);
   size_t per = pull ? PS_CHUNK / (row > 8 ? row : 8) : PS_CHUNK / (8 + row);
   if (per < 1) per = 1;
   size_t ncalls = 0;
