@@ -255,12 +255,10 @@ static int lane_recv(loom_ps_t *ps, ps_lane *ln, ps_call *calls, int s) {
  * grown to n. */
 static int exec_scratch(loom_ps_t *ps, size_t n) {
   size_t ns = (size_t)ps->nshards;
-  if (!ps->lanes) {
-    ps->lanes = calloc(ns, sizeof *ps->lanes);
-    ps->pfd = malloc((ns + 1) * sizeof *ps->pfd);
-    ps->who = malloc((ns + 1) * sizeof *ps->who);
-    if (!ps->lanes || !ps->pfd || !ps->who) return LOOM_ENOMEM;
-  }
+  if (!ps->lanes) ps->lanes = calloc(ns, sizeof *ps->lanes);
+  if (!ps->pfd) ps->pfd = malloc((ns + 1) * sizeof *ps->pfd);
+  if (!ps->who) ps->who = malloc((ns + 1) * sizeof *ps->who);
+  if (!ps->lanes || !ps->pfd || !ps->who) return LOOM_ENOMEM;
   if (n > ps->order_cap) {
     size_t cap = n < 64 ? 64 : n;
     size_t *o = realloc(ps->order, cap * sizeof *o);
