@@ -10,7 +10,9 @@
  *                               sparse pull/push (4096 keys x 16 floats)
  *                               against `loom ps` shards, and the same bytes
  *                               through the echo server, interleaved in
- *                               rounds so that load falls on both alike
+ *                               rounds so that load falls on both alike;
+ *                               --only NAMES: just the figures named (e.g.
+ *                               "sparse_pull,dense_push"), for profiling
  *
  * One line per figure on stdout:
  *   name=ps_dense_pull shards=2 n=<floats> bytes=<payload> iters=...
@@ -182,7 +184,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc == 3 && !strcmp(argv[1], "echo")) return echo_server(atoi(argv[2]));
-  const char *servers = NULL, *echo = NULL, *label = "?";
+  const char *servers = NULL, *echo = NULL, *label = "?", *only = NULL;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--servers"))
       servers = argv[i + 1];
@@ -190,10 +192,12 @@ int main(int argc, char **argv) {
       echo = argv[i + 1];
     else if (!strcmp(argv[i], "--label"))
       label = argv[i + 1];
+    else if (!strcmp(argv[i], "--only"))
+      only = argv[i + 1];
   }
   if (argc < 2 || strcmp(argv[1], "run") || !servers || !echo) {
     fprintf(stderr, "usage: bench_ps ports N | echo PORT | run --servers H:P,... --echo H:P "
-                    "--label L\n");
+                    "--label L [--only NAMES]\n");
     return 2;
   }
   loom_ps_opts o = {.mode = LOOM_PS_ASYNC, .workers = 1, .rank_given = 1, .servers = servers};
@@ -224,6 +228,7 @@ int main(int argc, char **argv) {
   }
   for (size_t f = 0; rc == 0 && f < sizeof figs / sizeof figs[0]; f++) {
     const figure *g = &figs[f];
+    if (only && !strstr(only, g->name)) continue;
     loom_ps_var_t *v = table;
     if (!g->sparse) {
       char name[64];

@@ -14,7 +14,8 @@
 # ratio: plain TCP's median over the ps figure's (1.0 = the ceiling; > 1 is
 # better for loom, the benchmarks' convention).
 #
-# Environment: LOOM_BUILD_DIR (default build/), BENCH_SHARDS (default "1 2").
+# Environment: LOOM_BUILD_DIR (default build/), BENCH_SHARDS (default "1 2"),
+# BENCH_ONLY (figures to run, e.g. "sparse_pull,dense_push"; default all).
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -46,6 +47,7 @@ for n in $SHARDS; do
       "$BUILD/loom" ps 2>/dev/null & SERVED+=($!)
   done
   echo "# $n shard(s) at $LIST" >&2
-  LOOM_SECRET=$SECRET "$BENCH" run --servers "$LIST" --echo "127.0.0.1:$EPORT" --label "$n"
+  LOOM_SECRET=$SECRET "$BENCH" run --servers "$LIST" --echo "127.0.0.1:$EPORT" --label "$n" \
+    ${BENCH_ONLY:+--only "$BENCH_ONLY"}
   for p in "${SERVED[@]}"; do kill -TERM "$p"; wait "$p"; done
 done

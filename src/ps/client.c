@@ -56,6 +56,15 @@ struct loom_ps {
   char errmsg[PS_MAX_ERRMSG + 128];
   void *arena; /* sparse calls' scratch, reused (see arena()) */
   size_t arena_cap;
+  /* ps_exec's scratch, kept from call to call so that the steady state
+   * allocates nothing: the lanes ([nshards], each with its receive
+   * stash), their poll entries and the calls' order */
+  struct ps_lane *lanes;
+  struct pollfd *pfd;
+  int *who;
+  size_t *order, order_cap;
+  struct ps_call *calls; /* dense and sparse calls, reused (see calls_get()) */
+  size_t calls_cap;
 };
 
 /* Sets the handle's (and the loom handle's) detail text. */
@@ -91,7 +100,7 @@ int64_t loom_ps_clock(const loom_ps_t *ps) { return ps ? ps->step : 0; }
 size_t loom_ps_var_size(const loom_ps_var_t *v) { return v ? (size_t)v->d.count : 0; }
 
 /* ---- the batch engine --------------------------------------------------- */
-typedef struct {
+typedef struct ps_call {
   int shard;
   ps_hdr h;
   const void *p1, *p2; /* request payload: p1[n1] then p2[n2] */
@@ -104,7 +113,12 @@ typedef struct {
   char err[PS_MAX_ERRMSG + 1];
 } ps_call;
 
-typedef struct {
+/* Bytes a lane reads ahead of what it needs: a small reply's header and
+ * payload (and the next reply's header) come in one recv; a payload
+ * bigger than half of it is read straight into its destination. */
+#define STASH (16u << 10)
+
+typedef struct ps_lane {
   size_t *q, nq;   /* this shard's calls, in order */
   size_t si, soff; /* sending q[si], soff bytes of it out */
   unsigned char shdr[PS_HDR];
@@ -112,6 +126,9 @@ typedef struct {
   unsigned char rhdr[PS_HDR];
   bool in_payload;
   size_t phave;
+  bool readable;        /* poll said so and no recv has come up short since */
+  unsigned char *stash; /* [STASH], read ahead: [st_off, st_len) */
+  size_t st_off, st_len;
 } ps_lane;
 
 static int lane_send(loom_ps_t *ps, ps_lane *ln, ps_call *calls, int s) {
@@ -148,6 +165,41 @@ static int lane_send(loom_ps_t *ps, ps_lane *ln, ps_call *calls, int s) {
   return 0;
 }
 
+/* Reads into at[want]: from the stash first, then from the socket (into
+ * the stash when want is small, so that what follows comes along).
+ * Returns the bytes got (0: nothing now), or a transport error. */
+static ssize_t lane_read(loom_ps_t *ps, ps_lane *ln, int s, void *at, size_t want) {
+  size_t have = ln->st_len - ln->st_off;
+  if (have) {
+    size_t n = have < want ? have : want;
+    memcpy(at, ln->stash + ln->st_off, n);
+    ln->st_off += n;
+    return (ssize_t)n;
+  }
+  if (!ln->readable || want == 0) return 0;
+  bool direct = want >= STASH / 2;
+  void *into = direct ? at : ln->stash;
+  size_t ask = direct ? want : STASH;
+  for (;;) {
+    ssize_t n = recv(ps->links[s].fd, into, ask, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      ln->readable = false;
+      return 0;
+    }
+    if (n <= 0)
+      return ps_die(ps, LOOM_ECONN,
+                    "ps shard %d (%s) closed the connection "
+                    "(the ps task died, or refused a request as malformed)",
+                    s, ps->links[s].addr);
+    if ((size_t)n < ask) ln->readable = false; /* drained: poll before the next */
+    if (direct) return n;
+    ln->st_off = 0;
+    ln->st_len = (size_t)n;
+    return lane_read(ps, ln, s, at, want);
+  }
+}
+
 static int lane_recv(loom_ps_t *ps, ps_lane *ln, ps_call *calls, int s) {
   while (ln->ri < ln->nq) {
     ps_call *c = &calls[ln->q[ln->ri]];
@@ -161,14 +213,9 @@ static int lane_recv(loom_ps_t *ps, ps_lane *ln, ps_call *calls, int s) {
       at = base + ln->phave;
       want = c->rep.len - ln->phave;
     }
-    ssize_t n = want ? recv(ps->links[s].fd, at, want, MSG_DONTWAIT) : 0;
-    if (want && n < 0 && errno == EINTR) continue;
-    if (want && n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-    if (want && n <= 0)
-      return ps_die(ps, LOOM_ECONN,
-                    "ps shard %d (%s) closed the connection "
-                    "(the ps task died, or refused a request as malformed)",
-                    s, ps->links[s].addr);
+    ssize_t n = want ? lane_read(ps, ln, s, at, want) : 0;
+    if (n < 0) return (int)n;
+    if (want && n == 0) return 0;
     if (!ln->in_payload) {
       ln->rhave += (size_t)n;
       if (ln->rhave < PS_HDR) continue;
@@ -204,21 +251,41 @@ static int lane_recv(loom_ps_t *ps, ps_lane *ln, ps_call *calls, int s) {
   return 0;
 }
 
+/* The handle's lanes and poll arrays, made on first use; the order array
+ * grown to n. */
+static int exec_scratch(loom_ps_t *ps, size_t n) {
+  size_t ns = (size_t)ps->nshards;
+  if (!ps->lanes) ps->lanes = calloc(ns, sizeof *ps->lanes);
+  if (!ps->pfd) ps->pfd = malloc((ns + 1) * sizeof *ps->pfd);
+  if (!ps->who) ps->who = malloc((ns + 1) * sizeof *ps->who);
+  if (!ps->lanes || !ps->pfd || !ps->who) return LOOM_ENOMEM;
+  if (n > ps->order_cap) {
+    size_t cap = n < 64 ? 64 : n;
+    size_t *o = realloc(ps->order, cap * sizeof *o);
+    if (!o) return LOOM_ENOMEM;
+    ps->order = o;
+    ps->order_cap = cap;
+  }
+  for (size_t s = 0; s < ns; s++) {
+    ps_lane *ln = &ps->lanes[s];
+    unsigned char *stash = ln->stash;
+    *ln = (ps_lane){.stash = stash};
+  }
+  return 0;
+}
+
 /* Sends every call and waits for every reply, up to the handle's timeout.
  * Returns 0 when all replies are in (each call's rep.rc says how it went),
  * or a transport error (the handle is then dead). */
 static int ps_exec(loom_ps_t *ps, ps_call *calls, size_t n) {
   if (ps->dead) return ps->dead;
   if (n == 0) return 0;
-  ps_lane *lanes = calloc((size_t)ps->nshards, sizeof *lanes);
-  size_t *order = malloc(n * sizeof *order);
-  struct pollfd *pfd = malloc(((size_t)ps->nshards + 1) * sizeof *pfd);
-  int *who = malloc(((size_t)ps->nshards + 1) * sizeof *who);
-  int rc = 0;
-  if (!lanes || !order || !pfd || !who) {
-    rc = ps_fail(ps, LOOM_ENOMEM, "out of memory");
-    goto out;
-  }
+  int rc = exec_scratch(ps, n);
+  if (rc < 0) return ps_fail(ps, rc, "out of memory");
+  ps_lane *lanes = ps->lanes;
+  size_t *order = ps->order;
+  struct pollfd *pfd = ps->pfd;
+  int *who = ps->who;
   for (size_t i = 0; i < n; i++) {
     calls[i].h.id = ++ps->next_id;
     calls[i].h.rank = ps->rank;
@@ -226,9 +293,12 @@ static int ps_exec(loom_ps_t *ps, ps_call *calls, size_t n) {
   }
   size_t at = 0;
   for (int s = 0; s < ps->nshards; s++) {
-    lanes[s].q = order + at;
-    at += lanes[s].nq;
-    lanes[s].nq = 0;
+    ps_lane *ln = &lanes[s];
+    if (ln->nq && !ln->stash && !(ln->stash = malloc(STASH)))
+      return ps_fail(ps, LOOM_ENOMEM, "out of memory");
+    ln->q = order + at;
+    at += ln->nq;
+    ln->nq = 0;
   }
   for (size_t i = 0; i < n; i++) {
     ps_lane *ln = &lanes[calls[i].shard];
@@ -268,6 +338,9 @@ static int ps_exec(loom_ps_t *ps, ps_call *calls, size_t n) {
       rc = ps_die(ps, LOOM_EIO, "poll: %s", strerror(errno));
       goto out;
     }
+    for (size_t i = 0; pr > 0 && i < np; i++)
+      if (who[i] >= 0 && (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
+        lanes[who[i]].readable = true;
     if (afd >= 0 && loom__aborted(ps->l)) {
       int code = loom__aborted(ps->l);
       rc = ps_die(ps, code, "the job's attempt is over (%s) while waiting for the ps",
@@ -276,10 +349,6 @@ static int ps_exec(loom_ps_t *ps, ps_call *calls, size_t n) {
     }
   }
 out:
-  free(lanes);
-  free(order);
-  free(pfd);
-  free(who);
   return rc;
 }
 
@@ -488,6 +557,12 @@ void loom_ps_close(loom_ps_t *ps) {
   free(ps->vars);
   free(ps->links);
   free(ps->arena);
+  for (int s = 0; ps->lanes && s < ps->nshards; s++) free(ps->lanes[s].stash);
+  free(ps->lanes);
+  free(ps->pfd);
+  free(ps->who);
+  free(ps->order);
+  free(ps->calls);
   pthread_mutex_destroy(&ps->mu);
   free(ps);
 }
@@ -645,13 +720,27 @@ static int var_check(loom_ps_t *ps, const loom_ps_var_t *v, int kind, const void
   return ps->dead;
 }
 
+/* n zeroed calls from the handle's reusable array (NULL without memory):
+ * dense and sparse calls allocate nothing once it is big enough. */
+static ps_call *calls_get(loom_ps_t *ps, size_t n) {
+  if (n > ps->calls_cap || !ps->calls) {
+    size_t cap = n < 8 ? 8 : n;
+    ps_call *c = realloc(ps->calls, cap * sizeof *c);
+    if (!c) return NULL;
+    ps->calls = c;
+    ps->calls_cap = cap;
+  }
+  memset(ps->calls, 0, n * sizeof *ps->calls);
+  return ps->calls;
+}
+
 /* One call per PS_CHUNK of each shard's part of v. */
 static int dense_calls(loom_ps_t *ps, loom_ps_var_t *v, int op, float *out, const float *grad,
                        ps_call **callsp, size_t *np) {
   const uint64_t per = PS_CHUNK / sizeof(float);
   size_t n = 0;
   for (int s = 0; s < ps->nshards; s++) n += (size_t)((v->hi[s] - v->lo[s] + per - 1) / per);
-  ps_call *calls = calloc(n ? n : 1, sizeof *calls);
+  ps_call *calls = calls_get(ps, n);
   if (!calls) return ps_fail(ps, LOOM_ENOMEM, "out of memory");
   size_t k = 0;
   for (int s = 0; s < ps->nshards; s++) {
@@ -687,7 +776,6 @@ static int dense_io(loom_ps_t *ps, loom_ps_var_t *v, int op, float *out, const f
   size_t n = 0;
   if (rc == 0) rc = dense_calls(ps, v, op, out, grad, &calls, &n);
   if (rc == 0) rc = run(ps, calls, n);
-  free(calls);
   PUBLIC_LEAVE(ps, rc);
 }
 
@@ -705,15 +793,20 @@ int loom_ps_push(loom_ps_t *ps, loom_ps_var_t *var, const float *grad) {
 }
 
 /* ---- sparse ------------------------------------------------------------ */
-/* A sparse call's keys grouped by shard, duplicates merged: shard s's
- * unique keys are gk[first[s] .. first[s+1]), keys[i] is gk[pos[i]], and
- * rows[pos[i] * dim] its row. All of it lives in the handle's arena. */
+/* A sparse call's keys grouped by shard, a push's duplicates merged:
+ * shard s's keys are gk[first[s] .. first[s+1]), keys[i] is gk[pos[i]],
+ * and rows[pos[i] * dim] its row. A pull's are not merged: a repeated key
+ * is asked for (and its row sent) again, which costs less than finding
+ * the repeats, and leaves a pull from one shard nothing to do. All of it
+ * lives in the handle's arena (or is the caller's keys). */
 typedef struct {
-  uint64_t *gk;
+  const uint64_t *gk;
   size_t *pos;
+  size_t *where; /* keys[i] is the where[i]-th key seen first */
   float *rows;
-  size_t first[PS_MAX_SHARDS + 1];
+  size_t first[PS_MAX_SHARDS + 1]; /* [0..nshards] set */
   size_t nu;
+  bool identity; /* one shard, no key merged: gk is keys, pos[i] is i (not set) */
 } ps_groups;
 
 #define ARENA_KEEP (64u << 20) /* an arena past this is freed after the call */
@@ -736,8 +829,11 @@ static void arena_trim(loom_ps_t *ps) {
   }
 }
 
-static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim, ps_groups *g) {
-  memset(g, 0, sizeof *g);
+static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim, bool merge,
+                      ps_groups *g) {
+  g->nu = 0;
+  g->identity = false;
+  memset(g->first, 0, ((size_t)ps->nshards + 1) * sizeof *g->first);
   size_t tsize = 16;
   while (tsize < 2 * n) tsize *= 2;
   size_t m = n ? n : 1;
@@ -751,21 +847,27 @@ static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim,
   (ptr) = (void *)p;                                                                               \
   p += ((count) * sizeof *(ptr) + 7) & ~(size_t)7
   uint32_t *table;
-  uint64_t *uniq;
+  uint64_t *uniq, *gk;
   size_t *where, *slot;
   int *shard;
   CARVE(table, tsize);
   CARVE(uniq, m);
-  CARVE(g->gk, m);
+  CARVE(gk, m);
   CARVE(where, m);
   CARVE(slot, m);
   CARVE(g->pos, m);
   CARVE(shard, m);
   CARVE(g->rows, m * dim);
 #undef CARVE
-  memset(table, 0, tsize * sizeof *table);
+  const uint64_t *uq = uniq; /* the keys in order of first sight */
   size_t nu = 0, mask = tsize - 1;
-  for (size_t i = 0; i < n; i++) {
+  if (!merge) {
+    uq = keys;
+    nu = n;
+  } else {
+    memset(table, 0, tsize * sizeof *table);
+  }
+  for (size_t i = 0; merge && i < n; i++) {
     size_t h = (size_t)ps_mix64(keys[i]) & mask;
     while (table[h] && uniq[table[h] - 1] != keys[i]) h = (h + 1) & mask;
     if (!table[h]) {
@@ -774,8 +876,18 @@ static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim,
     }
     where[i] = table[h] - 1;
   }
+  g->nu = nu;
+  g->where = merge ? where : NULL;
+  if (ps->nshards == 1) { /* nothing to group: the unique keys in order */
+    g->first[1] = nu;
+    g->gk = uq;
+    g->identity = nu == n && n > 0;
+    if (!g->identity)
+      for (size_t i = 0; i < n; i++) g->pos[i] = where[i];
+    return 0;
+  }
   for (size_t u = 0; u < nu; u++) {
-    shard[u] = ps_key_shard(uniq[u], ps->nshards);
+    shard[u] = ps_key_shard(uq[u], ps->nshards);
     g->first[shard[u] + 1]++;
   }
   for (int s = 0; s < ps->nshards; s++) g->first[s + 1] += g->first[s];
@@ -783,10 +895,10 @@ static int group_keys(loom_ps_t *ps, const uint64_t *keys, size_t n, size_t dim,
   memcpy(fill, g->first, (size_t)ps->nshards * sizeof *fill);
   for (size_t u = 0; u < nu; u++) {
     slot[u] = fill[shard[u]]++;
-    g->gk[slot[u]] = uniq[u];
+    gk[slot[u]] = uq[u];
   }
-  for (size_t i = 0; i < n; i++) g->pos[i] = slot[where[i]];
-  g->nu = nu;
+  g->gk = gk;
+  for (size_t i = 0; i < n; i++) g->pos[i] = merge ? slot[where[i]] : slot[i];
   return 0;
 }
 
@@ -806,7 +918,7 @@ static int sparse_io(loom_ps_t *ps, loom_ps_var_t *v, const uint64_t *keys, size
   size_t dim = (size_t)v->d.count, row = dim * sizeof(float);
   ps_groups g;
   ps_call *calls = NULL;
-  if ((rc = group_keys(ps, keys, n, dim, &g)) < 0) PUBLIC_LEAVE(ps, rc);
+  if ((rc = group_keys(ps, keys, n, dim, !pull, &g)) < 0) PUBLIC_LEAVE(ps, rc);
   size_t per = pull ? PS_CHUNK / (row > 8 ? row : 8) : PS_CHUNK / (8 + row);
   if (per < 1) per = 1;
   size_t ncalls = 0;
@@ -814,17 +926,25 @@ static int sparse_io(loom_ps_t *ps, loom_ps_var_t *v, const uint64_t *keys, size
     size_t k = g.first[s + 1] - g.first[s];
     ncalls += k ? (k + per - 1) / per : everyone;
   }
-  calls = calloc(ncalls ? ncalls : 1, sizeof *calls);
+  calls = calls_get(ps, ncalls);
   if (!calls) {
     rc = ps_fail(ps, LOOM_ENOMEM, "out of memory for %zu rows of '%s'", g.nu, v->d.name);
     goto out;
   }
-  if (!pull) { /* sum the gradients of repeated keys */
-    memset(g.rows, 0, g.nu * row);
+  /* One shard and no key twice: the keys, gradients and rows are the
+   * caller's, sent from and received into where they are. */
+  float *rows = g.identity ? (pull ? out : (float *)grad) : g.rows;
+  if (!pull && !g.identity) { /* gather, summing the gradients of repeated keys */
+    size_t seen = 0;
     for (size_t i = 0; i < n; i++) {
       float *restrict dst = g.rows + g.pos[i] * dim;
       const float *restrict src = grad + i * dim;
-      for (size_t j = 0; j < dim; j++) dst[j] += src[j];
+      if (g.where[i] == seen) { /* its first sight */
+        memcpy(dst, src, row);
+        seen++;
+      } else {
+        for (size_t j = 0; j < dim; j++) dst[j] += src[j];
+      }
     }
   }
   size_t c = 0;
@@ -843,11 +963,11 @@ static int sparse_io(loom_ps_t *ps, loom_ps_var_t *v, const uint64_t *keys, size
       cl->p1 = g.gk + a;
       cl->n1 = k * sizeof(uint64_t);
       if (pull) {
-        cl->dst = g.rows + a * dim;
+        cl->dst = rows + a * dim;
         cl->dst_len = k * row;
         if (ps->rank < 0) cl->h.flags = PS_F_NOWAIT;
       } else {
-        cl->p2 = g.rows + a * dim;
+        cl->p2 = rows + a * dim;
         cl->n2 = k * row;
         if (first) cl->h.flags = PS_F_FIRST;
       }
@@ -856,10 +976,9 @@ static int sparse_io(loom_ps_t *ps, loom_ps_var_t *v, const uint64_t *keys, size
     } while (a < b);
   }
   rc = run(ps, calls, c);
-  if (rc == 0 && pull)
+  if (rc == 0 && pull && !g.identity)
     for (size_t i = 0; i < n; i++) memcpy(out + i * dim, g.rows + g.pos[i] * dim, row);
 out:
-  free(calls);
   arena_trim(ps);
   PUBLIC_LEAVE(ps, rc);
 }

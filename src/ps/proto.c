@@ -250,15 +250,6 @@ bool ps_decl_compatible(const ps_decl *a, const ps_decl *b, char *why, size_t wh
 }
 
 /* ---- placement --------------------------------------------------------- */
-uint64_t ps_mix64(uint64_t x) { /* splitmix64's finalizer */
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
 static uint64_t name_hash(const char *s) { /* FNV-1a */
   uint64_t h = 0xcbf29ce484222325ULL;
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;

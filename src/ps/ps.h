@@ -142,7 +142,15 @@ int ps_decl_get(ps_rbuf *r, ps_decl *d, char *err, size_t errlen);
  * initializer, optimizer kind); hyperparameters may differ. */
 bool ps_decl_compatible(const ps_decl *a, const ps_decl *b, char *why, size_t whylen);
 
-uint64_t ps_mix64(uint64_t x);
+/* splitmix64's finalizer; inline, as lookups hash every key. */
+static inline uint64_t ps_mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
 /* The shard that holds key, out of n. */
 static inline int ps_key_shard(uint64_t key, int n) {
   return (int)(((ps_mix64(key) >> 32) * (uint64_t)n) >> 32);
@@ -178,14 +186,20 @@ void ps_mem_give(ps_mem *m, uint64_t n);
 
 /* ---- the sparse row store: key -> row of `stride` floats ------------- */
 typedef struct {
+  uint64_t key, row; /* row + 1; 0: an empty slot */
+} ps_rows_ent;
+
+typedef struct {
   uint32_t stride;     /* floats per row */
   uint32_t page_shift; /* rows per page: 1 << page_shift */
   uint64_t n;          /* rows, numbered 0..n-1 in the order added */
-  float **pages;       /* row slots: the key, then the floats */
+  float **pages;       /* the rows' floats */
   uint64_t npages, pages_cap;
-  uint32_t *index; /* open addressing: row + 1, 0 empty */
-  uint64_t mask;   /* index size - 1 */
-  uint64_t bytes;  /* what this store took from its ps_mem */
+  uint64_t *keys; /* [keys_cap] the key of each row */
+  uint64_t keys_cap;
+  ps_rows_ent *index; /* open addressing, linear probing */
+  uint64_t mask;      /* index size - 1 */
+  uint64_t bytes;     /* what this store took from its ps_mem */
 } ps_rows;
 
 void ps_rows_init(ps_rows *r, uint32_t stride);
@@ -193,7 +207,7 @@ void ps_rows_free(ps_rows *r, ps_mem *m);
 /* The row of key, or -1. */
 int64_t ps_rows_find(const ps_rows *r, uint64_t key);
 /* The rows of n keys (little-endian u64, maybe unaligned) into rows[],
- * -1 where absent; prefetches ahead, for big tables. */
+ * -1 where absent; a block of lookups at a time in flight, for big tables. */
 void ps_rows_find_many(const ps_rows *r, const unsigned char *keys, size_t n, int64_t *rows);
 /* The row of key, added (uninitialized, *added set) if absent; a negative
  * LOOM_E* when memory runs out. Rows never move. */

@@ -366,7 +366,7 @@ static int h_push(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *p
 /* Every key must be this shard's: a client with another shard count or a
  * bug would otherwise split a row's history over two shards. */
 static int keys_ours(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *keys, size_t n) {
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; s->cfg.nshards > 1 && i < n; i++) {
     uint64_t k;
     memcpy(&k, keys + 8 * i, 8);
     int home = ps_key_shard(k, s->cfg.nshards);

@@ -157,6 +157,7 @@ int ps_dense_accum(ps_state *st, ps_var *v, uint64_t off, const float *g, size_t
 
 /* ---- sparse ------------------------------------------------------------ */
 #define AHEAD 4
+#define READ_GROUP 64 /* keys looked up, then copied, at a time */
 
 static uint64_t key_at(const unsigned char *keys, size_t i) {
   uint64_t k;
@@ -179,14 +180,21 @@ static int64_t *find_rows(ps_state *st, const ps_var *v, const unsigned char *ke
 
 void ps_sparse_read(ps_state *st, const ps_var *v, const unsigned char *keys, size_t n,
                     float *out) {
+  (void)st;
   size_t dim = (size_t)v->d.count;
-  int64_t *rows = find_rows(st, v, keys, n);
-  for (size_t i = 0; i < n; i++) {
-    int64_t row = rows ? rows[i] : ps_rows_find(&v->rows, key_at(keys, i));
-    if (row >= 0)
-      memcpy(out + i * dim, ps_rows_at(&v->rows, (uint64_t)row), dim * sizeof(float));
-    else
-      ps_init_fill(&v->d.init, key_at(keys, i), 0, out + i * dim, dim);
+  /* A group at a time: its lookups, then its copies, each pass a group of
+   * independent loads (no scratch array either). */
+  int64_t rows[READ_GROUP];
+  for (size_t a = 0; a < n; a += READ_GROUP) {
+    size_t k = n - a < READ_GROUP ? n - a : READ_GROUP;
+    ps_rows_find_many(&v->rows, keys + 8 * a, k, rows);
+    for (size_t i = 0; i < k; i++) {
+      float *o = out + (a + i) * dim;
+      if (rows[i] >= 0)
+        memcpy(o, ps_rows_at(&v->rows, (uint64_t)rows[i]), dim * sizeof(float));
+      else
+        ps_init_fill(&v->d.init, key_at(keys, a + i), 0, o, dim);
+    }
   }
 }
 
