@@ -127,7 +127,6 @@ int comm_create_gen(comm_store *store, const char *prefix, int rank, int world, 
                                                            : (int)sysconf(_SC_NPROCESSORS_ONLN);
   c->oversub = nhost > ncpu;
   if (c->t.spin < 0) c->t.spin = c->oversub ? 50 : 2000;
-  if (c->oversub) c->t.spin_us = 0;
   if (rc < 0) {
     if (errmsg && errlen) snprintf(errmsg, errlen, "%s", c->errmsg);
     comm_destroy(c);

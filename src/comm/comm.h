@@ -23,8 +23,8 @@
 /* The collectives' tunables (LOOM_COMM_* in src/core/tun.h, where each is
  * described), as the engine and the transports use them. */
 struct comm_tunables {
-  long timeout_ms, check_ms, spin, spin_us, yield, small_bytes, bcast_small_bytes, shm_ring,
-      shm_chunk, shm_slot, shm_small_bytes, tcp_sockbuf, tcp_stage;
+  long timeout_ms, check_ms, spin, yield, small_bytes, bcast_small_bytes, shm_ring, shm_chunk,
+      shm_slot, shm_small_bytes, tcp_sockbuf, tcp_stage;
 };
 
 /* Fills t from the tunables table (defaults and the environment), then
@@ -57,7 +57,6 @@ struct comm {
   char errmsg[256];
   uint64_t wait_ns;      /* time spent waiting for peers (nothing moved), summed */
   uint64_t wait_from_ns; /* when the current wait began */
-  uint64_t spin_seen_ns; /* the spinning's last look at the clock */
   uint64_t deadline_ns, next_check_ns;
   void *tmp; /* scratch for algorithms, grown by comm__scratch() */
   size_t tmp_cap;

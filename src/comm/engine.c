@@ -21,7 +21,6 @@ void comm_tunables_load(struct comm_tunables *t) {
   t->timeout_ms = (long)loom__tun(LOOM_TUN_COMM_TIMEOUT_MS);
   t->check_ms = (long)loom__tun(LOOM_TUN_COMM_CHECK_MS);
   t->spin = (long)loom__tun(LOOM_TUN_COMM_SPIN);
-  t->spin_us = (long)loom__tun(LOOM_TUN_COMM_SPIN_US);
   t->yield = (long)loom__tun(LOOM_TUN_COMM_YIELD);
   t->small_bytes = (long)loom__tun(LOOM_TUN_COMM_SMALL_BYTES);
   t->bcast_small_bytes = (long)loom__tun(LOOM_TUN_COMM_BCAST_SMALL_BYTES);
@@ -122,7 +121,7 @@ static int engine_check(comm_t *c, int full, const struct comm_waitset *ws) {
 /* Waits for ws (or briefly spins). Returns 0 to retry, or an error. */
 static int engine_wait(comm_t *c, struct comm_waitset *ws, uint32_t token, unsigned *idle) {
   unsigned n = (*idle)++;
-  if (n == 0) c->wait_from_ns = c->spin_seen_ns = comm__now_ns();
+  if (n == 0) c->wait_from_ns = comm__now_ns();
   /* Only sockets to wait on and more ranks than CPUs: the kernel wakes the
    * poll as soon as bytes come, and spinning or yielding would only take
    * the CPU from the rank that sends them (measured: 10-15% at 4 ranks on
@@ -131,33 +130,6 @@ static int engine_wait(comm_t *c, struct comm_waitset *ws, uint32_t token, unsig
   if (n < (unsigned)c->t.spin) {
     cpu_relax();
     return 0;
-  }
-  /* Ranks that fit the host's CPUs: keep spinning for up to spin_us, as
-   * long as nothing else wants this CPU. Sleeping costs a wake-up (30-40
-   * us on this machine's VM, more than most waits between balanced
-   * ranks) on the critical path of every rank. Being preempted while
-   * spinning (a gap between two looks at the clock) means other work
-   * needs the CPU: then yield and sleep as usual. */
-  if (c->t.spin_us > 0 && c->spin_seen_ns != 0) {
-    if ((n & 63) != 0) {
-      cpu_relax();
-      return 0;
-    }
-    uint64_t now = comm__now_ns();
-    if (now - c->spin_seen_ns < 50000u && now - c->wait_from_ns < (uint64_t)c->t.spin_us * 1000u) {
-      c->spin_seen_ns = now;
-      if (now >= c->next_check_ns) { /* the periodic checks go on meanwhile */
-        c->next_check_ns = now + (uint64_t)c->t.check_ms * 1000000u;
-        int rc = engine_check(c, 1, ws);
-        if (rc < 0) return rc;
-        if (c->gone_seen == 1) c->gone_seen = 2; /* the caller looks again */
-      }
-      cpu_relax();
-      return 0;
-    }
-    c->spin_seen_ns = 0; /* preempted, or spun long enough: on to yielding */
-    *idle = (unsigned)c->t.spin + 1;
-    n = (unsigned)c->t.spin;
   }
   uint64_t now = comm__now_ns();
   int full = now >= c->next_check_ns || c->gone_seen;

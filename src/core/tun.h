@@ -96,10 +96,6 @@
   N(COMM_SPIN, "LOOM_COMM_SPIN", -1, -1, 1 << 30, COUNT,                                           \
     "busy polls before yielding the CPU when nothing moves; -1: 2000 when this host's ranks "      \
     "fit its CPUs, else 50")                                                                       \
-  N(COMM_SPIN_US, "LOOM_COMM_SPIN_US", 1000, 0, 1000000, COUNT,                                    \
-    "microseconds: when this host's ranks fit its CPUs, a wait goes on spinning after "            \
-    "LOOM_COMM_SPIN polls for up to this long, unless the spinning rank is preempted (other "      \
-    "work wants the CPU); 0: never")                                                               \
   N(COMM_YIELD, "LOOM_COMM_YIELD", 100, 0, 1 << 30, COUNT, "sched_yield()s before sleeping")       \
   N(COMM_SMALL_BYTES, "LOOM_COMM_SMALL_BYTES", 32 * LOOM__KIB, 0, 1LL << 40, BYTES,                \
     "allreduce over the pairs: recursive doubling up to this size, ring above")                    \
