@@ -178,10 +178,6 @@ typedef struct {
   ParameterTensors grads;
   float *grads_memory; // their gradients, then GRAD_STATS floats (below)
   float *momentum;     // (num_parameters) SGD's velocity
-  // the update writes the next parameters and velocity here, then the
-  // pointers are swapped: a step that fails half-way leaves the current
-  // ones as they were (see sgd_step)
-  float *params_next, *momentum_next;
   ActivationTensors acts;
   float *acts_memory;
   float *dscratch;  // (B, max(H1, H2, NUM_CLASSES)) backward scratch
@@ -267,16 +263,13 @@ static int model_build(Model *m, int h1, int h2, int max_batch, uint64_t seed) {
   m->params_memory = calloc(m->num_parameters, sizeof(float));
   m->grads_memory = calloc(m->num_parameters + GRAD_STATS, sizeof(float));
   m->momentum = calloc(m->num_parameters, sizeof(float));
-  m->params_next = calloc(m->num_parameters, sizeof(float));
-  m->momentum_next = calloc(m->num_parameters, sizeof(float));
   m->acts_memory = calloc(num_acts, sizeof(float));
   m->dscratch = calloc(B * widest, sizeof(float));
   m->dscratch2 = calloc(B * widest, sizeof(float));
   m->losses = calloc(B, sizeof(float));
   m->targets = calloc(B, 1);
-  if (!m->params_memory || !m->grads_memory || !m->momentum || !m->params_next ||
-      !m->momentum_next || !m->acts_memory || !m->dscratch || !m->dscratch2 || !m->losses ||
-      !m->targets)
+  if (!m->params_memory || !m->grads_memory || !m->momentum || !m->acts_memory || !m->dscratch ||
+      !m->dscratch2 || !m->losses || !m->targets)
     return -1;
 
   float **slots[NUM_PARAMETER_TENSORS];
@@ -303,8 +296,6 @@ static void model_free(Model *m) {
   free(m->params_memory);
   free(m->grads_memory);
   free(m->momentum);
-  free(m->params_next);
-  free(m->momentum_next);
   free(m->acts_memory);
   free(m->dscratch);
   free(m->dscratch2);
@@ -354,9 +345,9 @@ static void model_backward(Model *m, int B, float loss_weight) {
   linear_backward(NULL, g.w1, g.b1, dh1, a.x, p.w1, B, NUM_INPUTS, H1);
 }
 
-/* SGD with momentum, as torch.optim.SGD does it: v' = mu * v + g;
- * p' = p - lr * v'. Deterministic, and identical on every process given
- * the same summed gradient. */
+/* SGD with momentum, as torch.optim.SGD does it: v = mu * v + g;
+ * p -= lr * v. Deterministic, and identical on every process given the
+ * same summed gradient. */
 typedef struct {
   Model *m;
   float lr, mu;
@@ -365,33 +356,19 @@ typedef struct {
 
 /* A piece of the summed gradient block (loom_apply_fn): elements
  * [offset, offset + n) of the gradients, then of the statistics after
- * them. Reads the current parameters and velocity, writes the next. */
+ * them. Updates those parameters and their velocity in place. */
 static void sgd_apply(void *arg, size_t offset, const void *piece, size_t n) {
   SgdStep *st = arg;
   const Model *m = st->m;
-  const float *g = piece;
+  const float *restrict g = piece;
   size_t P = m->num_parameters, k = offset < P ? (P - offset < n ? P - offset : n) : 0;
-  const float *restrict v = m->momentum + offset, *restrict p = m->params_memory + offset;
-  float *restrict vn = m->momentum_next + offset, *restrict pn = m->params_next + offset;
+  float *restrict v = m->momentum + offset, *restrict p = m->params_memory + offset;
   const float mu = st->mu, lr = st->lr;
   for (size_t i = 0; i < k; i++) {
-    vn[i] = mu * v[i] + g[i];
-    pn[i] = p[i] - lr * vn[i];
+    v[i] = mu * v[i] + g[i];
+    p[i] -= lr * v[i];
   }
   for (size_t i = k; i < n; i++) st->stats[offset + i - P] = g[i];
-}
-
-/* The next parameters and velocity become the current ones. */
-static void model_swap(Model *m) {
-  float *t = m->params_memory;
-  m->params_memory = m->params_next;
-  m->params_next = t;
-  t = m->momentum;
-  m->momentum = m->momentum_next;
-  m->momentum_next = t;
-  float **slots[NUM_PARAMETER_TENSORS];
-  param_slots(&m->params, slots);
-  point_tensors(slots, m->param_sizes, NUM_PARAMETER_TENSORS, m->params_memory);
 }
 
 /* The learning rate of step (from 0) of total: cosine decay from lr to 0,
@@ -510,12 +487,11 @@ static double now_s(void) {
 }
 
 /* Sums the gradient block (gradients, then statistics) over all processes
- * and applies the SGD update to the sum as it comes, piece by piece
- * (loom_allreduce_apply: each piece read where the reduction left it),
- * writing the next parameters and velocity; the caller swaps them in on
- * success. A change of the job's membership (a peer died, or a restarted
- * one came back) is returned as LOOM_ECHANGED or LOOM_EPEER without a
- * message: the current parameters are untouched and the caller recovers. */
+ * and applies the SGD update to the sum, piece by piece where the
+ * reduction left it (loom_allreduce_apply: all or nothing). A change of
+ * the job's membership (a peer died, or a restarted one came back) is
+ * returned as LOOM_ECHANGED or LOOM_EPEER without a message: the
+ * parameters are untouched and the caller recovers. */
 static int sgd_step(Comm *c, SgdStep *st) {
   Model *m = st->m;
   size_t count = m->num_parameters + GRAD_STATS;
@@ -1109,7 +1085,6 @@ int main(int argc, char **argv) {
         continue;
       }
       if (crc != 0) goto out;
-      model_swap(&model);
       memcpy(stats, upd.stats, sizeof upd.stats);
       loss_sum += (double)stats[STAT_LOSS] * Bg;
       correct += stats[STAT_CORRECT];

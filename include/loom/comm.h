@@ -58,22 +58,20 @@ LOOM_EXPORT int loom_membership_changed(const loom_t *l);
 LOOM_EXPORT int loom_comm_reform(loom_t *l, int timeout_ms);
 
 /* An allreduce that hands its result over piece by piece instead of
- * writing it out: fn(arg, offset, piece, n) is called for every piece of
- * the reduced vector as soon as it is complete, with piece pointing at its
- * n elements, elements offset .. offset + n - 1 of the result. Every
- * element is handed over exactly once (pieces in no particular order,
- * from the calling thread, never concurrently); piece is valid only
- * during the call and must not be written. send (count elements) is only
- * read. Made for fusing what follows the reduction into it, an
- * optimizer's update above all: over shared memory each piece is read
- * where the reduction left it, in cache, so the copy of the result into
- * a buffer and the pass that reads it back are saved, and this rank's
- * own share is handed over while the others are still reducing theirs.
- * If the call fails (LOOM_EPEER, LOOM_ECHANGED, ...), some pieces may
- * have been handed over and others not: a program that must be able to
- * redo the step writes what fn computes apart from its inputs (double
- * buffers), as examples/fashion-mnist/mlp.c does. fn must not call
- * libloom's collectives. */
+ * writing it out: once the whole result is there, fn(arg, offset, piece,
+ * n) is called for every piece of it, with piece pointing at its n
+ * elements, elements offset .. offset + n - 1 of the result. Every element
+ * is handed over exactly once (pieces in no particular order, from the
+ * calling thread, never concurrently); piece is valid only during the call
+ * and must not be written. send (count elements) is only read. All or
+ * nothing: fn runs after the collective's last wait, so a call that fails
+ * (LOOM_EPEER, LOOM_ECHANGED, ...) has handed over nothing, and fn may
+ * update state in place (an optimizer's parameters) with no way to be
+ * left half done. Made for fusing what follows the reduction into it: on
+ * one host, for a vector that fits a slot (LOOM_COMM_SHM_SLOT, 1 MiB),
+ * each piece is read in the slot where it was reduced, so the copy of the
+ * result into a buffer and the pass that reads it back are saved. fn must
+ * not call libloom's collectives. */
 typedef void (*loom_apply_fn)(void *arg, size_t offset, const void *piece, size_t n);
 LOOM_EXPORT int loom_allreduce_apply(loom_t *l, const void *send, size_t count, loom_dtype dt,
                                      loom_op op, loom_apply_fn fn, void *arg);

@@ -550,8 +550,9 @@ static int shm_allreduce_all(comm_t *c, struct shm_dev *d, const void *send, voi
 }
 
 /* Large: per chunk, each rank reduces its slice and gathers the others.
- * With fn (comm_allreduce_apply), each slice goes to fn from its slot
- * instead of being copied into recv. */
+ * With fn (comm_allreduce_apply; count fits one slot), each slice goes
+ * to fn from its slot instead of being copied into recv, once every slice
+ * is reduced: after the last wait, so that a failure hands over nothing. */
 static int shm_allreduce_slices(comm_t *c, struct shm_dev *d, const char *send, char *recv,
                                 size_t count, loom_dtype dt, loom_op op, loom_apply_fn fn,
                                 void *arg) {
@@ -577,20 +578,21 @@ static int shm_allreduce_slices(comm_t *c, struct shm_dev *d, const char *send, 
     shm_reduce_n(dt, op, mine + so, x, n, sl / es);
     if (op == LOOM_AVG) comm_scale(dt, mine + so, sl / es, n);
     shm_publish(d, &d->ctl[me].reduced, k + 1);
-    if (fn)
-      fn(arg, at + so / es, mine + so, sl / es);
-    else
-      memcpy(out + so, mine + so, sl);
+    if (!fn) memcpy(out + so, mine + so, sl);
     /* Out: the other slices, from their owners' slots. */
     for (int j = 1; j < n; j++) {
       int o = (me + j) % n;
       rc = comm__wait_counter(c, &d->ctl[o].reduced, k + 1, d->ranks[o]);
       if (rc < 0) return rc;
       size_t oo = comm__block_off(cnt, n, o) * es, ol = comm__block_len(cnt, n, o);
-      if (fn)
-        fn(arg, at + oo / es, shm_slot_at(d, k, o) + oo, ol);
-      else
-        memcpy(out + oo, shm_slot_at(d, k, o) + oo, ol * es);
+      if (!fn) memcpy(out + oo, shm_slot_at(d, k, o) + oo, ol * es);
+    }
+    /* Every slice is reduced and stays in its slot until this rank starts
+     * the round after next: hand them all over. */
+    for (int j = 0; fn && j < n; j++) {
+      int o = (me + j) % n;
+      size_t oo = comm__block_off(cnt, n, o) * es, ol = comm__block_len(cnt, n, o);
+      fn(arg, at + oo / es, shm_slot_at(d, k, o) + oo, ol);
     }
   }
   return 0;
@@ -605,20 +607,23 @@ static int shm_allreduce(comm_t *c, const void *send, void *recv, size_t count, 
   return shm_allreduce_slices(c, d, send, recv, count, dt, op, NULL, NULL);
 }
 
-/* Small vectors: reduced whole into scratch, handed over whole; large
- * ones: each slice from the slot it was reduced into. */
+/* A vector that fits a slot: each slice handed over from the slot it was
+ * reduced into (small ones reduced whole into scratch). Larger ones take
+ * several rounds, and a slot is reused two rounds later: reduced into a
+ * buffer, then handed over whole. Either way fn runs after the last wait. */
 static int shm_allreduce_apply(comm_t *c, const void *send, size_t count, loom_dtype dt, loom_op op,
                                loom_apply_fn fn, void *arg) {
   struct shm_dev *d = c->shm;
   size_t bytes = count * comm_dtype_size(dt);
-  if (bytes <= d->small_bytes && bytes <= d->slot_size) {
-    void *out = comm__scratch(c, bytes);
-    if (!out) return comm__fail(c, LOOM_ENOMEM, "out of memory");
-    int rc = shm_allreduce_all(c, d, send, out, count, dt, op);
-    if (rc == 0) fn(arg, 0, out, count);
-    return rc;
-  }
-  return shm_allreduce_slices(c, d, send, NULL, count, dt, op, fn, arg);
+  if (bytes <= d->slot_size && bytes > d->small_bytes)
+    return shm_allreduce_slices(c, d, send, NULL, count, dt, op, fn, arg);
+  void *out = comm__scratch(c, bytes);
+  if (!out) return comm__fail(c, LOOM_ENOMEM, "out of memory");
+  int rc = bytes <= d->small_bytes && bytes <= d->slot_size
+               ? shm_allreduce_all(c, d, send, out, count, dt, op)
+               : shm_allreduce_slices(c, d, send, out, count, dt, op, NULL, NULL);
+  if (rc == 0) fn(arg, 0, out, count);
+  return rc;
 }
 
 /* broadcast: per slot-sized chunk, the root copies in and arrives; the
