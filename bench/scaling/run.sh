@@ -13,7 +13,7 @@
 # Each repetition (BENCH_REPS, default 5) runs every figure once, in turn,
 # so that load on a shared machine falls on all alike; a figure's
 # samples_per_s is the median over the repetitions, median_s the median
-# training time of BENCH_EPOCHS epochs (default 1, 60000 samples each,
+# training time of BENCH_EPOCHS epochs (default 2, 60000 samples each,
 # global batch 256) as mlp measures it (test evaluation and start-up
 # excluded; for the ceiling, the slower job's). vs_ceiling (n=2 only) is
 # samples_per_s over the ceiling's: 1.00 means synchronous data
@@ -27,7 +27,7 @@ BUILD=${LOOM_BUILD_DIR:-$ROOT/build}
 LOOM=$BUILD/loom
 MLP=$BUILD/examples/fashion-mnist/mlp
 REPS=${BENCH_REPS:-5}
-EPOCHS=${BENCH_EPOCHS:-1}
+EPOCHS=${BENCH_EPOCHS:-2}
 PROCS=${BENCH_PROCS:-1 2 4}
 for f in "$LOOM" "$MLP"; do
   if [ ! -x "$f" ]; then

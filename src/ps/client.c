@@ -47,6 +47,7 @@ struct loom_ps {
   int rank, workers, mode, staleness;
   int64_t step;
   int timeout_ms;
+  uint64_t spin_ns; /* LOOM_PS_SPIN_US: how long a wait polls before sleeping */
   char ckpt_dir[PS_MAX_PATH + 1];
   uint64_t next_id;
   int dead; /* a transport error: the streams are out of step for good */
@@ -305,6 +306,7 @@ static int ps_exec(loom_ps_t *ps, ps_call *calls, size_t n) {
     ln->q[ln->nq++] = i;
   }
   uint64_t deadline = loom__now_ms() + (uint64_t)ps->timeout_ms;
+  uint64_t spin_until = ps->spin_ns ? loom__now_ns() + ps->spin_ns : 0;
   int afd = ps->l ? loom__abort_fd(ps->l) : -1;
   for (;;) {
     size_t np = 0;
@@ -333,7 +335,7 @@ static int ps_exec(loom_ps_t *ps, ps_call *calls, size_t n) {
       goto out;
     }
     uint64_t left = deadline - now;
-    int pr = poll(pfd, np, left > 1000 ? 1000 : (int)left);
+    int pr = ps_poll_spin(pfd, np, left > 1000 ? 1000 : (int)left, spin_until);
     if (pr < 0 && errno != EINTR) {
       rc = ps_die(ps, LOOM_EIO, "poll: %s", strerror(errno));
       goto out;
@@ -474,6 +476,7 @@ int loom_ps_connect(loom_t *l, const loom_ps_opts *opts, loom_ps_t **out) {
   ps_tunables_load(&tun);
   ps->timeout_ms =
       o.timeout_ms ? o.timeout_ms : (int)(tun.timeout_ms > INT32_MAX ? INT32_MAX : tun.timeout_ms);
+  ps->spin_ns = (uint64_t)tun.spin_us * 1000u;
   ps->mode = o.mode;
   ps->staleness = o.staleness;
   ps->rank = o.rank_given ? o.rank : l ? loom_rank(l) : env_num("LOOM_RANK", -1);

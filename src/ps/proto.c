@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,18 @@ void ps_tunables_load(struct ps_tunables *t) {
   t->split_bytes = loom__tun(LOOM_TUN_PS_SPLIT_BYTES);
   t->max_conns = loom__tun(LOOM_TUN_PS_MAX_CONNS);
   t->ckpt_keep = loom__tun(LOOM_TUN_PS_CKPT_KEEP);
+  t->spin_us = loom__tun(LOOM_TUN_PS_SPIN_US);
   if (t->max_msg < PS_MIN_MAX_MSG) t->max_msg = PS_MIN_MAX_MSG;
   if (t->max_msg > (1LL << 30)) t->max_msg = 1LL << 30;
+}
+
+int ps_poll_spin(struct pollfd *pfd, size_t n, int timeout_ms, uint64_t spin_until_ns) {
+  while (loom__now_ns() < spin_until_ns) {
+    int pr = poll(pfd, (nfds_t)n, 0);
+    if (pr != 0) return pr;
+    sched_yield();
+  }
+  return poll(pfd, (nfds_t)n, timeout_ms);
 }
 
 /* ---- header ------------------------------------------------------------ */

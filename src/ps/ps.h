@@ -31,6 +31,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -40,8 +41,15 @@
 
 /* ---- tunables (LOOM_PS_* in src/core/tun.h, where each is described) -- */
 struct ps_tunables {
-  long long timeout_ms, max_msg, max_memory, split_bytes, max_conns, ckpt_keep;
+  long long timeout_ms, max_msg, max_memory, split_bytes, max_conns, ckpt_keep, spin_us;
 };
+
+/* poll(), but first polling without sleeping (and yielding the CPU in
+ * between, to whatever else wants it) until spin_until_ns: a reply or
+ * request that comes within the window is seen without the wake-up of a
+ * sleeping process (tens of microseconds on a VM, more than a small
+ * request's round trip). */
+int ps_poll_spin(struct pollfd *pfd, size_t n, int timeout_ms, uint64_t spin_until_ns);
 /* Fills t from the tunables table (defaults and the environment). */
 void ps_tunables_load(struct ps_tunables *t);
 

@@ -934,6 +934,9 @@ int loom__ps_server_run(ps_server *s) {
   conn **who = NULL;
   size_t cap = 0;
   int rc = 0;
+  /* after a request, the next one is often a few microseconds away (a
+   * worker's next pull or push): poll without sleeping for a while */
+  uint64_t spin_until = 0, spin_ns = (uint64_t)s->tun.spin_us * 1000u;
   for (;;) {
     if (s->nconns + 3 > cap) {
       size_t ncap = (s->nconns + 3) * 2;
@@ -973,8 +976,9 @@ int loom__ps_server_run(ps_server *s) {
         if (timeout < 0 || left < timeout) timeout = left;
       }
     }
-    int pr = poll(pfd, n, timeout);
+    int pr = ps_poll_spin(pfd, n, timeout, spin_until);
     if (pr < 0 && errno == EINTR) continue;
+    if (pr > 0 && spin_ns) spin_until = loom__now_ns() + spin_ns;
     if (pr < 0) {
       rc = LOOM_EIO;
       break;
