@@ -25,6 +25,7 @@ the end (END) before closing. Not usable across fork(): open the feed in
 the process that reads it (e.g. a DataLoader with num_workers=0)."""
 import array
 import ctypes
+import itertools
 import marshal
 import struct
 
@@ -240,13 +241,7 @@ class Feed:
         read only once the loop body has had every record of this one, so
         write() still lands with the split of the record in hand and a
         split is committed only after its last record was processed."""
-        while True:
-            b = self.batch(256)
-            if b is END:
-                return
-            if b is EPOCH:
-                continue
-            yield from b
+        return itertools.chain.from_iterable(self.batches(256))  # a C loop a record
 
     def batches(self, n):
         """Lists of up to n records, epoch boundaries skipped."""
