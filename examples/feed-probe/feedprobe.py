@@ -85,5 +85,10 @@ with loom.Feed() as feed:
         for rec in got:
             take(rec)
     st = feed.stats()
+    ph = feed.loom.phases()  # where this process's time went, as libloom saw it
+    print(f"PHASES task={os.environ.get('LOOM_TASK')} wall={ph['wall']:.6f} "
+          f"compute={ph['compute']:.6f} comm={ph['comm']:.6f} "
+          f"wait_peers={ph['wait_peers']:.6f} wait_data={ph['wait_data']:.6f} "
+          f"feed_wait={st['wait_s']:.6f}", flush=True)
     print(f"FEEDOK task={os.environ.get('LOOM_TASK')} records={st['records']} "
           f"splits={st['splits']} stale={st['stale']} epochs={epochs}", flush=True)

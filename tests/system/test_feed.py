@@ -373,6 +373,16 @@ feed: {{input: [data/*.txt], format: lines, epochs: 2, output: out/}}
     assert r.returncode == 0, r.stdout + r.stderr
     got = outputs(loom.tmp / "out")
     assert sorted(got) == sorted(recs * 2)  # two epochs: part-NNNNN-e0 and -e1
+    # Loom.phases(): the time blocked on the feed is what the feed counted,
+    # no collectives, and the parts add up to the wall time
+    ph = [dict(kv.split("=") for kv in line.split("PHASES ", 1)[1].split())
+          for line in r.stdout.splitlines() if "PHASES " in line]
+    assert len(ph) == 2, r.stdout
+    for p in ph:
+        v = {k: float(x) for k, x in p.items() if k != "task"}
+        assert v["wall"] > 0 and v["comm"] == 0 and v["wait_peers"] == 0, p
+        assert abs(v["wait_data"] - v["feed_wait"]) < 0.05 * v["feed_wait"] + 1e-3, p
+        assert abs(v["compute"] + v["wait_data"] - v["wall"]) < 1e-3, p
     assert len(list((loom.tmp / "out").glob("part-*-e1"))) == feed_status(loom)["splits"]
 
 
