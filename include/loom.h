@@ -103,7 +103,8 @@ LOOM_EXPORT int loom_event(loom_t *l, const char *name, const char *detail_json)
  * Does not wait for the coordinator. The coordinator keeps at most
  * LOOM_METRIC_RATE metrics per task and second (a burst of 10 s worth) and
  * counts the rest in a "metrics_dropped" event; loom/summary.h's scalars
- * reach it through this call, thinned per tag. */
+ * reach it through this call, thinned per tag. Tags beginning with "loom/"
+ * are libloom's own (LOOM_EINVAL). */
 #define LOOM_METRIC_MAX_TAG 128
 LOOM_EXPORT int loom_metric(loom_t *l, const char *tag, int64_t step, double value);
 
@@ -113,8 +114,9 @@ LOOM_EXPORT int loom_metric(loom_t *l, const char *tag, int64_t step, double val
  * (wait_peers_s), blocked on the feed waiting for records (wait_data_s),
  * and the rest (compute_s = wall_s minus those three: the program's own
  * work). The same shares go to the coordinator every LOOM_PHASE_MS as the
- * metrics time_compute_pct, time_comm_pct, time_wait_peers_pct and
- * time_wait_data_pct (percent of that window, at the step of the
+ * metrics loom/time_compute_pct, loom/time_comm_pct,
+ * loom/time_wait_peers_pct and loom/time_wait_data_pct (source "loom" in
+ * the event log; percent of that window, at the step of the
  * milliseconds since the first of these; the last window's on
  * loom_finish, if at least 100 ms long). */
 typedef struct {

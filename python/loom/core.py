@@ -91,7 +91,7 @@ class Loom:
         compute (the rest), comm (inside collectives), wait_peers (waiting
         in them for slower ranks), wait_data (blocked on the feed). All
         zero before the first collective or feed read. The same shares
-        reach the dashboard every LOOM_PHASE_MS as time_*_pct metrics."""
+        reach the dashboard every LOOM_PHASE_MS as loom/time_*_pct metrics."""
         t = (ctypes.c_double * 5)()
         check(lib.loom_phase_times_get(self.handle, t), self.handle)
         return dict(zip(("wall", "compute", "comm", "wait_peers", "wait_data"), t))

@@ -179,7 +179,9 @@ int coord_on_client(coord *co, conn *c, wire_frame *f, const wire_msg *m) {
   if (!m) return LOOM_EPROTO;
   switch (m->type) {
   case WIRE_METRIC:
-    return coord_on_metric(co, c->task, &m->u.metric, "user");
+    /* libloom's own (loom/...: the time_*_pct shares) apart from the program's */
+    return coord_on_metric(co, c->task, &m->u.metric,
+                           strncmp(m->u.metric.tag, "loom/", 5) ? "user" : "loom");
   case WIRE_KV_SET: {
     const wire_kv_set *x = &m->u.kv_set;
     coord_reply(c, x->id, coord_kv_store(co, x->key, m->blob, m->blob_len), NULL, NULL, 0);

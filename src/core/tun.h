@@ -75,7 +75,7 @@
     "dropped and counted")                                                                         \
   N(PHASE_MS, "LOOM_PHASE_MS", 5000, 100, 3600000, MS,                                             \
     "libloom: how often a task sends the shares of its time spent computing, communicating, "      \
-    "waiting for peers and waiting for data (the time_*_pct metrics)")                             \
+    "waiting for peers and waiting for data (the loom/time_*_pct metrics)")                        \
   W(CGROUP_ROOT, "LOOM_CGROUP_ROOT", "", NULL,                                                     \
     "local: make memory cgroups under this directory (v2 or a v1 memory hierarchy) instead "       \
     "of the delegated one; none: the rlimit only")                                                 \

@@ -60,6 +60,7 @@ struct loom {
 };
 
 static void phase_window(loom_t *l, uint64_t now);
+static int lib_metric(loom_t *l, const char *tag, int64_t step, double value);
 
 int loom__fail(loom_t *l, int code, const char *fmt, ...) {
   if (!l) return code;
@@ -426,9 +427,9 @@ int loom_kv_add(loom_t *l, const char *key, int64_t delta, int64_t *result) {
   return rc < 0 ? loom__fail(l, rc, "KV add '%s': the value is not an integer", key) : 0;
 }
 
-int loom_metric(loom_t *l, const char *tag, int64_t step, double value) {
-  if (!l || !tag || !*tag || strlen(tag) > LOOM_METRIC_MAX_TAG) return LOOM_EINVAL;
-  if (!isfinite(value)) return LOOM_EINVAL; /* JSON has no NaN or infinity */
+/* A metric to the coordinator, without waiting; libloom's own (tags
+ * "loom/...") go this way too. */
+static int lib_metric(loom_t *l, const char *tag, int64_t step, double value) {
   wire_msg m = {.type = WIRE_METRIC, .u.metric = {.tag = tag, .step = step, .value = value}};
   pthread_mutex_lock(&l->mu);
   int rc = l->aborted ? l->aborted : wire_msg_send(l->fd, &m);
@@ -436,8 +437,17 @@ int loom_metric(loom_t *l, const char *tag, int64_t step, double value) {
   return rc;
 }
 
-static const char *const PHASE_TAGS[LOOM__PHASE_N] = {"time_comm_pct", "time_wait_peers_pct",
-                                                      "time_wait_data_pct"};
+int loom_metric(loom_t *l, const char *tag, int64_t step, double value) {
+  if (!l || !tag || !*tag || strlen(tag) > LOOM_METRIC_MAX_TAG) return LOOM_EINVAL;
+  if (!isfinite(value)) return LOOM_EINVAL; /* JSON has no NaN or infinity */
+  if (!strncmp(tag, "loom/", 5))
+    return loom__fail(l, LOOM_EINVAL,
+                      "metric tag '%s': tags beginning with loom/ are libloom's own", tag);
+  return lib_metric(l, tag, step, value);
+}
+
+static const char *const PHASE_TAGS[LOOM__PHASE_N] = {
+    "loom/time_comm_pct", "loom/time_wait_peers_pct", "loom/time_wait_data_pct"};
 
 /* Sends the shares of the window [win_t0, now) as metrics, at the step of
  * the milliseconds since the first phase, and opens the next window. */
@@ -451,9 +461,9 @@ static void phase_window(loom_t *l, uint64_t now) {
     if (pct > rest) pct = rest; /* a phase that began before the window */
     rest -= pct;
     l->win_ns[i] = cur;
-    loom_metric(l, PHASE_TAGS[i], step, pct);
+    lib_metric(l, PHASE_TAGS[i], step, pct);
   }
-  loom_metric(l, "time_compute_pct", step, rest);
+  lib_metric(l, "loom/time_compute_pct", step, rest);
   l->win_t0 = now;
   atomic_store(&l->phase_next, now + (uint64_t)loom__tun(LOOM_TUN_PHASE_MS) * 1000000u);
 }

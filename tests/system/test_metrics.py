@@ -99,6 +99,11 @@ for bad in (lambda: l.metric("nan", 0, math.nan), lambda: l.metric("inf", 0, mat
         sys.exit("a bad metric was accepted")
     except ValueError as e:
         print("refused:", e)
+try:
+    l.metric("loom/time_compute_pct", 0, 1.0)
+    sys.exit("a tag of libloom's own was accepted")
+except loom.LoomError as e:
+    print("reserved:", e)
 l.kv_set("flushed", b"1")   # a reply on the same connection: every metric before it was read
 print(f"sent 3000 in {elapsed:.3f}s", flush=True)
 l.close()
@@ -122,6 +127,7 @@ roles:
     r = loom.run("run", spec, timeout=120, env={"LOOM_METRIC_RATE": "50"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("refused:") == 4 and "is not finite" in r.stdout, r.stdout
+    assert "reserved:" in r.stdout and "libloom's own" in r.stdout, r.stdout
     elapsed = float(re.search(r"sent 3000 in ([\d.]+)s", r.stdout).group(1))
     ev = loom.events()
     kept = user_metrics(ev, "worker:0").get("fast", [])
@@ -137,7 +143,17 @@ roles:
 
 
 PHASEPROBE = BUILD / "tests/system/phaseprobe"
-PHASE_TAGS = ("time_compute_pct", "time_comm_pct", "time_wait_peers_pct", "time_wait_data_pct")
+PHASE_TAGS = ("loom/time_compute_pct", "loom/time_comm_pct", "loom/time_wait_peers_pct",
+              "loom/time_wait_data_pct")
+
+
+def loom_metrics(events, task):
+    """{tag: [(step, value)]} of libloom's own metric events (source "loom")."""
+    out = {}
+    for e in events:
+        if e["event"] == "metric" and e["task"] == task and e["source"] == "loom":
+            out.setdefault(e["tag"], []).append((e["step"], e["value"]))
+    return out
 
 
 def test_phase_breakdown_metrics(loom):
@@ -174,7 +190,8 @@ roles:
         assert got[rank]["compute"] / got[rank]["wall"] < 0.35, got[rank]
     ev = loom.events()
     for task in ("worker:0", "worker:1", "worker:2"):
-        m = user_metrics(ev, task)
+        assert not user_metrics(ev, task), task  # libloom's are not the program's
+        m = loom_metrics(ev, task)
         series = [m.get(t, []) for t in PHASE_TAGS]
         n = len(series[0])
         assert n >= 4 and all(len(s) == n for s in series), (task, [len(s) for s in series])
