@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <ifaddrs.h>
 #include <libgen.h>
 #include <limits.h>
@@ -124,21 +125,53 @@ static void remove_tmpdir(agent *a) {
   a->tmpdir[0] = 0;
 }
 
+/* An agent that was SIGKILLed (a lost host, a cluster manager's kill)
+ * could not remove its task's TMPDIR: the next agent to make one under the
+ * same directory removes those whose agent (the pid in the name) is gone. */
+static void sweep_tmpdirs(const char *base) {
+  char *pat = loom__asprintf("%s/loom-task-*-*-??????", base);
+  glob_t gl;
+  if (pat && glob(pat, GLOB_NOSORT, NULL, &gl) == 0) {
+    for (size_t i = 0; i < gl.gl_pathc; i++) {
+      const char *p = gl.gl_pathv[i];
+      size_t len = strlen(p);
+      if (len < 8 || p[len - 7] != '-') continue;
+      const char *end = p + len - 7, *dash = end;
+      while (dash > p && dash[-1] != '-') dash--;
+      long long pid;
+      char num[24];
+      if (end - dash <= 0 || end - dash >= (long)sizeof num) continue;
+      memcpy(num, dash, (size_t)(end - dash));
+      num[end - dash] = 0;
+      if (loom__parse_int(num, 1, INT32_MAX, &pid) < 0) continue;
+      if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+      char err[512];
+      if (loom__fs_remove(p, true, err, sizeof err) < 0)
+        agent_log("cannot remove a dead agent's temporary directory: %s", err);
+    }
+    globfree(&gl);
+  }
+  free(pat);
+}
+
 /* Each start of the task's processes gets a TMPDIR of its own under the
- * agent's (or /tmp), unless the spec's env sets one. */
+ * agent's (or /tmp), unless the spec's env sets one: named for the task
+ * and this agent's pid (see sweep_tmpdirs). */
 static void make_tmpdir(agent *a) {
   remove_tmpdir(a);
   if (json_object_get(a->as.env, "TMPDIR")) return;
   const char *base = getenv("TMPDIR");
+  if (!base || !*base) base = "/tmp";
+  sweep_tmpdirs(base);
   char name[128];
   snprintf(name, sizeof name, "%s-%d", a->as.role, (int)a->as.index);
   for (char *p = name; *p; p++)
     if (*p == '/') *p = '_';
-  int n = snprintf(a->tmpdir, sizeof a->tmpdir, "%s/loom-task-%s-XXXXXX",
-                   base && *base ? base : "/tmp", name);
+  int n =
+      snprintf(a->tmpdir, sizeof a->tmpdir, "%s/loom-task-%s-%d-XXXXXX", base, name, (int)getpid());
   if (n < 0 || (size_t)n >= sizeof a->tmpdir || !mkdtemp(a->tmpdir)) {
     agent_log("%s: cannot make its temporary directory under %s: %s; TMPDIR left as it is", a->task,
-              base && *base ? base : "/tmp", strerror(errno));
+              base, strerror(errno));
     a->tmpdir[0] = 0;
   }
 }

@@ -1,8 +1,11 @@
 """Nothing outlives a job: interrupts, SIGKILL of the coordinator, submit
 and kill, two jobs at once."""
 import os
+import shutil
 import signal
+import subprocess
 import time
+from pathlib import Path
 
 from conftest import loom_pids_of
 
@@ -131,7 +134,23 @@ roles:
   worker: {{command: 'echo "T=$TMPDIR"; echo y > $TMPDIR/g; if [ "$LOOM_ATTEMPT" = 0 ] && [ ! -e {tmp_path}/killed ]; then touch {tmp_path}/killed; kill -9 $$; fi'}}
   keeper: {{env: {{TMPDIR: "{own}"}}, command: 'echo "T=$TMPDIR"; echo z > $TMPDIR/h'}}
 """)
-    r = loom.run("run", spec)
+    # what a SIGKILLed agent (its pid gone) left in the same place is
+    # removed by the next agent; an agent that lives keeps its own
+    base = Path(os.environ.get("TMPDIR") or "/tmp")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = base / f"loom-task-worker-7-{dead.pid}-AbCdEf"
+    (stale / "sub").mkdir(parents=True)
+    (stale / "sub" / "f").write_text("left")
+    live = base / f"loom-task-worker-8-{os.getpid()}-AbCdEf"
+    live.mkdir()
+    try:
+        r = loom.run("run", spec)
+        assert not stale.exists(), "a dead agent's TMPDIR was not removed"
+        assert live.exists(), "a live agent's TMPDIR was removed"
+    finally:
+        shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
     assert r.returncode == 0, r.stdout + r.stderr
     seen = {}
     for line in r.stdout.splitlines():
@@ -147,4 +166,5 @@ roles:
             else:
                 name = task.replace(":", "-")
                 assert os.path.basename(p).startswith(f"loom-task-{name}-"), p
+                assert os.path.dirname(p) == str(base), p
                 assert not os.path.exists(p), f"{task}'s TMPDIR {p} outlived it"
