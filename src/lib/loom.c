@@ -243,10 +243,10 @@ int loom_init(loom_t **out) {
 void loom_finish(loom_t *l) {
   if (!l) return;
   /* the last window's shares, if it is long enough to mean something */
-  uint64_t now = loom__now_ns();
-  if (atomic_load(&l->phase_t0) != 0 && now - l->win_t0 >= 100000000u && l->fd >= 0 &&
-      !loom__aborted(l) && pthread_mutex_trylock(&l->phase_mu) == 0) {
-    phase_window(l, now);
+  if (atomic_load(&l->phase_t0) != 0 && l->fd >= 0 && !loom__aborted(l) &&
+      pthread_mutex_trylock(&l->phase_mu) == 0) {
+    uint64_t now = loom__now_ns();
+    if (now - l->win_t0 >= 100000000u) phase_window(l, now);
     pthread_mutex_unlock(&l->phase_mu);
   }
   loom__comm_fini(l);

@@ -147,21 +147,31 @@ static int grow_index(ps_rows *r, ps_mem *m) {
   return 0;
 }
 
-/* Room for one more key in the keys array (it moves when it grows). */
-static int keys_room(ps_rows *r, ps_mem *m) {
-  if (r->n < r->keys_cap) return 0;
-  uint64_t cap = r->keys_cap ? r->keys_cap * 2 : 256;
-  uint64_t more = (cap - r->keys_cap) * sizeof *r->keys;
+/* Doubles an array of *cap elements of size bytes (first: the first
+ * capacity), the growth charged to the memory budget and r->bytes; the
+ * array moves. */
+static int grow_charged(ps_rows *r, ps_mem *m, void **arr, uint64_t *cap, size_t size,
+                        uint64_t first) {
+  uint64_t ncap = *cap ? *cap * 2 : first, more = (ncap - *cap) * size;
   if (ps_mem_take(m, more) < 0) return LOOM_ERANGE;
-  uint64_t *k = realloc(r->keys, cap * sizeof *k);
-  if (!k) {
+  void *p = realloc(*arr, ncap * size);
+  if (!p) {
     ps_mem_give(m, more);
     return LOOM_ENOMEM;
   }
-  r->keys = k;
-  r->keys_cap = cap;
+  *arr = p;
+  *cap = ncap;
   r->bytes += more;
   return 0;
+}
+
+/* Room for one more key in the keys array (it moves when it grows). */
+static int keys_room(ps_rows *r, ps_mem *m) {
+  if (r->n < r->keys_cap) return 0;
+  void *k = r->keys;
+  int rc = grow_charged(r, m, &k, &r->keys_cap, sizeof *r->keys, 256);
+  r->keys = k;
+  return rc;
 }
 
 int64_t ps_rows_add(ps_rows *r, uint64_t key, bool *added, ps_mem *m) {
@@ -178,17 +188,10 @@ int64_t ps_rows_add(ps_rows *r, uint64_t key, bool *added, ps_mem *m) {
   uint64_t page = r->n >> r->page_shift;
   if (page >= r->npages) {
     if (r->npages == r->pages_cap) {
-      uint64_t cap = r->pages_cap ? r->pages_cap * 2 : 16;
-      uint64_t more = (cap - r->pages_cap) * sizeof *r->pages;
-      if (ps_mem_take(m, more) < 0) return LOOM_ERANGE;
-      float **np = realloc(r->pages, cap * sizeof *np);
-      if (!np) {
-        ps_mem_give(m, more);
-        return LOOM_ENOMEM;
-      }
-      r->pages = np;
-      r->pages_cap = cap;
-      r->bytes += more;
+      void *pg = r->pages;
+      rc = grow_charged(r, m, &pg, &r->pages_cap, sizeof *r->pages, 16);
+      r->pages = pg;
+      if (rc < 0) return rc;
     }
     if (ps_mem_take(m, PAGE_BYTES) < 0) return LOOM_ERANGE;
     float *p = aligned_alloc(PAGE_BYTES, PAGE_BYTES);

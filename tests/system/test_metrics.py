@@ -37,11 +37,12 @@ def file_scalars(path):
     return out
 
 
-def user_metrics(events, task):
-    """{tag: [(step, value)]} of the task's own metric events, in order."""
+def user_metrics(events, task, source="user"):
+    """{tag: [(step, value)]} of the task's own metric events (or those of
+    source: "loom" for libloom's), in order."""
     out = {}
     for e in events:
-        if e["event"] == "metric" and e["task"] == task and e["source"] == "user":
+        if e["event"] == "metric" and e["task"] == task and e["source"] == source:
             out.setdefault(e["tag"], []).append((e["step"], e["value"]))
     return out
 
@@ -147,14 +148,6 @@ PHASE_TAGS = ("loom/time_compute_pct", "loom/time_comm_pct", "loom/time_wait_pee
               "loom/time_wait_data_pct")
 
 
-def loom_metrics(events, task):
-    """{tag: [(step, value)]} of libloom's own metric events (source "loom")."""
-    out = {}
-    for e in events:
-        if e["event"] == "metric" and e["task"] == task and e["source"] == "loom":
-            out.setdefault(e["tag"], []).append((e["step"], e["value"]))
-    return out
-
 
 def test_phase_breakdown_metrics(loom):
     """Rank 0 computes 4 ms a step, the other ranks 0.5 ms, then all
@@ -191,7 +184,7 @@ roles:
     ev = loom.events()
     for task in ("worker:0", "worker:1", "worker:2"):
         assert not user_metrics(ev, task), task  # libloom's are not the program's
-        m = loom_metrics(ev, task)
+        m = user_metrics(ev, task, source="loom")
         series = [m.get(t, []) for t in PHASE_TAGS]
         n = len(series[0])
         assert n >= 4 and all(len(s) == n for s in series), (task, [len(s) for s in series])
