@@ -44,6 +44,10 @@
     "oldest is closed for a new one")                                                              \
   N(CONNECT_TIMEOUT_MS, "LOOM_CONNECT_TIMEOUT", 10000, 1, 3600000, MS,                             \
     "connecting to the coordinator or a peer gives up after this long")                            \
+  W(TLS, "LOOM_TLS", "auto", "auto|on|off",                                                        \
+    "TLS 1.3 keyed by the job secret on loom's TCP links: auto encrypts every connection "         \
+    "that is not loopback at both ends, on encrypts all, off none (every process of a job "        \
+    "must agree)")                                                                                 \
   W(PORT_HOLD, "LOOM_PORT_HOLD", "listen", "listen|start",                                         \
     "agents: keep the task's reserved port bound until the task listens on it (listen), or "       \
     "let it go just before the command starts (start)")                                            \
