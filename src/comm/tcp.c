@@ -5,7 +5,9 @@
  * next to its host; there is no configured port. Links are a full mesh:
  * rank i connects to every lower TCP peer, then accepts the higher ones, so
  * setup cannot deadlock (rank 0 only accepts; by induction every rank
- * reaches its accept loop). Every connection opens with the connector's
+ * reaches its accept loop). A link that leaves the host runs inside TLS
+ * 1.3 keyed by the job secret (wire/wire_tls.h, LOOM_TLS), set up before
+ * anything else is said on it. Every connection opens with the connector's
  * hello (magic, its rank, the acceptor's, the world size, the
  * communicator's tag), then authenticates both ways with the shared
  * handshake (wire/wire_auth.h, wire_auth_comm) keyed with the job's secret
@@ -23,6 +25,7 @@
 #include "comm/comm.h"
 #include "core/bytes.h"
 #include "wire/wire_auth.h"
+#include "wire/wire_tls.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -83,8 +86,8 @@ static int ms_left(comm_t *c) {
 static int tcp_full(comm_t *c, int fd, void *buf, size_t len, int wr) {
   size_t off = 0;
   while (off < len) {
-    ssize_t r = wr ? send(fd, (char *)buf + off, len - off, MSG_NOSIGNAL)
-                   : recv(fd, (char *)buf + off, len - off, 0);
+    ssize_t r = wr ? wire_io_send(fd, (char *)buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT)
+                   : wire_io_recv(fd, (char *)buf + off, len - off, MSG_DONTWAIT);
     if (r > 0) {
       off += (size_t)r;
       continue;
@@ -92,6 +95,7 @@ static int tcp_full(comm_t *c, int fd, void *buf, size_t len, int wr) {
     if (r == 0) return LOOM_ECONN;
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return LOOM_ECONN;
+    if (!wr && wire_io_pending(fd)) continue;
     struct pollfd p = {.fd = fd, .events = wr ? POLLOUT : POLLIN};
     int ms = ms_left(c);
     if (ms == 0) return LOOM_ETIMEDOUT;
@@ -109,17 +113,21 @@ static void tcp_tag(comm_t *c, unsigned char *tag) {
   SHA256((const unsigned char *)c->prefix, strlen(c->prefix), tag);
 }
 
-/* Connector's side: the hello (which link this is), then the client side
- * of the shared handshake (wire_auth_comm) with the hello bound into both
- * MACs. */
-static int tcp_hs_connect(comm_t *c, int fd, int peer) {
+/* Connector's side: TLS where the link leaves the host (wire_tls.h), the
+ * hello (which link this is), then the client side of the shared handshake
+ * (wire_auth_comm) with the hello bound into both MACs. why gets TLS's
+ * reason when TLS failed. */
+static int tcp_hs_connect(comm_t *c, int fd, int peer, char *why, size_t whylen) {
   unsigned char hello[HELLO_LEN] = {0};
+  int rc = wire_io_client(fd, tcp_secret(), wire_auth_comm.label,
+                          loom__now_ms() + (uint64_t)ms_left(c), why, whylen);
+  if (rc < 0) return rc;
   memcpy(hello, TCP_MAGIC, 8);
   loom__put_be32(hello + 8, (uint32_t)c->rank);
   loom__put_be32(hello + 12, (uint32_t)peer);
   loom__put_be32(hello + 16, (uint32_t)c->world);
   tcp_tag(c, hello + 24);
-  int rc = tcp_full(c, fd, hello, sizeof hello, 1);
+  rc = tcp_full(c, fd, hello, sizeof hello, 1);
   if (rc < 0) return rc;
   return wire_auth_client_fd(fd, &wire_auth_comm, tcp_secret(), hello, sizeof hello,
                              loom__now_ms() + (uint64_t)ms_left(c));
@@ -130,8 +138,17 @@ static int tcp_hs_connect(comm_t *c, int fd, int peer) {
 static int tcp_hs_accept(comm_t *c, struct tcp_dev *d, int fd) {
   unsigned char hello[HELLO_LEN], tag[32], msg[WIRE_AUTH_MSG_MAX];
   size_t len, used;
-  int rc = tcp_full(c, fd, hello, sizeof hello, 0);
-  if (rc < 0) return rc;
+  int rc = 0;
+  if (wire_tls_wanted(fd)) {
+    char why[160];
+    if ((rc = wire_io_attach(fd, true, tcp_secret(), wire_auth_comm.label)) < 0) return rc;
+    rc = wire_io_handshake_wait(fd, loom__now_ms() + (uint64_t)ms_left(c), why, sizeof why);
+    if (rc < 0) {
+      loom__log(LOOM_LOG_WARN, "comm", "rank %d: refused a TCP connection: %s", c->rank, why);
+      return rc;
+    }
+  }
+  if ((rc = tcp_full(c, fd, hello, sizeof hello, 0)) < 0) return rc;
   uint32_t from = loom__get_be32(hello + 8), to = loom__get_be32(hello + 12),
            world = loom__get_be32(hello + 16);
   tcp_tag(c, tag);
@@ -197,18 +214,17 @@ static int tcp_connect_to(comm_t *c, int peer, int *out) {
     }
   }
   freeaddrinfo(ai);
+  char why[160] = "";
   if (fd < 0)
     return comm__fail(c, LOOM_ECONN,
                       "rank %d: cannot connect to rank %d at "
                       "%s:%s",
                       c->rank, peer, c->hosts[peer], port);
-  rc = tcp_hs_connect(c, fd, peer);
+  rc = tcp_hs_connect(c, fd, peer, why, sizeof why);
   if (rc < 0) {
-    close(fd);
-    return comm__fail(c, rc,
-                      "rank %d: handshake with rank %d at %s:%s "
-                      "failed: %s",
-                      c->rank, peer, c->hosts[peer], port, loom_strerror(rc));
+    wire_io_close(fd);
+    return comm__fail(c, rc, "rank %d: handshake with rank %d at %s:%s failed: %s", c->rank, peer,
+                      c->hosts[peer], port, why[0] ? why : loom_strerror(rc));
   }
   *out = fd;
   return 0;
@@ -278,7 +294,7 @@ static int tcp_setup(comm_t *c, const int *peers, int n) {
     if (cfd < 0) continue;
     rc = tcp_hs_accept(c, d, cfd);
     if (rc < 0) {
-      close(cfd); /* a stranger, or a peer of another communicator */
+      wire_io_close(cfd); /* a stranger, or a peer of another communicator */
       continue;
     }
     d->links[rc].fd = cfd;
@@ -302,7 +318,7 @@ static void tcp_teardown(comm_t *c) {
   if (!d) return;
   if (d->lfd >= 0) close(d->lfd);
   for (int i = 0; d->links && i < c->world; i++) {
-    if (d->links[i].fd >= 0) close(d->links[i].fd);
+    if (d->links[i].fd >= 0) wire_io_close(d->links[i].fd);
     free(d->links[i].stage);
   }
   free(d->links);
@@ -324,7 +340,8 @@ static int tcp_lost(struct tcp_link *lk, const char *what, int err) {
 static int tcp_send(comm_pair *p, const void *buf, size_t len, size_t upto, size_t *done) {
   struct tcp_link *lk = p->impl;
   (void)len;
-  ssize_t r = send(lk->fd, (const char *)buf + *done, upto - *done, MSG_NOSIGNAL | MSG_DONTWAIT);
+  ssize_t r =
+      wire_io_send(lk->fd, (const char *)buf + *done, upto - *done, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (r > 0)
     *done += (size_t)r;
   else if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
@@ -336,7 +353,7 @@ static int tcp_recv(comm_pair *p, size_t len, size_t *done, const struct comm_si
   struct tcp_link *lk = p->impl;
   ssize_t r;
   if (sink->direct) {
-    r = recv(lk->fd, (char *)sink->direct + *done, len - *done, MSG_DONTWAIT);
+    r = wire_io_recv(lk->fd, (char *)sink->direct + *done, len - *done, MSG_DONTWAIT);
     if (r > 0) *done += (size_t)r;
   } else {
     size_t cap = (size_t)lk->c->t.tcp_stage;
@@ -344,7 +361,7 @@ static int tcp_recv(comm_pair *p, size_t len, size_t *done, const struct comm_si
       return comm__fail(lk->c, LOOM_ENOMEM, "out of memory");
     size_t want = len - *done - lk->have;
     if (want > cap - lk->have) want = cap - lk->have;
-    r = recv(lk->fd, lk->stage + lk->have, want, MSG_DONTWAIT);
+    r = wire_io_recv(lk->fd, lk->stage + lk->have, want, MSG_DONTWAIT);
     if (r > 0) {
       lk->have += (size_t)r;
       size_t n = *done + lk->have == len ? lk->have : lk->have & ~(size_t)7;

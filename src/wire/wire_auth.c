@@ -2,6 +2,7 @@
  * the server's state machine, the client's steps and its blocking helper.
  * Nothing here reads a socket except wire_auth_client_fd. */
 #include "wire/wire_auth.h"
+#include "wire/wire_tls.h"
 
 #include <errno.h>
 #include <openssl/evp.h>
@@ -176,12 +177,13 @@ static int io_exact(int fd, void *buf, size_t n, bool wr, uint64_t deadline) {
     if (now >= deadline) return LOOM_ETIMEDOUT;
     struct pollfd pf = {.fd = fd, .events = wr ? POLLOUT : POLLIN};
     uint64_t wait = deadline - now;
-    int pr = poll(&pf, 1, wait > 1000000 ? 1000000 : (int)wait);
+    /* bytes TLS holds already are not on the socket */
+    int pr = !wr && wire_io_pending(fd) ? 1 : poll(&pf, 1, wait > 1000000 ? 1000000 : (int)wait);
     if (pr < 0 && errno == EINTR) continue;
     if (pr < 0) return LOOM_EIO;
     if (pr == 0) continue; /* the deadline check above ends it */
-    ssize_t r = wr ? send(fd, (char *)buf + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT)
-                   : recv(fd, (char *)buf + done, n - done, MSG_DONTWAIT);
+    ssize_t r = wr ? wire_io_send(fd, (char *)buf + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT)
+                   : wire_io_recv(fd, (char *)buf + done, n - done, MSG_DONTWAIT);
     if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (r <= 0) return LOOM_ECONN;
     done += (size_t)r;

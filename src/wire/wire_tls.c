@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,8 @@ static SSL_CTX *make_ctx(bool server) {
   SSL_CTX_set_options(c, SSL_OP_NO_TICKET | SSL_OP_IGNORE_UNEXPECTED_EOF);
   SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
+  SSL_CTX_set_read_ahead(c, 1);
+  SSL_CTX_set_default_read_buffer_len(c, 64 * 1024);
   if (server) {
     SSL_CTX_set_num_tickets(c, 0);
     SSL_CTX_set_psk_find_session_callback(c, find_cb);
@@ -237,17 +240,65 @@ static wire_tls *fd_tls(int fd) {
   return s ? atomic_load(s) : NULL;
 }
 
+/* A socket BIO that never raises SIGPIPE (OpenSSL's writes with write(2),
+ * and a peer gone would kill a libloom program that does not ignore it). */
+static BIO_METHOD *sock_method;
+
+static int sock_fd(BIO *b) { return (int)(intptr_t)BIO_get_data(b); }
+
+static int sock_write(BIO *b, const char *buf, int len) {
+  ssize_t r = send(sock_fd(b), buf, (size_t)len, MSG_NOSIGNAL);
+  BIO_clear_retry_flags(b);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_write(b);
+  return (int)r;
+}
+
+static int sock_read(BIO *b, char *buf, int len) {
+  ssize_t r = recv(sock_fd(b), buf, (size_t)len, 0);
+  BIO_clear_retry_flags(b);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(b);
+  if (r == 0 && len > 0) BIO_set_flags(b, BIO_FLAGS_IN_EOF);
+  return (int)r;
+}
+
+static long sock_ctrl(BIO *b, int cmd, long num, void *ptr) {
+  (void)num, (void)ptr;
+  if (cmd == BIO_CTRL_FLUSH) return 1;
+  if (cmd == BIO_CTRL_EOF) return BIO_test_flags(b, BIO_FLAGS_IN_EOF) != 0;
+  return 0;
+}
+
+static int sock_create(BIO *b) {
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+static void sock_method_init(void) {
+  BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "loom socket");
+  if (m && BIO_meth_set_write(m, sock_write) && BIO_meth_set_read(m, sock_read) &&
+      BIO_meth_set_ctrl(m, sock_ctrl) && BIO_meth_set_create(m, sock_create))
+    sock_method = m;
+  else
+    BIO_meth_free(m);
+}
+
 int wire_io_attach(int fd, bool server, const char *secret, const char *label) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, sock_method_init);
   _Atomic(wire_tls *) *slot = fd_slot(fd, true);
   if (!slot) return fd < 0 || fd >= FD_PAGE * FD_PAGES ? LOOM_EINVAL : LOOM_ENOMEM;
   if (atomic_load(slot)) return LOOM_EINVAL;
   wire_tls *t = tls_new(server, secret, label);
   if (!t) return LOOM_EIO;
   int fl = fcntl(fd, F_GETFL);
-  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || !SSL_set_fd(t->ssl, fd)) {
+  BIO *b = sock_method ? BIO_new(sock_method) : NULL;
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || !b) {
+    BIO_free(b);
     tls_free(t);
     return LOOM_EIO;
   }
+  BIO_set_data(b, (void *)(intptr_t)fd);
+  SSL_set_bio(t->ssl, b, b); /* one reference, owned by t->ssl */
   atomic_store(slot, t);
   return 0;
 }
