@@ -11,7 +11,7 @@ PKGS=(build-essential cmake pkg-config git
       libopenblas-dev dataset-fashion-mnist
       python3-torch python3-numpy python3-pytest protobuf-compiler
       libprotobuf-c-dev protobuf-c-compiler
-      openmpi-bin libopenmpi-dev procps iproute2 chromium unzip zip
+      openmpi-bin libopenmpi-dev procps iproute2 tcpdump chromium unzip zip
       slurmctld slurmd slurm-client munge
       clang libclang-rt-14-dev clang-format)
 

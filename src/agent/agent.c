@@ -83,6 +83,7 @@ struct agent {
   int fail_code, fail_sig;
   char lost_reason[160];
   int exit_status;
+  wire_tls *tls; /* the coordinator link's TLS, when it leaves the host */
 };
 
 static void agent_log(const char *fmt, ...) LOOM__PRINTF(1, 2);
@@ -101,7 +102,7 @@ static void send_msg(agent *a, const wire_msg *m) {
   unsigned char *buf;
   size_t len;
   if (wire_msg_encode(m, &buf, &len) == 0)
-    wire_uv_write((uv_stream_t *)&a->conn, buf, len, free, buf);
+    wire_uv_write_tls((uv_stream_t *)&a->conn, a->tls, buf, len, free, buf);
 }
 
 /* ---- ending -------------------------------------------------------------- */
@@ -343,7 +344,7 @@ static void send_log(outpipe *o, const void *p, size_t n, const char *mark) {
     free(w);
   } else {
     w->a = a;
-    wire_uv_write((uv_stream_t *)&a->conn, w->buf, len, log_written, w);
+    wire_uv_write_tls((uv_stream_t *)&a->conn, a->tls, w->buf, len, log_written, w);
     if (uv_stream_get_write_queue_size((uv_stream_t *)&a->conn) > OUT_HIGH) out_pause(a, true);
   }
   loom__buf_free(&b);
@@ -886,6 +887,27 @@ static void conn_alloc(uv_handle_t *h, size_t size, uv_buf_t *buf) {
   *buf = uv_buf_init(slab, sizeof slab);
 }
 
+/* Frames from the coordinator, in the clear; false once the link is gone. */
+static bool conn_plain(void *arg, const char *data, size_t n) {
+  agent *a = arg;
+  if (wire_reader_push(&a->rd, data, n) < 0) {
+    coordinator_lost(a, "the coordinator sent an oversized frame");
+    return false;
+  }
+  for (;;) {
+    wire_frame f;
+    int rc = wire_reader_pop(&a->rd, &f);
+    if (rc == 0) return true;
+    if (rc < 0) {
+      coordinator_lost(a, "the coordinator sent a malformed frame");
+      return false;
+    }
+    on_msg(a, &f);
+    wire_frame_free(&f);
+    if (!a->conn_open) return false;
+  }
+}
+
 static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   agent *a = s->data;
   if (a->lingering) { /* what comes now is of no use; the end is awaited */
@@ -897,21 +919,16 @@ static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     return;
   }
   a->last_rx = loom__now_ms();
-  if (wire_reader_push(&a->rd, buf->base, (size_t)n) < 0) {
-    coordinator_lost(a, "the coordinator sent an oversized frame");
+  if (!a->tls) {
+    if (n > 0) conn_plain(a, buf->base, (size_t)n);
     return;
   }
-  for (;;) {
-    wire_frame f;
-    int rc = wire_reader_pop(&a->rd, &f);
-    if (rc == 0) return;
-    if (rc < 0) {
-      coordinator_lost(a, "the coordinator sent a malformed frame");
-      return;
-    }
-    on_msg(a, &f);
-    wire_frame_free(&f);
-    if (!a->conn_open) return;
+  int rc = wire_uv_tls_read(s, a->tls, n > 0 ? buf->base : NULL, (size_t)n, conn_plain, a);
+  if (rc < 0 && a->conn_open) {
+    char why[240];
+    snprintf(why, sizeof why, "TLS on the link to the coordinator failed: %s",
+             wire_tls_mem_why(a->tls));
+    coordinator_lost(a, why);
   }
 }
 
@@ -1315,13 +1332,17 @@ int agent_main(void) {
   if (*stall && !strcmp(stall, task)) pause(); /* fault injection for tests */
 
   int status = 3, fd = -1;
+  char why[600], iface_err[300] = "";
+  why[0] = 0;
   int rc = wire_dial(coord, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS), &fd);
-  if (rc == 0) rc = wire_client_auth(fd, &a->rd, secret, (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS));
+  if (rc == 0)
+    rc = wire_client_auth(fd, &a->rd, secret, (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS), why,
+                          sizeof why);
   if (rc < 0) {
-    agent_log("%s: cannot join the coordinator at %s: %s", task, coord, loom_strerror(rc));
+    agent_log("%s: cannot join the coordinator at %s: %s", task, coord,
+              why[0] ? why : loom_strerror(rc));
     goto out;
   }
-  char why[600], iface_err[300] = "";
   bool iface_bad = choose_host(a, fd, why, sizeof why, iface_err, sizeof iface_err) < 0;
   if (iface_bad)
     agent_log("%s: %s", task, iface_err);
@@ -1390,7 +1411,9 @@ int agent_main(void) {
   uv_loop_init(&a->loop);
   uv_tcp_init(&a->loop, &a->conn);
   a->conn.data = a;
-  if (uv_tcp_open(&a->conn, fd) < 0) goto out_loop;
+  int terr = 0;
+  a->tls = wire_io_take(fd, &terr); /* TLS goes on in memory, under libuv */
+  if (terr < 0 || uv_tcp_open(&a->conn, fd) < 0) goto out_loop;
   fd = -1; /* the loop owns it now */
   a->conn_open = true;
   a->last_rx = loom__now_ms();
@@ -1409,6 +1432,7 @@ int agent_main(void) {
     uv_signal_start(&a->sigs[i], on_signal, sigs[i]);
   }
   uv_read_start((uv_stream_t *)&a->conn, conn_alloc, conn_read);
+  if (a->tls) conn_read((uv_stream_t *)&a->conn, 0, NULL); /* what TLS read ahead */
   uv_run(&a->loop, UV_RUN_DEFAULT);
   status = a->exit_status;
 out_loop:
@@ -1418,7 +1442,8 @@ out_loop:
 out:
   remove_cgroup(a);
   remove_tmpdir(a);
-  if (fd >= 0) close(fd);
+  if (fd >= 0) wire_io_close(fd);
+  wire_tls_mem_free(a->tls);
   if (a->reserve_fd >= 0) close(a->reserve_fd);
   json_decref(a->assign);
   wire_reader_free(&a->rd);

@@ -9,6 +9,7 @@
 #include "http/http.h"
 #include "jobdir/jobdir.h"
 #include "ps/server.h"
+#include "wire/wire_tls.h"
 #include "wire/wire.h"
 
 #include <arpa/inet.h>
@@ -872,7 +873,8 @@ static int cmd_kill(int argc, char **argv) {
   wire_reader r;
   wire_reader_init(&r, 1 << 20);
   if (rc == 0) rc = wire_dial(json_string_value(json_object_get(cj, "addr")), 3000, &fd);
-  if (rc == 0) rc = wire_client_auth(fd, &r, secret, 3000);
+  char why[200] = "";
+  if (rc == 0) rc = wire_client_auth(fd, &r, secret, 3000, why, sizeof why);
   if (rc == 0) {
     json_t *req = json_pack("{s:i}", "id", 1);
     rc = wire_send(fd, WIRE_CTL_KILL, req, NULL, 0);
@@ -884,19 +886,19 @@ static int cmd_kill(int argc, char **argv) {
     fprintf(stderr,
             "loom kill: coordinator unreachable (%s); cancelling the job in its "
             "cluster manager\n",
-            loom_strerror(rc));
+            why[0] ? why : loom_strerror(rc));
     rc = ops->cancel(dir, msg, sizeof msg);
     fprintf(stderr, "loom kill: %s%s\n", rc == 0 ? "cancelled " : "", msg);
   } else if (rc < 0) {
     int pid = (int)json_integer_value(json_object_get(cj, "pid"));
     if (pid > 0 && jobs_coord_alive(dir)) {
       fprintf(stderr, "loom kill: coordinator unreachable (%s); sending it SIGTERM\n",
-              loom_strerror(rc));
+              why[0] ? why : loom_strerror(rc));
       kill(pid, SIGTERM);
       rc = 0;
     }
   }
-  if (fd >= 0) close(fd);
+  if (fd >= 0) wire_io_close(fd);
   wire_reader_free(&r);
   free(secret);
   json_decref(cj);

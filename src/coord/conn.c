@@ -20,6 +20,7 @@ static void conn_handle_closed(uv_handle_t *h);
 static void on_frame(coord *co, conn *c, wire_frame *f);
 static void alloc_cb(uv_handle_t *h, size_t size, uv_buf_t *buf);
 static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+static bool conn_plain(void *arg, const char *data, size_t len);
 static bool authenticate(conn *c, const char *data, size_t len, size_t *used);
 static void auth_expired(uv_timer_t *tm);
 
@@ -35,7 +36,7 @@ void coord_shared_put(void *p) {
 int coord_conn_send_shared(conn *c, shared_frame *sf) {
   if (!c || c->closing) return LOOM_ECONN;
   sf->refs++;
-  return wire_uv_write((uv_stream_t *)&c->tcp, sf->buf, sf->len, coord_shared_put, sf);
+  return wire_uv_write_tls((uv_stream_t *)&c->tcp, c->tls, sf->buf, sf->len, coord_shared_put, sf);
 }
 
 int coord_conn_send_msg(conn *c, const wire_msg *m) {
@@ -44,13 +45,14 @@ int coord_conn_send_msg(conn *c, const wire_msg *m) {
   size_t len;
   int rc = wire_msg_encode(m, &buf, &len);
   if (rc < 0) return rc;
-  return wire_uv_write((uv_stream_t *)&c->tcp, buf, len, free, buf);
+  return wire_uv_write_tls((uv_stream_t *)&c->tcp, c->tls, buf, len, free, buf);
 }
 
 static void conn_handle_closed(uv_handle_t *h) {
   conn *c = h->data;
   if (--c->handles == 0) {
     wire_reader_free(&c->rd);
+    wire_tls_mem_free(c->tls);
     free(c);
   }
 }
@@ -199,13 +201,12 @@ static bool authenticate(conn *c, const char *data, size_t len, size_t *used) {
     return false;
   }
   memcpy(out, proof, plen);
-  wire_uv_write((uv_stream_t *)&c->tcp, out, plen, free, out);
+  wire_uv_write_tls((uv_stream_t *)&c->tcp, c->tls, out, plen, free, out);
   return true;
 }
 
 static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   conn *c = s->data;
-  coord *co = c->co;
   if (n < 0) {
     char why[160];
     snprintf(why, sizeof why, "the peer closed it (%s)", uv_strerror((int)n));
@@ -218,11 +219,27 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
   if (n == 0) return;
   c->last_rx = loom__now_ms();
-  const char *data = buf->base;
-  size_t len = (size_t)n;
+  if (!c->tls) {
+    conn_plain(c, buf->base, (size_t)n);
+    return;
+  }
+  int rc = wire_uv_tls_read(s, c->tls, buf->base, (size_t)n, conn_plain, c);
+  if (rc < 0 && !c->closing) {
+    char why[240];
+    snprintf(why, sizeof why, "TLS: %s", wire_tls_mem_why(c->tls));
+    coord_conn_close(c, why);
+  }
+}
+
+/* What arrived on c, in the clear: the handshake's answer, then frames.
+ * false once c is closing. */
+static bool conn_plain(void *arg, const char *data, size_t len) {
+  conn *c = arg;
+  coord *co = c->co;
+  if (c->closing) return false;
   if (c->kind == C_AUTH) {
     size_t used = 0;
-    if (!authenticate(c, data, len, &used)) return;
+    if (!authenticate(c, data, len, &used)) return !c->closing;
     data += used;
     len -= used;
   }
@@ -230,19 +247,19 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     char why[160];
     snprintf(why, sizeof why, "it sent more than its %zu-byte frame limit allows", c->rd.max_frame);
     coord_conn_close(c, why);
-    return;
+    return false;
   }
   for (;;) {
-    if (c->closing) return;
+    if (c->closing) return false;
     wire_frame f;
     int rc = wire_reader_pop(&c->rd, &f);
-    if (rc == 0) return;
+    if (rc == 0) return true;
     if (rc < 0) {
       char why[160];
       snprintf(why, sizeof why, "it sent a malformed or oversized frame (limit %zu bytes)",
                c->rd.max_frame);
       coord_conn_close(c, why);
-      return;
+      return false;
     }
     on_frame(co, c, &f);
     wire_frame_free(&f);
@@ -276,10 +293,17 @@ void coord_on_connection(uv_stream_t *server, int status) {
     coord_conn_close(c, "it could not be accepted");
     return;
   }
-  struct sockaddr_storage ss;
-  int sl = sizeof ss;
+  struct sockaddr_storage ss, ls;
+  int sl = sizeof ss, ll = sizeof ls;
   loom__strlcpy(c->from, "?", sizeof c->from);
-  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0) {
+  bool have_peer = uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0;
+  bool have_local = uv_tcp_getsockname(&c->tcp, (struct sockaddr *)&ls, &ll) == 0;
+  if (wire_tls_wanted_addrs(have_local ? (void *)&ls : NULL, have_peer ? (void *)&ss : NULL) &&
+      !(c->tls = wire_tls_mem_new(true, co->o->secret, wire_auth_coord.label))) {
+    coord_conn_close(c, "TLS could not start");
+    return;
+  }
+  if (have_peer) {
     if (ss.ss_family == AF_INET)
       uv_ip4_name((struct sockaddr_in *)&ss, c->from, sizeof c->from);
     else if (ss.ss_family == AF_INET6)
@@ -300,6 +324,7 @@ void coord_on_connection(uv_stream_t *server, int status) {
     return;
   }
   memcpy(out, challenge, chlen);
-  wire_uv_write((uv_stream_t *)&c->tcp, out, chlen, free, out);
+  /* with TLS, sent when the client's handshake is done */
+  wire_uv_write_tls((uv_stream_t *)&c->tcp, c->tls, out, chlen, free, out);
   uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
 }

@@ -103,6 +103,7 @@ struct conn {
   loom__fifo_link pa; /* in the queue of connections not yet authenticated */
   char from[64];      /* the peer's address, for the log */
   bool inflate;       /* an agent that takes its CLUSTER blob deflated */
+  wire_tls *tls;      /* TLS (wire_tls.h) on a link that leaves the host, else NULL */
 };
 
 typedef struct kv_entry {

@@ -10,6 +10,7 @@
 #include "loom/comm.h"
 #include "wire/wire.h"
 #include "wire/wire_msg.h"
+#include "wire/wire_tls.h"
 
 #include <errno.h>
 #include <math.h>
@@ -217,8 +218,10 @@ int loom_init(loom_t **out) {
   l->abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   int rc = l->abort_efd < 0 ? LOOM_EIO : 0;
   if (rc == 0) rc = wire_dial(coord, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS), &l->fd);
+  char why[200] = "";
   if (rc == 0)
-    rc = wire_client_auth(l->fd, &l->reader, l->secret, (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS));
+    rc = wire_client_auth(l->fd, &l->reader, l->secret, (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS),
+                          why, sizeof why);
   if (rc == 0) {
     wire_msg m = {.type = WIRE_HELLO,
                   .u.hello = {.task = l->task, .rank = l->rank, .pid = getpid()}};
@@ -232,7 +235,7 @@ int loom_init(loom_t **out) {
   }
   if (rc < 0) {
     loom__log(LOOM_LOG_ERROR, "lib", "cannot join the job's coordinator at %s: %s", coord,
-              loom_strerror(rc));
+              why[0] ? why : loom_strerror(rc));
     loom_finish(l);
     return rc;
   }
@@ -252,7 +255,7 @@ void loom_finish(loom_t *l) {
   loom__comm_fini(l);
   if (l->fd >= 0) shutdown(l->fd, SHUT_RDWR);
   if (l->thread_started) pthread_join(l->thread, NULL);
-  if (l->fd >= 0) close(l->fd);
+  if (l->fd >= 0) wire_io_close(l->fd);
   if (l->abort_efd >= 0) close(l->abort_efd);
   wire_reader_free(&l->reader);
   pthread_mutex_destroy(&l->mu);

@@ -4,6 +4,7 @@
 
 #include "core/bytes.h"
 #include "wire/wire_auth.h"
+#include "wire/wire_tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -175,7 +176,7 @@ int wire_dial(const char *hostport, int timeout_ms, int *out) {
 
 static int write_all(int fd, const unsigned char *p, size_t n) {
   while (n) {
-    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    ssize_t w = wire_io_send(fd, p, n, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return LOOM_ECONN;
     p += w;
@@ -207,23 +208,33 @@ int wire_recv(int fd, wire_reader *r, wire_frame *f, int timeout_ms) {
       if (now >= deadline) return LOOM_ETIMEDOUT;
       wait = (int)(deadline - now);
     }
-    struct pollfd pfd = {.fd = fd, .events = POLLIN};
-    int pr = poll(&pfd, 1, wait);
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr < 0) return LOOM_EIO;
-    if (pr == 0) return LOOM_ETIMEDOUT;
+    if (!wire_io_pending(fd)) { /* TLS may hold bytes the socket no longer shows */
+      struct pollfd pfd = {.fd = fd, .events = POLLIN};
+      int pr = poll(&pfd, 1, wait);
+      if (pr < 0 && errno == EINTR) continue;
+      if (pr < 0) return LOOM_EIO;
+      if (pr == 0) return LOOM_ETIMEDOUT;
+    }
     char buf[WIRE_READ_CHUNK];
-    ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = wire_io_recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n <= 0) return LOOM_ECONN;
     if (wire_reader_push(r, buf, (size_t)n) < 0) return LOOM_EPROTO;
   }
 }
 
-int wire_client_auth(int fd, wire_reader *r, const char *secret, int timeout_ms) {
+int wire_client_auth(int fd, wire_reader *r, const char *secret, int timeout_ms, char *why,
+                     size_t whylen) {
   /* The handshake reads exactly its own bytes from fd, so r holds nothing
    * of it; r is the connection's reader from here on. */
+  if (why && whylen) why[0] = 0;
   if (r->in.len != 0) return LOOM_EPROTO;
   uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : loom__now_ms() + (uint64_t)timeout_ms;
-  return wire_auth_client_fd(fd, &wire_auth_coord, secret, NULL, 0, deadline);
+  int rc = wire_io_client(fd, secret, wire_auth_coord.label, deadline, why, whylen);
+  if (rc < 0) return rc;
+  rc = wire_auth_client_fd(fd, &wire_auth_coord, secret, NULL, 0, deadline);
+  if (rc < 0 && why && whylen)
+    snprintf(why, whylen, "%s%s", loom_strerror(rc),
+             rc == LOOM_EAUTH ? " (the coordinator refused this job's secret)" : "");
+  return rc;
 }

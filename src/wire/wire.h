@@ -114,12 +114,16 @@ int wire_send(int fd, uint16_t type, const json_t *json, const void *blob, size_
 int wire_send_raw(int fd, const void *buf, size_t len);
 /* Reads one frame, waiting at most timeout_ms (-1: forever). */
 int wire_recv(int fd, wire_reader *r, wire_frame *f, int timeout_ms);
-/* Client side of the handshake (wire_auth_coord) on a fresh connection:
- * reads exactly the handshake's bytes from fd, so r (which must be empty)
- * receives nothing of it and is the connection's reader afterwards.
- * timeout_ms -1 waits forever. LOOM_EAUTH when the server refused this
- * secret or could not prove it holds it. */
-int wire_client_auth(int fd, wire_reader *r, const char *secret, int timeout_ms);
+/* Client side of the handshake (wire_auth_coord) on a fresh connection,
+ * inside TLS where the connection leaves the host (wire_tls.h; the
+ * descriptor then has a session, and wire_send / wire_recv go through it):
+ * reads exactly the handshake's bytes, so r (which must be empty) receives
+ * nothing of it and is the connection's reader afterwards. timeout_ms -1
+ * waits forever. LOOM_EAUTH when the server refused this secret or could
+ * not prove it holds it; why (may be NULL) says what failed, TLS's reason
+ * included. Close the descriptor with wire_io_close. */
+int wire_client_auth(int fd, wire_reader *r, const char *secret, int timeout_ms, char *why,
+                     size_t whylen);
 /* Splits "host:port". */
 int wire_split_hostport(const char *hp, char *host, size_t hostlen, int *port);
 

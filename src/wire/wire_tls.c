@@ -446,6 +446,25 @@ wire_tls *wire_tls_mem_new(bool server, const char *secret, const char *label) {
 
 void wire_tls_mem_free(wire_tls *t) { tls_free(t); }
 
+wire_tls *wire_io_take(int fd, int *err) {
+  *err = 0;
+  _Atomic(wire_tls *) *s = fd_slot(fd, false);
+  wire_tls *t = s ? atomic_exchange(s, NULL) : NULL;
+  if (!t) return NULL;
+  BIO *in = BIO_new(BIO_s_mem()), *out = BIO_new(BIO_s_mem());
+  if (!in || !out) {
+    BIO_free(in);
+    BIO_free(out);
+    tls_free(t);
+    *err = LOOM_ENOMEM;
+    return NULL;
+  }
+  BIO_set_mem_eof_return(in, -1);
+  SSL_set_bio(t->ssl, in, out); /* frees the socket BIO; read-ahead bytes stay in ssl */
+  t->out = out;
+  return t;
+}
+
 int wire_tls_mem_feed(wire_tls *t, const void *data, size_t n) {
   while (n) {
     size_t w = 0;

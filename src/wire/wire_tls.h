@@ -87,6 +87,12 @@ int wire_io_close(int fd);
 /* ---- in memory ---- */
 
 typedef struct wire_tls wire_tls;
+/* Takes fd's session off the descriptor as a memory session (for a
+ * connection that libuv takes over after a blocking start, as the agent's):
+ * what it had read ahead stays in it, to be read with wire_tls_mem_read
+ * before waiting for more. NULL when fd has none; *err LOOM_ENOMEM when it
+ * had one that could not be moved (the session is then gone). */
+wire_tls *wire_io_take(int fd, int *err);
 wire_tls *wire_tls_mem_new(bool server, const char *secret, const char *label);
 void wire_tls_mem_free(wire_tls *t);
 /* Ciphertext that arrived. LOOM_ENOMEM. */
