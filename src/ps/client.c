@@ -11,6 +11,7 @@
 #include "lib/lib.h"
 #include "fs/fs.h"
 #include "ps/ps.h"
+#include "wire/wire_tls.h"
 #include "wire/wire.h"
 #include "wire/wire_auth.h"
 
@@ -153,8 +154,7 @@ static int lane_send(loom_ps_t *ps, ps_lane *ln, ps_call *calls, int s) {
       iov[k++].iov_len = len[i] - off;
       off = 0;
     }
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
-    ssize_t n = sendmsg(ps->links[s].fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = wire_io_sendv(ps->links[s].fd, iov, k, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     if (n < 0)
@@ -182,7 +182,7 @@ static ssize_t lane_read(loom_ps_t *ps, ps_lane *ln, int s, void *at, size_t wan
   void *into = direct ? at : ln->stash;
   size_t ask = direct ? want : STASH;
   for (;;) {
-    ssize_t n = recv(ps->links[s].fd, into, ask, MSG_DONTWAIT);
+    ssize_t n = wire_io_recv(ps->links[s].fd, into, ask, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       ln->readable = false;
@@ -193,7 +193,8 @@ static ssize_t lane_read(loom_ps_t *ps, ps_lane *ln, int s, void *at, size_t wan
                     "ps shard %d (%s) closed the connection "
                     "(the ps task died, or refused a request as malformed)",
                     s, ps->links[s].addr);
-    if ((size_t)n < ask) ln->readable = false; /* drained: poll before the next */
+    /* drained: poll before the next (TLS hands over a record at a time) */
+    if ((size_t)n < ask && !wire_io_pending(ps->links[s].fd)) ln->readable = false;
     if (direct) return n;
     ln->st_off = 0;
     ln->st_len = (size_t)n;
@@ -370,7 +371,10 @@ static int run(loom_ps_t *ps, ps_call *calls, size_t n) {
 /* ---- connecting --------------------------------------------------------- */
 static int handshake(loom_ps_t *ps, int s, const char *secret) {
   uint64_t deadline = loom__now_ms() + (uint64_t)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS);
-  int rc = wire_auth_client_fd(ps->links[s].fd, &wire_auth_ps, secret, NULL, 0, deadline);
+  char why[200];
+  int rc = wire_io_client(ps->links[s].fd, secret, wire_auth_ps.label, deadline, why, sizeof why);
+  if (rc < 0) return ps_fail(ps, rc, "ps shard %d at %s: %s", s, ps->links[s].addr, why);
+  rc = wire_auth_client_fd(ps->links[s].fd, &wire_auth_ps, secret, NULL, 0, deadline);
   if (rc == LOOM_EAUTH)
     return ps_fail(ps, LOOM_EAUTH,
                    "ps shard %d at %s refused this process's "
@@ -550,7 +554,7 @@ fail:
 void loom_ps_close(loom_ps_t *ps) {
   if (!ps) return;
   for (int s = 0; ps->links && s < ps->nshards; s++)
-    if (ps->links[s].fd >= 0) close(ps->links[s].fd);
+    if (ps->links[s].fd >= 0) wire_io_close(ps->links[s].fd);
   for (int i = 0; i < ps->nvars; i++) {
     free(ps->vars[i]->id);
     free(ps->vars[i]->lo);

@@ -26,6 +26,7 @@
 #include "ps/ps.h"
 #include "core/fifo.h"
 #include "core/ratelog.h"
+#include "wire/wire_tls.h"
 #include "wire/wire.h"
 #include "wire/wire_auth.h"
 
@@ -66,6 +67,10 @@ typedef struct conn {
   unsigned char *out; /* unsent bytes: [out_off, out_len) */
   size_t out_off, out_len, out_cap;
   uint64_t bar_target; /* the barrier generation it waits for, or 0 */
+  bool tls;            /* inside TLS (wire_tls.h): the link leaves the host */
+  bool tls_hs;         /* its TLS handshake is not done: nothing else moves */
+  bool tls_ww;         /* the handshake waits to write */
+  bool tls_held;       /* TLS holds bytes the socket does not show */
   struct conn *next;
   loom__fifo_link pa; /* in the pre-authentication queue */
 } conn;
@@ -121,8 +126,9 @@ static int out_room(conn *c, size_t n) {
 }
 
 static void conn_flush(conn *c) {
+  if (c->tls_hs) return; /* the challenge waits for TLS */
   while (out_pending(c) && !c->closing) {
-    ssize_t n = send(c->fd, c->out + c->out_off, out_pending(c), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = wire_io_send(c->fd, c->out + c->out_off, out_pending(c), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) {
@@ -150,9 +156,8 @@ static void send_reply(conn *c, ps_hdr *rep, const void *data, size_t len) {
   size_t done = 0, total = PS_HDR + len;
   if (!out_pending(c)) {
     struct iovec iov[2] = {{hdr, PS_HDR}, {(void *)data, len}};
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
     for (;;) {
-      ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t n = wire_io_sendv(c->fd, iov, len ? 2 : 1, MSG_DONTWAIT);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
         c->closing = true;
@@ -770,21 +775,38 @@ static void conn_read(ps_server *s, conn *c) {
       c->in_cap = want;
     }
   }
-  if (c->in_len == c->in_cap) return; /* full of requests behind a parked one */
-  ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
-  if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
-  if (n <= 0) {
-    conn_close(s, c, NULL); /* the client went away: not worth a warning */
-    return;
+  /* TLS hands over a record at a time: read on while it has more */
+  do {
+    if (c->in_len == c->in_cap) return; /* full of requests behind a parked one */
+    ssize_t n = wire_io_recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+      conn_close(s, c, NULL); /* the client went away: not worth a warning */
+      return;
+    }
+    c->in_len += (size_t)n;
+  } while (c->tls && wire_io_pending(c->fd));
+}
+
+/* One step of a connection's TLS handshake. */
+static void conn_tls_step(ps_server *s, conn *c) {
+  char why[200];
+  int rc = wire_io_handshake(c->fd, &c->tls_ww, why, sizeof why);
+  if (rc < 0) {
+    char msg[260];
+    snprintf(msg, sizeof msg, "TLS: %s", why);
+    conn_close(s, c, msg);
+  } else if (rc == 1) {
+    c->tls_hs = false;
+    conn_flush(c); /* the challenge */
   }
-  c->in_len += (size_t)n;
 }
 
 static void conn_free(ps_server *s, conn *c) {
   if (c->bar_target > s->bar_gen && s->bar_arrived > 0) s->bar_arrived--;
   loom__fifo_remove(&s->pa, &c->pa);
   if (c->authed) s->nauthed--;
-  close(c->fd);
+  wire_io_close(c->fd);
   free(c->in);
   free(c->out);
   free(c);
@@ -840,6 +862,14 @@ static void conn_accept(ps_server *s) {
     }
     memcpy(c->out, ch, chlen);
     c->out_len = chlen;
+    if (wire_tls_wanted(fd)) {
+      if (wire_io_attach(fd, true, s->secret, wire_auth_ps.label) < 0) {
+        conn_close(s, c, "TLS could not start");
+        continue;
+      }
+      c->tls = c->tls_hs = true;
+      continue; /* the client speaks first */
+    }
     conn_flush(c);
   }
 }
@@ -969,6 +999,9 @@ int loom__ps_server_run(ps_server *s) {
       if (out_pending(c) <= OUT_HIGH && (!c->parked || c->in_len - c->in_off < c->in_cap))
         ev |= POLLIN;
       if (out_pending(c)) ev |= POLLOUT;
+      if (c->tls_hs) ev = c->tls_ww ? POLLOUT : POLLIN;
+      c->tls_held = c->tls && !c->tls_hs && (ev & POLLIN) && wire_io_pending(c->fd);
+      if (c->tls_held) timeout = 0;
       pfd[n] = (struct pollfd){.fd = c->fd, .events = ev};
       who[n++] = c;
       if (!c->authed) {
@@ -976,7 +1009,7 @@ int loom__ps_server_run(ps_server *s) {
         if (timeout < 0 || left < timeout) timeout = left;
       }
     }
-    int pr = ps_poll_spin(pfd, n, timeout, spin_until);
+    int pr = timeout == 0 ? poll(pfd, (nfds_t)n, 0) : ps_poll_spin(pfd, n, timeout, spin_until);
     if (pr < 0 && errno == EINTR) continue;
     if (pr > 0 && spin_ns) spin_until = loom__now_ns() + spin_ns;
     if (pr < 0) {
@@ -991,8 +1024,12 @@ int loom__ps_server_run(ps_server *s) {
     if (pfd[lidx].revents & POLLIN) conn_accept(s);
     for (size_t i = lidx + 1; i < n; i++) {
       conn *c = who[i];
-      short re = pfd[i].revents;
+      short re = pfd[i].revents | (c->tls_held ? POLLIN : 0);
       if (!re || c->closing) continue;
+      if (c->tls_hs) {
+        conn_tls_step(s, c);
+        continue;
+      }
       if (re & POLLOUT) conn_flush(c);
       if (re & (POLLIN | POLLHUP | POLLERR)) conn_read(s, c);
       conn_work(s, c);

@@ -403,11 +403,52 @@ ssize_t wire_io_recv(int fd, void *buf, size_t n, int flags) {
   return tls_io(fd, t, buf, n, flags, false);
 }
 
+ssize_t wire_io_sendv(int fd, const struct iovec *iov, int n, int flags) {
+  if (!fd_tls(fd)) {
+    struct msghdr mh = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};
+    return sendmsg(fd, &mh, flags | MSG_NOSIGNAL);
+  }
+  /* small messages in one record; large ones piece by piece, stopping at
+   * the first piece not taken whole (a retry starts where this stopped,
+   * with the same bytes, as TLS requires) */
+  unsigned char small[4096];
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += iov[i].iov_len;
+  if (total <= sizeof small) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+      memcpy(small + off, iov[i].iov_base, iov[i].iov_len);
+      off += iov[i].iov_len;
+    }
+    return wire_io_send(fd, small, total, flags);
+  }
+  ssize_t done = 0;
+  for (int i = 0; i < n; i++) {
+    if (!iov[i].iov_len) continue;
+    ssize_t w = wire_io_send(fd, iov[i].iov_base, iov[i].iov_len, flags);
+    if (w < 0) return done ? done : -1;
+    done += w;
+    if ((size_t)w < iov[i].iov_len) break;
+  }
+  return done;
+}
+
 bool wire_io_pending(int fd) {
   wire_tls *t = fd_tls(fd);
   if (!t) return false;
   pthread_mutex_lock(&t->mu);
-  bool p = SSL_pending(t->ssl) > 0 || SSL_has_pending(t->ssl);
+  /* decrypted bytes; or read-ahead bytes, which are worth a read only when
+   * they hold a whole record (peeking decrypts it, or says it needs more) */
+  bool p = SSL_pending(t->ssl) > 0;
+  if (!p && !t->failed && SSL_has_pending(t->ssl)) {
+    unsigned char b;
+    size_t got = 0;
+    int r = SSL_peek_ex(t->ssl, &b, 1, &got);
+    int e = r == 1 ? SSL_ERROR_NONE : SSL_get_error(t->ssl, 0);
+    /* an error is for the next read to report */
+    p = r == 1 || (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE);
+    ERR_clear_error();
+  }
   pthread_mutex_unlock(&t->mu);
   return p;
 }

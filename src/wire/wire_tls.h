@@ -77,7 +77,11 @@ int wire_io_client(int fd, const char *secret, const char *label, uint64_t deadl
  * of stream, -1 with errno ECONNRESET when TLS fails. */
 ssize_t wire_io_send(int fd, const void *buf, size_t n, int flags);
 ssize_t wire_io_recv(int fd, void *buf, size_t n, int flags);
-/* Bytes already inside the session, to be read before polling again. */
+/* sendmsg(2) of n pieces, through the session when fd has one. */
+struct iovec;
+ssize_t wire_io_sendv(int fd, const struct iovec *iov, int n, int flags);
+/* Whether a receive would get bytes that the session holds already (a
+ * poll on the socket would not show them): check it before polling. */
 bool wire_io_pending(int fd);
 /* Frees fd's session (nothing when it has none); call before close. */
 void wire_io_detach(int fd);
