@@ -11,6 +11,12 @@ rank 0.
 
 starts N processes on 127.0.0.1 (MASTER_PORT a free port) and waits for
 them. Needs Debian's python3-torch: run it with /usr/bin/python3.
+
+    gloo_allreduce.py --worker --sizes bytes:iters:warmup,...
+
+is one rank, started by the caller with RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT (and GLOO_SOCKET_IFNAME) in its environment: hosts.sh starts
+one in each network namespace that way.
 """
 import argparse
 import os
@@ -124,7 +130,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--n", type=int, default=2)
     ap.add_argument("--sizes", default="4096:200:20")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--worker", action="store_true",
+                    help="be one rank; RANK, WORLD_SIZE, MASTER_ADDR and "
+                    "MASTER_PORT come from the environment")
     a = ap.parse_args()
     sizes = parse_sizes(a.sizes)
     if a.worker:

@@ -51,62 +51,22 @@ TIMEOUT=${BENCH_TIMEOUT:-300}
 WORK=$(mktemp -d /tmp/loom-bench-allreduce.XXXXXX)
 RAW=$WORK/raw.txt
 : >"$RAW"
+# log, record, skip, collect, run_peer, the build steps, wait_idle
+. "$HERE/common.sh"
 
-log() { echo "# $*" >&2; }
-
-# Ends what this script started that may have outlived its parent: only
-# processes running a program copied into $WORK (the loom bench binary).
 cleanup() {
-  local pids
-  pids=$(pgrep -f "^$WORK/bin/" 2>/dev/null || true)
-  if [ -n "$pids" ]; then
-    log "ending leftover bench processes: $pids"
-    kill -KILL $pids 2>/dev/null || true
-  fi
-  if [ "${BENCH_KEEP:-0}" = 1 ]; then
-    log "work directory kept: $WORK"
-  else
-    rm -rf "$WORK"
-  fi
+  stop_peer
+  kill_work_bin
+  remove_work
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Records a figure line (or a skip) both in the raw file and as progress.
-record() {
-  echo "$1" >>"$RAW"
-  echo "#   $1" >&2
-}
-
-skip() { # peer transport n reason...
-  local peer=$1 transport=$2 n=$3
-  shift 3
-  # reason= runs to the end of the line.
-  record "name=allreduce peer=$peer transport=$transport n=$n skipped reason=$(echo "$*" | tr -s '\n' ';' | sed 's/;$//')"
-}
-
 has_peer() { case " $PEERS " in *" $1 "*) return 0 ;; esac; return 1; }
-
-# Keeps the figure lines of a peer run's output ($1, a file), stripping the
-# "[worker:0] " prefix that loom run adds; says how many it found.
-collect() {
-  local got=$WORK/collect.tmp
-  sed -n 's/^\(\[worker:0\] \)\{0,1\}\(name=allreduce .*\)$/\2/p' "$1" >"$got"
-  cat "$got" >>"$RAW"
-  sed 's/ samples_s=.*//; s/^/#   /' "$got" >&2
-  wc -l <"$got"
-}
-
-nsizes=$(echo "$SIZES" | tr ',' '\n' | grep -c .)
 
 # ---- build -----------------------------------------------------------------
 log "work directory $WORK; build directory $BUILD"
-cmake_ok=1
-if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-  log "configuring $BUILD"
-  cmake -S "$ROOT" -B "$BUILD" >"$WORK/configure.log" 2>&1 || cmake_ok=0
-fi
-mkdir -p "$WORK/bin"
+configure_build
 MEMCPY=$WORK/bin/memcpy_bw
 if [ $cmake_ok = 1 ] &&
    cmake --build "$BUILD" --target bench_allreduce_memcpy >"$WORK/build-memcpy.log" 2>&1; then
@@ -116,83 +76,14 @@ else
   cc -O2 -o "$MEMCPY" "$HERE/memcpy_bw.c" 2>>"$WORK/build-memcpy.log" || MEMCPY=
 fi
 
-loom_reason=
-if has_peer loom; then
-  if [ $cmake_ok = 0 ]; then
-    loom_reason="cmake configure failed: $(tail -n 3 "$WORK/configure.log")"
-  elif ! cmake --build "$BUILD" -j2 --target loom bench_allreduce_loom \
-         >"$WORK/build-loom.log" 2>&1; then
-    loom_reason="build of loom or bench_allreduce_loom failed: $(grep -m 3 -E 'error|undefined reference' "$WORK/build-loom.log")"
-  elif ! [ -x "$BUILD/loom" ]; then
-    loom_reason="no $BUILD/loom after the build"
-  else
-    cp "$BUILD/bench/allreduce/bench_allreduce_loom" "$WORK/bin/loom_allreduce"
-  fi
-fi
-
-mpi_reason=
+loom_reason= mpi_reason= gloo_reason=
+has_peer loom && build_loom
+has_peer mpi && build_mpi
+has_peer gloo && check_gloo
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
-if has_peer mpi; then
-  if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
-    mpi_reason="mpicc or mpirun not found (install openmpi-bin and libopenmpi-dev)"
-  elif ! mpicc -O2 -o "$WORK/bin/mpi_allreduce" "$HERE/mpi_allreduce.c" \
-         >"$WORK/build-mpi.log" 2>&1; then
-    mpi_reason="mpicc failed: $(head -n 3 "$WORK/build-mpi.log")"
-  fi
-fi
-
-gloo_reason=
-if has_peer gloo; then
-  if ! [ -x "$PY" ]; then
-    gloo_reason="$PY not found (Debian's python3-torch provides Gloo)"
-  elif ! "$PY" -c 'import torch.distributed as d, sys; sys.exit(0 if d.is_gloo_available() else 1)' \
-         >"$WORK/gloo-check.log" 2>&1; then
-    gloo_reason="torch.distributed with gloo not importable by $PY: $(tail -n 1 "$WORK/gloo-check.log")"
-  fi
-fi
-
-# Other work on this machine skews every figure: before a round, wait (up to
-# $1 seconds) for the cores to be idle, and say how busy they were.
-busy_pct() { # percent of CPU time not idle over one second
-  local a b
-  read -r _ a1 a2 a3 a4 a5 a6 a7 a8 _ </proc/stat
-  sleep 1
-  read -r _ b1 b2 b3 b4 b5 b6 b7 b8 _ </proc/stat
-  a=$((b1 + b2 + b3 + b4 + b5 + b6 + b7 + b8 - a1 - a2 - a3 - a4 - a5 - a6 - a7 - a8))
-  b=$((b4 + b5 - a4 - a5))
-  echo $(((a - b) * 100 / (a > 0 ? a : 1)))
-}
-machine() { echo "# machine $1: cores ${2}% busy with other work, load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"; }
-wait_idle() { # max_seconds label
-  local waited=0 busy
-  busy=$(busy_pct)
-  while [ "$busy" -gt 10 ] && [ "$waited" -lt "$1" ]; do
-    [ "$waited" = 0 ] && log "cores ${busy}% busy with other work: waiting up to ${1}s for them to idle"
-    sleep 4
-    waited=$((waited + 5))
-    busy=$(busy_pct)
-  done
-  machine "$2" "$busy" | tee -a "$WORK/load.txt" >&2
-}
 : >"$WORK/load.txt"
 
 # ---- peers -----------------------------------------------------------------
-# Runs one peer's command (after "--") with the timeout; on failure or
-# missing figures, records a skip for it with the tail of its output.
-run_peer() { # peer transport n -- command...
-  local peer=$1 transport=$2 n=$3 out rc got
-  shift 4
-  out=$WORK/$peer-$transport-$n-round$round.out
-  log "round $round: $peer transport=$transport n=$n"
-  timeout -k 15 -s "${SIG:-TERM}" "$TIMEOUT" "$@" >"$out" 2>&1
-  rc=$?
-  got=$(collect "$out")
-  if [ "$rc" != 0 ] || [ "$got" -lt "$nsizes" ]; then
-    [ "$rc" = 124 ] && rc="124 (timed out after ${TIMEOUT}s)"
-    skip "$peer" "$transport" "$n" "round $round: exit $rc, got $got of $nsizes sizes; last output: $(grep -v -e '^\s*$' -e 'token=' "$out" | tail -n 4)"
-  fi
-}
-
 loom_job() { # transport n: writes the job spec, prints its path
   local transport=$1 n=$2 spec=$WORK/loom-$1-$2.yaml tenv=
   [ "$transport" = tcp ] && tenv=', LOOM_COMM_TRANSPORT: "tcp"'
