@@ -205,9 +205,16 @@ static int tls_error(wire_tls *t, int ret) {
              wire_tls_policy(), buf);
     return LOOM_EPROTO;
   }
+  if (!done && reason == SSL_R_DECRYPTION_FAILED_OR_BAD_RECORD_MAC) {
+    snprintf(t->why, sizeof t->why,
+             "the TLS handshake failed: the peer's records do not decrypt (a replayed or altered "
+             "connection) (%s)",
+             buf);
+    return LOOM_EAUTH;
+  }
   if (!done) {
     snprintf(t->why, sizeof t->why,
-             "the TLS handshake failed: the peer does not hold this job's secret (%s)", buf);
+             "the TLS handshake failed: the two sides do not hold the same job secret (%s)", buf);
     return LOOM_EAUTH;
   }
   snprintf(t->why, sizeof t->why, "TLS failed: %s", buf[0] ? buf : "I/O error");

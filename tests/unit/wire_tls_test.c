@@ -149,7 +149,7 @@ static void refused(const char *csecret, const char *clabel, const char *ssecret
   both(&c, &s);
   /* the server finds the binder wrong (or no key for the identity) */
   assert_int_equal(s.rc, LOOM_EAUTH);
-  assert_non_null(strstr(s.why, "does not hold this job's secret"));
+  assert_non_null(strstr(s.why, "do not hold the same job secret"));
   assert_true(c.rc == LOOM_EAUTH || c.rc == LOOM_ECONN);
   wire_io_close(a);
   wire_io_close(b);
