@@ -32,7 +32,7 @@ struct wire_tls {
   BIO *out;              /* in memory: the ciphertext to send */
   unsigned char *queued; /* in memory: plaintext written before the handshake ended */
   size_t queued_len;
-  char why[160];
+  char why[320];
 };
 
 /* ---- policy ---- */
