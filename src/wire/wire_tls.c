@@ -474,8 +474,27 @@ int wire_io_close(int fd) {
 
 /* ---- in memory ---- */
 
+static wire_tls *mem_bios(wire_tls *t);
+
 wire_tls *wire_tls_mem_new(bool server, const char *secret, const char *label) {
-  wire_tls *t = tls_new(server, secret, label);
+  return mem_bios(tls_new(server, secret, label));
+}
+
+wire_tls *wire_tls_mem_new_ctx(void *ssl_ctx) {
+  pthread_once(&ctx_once, ctx_init);
+  wire_tls *t = ex_index >= 0 ? calloc(1, sizeof *t) : NULL;
+  if (!t) return NULL;
+  t->server = true;
+  pthread_mutex_init(&t->mu, NULL);
+  if (!(t->ssl = SSL_new(ssl_ctx)) || !SSL_set_ex_data(t->ssl, ex_index, t)) {
+    tls_free(t);
+    return NULL;
+  }
+  SSL_set_accept_state(t->ssl);
+  return mem_bios(t);
+}
+
+static wire_tls *mem_bios(wire_tls *t) {
   if (!t) return NULL;
   BIO *in = BIO_new(BIO_s_mem()), *out = BIO_new(BIO_s_mem());
   if (!in || !out) {
@@ -487,7 +506,7 @@ wire_tls *wire_tls_mem_new(bool server, const char *secret, const char *label) {
   BIO_set_mem_eof_return(in, -1); /* empty: "retry", not end of stream */
   SSL_set_bio(t->ssl, in, out);   /* t->ssl owns both */
   t->out = out;
-  if (!server) SSL_do_handshake(t->ssl); /* the ClientHello, for take() */
+  if (!t->server) SSL_do_handshake(t->ssl); /* the ClientHello, for take() */
   ERR_clear_error();
   return t;
 }

@@ -98,6 +98,9 @@ typedef struct wire_tls wire_tls;
  * had one that could not be moved (the session is then gone). */
 wire_tls *wire_io_take(int fd, int *err);
 wire_tls *wire_tls_mem_new(bool server, const char *secret, const char *label);
+/* A server-side memory session of ssl_ctx, an SSL_CTX * the caller made
+ * and keeps (the dashboard's, with a certificate: no PSK). */
+wire_tls *wire_tls_mem_new_ctx(void *ssl_ctx);
 void wire_tls_mem_free(wire_tls *t);
 /* Ciphertext that arrived. LOOM_ENOMEM. */
 int wire_tls_mem_feed(wire_tls *t, const void *data, size_t n);
