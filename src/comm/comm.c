@@ -20,10 +20,24 @@
 
 const char *comm_errmsg(const comm_t *c) { return c ? c->errmsg : ""; }
 
+/* This machine's identity: its boot id, the same in every network
+ * namespace and container of one kernel ("-" when it cannot be read). */
+static void machine_id(char *out, size_t cap) {
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  size_t n = f && fgets(out, (int)cap, f) ? strcspn(out, " \n") : 0;
+  if (f) fclose(f);
+  if (n == 0) snprintf(out, cap, "-");
+  out[n ? n : 1] = 0;
+}
+
+/* Publishes "<pid> <host> <machine>" and reads every rank's: the hosts
+ * say who shares memory, the machines who shares CPUs (hosts that are
+ * namespaces of one machine share its CPUs). */
 static int comm_publish_hosts(comm_t *c) {
-  char key[LOOM_KV_MAX_KEY + 1], val[300];
+  char key[LOOM_KV_MAX_KEY + 1], val[400], me[64];
+  machine_id(me, sizeof me);
   snprintf(key, sizeof key, "%s/host/%d", c->prefix, c->rank);
-  int n = snprintf(val, sizeof val, "%d %s", (int)getpid(), c->host);
+  int n = snprintf(val, sizeof val, "%d %s %s", (int)getpid(), c->host, me);
   int rc = c->store->ops->set(c->store, key, val, (size_t)n);
   if (rc < 0)
     return comm__fail(c, rc, "rank %d: cannot publish its address: %s", c->rank, loom_strerror(rc));
@@ -49,10 +63,12 @@ static int comm_publish_hosts(comm_t *c) {
                         "rank %d: rank %d never joined the "
                         "communicator (%s)",
                         c->rank, r, loom_strerror(rc));
-    /* "<pid> <host>", from a peer: check it all. */
-    char *sp = len < 300 ? memchr(v, ' ', len) : NULL, *end = NULL;
+    /* "<pid> <host> <machine>", from a peer: check it all. */
+    char *sp = len < 400 ? memchr(v, ' ', len) : NULL, *end = NULL;
+    char *sp2 = sp ? strchr(sp + 1, ' ') : NULL;
     long pid = sp ? strtol(v, &end, 10) : -1;
-    if (!sp || end != sp || pid <= 0 || sp[1] == 0 || strchr(sp + 1, ' ') ||
+    if (sp2) *sp2 = 0;
+    if (!sp || !sp2 || end != sp || pid <= 0 || sp[1] == 0 || sp2[1] == 0 || strchr(sp2 + 1, ' ') ||
         !(c->hosts[r] = strdup(sp + 1))) {
       free(v);
       return comm__fail(c, LOOM_EPROTO,
@@ -61,6 +77,7 @@ static int comm_publish_hosts(comm_t *c) {
                         c->rank, r);
     }
     c->pids[r] = (int)pid;
+    c->same_machine += r != c->rank && strcmp(sp2 + 1, me) == 0;
     free(v);
   }
   return 0;
@@ -125,7 +142,9 @@ int comm_create_gen(comm_store *store, const char *prefix, int rank, int world, 
   cpu_set_t cpus;
   int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus)
                                                            : (int)sysconf(_SC_NPROCESSORS_ONLN);
-  c->oversub = nhost > ncpu;
+  /* ranks on this machine, whatever their hosts (namespaces) */
+  int nmachine = c->same_machine + 1 > nhost ? c->same_machine + 1 : nhost;
+  c->oversub = nmachine > ncpu;
   if (c->t.spin < 0) c->t.spin = c->oversub ? 50 : 2000;
   if (rc < 0) {
     if (errmsg && errlen) snprintf(errmsg, errlen, "%s", c->errmsg);

@@ -50,10 +50,11 @@ struct comm {
    * it), or NULL: then the algorithms over the pairs do. */
   const struct comm_transport *native;
   struct comm_tunables t;
-  int oversub;   /* more ranks on this host than CPUs to run them */
-  int gone_seen; /* a waited-for peer was seen gone and nothing moved
+  int oversub;      /* more ranks on this machine than CPUs to run them */
+  int same_machine; /* other ranks on this machine (its namespaces included) */
+  int gone_seen;    /* a waited-for peer was seen gone and nothing moved
                     since: 1 the caller must look again, 2 it has */
-  int err;       /* first error; the communicator is poisoned once set */
+  int err;          /* first error; the communicator is poisoned once set */
   char errmsg[256];
   uint64_t wait_ns;      /* time spent waiting for peers (nothing moved), summed */
   uint64_t wait_from_ns; /* when the current wait began */

@@ -20,6 +20,9 @@
 #include <unistd.h>
 
 #define PSK_LEN 32
+#ifndef READ_AHEAD
+#define READ_AHEAD (64 * 1024)
+#endif
 #define ID_MAX 32
 
 struct wire_tls {
@@ -118,8 +121,6 @@ static SSL_CTX *make_ctx(bool server) {
   SSL_CTX_set_options(c, SSL_OP_NO_TICKET | SSL_OP_IGNORE_UNEXPECTED_EOF);
   SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
-  SSL_CTX_set_read_ahead(c, 1);
-  SSL_CTX_set_default_read_buffer_len(c, 64 * 1024);
   if (server) {
     SSL_CTX_set_num_tickets(c, 0);
     SSL_CTX_set_psk_find_session_callback(c, find_cb);
@@ -306,6 +307,10 @@ int wire_io_attach(int fd, bool server, const char *secret, const char *label) {
   }
   BIO_set_data(b, (void *)(intptr_t)fd);
   SSL_set_bio(t->ssl, b, b); /* one reference, owned by t->ssl */
+  /* read as much as the socket has: a recv per record costs twice the
+   * syscalls (measured: a 64 MiB allreduce 2.3x slower without) */
+  SSL_set_read_ahead(t->ssl, 1);
+  SSL_set_default_read_buffer_len(t->ssl, READ_AHEAD);
   atomic_store(slot, t);
   return 0;
 }
@@ -506,6 +511,8 @@ static wire_tls *mem_bios(wire_tls *t) {
   BIO_set_mem_eof_return(in, -1); /* empty: "retry", not end of stream */
   SSL_set_bio(t->ssl, in, out);   /* t->ssl owns both */
   t->out = out;
+  /* a coordinator holds thousands: no buffers while idle */
+  SSL_set_mode(t->ssl, SSL_MODE_RELEASE_BUFFERS);
   if (!t->server) SSL_do_handshake(t->ssl); /* the ClientHello, for take() */
   ERR_clear_error();
   return t;
