@@ -571,6 +571,45 @@ roles:
     no_process_left(yloom)
 
 
+def test_the_secret_is_not_in_what_yarn_shows(yloom, yarn):
+    """The ResourceManager's reports of a managed job (its application, the
+    attempts, their containers: what `yarn application -status` and the RM's
+    web pages show), `ps` on the host while it runs, and the job directory
+    hold no part of the job secret (issue 17.3)."""
+    from test_security import job_files, leaks, loom_ps_lines, secret_of
+    s = yloom.spec("""
+name: ysecret
+backend: yarn
+roles:
+  worker: {instances: 2, command: 'sleep 5'}
+""")
+    r = yloom.run("submit", s, timeout=60)
+    assert r.returncode == 0, r.stderr
+    jd = yloom.home / "jobs" / r.stdout.strip()
+    secret = secret_of(jd)
+    app = wait_app(yloom, yarn, "ysecret", ("RUNNING",))
+    yloom.wait_for(lambda: yloom.state(jd)["state"] == "running", timeout=60,
+                   what="the tasks running")
+    seen = [("apps", json.dumps(yarn.rest("apps"))),
+            ("app", json.dumps(yarn.rest(f"apps/{app['id']}")))]
+    attempts = yarn.rest(f"apps/{app['id']}/appattempts")
+    seen.append(("appattempts", json.dumps(attempts)))
+    for a in attempts["appAttempts"]["appAttempt"]:
+        aid = a.get("appAttemptId") or a.get("id")
+        try:
+            seen.append((f"containers {aid}",
+                         json.dumps(yarn.rest(f"apps/{app['id']}/appattempts/{aid}/containers"))))
+        except urllib.error.HTTPError:
+            pass  # not every Hadoop serves an attempt's containers
+    assert any(app["id"] in t for _, t in seen)
+    seen += loom_ps_lines()
+    yloom.wait_for(lambda: yloom.state(jd)["state"] == "succeeded", timeout=90,
+                   what="the job to succeed")
+    seen += job_files(jd)
+    assert not leaks(secret, seen), leaks(secret, seen)
+    no_process_left(yloom)
+
+
 def test_a_killed_managed_application_master_is_started_again_and_goes_on(yloom, yarn):
     s = yloom.spec("""
 name: yamk
