@@ -49,7 +49,15 @@ struct tcp_link {
   int peer;
   char *stage; /* tcp_stage bytes, for reducing receives */
   size_t have; /* bytes in stage not yet handed on */
+  bool tls;    /* the link runs inside TLS */
+  bool held;   /* a send waits for a whole record's worth (TLS) */
 };
+
+/* Under TLS a send waits until it has a whole record's worth of bytes (or
+ * the stage's last ones): a pipelined stage whose bytes arrive a few KiB at
+ * a time would otherwise make as many small records, each with its own
+ * encryption setup and system call. */
+#define TLS_SEND_MIN (16 * 1024)
 
 struct tcp_dev {
   int lfd;
@@ -305,6 +313,7 @@ static int tcp_setup(comm_t *c, const int *peers, int n) {
   for (int i = 0; i < n; i++) {
     struct tcp_link *lk = &d->links[peers[i]];
     tcp_tune(c, lk->fd, peers[i]);
+    lk->tls = wire_io_secure(lk->fd);
     c->pairs[peers[i]].tp = &comm__tcp_transport;
     c->pairs[peers[i]].peer = peers[i];
     c->pairs[peers[i]].impl = lk;
@@ -339,7 +348,8 @@ static int tcp_lost(struct tcp_link *lk, const char *what, int err) {
 
 static int tcp_send(comm_pair *p, const void *buf, size_t len, size_t upto, size_t *done) {
   struct tcp_link *lk = p->impl;
-  (void)len;
+  lk->held = lk->tls && upto < len && upto - *done < TLS_SEND_MIN;
+  if (lk->held) return 0; /* the bytes it waits for come from a receive */
   ssize_t r =
       wire_io_send(lk->fd, (const char *)buf + *done, upto - *done, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (r > 0)
@@ -381,6 +391,7 @@ static int tcp_recv(comm_pair *p, size_t len, size_t *done, const struct comm_si
 
 static void tcp_want(comm_pair *p, int dir, struct comm_waitset *ws) {
   struct tcp_link *lk = p->impl;
+  if (dir && lk->held) return; /* waiting for a receive, not for the socket */
   if (ws->nfds < COMM_WAIT_MAX_FDS - 1)
     ws->fds[ws->nfds++] = (struct pollfd){.fd = lk->fd, .events = dir ? POLLOUT : POLLIN};
   if (ws->npeers < (int)(sizeof ws->peers / sizeof ws->peers[0])) ws->peers[ws->npeers++] = p->peer;
