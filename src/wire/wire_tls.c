@@ -295,7 +295,9 @@ int wire_io_attach(int fd, bool server, const char *secret, const char *label) {
   pthread_once(&once, sock_method_init);
   _Atomic(wire_tls *) *slot = fd_slot(fd, true);
   if (!slot) return fd < 0 || fd >= FD_PAGE * FD_PAGES ? LOOM_EINVAL : LOOM_ENOMEM;
-  if (atomic_load(slot)) return LOOM_EINVAL;
+  /* a session left on this number belonged to a descriptor closed without
+   * wire_io_close: fd is a new one, the old session is stale */
+  tls_free(atomic_exchange(slot, NULL));
   wire_tls *t = tls_new(server, secret, label);
   if (!t) return LOOM_EIO;
   int fl = fcntl(fd, F_GETFL);

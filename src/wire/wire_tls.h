@@ -54,8 +54,8 @@ const char *wire_tls_policy(void);
  * label; the handshake runs on the first wire_io_handshake() (or the first
  * send or receive). The descriptor is made non-blocking; the send and
  * receive calls keep the blocking behaviour the caller asks for.
- * LOOM_ENOMEM, LOOM_EIO (TLS cannot start), LOOM_EINVAL (fd out of range
- * or already has one). */
+ * LOOM_ENOMEM, LOOM_EIO (TLS cannot start), LOOM_EINVAL (fd out of
+ * range). A session still attached to the number is dropped as stale. */
 int wire_io_attach(int fd, bool server, const char *secret, const char *label);
 /* Whether fd has a session. */
 bool wire_io_secure(int fd);
