@@ -686,7 +686,7 @@ static int cmd_status(int argc, char **argv) {
   if (in_manager && !json) printf("cluster  %s\n", bj.what);
   if (dash) printf("web      %s\n", dash);
   const char *fp = json_string_value(json_object_get(st, "dashboard_fingerprint"));
-  if (dash && fp) printf("         certificate SHA-256 %s\n", fp);
+  if (dash && fp) printf("cert     SHA-256 %s (self-signed)\n", fp);
   print_tensorboard(dir, st);
   json_t *rc = json_object_get(st, "root_cause");
   if (rc)

@@ -268,6 +268,7 @@ int wire_tls_cert_self_signed(const char *const *names, size_t n, wire_tls_cert 
       !add_ext(x, NID_key_usage, "critical,digitalSignature") ||
       !add_ext(x, NID_ext_key_usage, "serverAuth") ||
       !add_ext(x, NID_subject_key_identifier, "hash") ||
+      !add_ext(x, NID_authority_key_identifier, "keyid:always") ||
       !add_ext(x, NID_subject_alt_name, san.p) || !X509_sign(x, key, EVP_sha256())) {
     snprintf(err, errlen, "cannot make a self-signed certificate (%s)",
              ossl_reason(why, sizeof why));
