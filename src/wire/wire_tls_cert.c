@@ -69,8 +69,7 @@ static SSL_CTX *server_ctx(void) {
   return c;
 }
 
-static int cert_new(SSL_CTX *ctx, bool self_signed, wire_tls_cert **out, char *err,
-                    size_t errlen) {
+static int cert_new(SSL_CTX *ctx, bool self_signed, wire_tls_cert **out, char *err, size_t errlen) {
   wire_tls_cert *c = calloc(1, sizeof *c);
   if (!c) {
     SSL_CTX_free(ctx);
@@ -161,8 +160,9 @@ int wire_tls_cert_load(const char *cert_var, const char *cert_path, const char *
   if (!(b = open_pem(key_var, key_path, err, errlen))) goto out;
   if (!(key = PEM_read_bio_PrivateKey(b, NULL, no_passphrase, NULL))) {
     unsigned long e = ERR_peek_last_error();
-    bool pass = ERR_GET_LIB(e) == ERR_LIB_PEM && (ERR_GET_REASON(e) == PEM_R_BAD_PASSWORD_READ ||
-                                                  ERR_GET_REASON(e) == PEM_R_PROBLEMS_GETTING_PASSWORD);
+    bool pass =
+        ERR_GET_LIB(e) == ERR_LIB_PEM && (ERR_GET_REASON(e) == PEM_R_BAD_PASSWORD_READ ||
+                                          ERR_GET_REASON(e) == PEM_R_PROBLEMS_GETTING_PASSWORD);
     snprintf(err, errlen, "%s=%s: %s%s%s (%s)", key_var, key_path,
              pass        ? "the private key is encrypted: give it without a passphrase"
              : key_apart ? "not a PEM private key"
@@ -229,9 +229,9 @@ int wire_tls_cert_self_signed(const char *const *names, size_t n, wire_tls_cert 
   for (size_t i = 0; i < n; i++) {
     unsigned char a[16];
     bool ip = inet_pton(AF_INET, names[i], a) == 1 || inet_pton(AF_INET6, names[i], a) == 1;
-    bool dns = !ip && names[i][0] && strspn(names[i], "abcdefghijklmnopqrstuvwxyz"
-                                                      "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") ==
-                                         strlen(names[i]);
+    bool dns = !ip && names[i][0] &&
+               strspn(names[i], "abcdefghijklmnopqrstuvwxyz"
+                                "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == strlen(names[i]);
     if (!ip && !dns) {
       loom__buf_free(&san);
       snprintf(err, errlen, "'%s' is neither an IP address nor a DNS name for the certificate",
@@ -261,10 +261,9 @@ int wire_tls_cert_self_signed(const char *const *names, size_t n, wire_tls_cert 
       !X509_set_pubkey(x, key) ||
       !X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, (const unsigned char *)"loom", -1, -1,
                                   0) ||
-      !X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                                  (const unsigned char *)"loom dashboard", -1, -1, 0) ||
-      !X509_set_issuer_name(x, name) ||
-      !add_ext(x, NID_basic_constraints, "critical,CA:FALSE") ||
+      !X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"loom dashboard",
+                                  -1, -1, 0) ||
+      !X509_set_issuer_name(x, name) || !add_ext(x, NID_basic_constraints, "critical,CA:FALSE") ||
       !add_ext(x, NID_key_usage, "critical,digitalSignature") ||
       !add_ext(x, NID_ext_key_usage, "serverAuth") ||
       !add_ext(x, NID_subject_key_identifier, "hash") ||

@@ -172,14 +172,18 @@ static void test_self_signed(void **state) {
   assert_int_equal(X509_cmp_current_time(X509_get0_notBefore(x)), -1);
   assert_int_equal(ASN1_TIME_diff(&days, &secs, X509_get0_notBefore(x), X509_get0_notAfter(x)), 1);
   assert_int_equal(days, 365);
-  assert_true(ASN1_INTEGER_get(X509_get0_serialNumber(x)) != 0);
+  /* 128 random bits, positive */
+  const ASN1_INTEGER *serial = X509_get0_serialNumber(x);
+  assert_int_equal(ASN1_STRING_length(serial), 16);
+  assert_int_equal(ASN1_STRING_type(serial), V_ASN1_INTEGER);
 
   /* another one: another key, serial and fingerprint */
   assert_int_equal(wire_tls_cert_self_signed(names, 2, &c2, err, sizeof err), 0);
   assert_string_not_equal(c->fingerprint, c2->fingerprint);
-  assert_int_not_equal(ASN1_INTEGER_cmp(X509_get0_serialNumber(x),
-                                        X509_get0_serialNumber(SSL_CTX_get0_certificate(c2->ssl_ctx))),
-                       0);
+  assert_int_not_equal(
+      ASN1_INTEGER_cmp(X509_get0_serialNumber(x),
+                       X509_get0_serialNumber(SSL_CTX_get0_certificate(c2->ssl_ctx))),
+      0);
 
   /* a browser-like client verifies it for its names, TLS 1.3 and 1.2 */
   assert_int_equal(handshake(c, "127.0.0.1", 0), 1);
