@@ -545,8 +545,8 @@ static void start_dashboard(coord *co, const char *bind, const char *ip) {
       loom__strlcpy(co->dashboard_fp, fp, sizeof co->dashboard_fp);
       fprintf(stderr, "loom: dashboard certificate SHA-256 fingerprint %s\n", fp);
     }
-  } else if (rc == LOOM_EINVAL && (loom__tun_str(LOOM_TUN_DASHBOARD_CERT)[0] ||
-                                   loom__tun_str(LOOM_TUN_DASHBOARD_KEY)[0])) {
+  } else if (loom__tun_str(LOOM_TUN_DASHBOARD_CERT)[0] ||
+             loom__tun_str(LOOM_TUN_DASHBOARD_KEY)[0]) {
     /* asked for HTTPS and it cannot be had here: none rather than plain */
     loom__log(LOOM_LOG_WARN, "coord", "no dashboard: %s", err);
   } else {
