@@ -314,6 +314,11 @@ static int cmd_run(int argc, char **argv, bool detach) {
                                 "coordinator at with --advertise",
                      bind);
   char err[2048];
+  /* the dashboard's HTTPS settings, before anything starts */
+  if (http_tls_check(err, sizeof err) < 0) {
+    fprintf(stderr, "loom %s: %s\n", verb, err);
+    return EXIT_USAGE;
+  }
   spec_job *s;
   int rc = spec_load(path, sets, nsets, &s, err, sizeof err);
   if (rc < 0) {
@@ -680,6 +685,8 @@ static int cmd_status(int argc, char **argv) {
   const char *dash = json_string_value(json_object_get(st, "dashboard"));
   if (in_manager && !json) printf("cluster  %s\n", bj.what);
   if (dash) printf("web      %s\n", dash);
+  const char *fp = json_string_value(json_object_get(st, "dashboard_fingerprint"));
+  if (dash && fp) printf("cert     SHA-256 %s (self-signed)\n", fp);
   print_tensorboard(dir, st);
   json_t *rc = json_object_get(st, "root_cause");
   if (rc)

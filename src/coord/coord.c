@@ -528,16 +528,27 @@ static int start_listening(coord *co, char *ip, size_t iplen) {
 static void start_dashboard(coord *co, const char *bind, const char *ip) {
   const coord_opts *o = co->o;
   unsigned char mac[WIRE_MAC], nonce[WIRE_NONCE] = {0};
-  char token[2 * WIRE_MAC + 1], err[256];
+  char token[2 * WIRE_MAC + 1], err[1024];
   wire_mac(o->secret, "loom-ui", nonce, mac);
   loom__hex(mac, 16, token);
   int hport = 0;
   /* the address peers are told, not every interface */
   const char *hb = o->advertise ? o->advertise : bind;
-  if (http_start(&co->loop, hb, o->job_dir, token, &co->http, &hport, err, sizeof err) == 0) {
-    snprintf(co->dashboard, sizeof co->dashboard, "http://%s:%d/?token=%s",
+  int rc = http_start(&co->loop, hb, o->job_dir, token, &co->http, &hport, err, sizeof err);
+  if (rc == 0) {
+    snprintf(co->dashboard, sizeof co->dashboard, "%s://%s:%d/?token=%s", http_scheme(co->http),
              o->advertise ? o->advertise : ip, hport, token);
     if (o->console) fprintf(stderr, "loom: dashboard %s\n", co->dashboard);
+    const char *fp = http_fingerprint(co->http);
+    if (fp) {
+      /* to the console, or coordinator.log for a detached coordinator */
+      loom__strlcpy(co->dashboard_fp, fp, sizeof co->dashboard_fp);
+      fprintf(stderr, "loom: dashboard certificate SHA-256 fingerprint %s\n", fp);
+    }
+  } else if (loom__tun_str(LOOM_TUN_DASHBOARD_CERT)[0] ||
+             loom__tun_str(LOOM_TUN_DASHBOARD_KEY)[0]) {
+    /* asked for HTTPS and it cannot be had here: none rather than plain */
+    loom__log(LOOM_LOG_WARN, "coord", "no dashboard: %s", err);
   } else {
     loom__log(LOOM_LOG_INFO, "coord", "no dashboard: %s", err);
   }
@@ -686,8 +697,11 @@ int coord_run(const coord_opts *o) {
   coord_event(co, NULL, "job_started",
               json_pack("{s:s, s:s, s:i}", "name", co->s->name, "coordinator", co->addr, "tasks",
                         co->ntasks));
-  if (co->dashboard[0])
-    coord_event(co, NULL, "dashboard", json_pack("{s:s}", "url", co->dashboard));
+  if (co->dashboard[0]) {
+    json_t *d = json_pack("{s:s}", "url", co->dashboard);
+    if (co->dashboard_fp[0]) json_object_set_new(d, "fingerprint", json_string(co->dashboard_fp));
+    coord_event(co, NULL, "dashboard", d);
+  }
   if (stage_files(co)) {
     attempt_start(co);
     uv_run(&co->loop, UV_RUN_DEFAULT);

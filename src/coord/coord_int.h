@@ -165,7 +165,8 @@ struct coord {
   json_t *staged_files; /* target -> node-local copy, when the backend staged them */
   http_server *http;
   char dashboard[512], tensorboard[400];
-  long long metric_rate; /* LOOM_METRIC_RATE, read once */
+  char dashboard_fp[100]; /* its self-signed certificate's SHA-256, or "" */
+  long long metric_rate;  /* LOOM_METRIC_RATE, read once */
 };
 
 /* A frame encoded once and written to many connections. */

@@ -141,6 +141,8 @@ static int state_render(coord *co, loom__buf *b) {
   }
   if (co->feed) json_object_set_new(j, "feed", feed_dispatch_status(co->feed));
   if (co->dashboard[0]) json_object_set_new(j, "dashboard", json_string(co->dashboard));
+  if (co->dashboard_fp[0])
+    json_object_set_new(j, "dashboard_fingerprint", json_string(co->dashboard_fp));
   if (co->tensorboard[0]) json_object_set_new(j, "tensorboard", json_string(co->tensorboard));
   char *s = json_dumps(j, JSON_INDENT(1));
   json_decref(j);

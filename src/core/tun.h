@@ -48,6 +48,11 @@
     "TLS 1.3 keyed by the job secret on loom's TCP links: auto encrypts every connection "         \
     "that is not loopback at both ends, on encrypts all, off none (every process of a job "        \
     "must agree)")                                                                                 \
+  W(DASHBOARD_CERT, "LOOM_DASHBOARD_CERT", "", NULL,                                               \
+    "the dashboard over HTTPS: a PEM certificate chain file, or self-signed (a P-256 "             \
+    "certificate made at start, its SHA-256 fingerprint printed); empty: plain HTTP")              \
+  W(DASHBOARD_KEY, "LOOM_DASHBOARD_KEY", "", NULL,                                                 \
+    "the PEM private key file of LOOM_DASHBOARD_CERT's certificate (default: that file)")          \
   W(PORT_HOLD, "LOOM_PORT_HOLD", "listen", "listen|start",                                         \
     "agents: keep the task's reserved port bound until the task listens on it (listen), or "       \
     "let it go just before the command starts (start)")                                            \

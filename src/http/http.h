@@ -17,11 +17,29 @@ typedef struct http_server http_server;
 /* Serves the job in job_dir on loop, listening on bind (e.g. "127.0.0.1")
  * with an ephemeral port written to *port. Requests must carry token
  * (?token=... or the cookie the page sets); others get 401/403. On error
- * returns a negative LOOM_E* code with a message in err. */
+ * returns a negative LOOM_E* code with a message in err (LOOM_EINVAL for
+ * bad HTTPS settings, see below). */
 int http_start(uv_loop_t *loop, const char *bind, const char *job_dir, const char *token,
                http_server **out, int *port, char *err, size_t errlen);
 /* Stops serving and closes every connection; the loop may then end. */
 void http_stop(http_server *s);
+
+/* HTTPS: with LOOM_DASHBOARD_CERT set (a PEM certificate chain file, with
+ * LOOM_DASHBOARD_KEY its key's file; or "self-signed": one made at start
+ * for the address bound), http_start serves HTTPS only, and a plain HTTP
+ * request is closed unanswered. Its failure to load them is an error,
+ * never a fall back to plain HTTP. */
+
+/* Checks those settings before anything starts (`loom run`, `loom ui`):
+ * 0 when there are none, or "self-signed", or a certificate and key that
+ * load and match; else LOOM_EINVAL (or LOOM_ENOMEM, LOOM_EIO) with a
+ * message in err that names the variable, the file and why. */
+int http_tls_check(char *err, size_t errlen);
+/* "https" when s serves HTTPS, else "http". */
+const char *http_scheme(const http_server *s);
+/* The SHA-256 fingerprint ("AB:CD:...") of s's self-signed certificate;
+ * NULL when s has none (plain HTTP, or the user's certificate). */
+const char *http_fingerprint(const http_server *s);
 
 /* `loom ui [--port P] [--bind A] [JOB...]`: serves finished (and running)
  * jobs from <home>/jobs until interrupted. argv[0] is "ui". */

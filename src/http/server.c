@@ -22,17 +22,28 @@
  * (the oldest closed when another arrives), each closed if its request has
  * not come within LOOM_AUTH_TIMEOUT. Connections past the token check have
  * their own cap, HTTP_MAX_CONNS. What is refused, evicted or timed out is
- * logged through a rate limiter (core/ratelog.h). */
+ * logged through a rate limiter (core/ratelog.h).
+ *
+ * HTTPS (LOOM_DASHBOARD_CERT): every connection runs a memory TLS session
+ * (wire_tls.h) of the server's certificate: what arrives goes through
+ * wire_uv_tls_read into the same request parsing, the answer through
+ * wire_uv_write_tls, then a close_notify. The deadlines, caps and the
+ * pre-authentication queue are the same: a handshake that never ends is a
+ * request that never came. A connection that does not speak TLS (a plain
+ * http:// request) is closed unanswered, logged as a refusal. */
 #include "http/http_int.h"
 #include "jobdir/jobdir.h"
 #include "core/fifo.h"
 #include "core/ratelog.h"
+#include "wire/wire_tls_cert.h"
+#include "wire/wire_uv.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct conn conn;
 
@@ -56,6 +67,8 @@ struct http_server {
   uv_timer_t tick; /* reports a flood of refusals that stopped */
   int handles;     /* the listener, the tick, each connection, each rejected socket: freed at 0 */
   uint64_t clock;
+  wire_tls_cert *cert;        /* HTTPS: the certificate, or NULL for plain HTTP */
+  char slab[WIRE_READ_CHUNK]; /* HTTPS: ciphertext as read, before TLS */
 };
 
 struct conn {
@@ -75,6 +88,7 @@ struct conn {
   char in[HTTP_MAX_HEAD + 1];
   http_req req;
   char *out;
+  wire_tls *tls; /* HTTPS: the session, or NULL */
 };
 
 static void server_release(http_server *s) {
@@ -83,6 +97,7 @@ static void server_release(http_server *s) {
   for (size_t i = 0; i < HTTP_MAX_JOBS; i++) http__job_free(s->jobs[i]);
   for (size_t i = 0; i < s->nonly; i++) free(s->only[i]);
   free(s->only);
+  wire_tls_cert_free(s->cert);
   free(s);
 }
 
@@ -91,6 +106,7 @@ static void on_conn_closed(uv_handle_t *h) {
   if (--c->open > 0) return;
   http_server *s = c->s;
   free(c->out);
+  wire_tls_mem_free(c->tls);
   free(c);
   server_release(s);
 }
@@ -187,6 +203,16 @@ static void on_written(uv_write_t *req, int status) {
   if (status < 0 || uv_shutdown(&c->sd, (uv_stream_t *)&c->tcp, on_shutdown) < 0) conn_close(c);
 }
 
+/* HTTPS: the answer's ciphertext is written (or failed: then so does what
+ * follows, and the connection closes): end TLS, then TCP. */
+static void on_tls_written(void *owner) {
+  conn *c = owner;
+  if (c->closing) return;
+  if (wire_tls_mem_close(c->tls) < 0 || wire_uv_tls_flush((uv_stream_t *)&c->tcp, c->tls) < 0 ||
+      uv_shutdown(&c->sd, (uv_stream_t *)&c->tcp, on_shutdown) < 0)
+    conn_close(c);
+}
+
 static void on_timeout(uv_timer_t *t) {
   conn *c = t->data;
   if (!c->answered) refused(c->s, c->peer, "closed the connection", "no request in time");
@@ -223,8 +249,13 @@ static void respond(conn *c, http_resp *r, bool head) {
   loom__buf_free(&r->body);
   uv_read_stop((uv_stream_t *)&c->tcp);
   uv_timer_start(&c->timer, on_timeout, HTTP_WRITE_TIMEOUT_MS, 0);
-  uv_buf_t b = uv_buf_init(c->out, (unsigned)(hn + bn));
   c->wr.data = c->sd.data = c;
+  if (c->tls) {
+    if (wire_uv_write_tls((uv_stream_t *)&c->tcp, c->tls, c->out, hn + bn, on_tls_written, c) < 0)
+      conn_close(c);
+    return;
+  }
+  uv_buf_t b = uv_buf_init(c->out, (unsigned)(hn + bn));
   if (uv_write(&c->wr, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) conn_close(c);
 }
 
@@ -350,8 +381,8 @@ static void serve_page(conn *c, const char *page, const char *cookie_path, bool 
     char tok[HTTP_TOKEN_LEN + 1];
     if (http__query(c->req.query, "token", tok, sizeof tok) > 0)
       snprintf(r.extra, sizeof r.extra,
-               "Set-Cookie: loom_%d=%s; Path=%s; HttpOnly; SameSite=Strict\r\n", c->s->port, tok,
-               cookie_path);
+               "Set-Cookie: loom_%d=%s; Path=%s; HttpOnly; SameSite=Strict%s\r\n", c->s->port, tok,
+               cookie_path, c->tls ? "; Secure" : "");
   }
   respond(c, &r, c->req.head);
 }
@@ -475,6 +506,11 @@ denied:
 /* ---- connections ------------------------------------------------------- */
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   conn *c = h->data;
+  if (c->tls) {
+    /* ciphertext: its plaintext is copied into c->in (on_plain) */
+    *buf = uv_buf_init(c->s->slab, sizeof c->s->slab);
+    return;
+  }
   if (c->draining) c->inlen = 0;
   size_t room = sizeof c->in - 1 - c->inlen;
   if (room == 0) {
@@ -487,28 +523,25 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   buf->len = room;
 }
 
-static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
-  conn *c = st->data;
-  if (c->closing) return;
-  if (c->draining) {
-    if (nread < 0 || (c->drained += (size_t)nread) > HTTP_MAX_DRAIN) conn_close(c);
-    return;
+/* n bytes of the request in the clear: at data, or (data NULL) read into
+ * c->in already. Parses what has come and answers once a head is whole
+ * or refused. Returns false once the connection is answered or closing
+ * (a wire_uv_plain). */
+static bool on_plain(void *arg, const char *data, size_t n) {
+  conn *c = arg;
+  if (c->closing || c->answered) return false;
+  if (data) {
+    /* past the room, the head is too large: 431 below */
+    size_t room = sizeof c->in - 1 - c->inlen;
+    if (n > room) n = room;
+    memcpy(c->in + c->inlen, data, n);
   }
-  if (c->answered) return;
-  if (nread == UV_ENOBUFS) {
-    respond_error(c, 431, "the request head is too large");
-    return;
-  }
-  if (nread < 0) {
-    conn_close(c);
-    return;
-  }
-  c->inlen += (size_t)nread;
+  c->inlen += n;
   c->in[c->inlen] = 0;
   int rc = http__parse(c->in, c->inlen, &c->req);
   if (rc == 0) {
     if (c->inlen >= HTTP_MAX_HEAD) respond_error(c, 431, "the request head is too large");
-    return;
+    return !c->answered;
   }
   if (rc < 0) {
     static const struct {
@@ -527,10 +560,40 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
       if (why[i].status == -rc) msg = why[i].msg;
     loom__log(LOOM_LOG_DEBUG, "http", "refused a request: %d %s", -rc, msg);
     respond_error(c, -rc, msg);
-    return;
+    return false;
   }
   loom__log(LOOM_LOG_DEBUG, "http", "%s %s", c->req.method, c->req.path);
   route(c);
+  return false;
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  conn *c = st->data;
+  if (c->closing) return;
+  if (c->draining) {
+    if (nread < 0 || (c->drained += (size_t)nread) > HTTP_MAX_DRAIN) conn_close(c);
+    return;
+  }
+  if (c->answered) return;
+  if (nread == UV_ENOBUFS) {
+    respond_error(c, 431, "the request head is too large");
+    return;
+  }
+  if (nread < 0) {
+    conn_close(c);
+    return;
+  }
+  if (!c->tls) {
+    on_plain(c, NULL, (size_t)nread);
+    return;
+  }
+  int rc = wire_uv_tls_read(st, c->tls, buf->base, (size_t)nread, on_plain, c);
+  if (rc < 0 && !c->closing) {
+    char why[400];
+    snprintf(why, sizeof why, "TLS: %s", wire_tls_mem_why(c->tls));
+    refused(c->s, c->peer, "closed the connection", why);
+    conn_close(c);
+  }
 }
 
 static void on_reject_closed(uv_handle_t *h) {
@@ -594,6 +657,7 @@ static void on_connection(uv_stream_t *server, int status) {
   loom__fifo_push(&s->pa, &c->pa, c);
   snprintf(c->peer, sizeof c->peer, "?");
   if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 ||
+      (s->cert && !(c->tls = wire_tls_mem_new_ctx(s->cert->ssl_ctx))) ||
       uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
     conn_close(c);
     return;
@@ -611,6 +675,64 @@ static void on_connection(uv_stream_t *server, int status) {
 
 /* ---- start, stop ------------------------------------------------------- */
 static void on_listener_closed(uv_handle_t *h) { server_release(h->data); }
+
+/* The HTTPS settings: *out NULL for plain HTTP. bind NULL: only checks
+ * them (a self-signed certificate is made for the address bound). */
+static int tls_config(const char *bind, wire_tls_cert **out, char *err, size_t errlen) {
+  const char *cert = loom__tun_str(LOOM_TUN_DASHBOARD_CERT);
+  const char *key = loom__tun_str(LOOM_TUN_DASHBOARD_KEY);
+  *out = NULL;
+  if (!cert[0]) {
+    if (!key[0]) return 0;
+    snprintf(err, errlen,
+             "LOOM_DASHBOARD_KEY=%s is set but LOOM_DASHBOARD_CERT is not: set it to the key's "
+             "certificate file (or unset LOOM_DASHBOARD_KEY)",
+             key);
+    return LOOM_EINVAL;
+  }
+  if (strcmp(cert, "self-signed") != 0)
+    return wire_tls_cert_load("LOOM_DASHBOARD_CERT", cert, "LOOM_DASHBOARD_KEY", key, out, err,
+                              errlen);
+  if (key[0]) {
+    snprintf(err, errlen,
+             "LOOM_DASHBOARD_KEY=%s: with LOOM_DASHBOARD_CERT=self-signed loom makes its own key; "
+             "unset LOOM_DASHBOARD_KEY, or set LOOM_DASHBOARD_CERT to the key's certificate",
+             key);
+    return LOOM_EINVAL;
+  }
+  if (!bind) return 0;
+  /* the names a browser may reach it by: the address, or for every
+   * interface loopback (the URL printed) and this host's name */
+  const char *names[4];
+  size_t n = 0;
+  char host[256] = "";
+  if (strcmp(bind, "0.0.0.0") && strcmp(bind, "::")) {
+    names[n++] = bind;
+  } else {
+    names[n++] = "127.0.0.1";
+    names[n++] = "::1";
+    if (gethostname(host, sizeof host - 1) == 0 && host[0] &&
+        strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") ==
+            strlen(host) &&
+        strcmp(host, "localhost"))
+      names[n++] = host;
+  }
+  names[n++] = "localhost";
+  return wire_tls_cert_self_signed(names, n, out, err, errlen);
+}
+
+int http_tls_check(char *err, size_t errlen) {
+  wire_tls_cert *c = NULL;
+  int rc = tls_config(NULL, &c, err, errlen);
+  wire_tls_cert_free(c);
+  return rc;
+}
+
+const char *http_scheme(const http_server *s) { return s && s->cert ? "https" : "http"; }
+
+const char *http_fingerprint(const http_server *s) {
+  return s && s->cert && s->cert->self_signed ? s->cert->fingerprint : NULL;
+}
 
 int http__start(uv_loop_t *loop, const char *bind, const http_opts *o, http_server **out, int *port,
                 char *err, size_t errlen) {
@@ -654,6 +776,13 @@ int http__start(uv_loop_t *loop, const char *bind, const http_opts *o, http_serv
     s->handles = 1;
     server_release(s);
     return LOOM_EINVAL;
+  }
+  int trc = tls_config(bind, &s->cert, err, errlen);
+  if (trc < 0) {
+    s->stopping = true;
+    s->handles = 1;
+    server_release(s);
+    return trc;
   }
   uv_tcp_init(loop, &s->listener);
   s->listener.data = s;

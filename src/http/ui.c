@@ -145,6 +145,10 @@ int loom__ui_main(int argc, char **argv) {
     status = 3;
     goto out;
   }
+  if (http_tls_check(err, sizeof err) < 0) {
+    fprintf(stderr, "loom ui: %s\n", err);
+    goto out; /* 2: bad settings, as bad arguments */
+  }
   char tok[HTTP_TOKEN_LEN + 1];
   if (ui_token(home, tok, err, sizeof err) < 0) {
     fprintf(stderr, "loom ui: %s\n", err);
@@ -185,8 +189,10 @@ int loom__ui_main(int argc, char **argv) {
   } else {
     const char *host = strcmp(bind, "0.0.0.0") && strcmp(bind, "::") ? bind : "127.0.0.1";
     bool v6 = strchr(host, ':') != NULL;
-    printf("loom: dashboard http://%s%s%s:%d/?token=%s\n", v6 ? "[" : "", host, v6 ? "]" : "", got,
-           tok);
+    printf("loom: dashboard %s://%s%s%s:%d/?token=%s\n", http_scheme(u.srv), v6 ? "[" : "", host,
+           v6 ? "]" : "", got, tok);
+    const char *fp = http_fingerprint(u.srv);
+    if (fp) printf("loom: dashboard certificate SHA-256 fingerprint %s\n", fp);
     fflush(stdout);
     fprintf(stderr, "loom ui: serving %s%s; Ctrl-C to stop\n", nonly ? "the jobs given from " : "",
             jobs);

@@ -198,9 +198,19 @@ static int tls_error(wire_tls *t, int ret) {
              done ? "" : " during the TLS handshake (a peer with LOOM_TLS=off, or another job?)");
     return LOOM_ECONN;
   }
+  /* a session of a caller's context (a certificate, no PSK): no secret to blame */
+  bool psk = t->idlen > 0;
+  if (!done && !psk && reason == SSL_R_HTTP_REQUEST) {
+    snprintf(t->why, sizeof t->why, "a plain HTTP request, not TLS (%s)", buf);
+    return LOOM_EPROTO;
+  }
   if (!done && (reason == SSL_R_WRONG_VERSION_NUMBER || reason == SSL_R_PACKET_LENGTH_TOO_LONG ||
                 reason == SSL_R_UNEXPECTED_MESSAGE || reason == SSL_R_HTTP_REQUEST ||
                 reason == SSL_R_UNSUPPORTED_PROTOCOL)) {
+    if (!psk) {
+      snprintf(t->why, sizeof t->why, "the peer does not speak TLS (%s)", buf);
+      return LOOM_EPROTO;
+    }
     snprintf(t->why, sizeof t->why,
              "the peer does not speak TLS (LOOM_TLS=off there? this side's is %s): %s",
              wire_tls_policy(), buf);
@@ -211,6 +221,10 @@ static int tls_error(wire_tls *t, int ret) {
              "the TLS handshake failed: the peer's records do not decrypt (a replayed or altered "
              "connection) (%s)",
              buf);
+    return LOOM_EAUTH;
+  }
+  if (!done && !psk) {
+    snprintf(t->why, sizeof t->why, "the TLS handshake failed (%s)", buf);
     return LOOM_EAUTH;
   }
   if (!done) {
@@ -614,6 +628,16 @@ int wire_tls_mem_take(wire_tls *t, unsigned char **buf, size_t *len) {
   }
   *buf = b;
   *len = n;
+  return 0;
+}
+
+int wire_tls_mem_close(wire_tls *t) {
+  if (t->failed || !SSL_is_init_finished(t->ssl)) return 0;
+  int r = SSL_shutdown(t->ssl);
+  if (r < 0) {
+    int rc = tls_error(t, r);
+    return rc < 0 ? rc : 0;
+  }
   return 0;
 }
 

@@ -113,6 +113,11 @@ int wire_tls_mem_read(wire_tls *t, void *buf, size_t cap, size_t *got);
 int wire_tls_mem_write(wire_tls *t, const void *data, size_t n);
 /* The ciphertext to send now, malloc'ed (*buf NULL and *len 0 when none). */
 int wire_tls_mem_take(wire_tls *t, unsigned char **buf, size_t *len);
+/* Ends the session: queues a close_notify alert (for wire_tls_mem_take)
+ * once the handshake is done, so that the peer tells the end of the
+ * stream from a cut. Nothing is sent or read through it after. 0, or
+ * LOOM_ECONN after a failure. */
+int wire_tls_mem_close(wire_tls *t);
 bool wire_tls_mem_done(const wire_tls *t);
 const char *wire_tls_mem_why(const wire_tls *t);
 

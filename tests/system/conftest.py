@@ -208,7 +208,7 @@ class Loom:
         raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-STATUS_KEYS = ("job", "state", "attempt", "elapsed", "dir", "web", "tboard", "cause")
+STATUS_KEYS = ("job", "state", "attempt", "elapsed", "dir", "web", "cert", "tboard", "cause")
 STATUS_COLS = ("TASK", "STATE", "ATTEMPT", "ADDRESS", "EXIT", "ELAPSED", "REASON")
 DURATION = r"\d+\.\ds|\d+m\d\ds|\d+h\d\dm"
 
@@ -228,7 +228,7 @@ def table(lines, cols):
 
 def parse_status(out):
     """`loom status JOB`'s output, checked line by line: job, state, attempt,
-    elapsed and dir, then web, tboard and cause where they apply, in that
+    elapsed and dir, then web, cert, tboard and cause where they apply, in that
     order, values in column 9; a blank line; the task table, one row per
     task. Returns ({key: value}, [row, ...])."""
     assert out.endswith("\n"), out
