@@ -1,34 +1,21 @@
 """Loading libloom.so and declaring the C functions the package calls.
 
-The library is found, in order, at $LOOM_LIBRARY, in the build/ directory
-of the source tree this package sits in (python/loom/ -> build/libloom.so),
-or wherever the dynamic loader finds libloom (ctypes.util.find_library)."""
+Imported on first use of loom.Loom or loom.Feed (not by `import loom`, so
+the command-line half of the package works without the library). The
+library is found as loom._find.library() says: $LOOM_LIBRARY, the build/
+directory of the source tree this package sits in or was installed from
+(python/loom/ -> build/libloom.so), an install prefix, or wherever the
+dynamic loader finds libloom."""
 import ctypes
-import ctypes.util
-import os
-from pathlib import Path
+
+from ._find import library
+from .errors import LoomError
 
 c_int, c_long, c_size_t, c_char_p, c_void_p = (ctypes.c_int, ctypes.c_long, ctypes.c_size_t,
                                                ctypes.c_char_p, ctypes.c_void_p)
 P = ctypes.POINTER
 
-
-def _find():
-    env = os.environ.get("LOOM_LIBRARY")
-    if env:
-        return env
-    here = Path(__file__).resolve().parent
-    for cand in (here.parent.parent / "build" / "libloom.so",):
-        if cand.exists():
-            return str(cand)
-    found = ctypes.util.find_library("loom")
-    if found:
-        return found
-    raise ImportError("cannot find libloom.so: build loom (cmake --build build) or set "
-                      "LOOM_LIBRARY=/path/to/libloom.so")
-
-
-lib = ctypes.CDLL(_find())
+lib = ctypes.CDLL(library())
 
 
 class Record(ctypes.Structure):
@@ -83,17 +70,6 @@ _decl("loom_feed_close", c_int, c_void_p)
 libc = ctypes.CDLL(None)
 libc.free.argtypes = [c_void_p]
 libc.free.restype = None
-
-
-class LoomError(Exception):
-    """A libloom call failed: code is the negative LOOM_E* value, name its
-    name (LOOM_EIO...), and the message loom_errmsg()'s detail."""
-
-    def __init__(self, code, message=""):
-        self.code = code
-        self.name = (lib.loom_err_name(code) or b"?").decode()
-        text = message or (lib.loom_strerror(code) or b"").decode()
-        super().__init__(f"{self.name}: {text}")
 
 
 def check(rc, handle=None):

@@ -1,0 +1,100 @@
+"""Where the `loom` binary and libloom.so are.
+
+The binary, in order: $LOOM_BIN (and nothing else when it is set); the
+build/ directory of the source tree this package sits in (PYTHONPATH=python
+or an editable install: python/loom/ -> build/loom); the build/ directory
+of the source tree it was installed from (recorded by `pip install`);
+sys.prefix/bin (a virtual environment or the prefix loom was installed
+to); PATH.
+
+libloom.so, in order: $LOOM_LIBRARY (or $LOOM_LIB; nothing else when set);
+beside the binary $LOOM_BIN names (a build tree) or in its ../lib (an
+install prefix); the two build/ directories above; sys.prefix/lib; beside
+or under ../lib of the binary found on PATH; wherever the dynamic loader
+finds libloom (ctypes.util.find_library)."""
+import ctypes.util
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from .errors import NotFound
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _build_dirs() -> List[Path]:
+    """The build/ directories of the source tree around this package and
+    of the one it was installed from."""
+    out = [_HERE.parent.parent / "build"]
+    try:
+        from ._install import SOURCE  # written by setup.py at install time
+        if SOURCE:
+            out.append(Path(SOURCE) / "build")
+    except ImportError:
+        pass
+    seen: List[Path] = []
+    for d in out:
+        if d not in seen:
+            seen.append(d)
+    return seen
+
+
+def _exe(p: Path) -> bool:
+    return p.is_file() and os.access(p, os.X_OK)
+
+
+def binary() -> str:
+    """The path of the `loom` binary the package runs; raises NotFound,
+    listing where it looked, when there is none."""
+    env = os.environ.get("LOOM_BIN")
+    if env:
+        if _exe(Path(env)):
+            return env
+        raise NotFound(f"LOOM_BIN={env} is not an executable file: point LOOM_BIN at the "
+                       f"loom binary (build/loom of a build, or <prefix>/bin/loom)", [env])
+    looked = [str(d / "loom") for d in _build_dirs()] + [os.path.join(sys.prefix, "bin", "loom")]
+    for c in looked:
+        if _exe(Path(c)):
+            return c
+    found = shutil.which("loom")
+    if found:
+        return found
+    looked.append("PATH (" + os.environ.get("PATH", "") + ")")
+    raise NotFound("cannot find the loom binary; looked in:\n  " + "\n  ".join(looked) +
+                   "\nbuild loom (cmake -S . -B build && cmake --build build) in the source "
+                   "tree this package came from, install it (cmake --install build), or set "
+                   "LOOM_BIN=/path/to/loom", looked)
+
+
+def library() -> str:
+    """The path of libloom.so for ctypes; raises NotFound, listing where it
+    looked, when there is none."""
+    env = os.environ.get("LOOM_LIBRARY") or os.environ.get("LOOM_LIB")
+    if env:
+        if Path(env).is_file():
+            return env
+        raise NotFound(f"LOOM_LIBRARY={env} is not a file: point it at libloom.so (build/"
+                       f"libloom.so of a build, or <prefix>/lib/libloom.so)", [env])
+    cands: List[Path] = []
+    bin_env = os.environ.get("LOOM_BIN")
+    if bin_env:
+        b = Path(bin_env).resolve().parent
+        cands += [b / "libloom.so", b.parent / "lib" / "libloom.so"]
+    cands += [d / "libloom.so" for d in _build_dirs()]
+    cands.append(Path(sys.prefix) / "lib" / "libloom.so")
+    on_path = shutil.which("loom")
+    if on_path:
+        b = Path(on_path).resolve().parent
+        cands += [b / "libloom.so", b.parent / "lib" / "libloom.so"]
+    for c in cands:
+        if c.is_file():
+            return str(c)
+    found: Optional[str] = ctypes.util.find_library("loom")
+    if found:
+        return found
+    looked = [str(c) for c in cands] + ["the dynamic loader's path (ctypes.util.find_library)"]
+    raise NotFound("cannot find libloom.so; looked in:\n  " + "\n  ".join(looked) +
+                   "\nbuild loom (cmake -S . -B build && cmake --build build), install it "
+                   "(cmake --install build), or set LOOM_LIBRARY=/path/to/libloom.so", looked)

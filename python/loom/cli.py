@@ -1,0 +1,249 @@
+"""The command line from Python: run, submit, status, logs, events, kill,
+each running the `loom` binary (loom._find.binary()) as a user would, with
+the same LOOM_HOME (the environment's, or home=...).
+
+A spec is a path to a YAML (or JSON) file, a loom.Spec, or a dict. A Spec
+or dict is written as JSON to a temporary file that loom reads, so it is
+checked by the same C parser with the same rules and file:line:column
+errors (the line and column of Spec.to_json()'s text). loom has no
+check-only command: a spec is checked when run or submit is given it, and
+a bad one starts nothing (exit status 2, raised as SpecError).
+
+Exit statuses become exceptions carrying loom's stderr message and exit
+status: 2 SpecError, 3 BackendError, anything else CommandError. A job
+that ran and failed (exit status 1) is a Result with ok False (or
+JobFailed with check=True)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+
+from ._find import binary
+from .errors import BackendError, CommandError, JobTimeout, SpecError
+from .spec import Spec
+
+PathLike = Union[str, "os.PathLike[str]"]
+SpecLike = Union[PathLike, Spec, Mapping[str, Any]]
+
+
+class JobFailed(CommandError):
+    """run(check=True): the job failed past its retries (exit status 1);
+    message is loom's root cause, result the Result."""
+
+    result: "Result"
+
+    def __init__(self, message: str, result: "Result") -> None:
+        super().__init__(message, result.exit_code, result.argv, result.stdout)
+        self.result = result
+
+
+@dataclass
+class Result:
+    """What run() returns for a job that ran: ok is exit_code == 0."""
+
+    job_id: str
+    state: str                 # state.json's: succeeded, failed, killed...
+    exit_code: int             # loom run's: 0 succeeded, 1 failed
+    stdout: str                # the tasks' output, [role:index] prefixed
+    stderr: str                # loom's own messages (job id, root cause)
+    job_dir: Path              # $LOOM_HOME/jobs/<id>
+    argv: List[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def status(self) -> Dict[str, Any]:
+        """The job's state.json now (loom status --json)."""
+        return json.loads((self.job_dir / "state.json").read_text())
+
+
+def _env(home: Optional[PathLike], env: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    e = dict(os.environ)
+    if home is not None:
+        e["LOOM_HOME"] = os.fspath(home)
+    if env:
+        e.update(env)
+    return e
+
+
+def _home(e: Mapping[str, str]) -> Path:
+    return Path(e.get("LOOM_HOME") or Path.home() / ".loom").expanduser().absolute()
+
+
+def _raise(argv: Sequence[str], rc: int, stdout: str, stderr: str) -> None:
+    msg = stderr.rstrip("\n") or f"loom exited with status {rc}"
+    cls = {2: SpecError, 3: BackendError}.get(rc, CommandError)
+    raise cls(msg, rc, argv, stdout)
+
+
+def _loom(args: Sequence[str], home: Optional[PathLike] = None,
+          env: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None) -> str:
+    """Runs loom ARGS; its stdout, or the exception for its exit status."""
+    argv = [binary(), *args]
+    r = subprocess.run(argv, env=_env(home, env), stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=timeout)
+    if r.returncode:
+        _raise(argv, r.returncode, r.stdout, r.stderr)
+    return r.stdout
+
+
+@contextmanager
+def _spec_file(spec: SpecLike) -> Iterator[str]:
+    """A path loom can read the spec from (a temporary JSON file for a Spec
+    or a dict, removed afterwards)."""
+    if isinstance(spec, (str, os.PathLike)):
+        yield os.fspath(spec)
+        return
+    s = spec if isinstance(spec, Spec) else Spec.from_dict(spec)
+    with tempfile.TemporaryDirectory(prefix="loom-spec-") as d:
+        name = s.name if isinstance(s.name, str) and s.name.replace("-", "").replace(
+            "_", "").isalnum() else "job"
+        p = os.path.join(d, name + ".json")
+        with open(p, "w") as f:
+            f.write(s.to_json())
+        yield p
+
+
+def _job_args(path: str, backend: Optional[str], overrides: Optional[Mapping[str, Any]],
+              bind: Optional[str], advertise: Optional[str]) -> List[str]:
+    args = [path]
+    if backend:
+        args += ["--backend", backend]
+    for k, v in (overrides or {}).items():
+        v = json.dumps(v) if isinstance(v, (list, dict, bool)) else str(v)
+        args += ["--set", f"{k}={v}"]
+    if bind:
+        args += ["--bind", bind]
+    if advertise:
+        args += ["--advertise", advertise]
+    return args
+
+
+def _pump(src: IO[str], keep: List[str], echo: Optional[IO[str]]) -> None:
+    for line in src:
+        keep.append(line)
+        if echo is not None:
+            echo.write(line)
+            echo.flush()
+
+
+def _job_id(stderr: str) -> Optional[str]:
+    for line in stderr.splitlines():
+        if line.startswith("loom: job ") and len(line.split()) == 3:
+            return line.split()[2]
+    return None
+
+
+def run(spec: SpecLike, *, backend: Optional[str] = None,
+        overrides: Optional[Mapping[str, Any]] = None, bind: Optional[str] = None,
+        advertise: Optional[str] = None, timeout: Optional[float] = None, check: bool = False,
+        echo: bool = False, home: Optional[PathLike] = None,
+        env: Optional[Mapping[str, str]] = None) -> Result:
+    """`loom run SPEC`: runs the job and waits for it. Returns a Result
+    (ok, state, exit_code, the tasks' output) for a job that ran, failed
+    or not; with check=True a failed job raises JobFailed. overrides are
+    --set key=value pairs ({"roles.worker.instances": 4}); echo streams the
+    output to sys.stdout/sys.stderr as it comes; timeout (seconds) stops
+    the job as Ctrl-C would and raises JobTimeout; home sets LOOM_HOME,
+    env adds to the environment loom (and so every task) gets. Raises
+    SpecError (exit status 2), BackendError (3), CommandError (other)."""
+    e = _env(home, env)
+    with _spec_file(spec) as path:
+        argv = [binary(), "run", *_job_args(path, backend, overrides, bind, advertise)]
+        p = subprocess.Popen(argv, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, errors="replace")
+        out: List[str] = []
+        err: List[str] = []
+        assert p.stdout is not None and p.stderr is not None
+        pumps = [threading.Thread(target=_pump, args=(p.stdout, out, sys.stdout if echo else None),
+                                  daemon=True),
+                 threading.Thread(target=_pump, args=(p.stderr, err, sys.stderr if echo else None),
+                                  daemon=True)]
+        for t in pumps:
+            t.start()
+        timed_out = False
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            p.send_signal(signal.SIGINT)  # stops the whole job, as Ctrl-C does
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        except BaseException:  # KeyboardInterrupt: stop the job too
+            p.send_signal(signal.SIGINT)
+            p.wait()
+            raise
+        finally:
+            for t in pumps:
+                t.join()
+    stdout, stderr, rc = "".join(out), "".join(err), p.returncode
+    job = _job_id(stderr)
+    if timed_out:
+        raise JobTimeout(f"loom run: the job {job or '(not started)'} was still running after "
+                         f"{timeout} s and was stopped\n" + stderr.rstrip("\n"), rc, argv,
+                         stdout, job)
+    if rc not in (0, 1) or job is None:
+        _raise(argv, rc, stdout, stderr)
+    assert job is not None
+    job_dir = _home(e) / "jobs" / job
+    try:
+        state = json.loads((job_dir / "state.json").read_text())["state"]
+    except (OSError, ValueError, KeyError):
+        state = "succeeded" if rc == 0 else "failed"
+    res = Result(job, state, rc, stdout, stderr, job_dir, argv)
+    if check and rc:
+        raise JobFailed(stderr.rstrip("\n"), res)
+    return res
+
+
+def submit(spec: SpecLike, *, backend: Optional[str] = None,
+           overrides: Optional[Mapping[str, Any]] = None, bind: Optional[str] = None,
+           advertise: Optional[str] = None, home: Optional[PathLike] = None,
+           env: Optional[Mapping[str, str]] = None) -> str:
+    """`loom submit SPEC`: starts the job detached and returns its id once
+    its coordinator is up. Follow it with status(), logs(), events(); stop
+    it with kill(). Raises SpecError, BackendError, CommandError."""
+    with _spec_file(spec) as path:
+        out = _loom(["submit", *_job_args(path, backend, overrides, bind, advertise)], home, env)
+    return out.strip().splitlines()[-1].strip()
+
+
+def status(job: str = "last", *, home: Optional[PathLike] = None,
+           env: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+    """`loom status --json JOB`: the job's state.json (job, name, state,
+    attempt, exit_status, tasks with their states, ranks, exit codes...).
+    JOB is an id, a unique prefix of one, or "last"."""
+    return json.loads(_loom(["status", job, "--json"], home, env))
+
+
+def logs(job: str = "last", task: Optional[str] = None, *, home: Optional[PathLike] = None,
+         env: Optional[Mapping[str, str]] = None) -> str:
+    """`loom logs JOB [--task role:index]`: one task's log, or every task's
+    lines interleaved and prefixed."""
+    return _loom(["logs", job] + (["--task", task] if task else []), home, env)
+
+
+def events(job: str = "last", *, home: Optional[PathLike] = None,
+           env: Optional[Mapping[str, str]] = None) -> List[Dict[str, Any]]:
+    """`loom events JOB --json`: the job's event log, a dict an event (t,
+    job, task, attempt, event, details)."""
+    out = _loom(["events", job, "--json"], home, env)
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def kill(job: str = "last", *, home: Optional[PathLike] = None,
+         env: Optional[Mapping[str, str]] = None, timeout: Optional[float] = 60) -> None:
+    """`loom kill JOB`: stops every task of a running job and waits until
+    it has."""
+    _loom(["kill", job], home, env, timeout)

@@ -1,0 +1,98 @@
+"""The exceptions of the loom package. Every one is a LoomError.
+
+    LoomError          a libloom call failed (code: the negative LOOM_E* value)
+      CommandError     a `loom` command failed: its exit status and stderr
+        SpecError      exit 2: a usage or spec error (file:line:column ...)
+        BackendError   exit 3: a backend or infrastructure error
+        JobTimeout     run(timeout=...) ran out; the job was stopped
+      NotFound         no `loom` binary or libloom.so where the package looked
+      NotInTask        loom.task() outside a loom job
+"""
+import sys
+from typing import Optional, Sequence
+
+
+class LoomError(Exception):
+    """A libloom call failed: code is the negative LOOM_E* value, name its
+    name (LOOM_EIO...), and the message loom_errmsg()'s detail. The base
+    class of every exception this package raises."""
+
+    code: int
+    name: str
+    message: str
+
+    def __init__(self, code: int, message: str = "") -> None:
+        self.code = code
+        lib = getattr(sys.modules.get("loom._lib"), "lib", None)
+        self.name = (lib.loom_err_name(code) or b"?").decode() if lib is not None else "?"
+        if not message and lib is not None:
+            message = (lib.loom_strerror(code) or b"").decode()
+        self.message = message
+        super().__init__(f"{self.name}: {message}")
+
+
+class CommandError(LoomError):
+    """A `loom` command failed. message is what loom printed on stderr
+    (str(e) too), exit_code its exit status (also .code), argv the
+    command line."""
+
+    exit_code: int
+    argv: Sequence[str]
+    stdout: str
+
+    def __init__(self, message: str, exit_code: int, argv: Sequence[str] = (),
+                 stdout: str = "") -> None:
+        self.code = self.exit_code = exit_code
+        self.name = f"exit {exit_code}"
+        self.message = message
+        self.argv = list(argv)
+        self.stdout = stdout
+        Exception.__init__(self, message)
+
+
+class SpecError(CommandError):
+    """Exit status 2: a usage or spec error, e.g. `loom: job.json:5:20:
+    roles.worker.instances must be between 1 and 100000, got 0` (also
+    resources the cluster can never give). The message is loom's own."""
+
+
+class BackendError(CommandError):
+    """Exit status 3: a backend or infrastructure error."""
+
+
+class JobTimeout(CommandError):
+    """run(timeout=...) ran out: the job was stopped (as by Ctrl-C) and
+    this raised. job_id names it (None if it had not started)."""
+
+    job_id: Optional[str]
+
+    def __init__(self, message: str, exit_code: int, argv: Sequence[str] = (),
+                 stdout: str = "", job_id: Optional[str] = None) -> None:
+        super().__init__(message, exit_code, argv, stdout)
+        self.job_id = job_id
+
+
+class NotFound(LoomError, ImportError):
+    """No `loom` binary or libloom.so was found; the message lists where
+    the package looked and how to fix it (set LOOM_BIN / LOOM_LIBRARY, or
+    build loom). An ImportError too, as a missing libloom was before."""
+
+    looked: Sequence[str]
+
+    def __init__(self, message: str, looked: Sequence[str] = ()) -> None:
+        self.code = 0
+        self.name = "not found"
+        self.message = message
+        self.looked = list(looked)
+        Exception.__init__(self, message)
+
+
+class NotInTask(LoomError):
+    """loom.task() outside a loom job: the task's environment (LOOM_JOB_ID,
+    LOOM_ROLE, LOOM_INDEX, ...) is not set."""
+
+    def __init__(self, message: str) -> None:
+        self.code = 0
+        self.name = "not in a task"
+        self.message = message
+        Exception.__init__(self, message)
