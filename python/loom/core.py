@@ -3,6 +3,7 @@ metrics."""
 import ctypes
 import json
 import math
+from typing import Any, Dict, Optional
 
 from ._lib import check, lib, libc
 
@@ -12,46 +13,68 @@ class Loom:
     environment (LOOM_COORD, LOOM_SECRET, ...). Raises LoomError
     (LOOM_ENOENV) outside a job. Close it (or use `with`) when done."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         h = ctypes.c_void_p()
         check(lib.loom_init(ctypes.byref(h)))
-        self._h = h
+        self._h: Optional[ctypes.c_void_p] = h
 
     @property
-    def handle(self):
+    def handle(self) -> ctypes.c_void_p:
         if not self._h:
             raise ValueError("the loom handle is closed")
         return self._h
 
-    def close(self):
+    def close(self) -> None:
         if self._h:
             lib.loom_finish(self._h)
             self._h = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Loom":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
             pass
 
-    rank = property(lambda self: lib.loom_rank(self.handle))
-    world_size = property(lambda self: lib.loom_world_size(self.handle))
-    local_rank = property(lambda self: lib.loom_local_rank(self.handle))
-    index = property(lambda self: lib.loom_index(self.handle))
-    attempt = property(lambda self: lib.loom_attempt(self.handle))
-    role = property(lambda self: lib.loom_role(self.handle).decode())
-    job_id = property(lambda self: lib.loom_job_id(self.handle).decode())
+    @property
+    def rank(self) -> int:
+        return int(lib.loom_rank(self.handle))
 
-    def kv_set(self, key: str, value: bytes):
+    @property
+    def world_size(self) -> int:
+        return int(lib.loom_world_size(self.handle))
+
+    @property
+    def local_rank(self) -> int:
+        return int(lib.loom_local_rank(self.handle))
+
+    @property
+    def index(self) -> int:
+        return int(lib.loom_index(self.handle))
+
+    @property
+    def attempt(self) -> int:
+        return int(lib.loom_attempt(self.handle))
+
+    @property
+    def role(self) -> str:
+        return str(lib.loom_role(self.handle).decode())
+
+    @property
+    def job_id(self) -> str:
+        return str(lib.loom_job_id(self.handle).decode())
+
+    def kv_set(self, key: str, value: bytes) -> None:
+        """Sets key to value in the job's KV store."""
         check(lib.loom_kv_set(self.handle, key.encode(), value, len(value)), self.handle)
 
     def kv_get(self, key: str, timeout_ms: int = -1) -> bytes:
+        """key's value, waiting up to timeout_ms (-1: for ever) for it to be set."""
         val, n = ctypes.c_void_p(), ctypes.c_size_t()
         check(lib.loom_kv_get(self.handle, key.encode(), timeout_ms, ctypes.byref(val),
                               ctypes.byref(n)), self.handle)
@@ -61,15 +84,17 @@ class Loom:
             libc.free(val)
 
     def kv_add(self, key: str, delta: int = 1) -> int:
+        """Adds delta to the counter at key; its new value."""
         out = ctypes.c_int64()
         check(lib.loom_kv_add(self.handle, key.encode(), delta, ctypes.byref(out)), self.handle)
         return out.value
 
-    def event(self, name: str, **detail):
+    def event(self, name: str, **detail: Any) -> None:
+        """Records an event (events.jsonl) with detail as its JSON details."""
         d = json.dumps(detail).encode() if detail else None
         check(lib.loom_event(self.handle, name.encode(), d), self.handle)
 
-    def metric(self, tag: str, step: int, value: float):
+    def metric(self, tag: str, step: int, value: float) -> None:
         """Records value at step under tag for this task (loom_metric): the
         job's dashboard charts each tag, a line per task, and keeps it in
         events.jsonl. tag is 1..128 bytes; value a finite number (NaN and
@@ -85,7 +110,7 @@ class Loom:
             raise ValueError(f"metric {tag!r} at step {step}: {v} is not finite")
         check(lib.loom_metric(self.handle, t, int(step), v), self.handle)
 
-    def phases(self) -> dict:
+    def phases(self) -> Dict[str, float]:
         """Where this process's time went since libloom first communicated
         or read the feed for it (loom_phase_times_get), in seconds: wall,
         compute (the rest), comm (inside collectives), wait_peers (waiting

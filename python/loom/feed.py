@@ -28,6 +28,7 @@ import ctypes
 import itertools
 import marshal
 import struct
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from ._lib import FeedStats, Record, check, lib
 from .core import Loom
@@ -36,7 +37,9 @@ END = None
 
 
 class _Epoch:
-    def __repr__(self):
+    """The type of EPOCH."""
+
+    def __repr__(self) -> str:
         return "loom.EPOCH"
 
 
@@ -68,7 +71,8 @@ _MARSHAL = _marshal_reads_frames()
 
 
 class Feed:
-    def __init__(self, loom=None):
+    def __init__(self, loom: Optional[Loom] = None) -> None:
+        """Opens the job's feed on loom (a Loom of its own when None)."""
         self._own = loom is None
         self.loom = Loom() if loom is None else loom
         h = ctypes.c_void_p()
@@ -92,7 +96,7 @@ class Feed:
         check(rc, self.loom.handle)
         return 0
 
-    def next_view(self):
+    def next_view(self) -> Union[memoryview, _Epoch, None]:
         """The next record as a memoryview valid until the next read, or
         EPOCH, or END (None)."""
         rc = lib.loom_feed_next(self._live(), ctypes.byref(self._rec))
@@ -102,14 +106,14 @@ class Feed:
         return memoryview((ctypes.c_char * r.size).from_address(r.data)) if r.size else \
             memoryview(b"")
 
-    def next(self):
+    def next(self) -> Union[bytes, _Epoch, None]:
         """The next record as bytes, or EPOCH, or END (None)."""
         rc = lib.loom_feed_next(self._live(), ctypes.byref(self._rec))
         if rc:
             return self._status(rc)
         return ctypes.string_at(self._rec.data, self._rec.size)
 
-    def batch(self, n):
+    def batch(self, n: int) -> Union[List[bytes], _Epoch, None]:
         """Up to n records (bytes) of one split, or EPOCH, or END (None).
         One C call copies the batch out, each record framed by its size,
         and one marshal.loads makes the list from that buffer in one C loop
@@ -136,7 +140,8 @@ class Feed:
         ends = map((-post).__add__, offs[1:k + 1]) if post else offs[1:k + 1]
         return list(map(data.__getitem__, map(slice, starts, ends)))
 
-    def read_view(self, n, max_bytes=1 << 20):
+    def read_view(self, n: int, max_bytes: int = 1 << 20
+                  ) -> Union[Tuple[memoryview, memoryview], _Epoch, None]:
         """Up to n records (of one split) copied back to back in one call,
         and handed over without another copy: (data, offsets), read-only
         memoryviews valid until the next read (of any kind) or close:
@@ -178,7 +183,8 @@ class Feed:
         self._cbuf = (ctypes.c_char * size).from_buffer(self._buf)
         self._addr = ctypes.addressof(self._cbuf)
 
-    def read(self, n, max_bytes=1 << 20):
+    def read(self, n: int, max_bytes: int = 1 << 20
+             ) -> Union[Tuple[bytes, List[int]], _Epoch, None]:
         """Up to n records (of one split) copied back to back in one call:
         (data, sizes), a bytes object and a list of ints, or EPOCH, or END
         (None). A record larger than max_bytes grows the buffer."""
@@ -201,7 +207,8 @@ class Feed:
             sizes = self._sizes[:self._n.value].tolist()
             return bytes(memoryview(self._buf)[:sum(sizes)]), sizes
 
-    def array_batch(self, n, shape, dtype="uint8", out=None):
+    def array_batch(self, n: int, shape: Union[int, Tuple[int, ...]], dtype: Any = "uint8",
+                    out: Any = None) -> Any:
         """Up to n fixed-size records as a numpy array of shape (k, *shape)
         of dtype (each record must be exactly that many bytes), or EPOCH,
         or END (None). One C call and one copy a batch. With out (a
@@ -234,7 +241,7 @@ class Feed:
                              f"({shape} of {out.dtype}): use read() for records of varying size")
         return out[:k]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[bytes]:
         """Every record (bytes) of every epoch; epoch boundaries are skipped
         (see .epoch). Reads batch() by batch() (256 records, one split at
         most) and hands the records over one at a time: the next batch is
@@ -243,7 +250,7 @@ class Feed:
         split is committed only after its last record was processed."""
         return itertools.chain.from_iterable(self.batches(256))  # a C loop a record
 
-    def batches(self, n):
+    def batches(self, n: int) -> Iterator[List[bytes]]:
         """Lists of up to n records, epoch boundaries skipped."""
         while True:
             b = self.batch(n)
@@ -254,7 +261,7 @@ class Feed:
             yield b
 
     # -- output and state ------------------------------------------------------
-    def write(self, data):
+    def write(self, data: Union[bytes, bytearray, memoryview, str]) -> None:
         """Appends bytes to the output of the last record's split."""
         if isinstance(data, str):
             data = data.encode()
@@ -266,7 +273,8 @@ class Feed:
     split = property(lambda self: lib.loom_feed_split(self._live()))
     splits = property(lambda self: lib.loom_feed_splits(self._live()))
 
-    def stats(self):
+    def stats(self) -> Dict[str, float]:
+        """loom_feed_get_stats: records, bytes, splits, stale; wait_s, seconds blocked on the feed."""
         s = FeedStats()
         lib.loom_feed_get_stats(self._live(), ctypes.byref(s))
         return {"records": s.records, "bytes": s.bytes, "splits": s.splits,
@@ -277,7 +285,7 @@ class Feed:
             raise ValueError("the feed is closed")
         return self._f
 
-    def close(self):
+    def close(self) -> None:
         """Gives back unfinished splits and closes; closes the loom handle
         too when the feed opened it."""
         if self._f:
@@ -287,8 +295,8 @@ class Feed:
                 self.loom.close()
             check(rc)
 
-    def __enter__(self):
+    def __enter__(self) -> "Feed":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
