@@ -274,7 +274,7 @@ class Feed:
     splits = property(lambda self: lib.loom_feed_splits(self._live()))
 
     def stats(self) -> Dict[str, float]:
-        """loom_feed_get_stats: records, bytes, splits, stale; wait_s, seconds blocked on the feed."""
+        """loom_feed_get_stats: records, bytes, splits, stale; wait_s (seconds waited)."""
         s = FeedStats()
         lib.loom_feed_get_stats(self._live(), ctypes.byref(s))
         return {"records": s.records, "bytes": s.bytes, "splits": s.splits,
