@@ -345,6 +345,15 @@ def app_of(yarn, name):
     return apps[0]
 
 
+def final_app(yloom, yarn, name, timeout=30):
+    """The application once the RM reports it ended. The AM is told it is
+    unregistered once the RM has saved the final state; the RM's reports
+    move there a moment later (its dispatcher's event), and until then they
+    show the state before (RUNNING, finalStatus UNDEFINED): CI saw that."""
+    app_of(yarn, name)  # exactly one of this name
+    return wait_app(yloom, yarn, name, ("FINISHED", "FAILED", "KILLED"), timeout=timeout)
+
+
 def wait_app(yloom, yarn, name, states, timeout=60):
     return yloom.wait_for(lambda: next((a for a in yarn.apps() if a["name"] == name and
                                         a["state"] in states), None),
@@ -390,7 +399,7 @@ roles:
     tf = json.loads(w[(1, 0)]["TF_CONFIG"])
     assert tf["task"] == {"type": "worker", "index": 1} and set(tf["cluster"]) == {"chief", "worker", "ps"}
     # YARN's own variables: one container a task, all of this application
-    app = app_of(yarn, "yenv")
+    app = final_app(yloom, yarn, "yenv")
     assert (app["state"], app["finalStatus"], app["applicationType"]) == \
         ("FINISHED", "SUCCEEDED", "LOOM")
     assert app["unmanagedApplication"] is True
@@ -416,7 +425,7 @@ roles:
     assert r.returncode == 1, r.stdout + r.stderr
     assert "root cause: worker:1 (attempt 0) exited with code 3" in r.stderr, r.stderr
     assert time.monotonic() - t0 < 20
-    app = app_of(yarn, "yfail")
+    app = final_app(yloom, yarn, "yfail")
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "FAILED"), app
     assert "exited with code 3" in app["diagnostics"], app
 
@@ -480,7 +489,7 @@ roles:
                      r"the 1 granted were released", r.stderr), r.stderr
     assert took < 20, took
     assert "[worker:" not in r.stdout  # nothing started
-    app = app_of(yarn, "ygang")
+    app = final_app(yloom, yarn, "ygang")
     assert app["finalStatus"] == "FAILED" and app["runningContainers"] in (0, -1), app
 
 
@@ -760,7 +769,7 @@ roles:
         assert [float(x) for x in m[4].split(",")] == \
             [world * i + world * (world - 1) / 2 for i in range(5)], l
     assert sorted(int(re.search(r"rank=(\d+)", l)[1]) for l in lines) == list(range(world))
-    assert app_of(yarn, "yddp")["finalStatus"] == "SUCCEEDED"
+    assert final_app(yloom, yarn, "yddp")["finalStatus"] == "SUCCEEDED"
 
 
 @normal_pass_only
@@ -779,7 +788,7 @@ def test_the_fashion_mnist_example_on_yarn(yloom, yarn):
     res = last_json(r.stdout + r.stderr)
     assert res["world_size"] == 4 and res["test_accuracy"] >= ACCURACY_TARGET, res
     load_params(yloom.job_dir() / "tasks" / "chief-0" / "mlp.params")
-    app = app_of(yarn, "fashion-mlp")
+    app = final_app(yloom, yarn, "fashion-mlp")
     assert (app["finalStatus"], app["unmanagedApplication"]) == ("SUCCEEDED", True)
     containers = [e for e in yloom.events() if e["event"] == "container"]
     assert len(containers) == 4 and all(e["memory_mb"] == 1024 for e in containers), containers
