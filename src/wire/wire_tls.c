@@ -529,7 +529,8 @@ static wire_tls *mem_bios(wire_tls *t) {
   t->out = out;
   /* a coordinator holds thousands: no buffers while idle */
   SSL_set_mode(t->ssl, SSL_MODE_RELEASE_BUFFERS);
-  if (!t->server) SSL_do_handshake(t->ssl); /* the ClientHello, for take() */
+  /* a fresh client's ClientHello, for take() */
+  if (!t->server && !SSL_is_init_finished(t->ssl)) SSL_do_handshake(t->ssl);
   ERR_clear_error();
   return t;
 }
@@ -541,17 +542,8 @@ wire_tls *wire_io_take(int fd, int *err) {
   _Atomic(wire_tls *) *s = fd_slot(fd, false);
   wire_tls *t = s ? atomic_exchange(s, NULL) : NULL;
   if (!t) return NULL;
-  BIO *in = BIO_new(BIO_s_mem()), *out = BIO_new(BIO_s_mem());
-  if (!in || !out) {
-    BIO_free(in);
-    BIO_free(out);
-    tls_free(t);
-    *err = LOOM_ENOMEM;
-    return NULL;
-  }
-  BIO_set_mem_eof_return(in, -1);
-  SSL_set_bio(t->ssl, in, out); /* frees the socket BIO; read-ahead bytes stay in ssl */
-  t->out = out;
+  /* the socket BIO is freed; what it read ahead stays in the SSL */
+  if (!(t = mem_bios(t))) *err = LOOM_ENOMEM;
   return t;
 }
 

@@ -21,6 +21,8 @@ import urllib.request
 
 import pytest
 
+from test_dashboard import raw
+
 FP = re.compile(r"(?:[0-9A-F]{2}:){31}[0-9A-F]{2}")
 
 
@@ -58,18 +60,7 @@ def get(url, ctx, headers=None):
 
 def plain_answer(host, port, data):
     """What a plain (not TLS) client gets back before the server closes."""
-    out = b""
-    with socket.create_connection((host, port), timeout=10) as s:
-        s.sendall(data)
-        try:
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                out += b
-        except (ConnectionResetError, socket.timeout):
-            pass
-    return out
+    return raw(f"http://{host}:{port}", data, read_timeout=10)
 
 
 def lines_until(stream, pattern, limit=50):

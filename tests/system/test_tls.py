@@ -138,29 +138,13 @@ def test_the_link_carries_nothing_in_clear(loom, hosts, tmp_path, tls):
             assert streams[k][:3] == b"\x16\x03\x01", (k, bytes(streams[k][:8]))
 
 
-REPLAY = r"""
-import socket, sys, time
-host, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-data = open(path, "rb").read()
-s = socket.create_connection((host, port), timeout=10)
-s.sendall(data)
-s.settimeout(10)
-got = b""
-try:
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        got += b
-except OSError as e:
-    print("ERR", e)
-print("GOT", len(got), got[:3].hex())
-"""
-
-PLAIN = r"""
+# Sends a file's bytes to host:port from another namespace, then reads
+# until the server closes; prints what came back.
+SEND = r"""
 import socket, sys
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
-s.sendall(b"\x00\x00\x00\x48\x00\x02\x00\x00\x00\x00\x00\x00" + b"A" * 64)
+host, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.create_connection((host, port), timeout=10)
+s.sendall(open(path, "rb").read())
 s.settimeout(10)
 got = b""
 try:
@@ -206,10 +190,12 @@ roles:
 
         # 1. replay the agent's recorded bytes: the coordinator's fresh
         # handshake does not accept them, and nothing is registered
-        r = on_h2(REPLAY, coord_host, coord_port, recorded)
+        r = on_h2(SEND, coord_host, coord_port, recorded)
         assert r.returncode == 0, r.stderr
         # 2. speak plain (a frame, no TLS): refused
-        p = on_h2(PLAIN, coord_host, coord_port)
+        plain = tmp_path / "plain-frame.bin"
+        plain.write_bytes(b"\x00\x00\x00\x48\x00\x02\x00\x00\x00\x00\x00\x00" + b"A" * 64)
+        p = on_h2(SEND, coord_host, coord_port, plain)
         assert p.returncode == 0, p.stderr
         # 3. join with another secret: the TLS handshake fails, and says so
         k = subprocess.run(hosts.exec_args(2, BUILD / "tests/system/kvprobe"),
