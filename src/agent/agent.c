@@ -1323,8 +1323,19 @@ int agent_main(void) {
   loom__strlcpy(a->secret, secret, sizeof a->secret);
   if (!getcwd(a->start_cwd, sizeof a->start_cwd))
     loom__strlcpy(a->start_cwd, "/", sizeof a->start_cwd);
-  long long an = 0;
-  if (att) loom__parse_int(att, 0, 1 << 30, &an);
+  long long an = 0, fence = -1;
+  /* "any": the cluster manager started this agent (Spark), which takes the
+   * attempt its task waits for; LOOM_FENCE names the launch it belongs to */
+  bool any = att && !strcmp(att, "any");
+  if (att && !any && loom__parse_int(att, 0, 1 << 30, &an) < 0) {
+    fprintf(stderr, "loom agent: LOOM_ATTEMPT=%s: not a number 0..%d or \"any\"\n", att, 1 << 30);
+    return 2;
+  }
+  const char *fs = getenv("LOOM_FENCE");
+  if (fs && *fs && loom__parse_int(fs, 0, LLONG_MAX, &fence) < 0) {
+    fprintf(stderr, "loom agent: LOOM_FENCE=%s: not a number 0..%lld\n", fs, LLONG_MAX);
+    return 2;
+  }
   a->attempt = (int)an;
   wire_reader_init(&a->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
 
@@ -1334,7 +1345,13 @@ int agent_main(void) {
   int status = 3, fd = -1;
   char why[600], iface_err[300] = "";
   why[0] = 0;
-  int rc = wire_dial(coord, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS), &fd);
+  /* an agent started again by the same Spark task (LOOM_RESPAWN=1): the
+   * coordinator listened before, so a refused connection means it is gone
+   * (the job is over), not that it is still starting */
+  int dial_ms = (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS);
+  const char *respawn = getenv("LOOM_RESPAWN");
+  if (respawn && !strcmp(respawn, "1") && dial_ms > 1000) dial_ms = 1000;
+  int rc = wire_dial(coord, dial_ms, &fd);
   if (rc == 0)
     rc = wire_client_auth(fd, &a->rd, secret, (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS), why,
                           sizeof why);
@@ -1360,13 +1377,34 @@ int agent_main(void) {
                             .has_pid = true,
                             .pid = getpid(),
                             .inflate = true,
-                            .host_why = why}};
+                            .host_why = why,
+                            .any_attempt = any,
+                            .has_fence = fence >= 0,
+                            .fence = fence}};
   rc = wire_msg_send(fd, &reg);
   wire_frame f;
   if (rc == 0) rc = wire_recv(fd, &a->rd, &f, 30000);
+  if (rc == 0 && f.type == WIRE_ABORT) {
+    /* refused with a reason (attempt "any"): 4, its task may want an agent
+     * later; 5, never (an earlier launch's) */
+    wire_msg am;
+    char err[200];
+    if (wire_msg_decode(&f, &am, err, sizeof err) == 0) {
+      agent_log("%s: the coordinator refused the registration: %s", task, am.u.abort.reason);
+      status = am.u.abort.final ? 5 : 4;
+      wire_msg_free(&am);
+    } else {
+      agent_log("%s: the coordinator refused the registration: %s", task, err);
+    }
+    wire_frame_free(&f);
+    goto out;
+  }
   if (rc < 0 || f.type != WIRE_ASSIGN) {
     if (rc == 0) wire_frame_free(&f);
-    agent_log("%s: the coordinator refused the registration (attempt %d)", task, a->attempt);
+    if (any)
+      agent_log("%s: the coordinator refused the registration (attempt any)", task);
+    else
+      agent_log("%s: the coordinator refused the registration (attempt %d)", task, a->attempt);
     goto out;
   }
   char err[1024] = "";
@@ -1386,6 +1424,7 @@ int agent_main(void) {
   /* as borrows from the frame's JSON: keep that */
   a->assign = json_incref(f.json);
   a->as = am.u.assign;
+  if (am.u.assign.has_attempt) a->attempt = (int)am.u.assign.attempt;
   wire_msg_free(&am);
   wire_frame_free(&f);
   int64_t procs = a->as.procs;

@@ -12,10 +12,12 @@ extern const backend_ops loom__backend_local;
 extern const backend_ops loom__backend_external;
 extern const backend_ops loom__backend_slurm;
 extern const backend_ops loom__backend_yarn;
+extern const backend_ops loom__backend_spark;
 
 /* Every backend, the default first. */
 static const backend_ops *const backends[] = {&loom__backend_local, &loom__backend_slurm,
-                                              &loom__backend_yarn, &loom__backend_external};
+                                              &loom__backend_yarn, &loom__backend_spark,
+                                              &loom__backend_external};
 
 const backend_ops *backend_find(const char *name) {
   for (size_t i = 0; name && i < LOOM__ARRAY_LEN(backends); i++)

@@ -80,6 +80,12 @@ typedef struct {
    * same job directory (Slurm's requeue): the coordinator then continues
    * the attempt numbers of the state.json it finds. */
   bool requeues;
+  /* true when the cluster manager starts agents on its own schedule
+   * (Spark's barrier stage, relaunched whole by Spark): an agent may then
+   * register with attempt "any", taking whichever attempt its task waits
+   * for, and with a fence (the launch it belongs to) that is refused when
+   * below the highest one seen. Other backends refuse attempt "any". */
+  bool agents_any_attempt;
   /* Non-NULL for a backend that checks specs and its cluster (check,
    * probe) but cannot launch jobs yet: why, for people. `loom run` and
    * `loom submit` stop after the check, exit 2, saying so; the coordinator
@@ -179,7 +185,7 @@ struct backend {
 const backend_ops *backend_find(const char *name);
 /* The backend of a spec that names none. */
 const backend_ops *backend_default(void);
-/* Every registered name, ", "-separated ("local, slurm, yarn, external"). */
+/* Every registered name, ", "-separated ("local, slurm, yarn, spark, external"). */
 const char *backend_names(void);
 /* The backend a job directory's job ran on (its spec.yaml), or NULL. */
 const backend_ops *backend_of_job(const char *job_dir);

@@ -74,6 +74,8 @@ static void send_assign(coord *co, task *t) {
                     .rank_base = t->rank_base,
                     .world_size = co->world_size,
                     .heartbeat_timeout_ms = (int64_t)coord_hb_timeout_ms(co),
+                    .has_attempt = true,
+                    .attempt = t->attempt,
                 }};
   coord_conn_send_msg(t->agent, &m);
   free(wd);
@@ -310,15 +312,75 @@ int coord_on_agent(coord *co, conn *c, const wire_msg *m) {
   return LOOM_EPROTO;
 }
 
+static void accept_agent(coord *co, conn *c, task *t, const wire_register *r);
+
+/* Refuses an agent that registered with attempt "any", telling it why:
+ * final when it belongs to an earlier launch (trying again is useless),
+ * otherwise its task may wait for it later (a retry, a restart). The
+ * agent closes the connection. */
+static int refuse_any(coord *co, conn *c, task *t, const char *why, bool final) {
+  loom__log(final ? LOOM_LOG_WARN : LOOM_LOG_INFO, "coord", "refused an agent of %s: %s", t->name,
+            why);
+  coord_event(co, t, "agent_refused", json_pack("{s:s, s:b}", "reason", why, "final", final));
+  loom__strlcpy(c->who, t->name, sizeof c->who);
+  coord_conn_send_msg(c,
+                      &(wire_msg){.type = WIRE_ABORT, .u.abort = {.reason = why, .final = final}});
+  return 0;
+}
+
+/* An agent started by the cluster manager (agents_any_attempt): it takes
+ * the attempt its task waits for, unless its fence is below the highest
+ * one seen (an agent of an earlier Spark stage attempt, still running or
+ * started late). */
+static int register_any(coord *co, conn *c, task *t, const wire_register *r) {
+  char why[300];
+  if (!co->be->ops->agents_any_attempt) {
+    loom__log(LOOM_LOG_WARN, "coord",
+              "refused registration of %s attempt 'any': the %s backend starts agents with "
+              "their attempt",
+              t->name, co->be->ops->name);
+    return LOOM_ESTATE;
+  }
+  if (r->has_fence && r->fence < co->fence) {
+    snprintf(why, sizeof why,
+             "it belongs to an earlier launch (fence %lld; agents of fence %lld have registered "
+             "since): a stale Spark stage attempt",
+             (long long)r->fence, (long long)co->fence);
+    return refuse_any(co, c, t, why, true);
+  }
+  if (t->agent || t->state != T_LAUNCHED ||
+      (co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING)) {
+    /* final once the job is ending for good: it succeeded, was killed, or
+     * failed with no retry to come */
+    bool over = co->jstate == J_DONE || (co->jstate == J_STOPPING && !coord_will_retry(co));
+    snprintf(why, sizeof why, "%s is not waiting for an agent (%s%s)", t->name,
+             t->agent ? "another agent holds it" : TSTATE[t->state],
+             over                       ? ", the job is ending"
+             : co->jstate == J_STOPPING ? ", the attempt is stopping"
+                                        : "");
+    return refuse_any(co, c, t, why, over);
+  }
+  if (r->has_fence && r->fence > co->fence) {
+    if (co->fence >= 0)
+      coord_event(
+          co, t, "fence_raised",
+          json_pack("{s:I, s:I}", "from", (json_int_t)co->fence, "to", (json_int_t)r->fence));
+    co->fence = r->fence;
+  }
+  accept_agent(co, c, t, r);
+  return 0;
+}
+
 int coord_on_register(coord *co, conn *c, const wire_msg *m) {
   const wire_register *r = &m->u.reg;
-  const char *name = r->task, *host = r->host;
+  const char *name = r->task;
   task *t = coord_task_by_name(co, name);
   if (!t) {
     loom__log(LOOM_LOG_WARN, "coord", "refused the registration of %s: the job has no such task",
               name);
     return LOOM_EPROTO;
   }
+  if (r->any_attempt) return register_any(co, c, t, r);
   if (r->attempt != t->attempt || t->agent || t->state != T_LAUNCHED ||
       (co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING)) {
     loom__log(LOOM_LOG_WARN, "coord",
@@ -327,6 +389,12 @@ int coord_on_register(coord *co, conn *c, const wire_msg *m) {
               name, (long long)r->attempt, t->attempt);
     return LOOM_ESTATE;
   }
+  accept_agent(co, c, t, r);
+  return 0;
+}
+
+static void accept_agent(coord *co, conn *c, task *t, const wire_register *r) {
+  const char *host = r->host;
   c->kind = C_AGENT;
   c->task = t;
   t->agent = c;
@@ -340,5 +408,4 @@ int coord_on_register(coord *co, conn *c, const wire_msg *m) {
       co, t, "registered",
       json_pack("{s:s, s:i, s:s?}", "host", t->host, "port", t->port, "host_why", r->host_why));
   send_assign(co, t);
-  return 0;
 }

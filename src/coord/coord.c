@@ -269,6 +269,12 @@ static void finish(coord *co) {
   uv_stop(&co->loop);
 }
 
+/* Whether the attempt that is stopping will be followed by another. */
+bool coord_will_retry(const coord *co) {
+  return co->outcome == O_FAILED && co->attempt - co->o->first_attempt < co->s->retries &&
+         co->interrupts == 0 && !co->no_retry;
+}
+
 /* Called whenever something ends: once the attempt is stopping and every
  * agent is gone, retry or finish. */
 void coord_check_over(coord *co) {
@@ -301,8 +307,7 @@ void coord_check_over(coord *co) {
   }
   coord_kv_drop_waiters(co, NULL);
   coord_event(co, NULL, "attempt_finished", NULL);
-  if (co->outcome == O_FAILED && co->attempt - co->o->first_attempt < co->s->retries &&
-      co->interrupts == 0 && !co->no_retry) {
+  if (coord_will_retry(co)) {
     coord_say(co, "attempt %d failed: %s%s%s", co->attempt + 1,
               co->root >= 0 ? co->tasks[co->root].name : "", co->root >= 0 ? ": " : "",
               co->root_msg);
@@ -515,6 +520,7 @@ static int start_listening(coord *co, char *ip, size_t iplen) {
   }
   snprintf(co->addr, sizeof co->addr, "%s:%d", o->advertise ? o->advertise : ip, port);
   co->attempt = o->first_attempt;
+  co->fence = -1;
   json_t *cj = json_pack("{s:s, s:i}", "addr", co->addr, "pid", (int)getpid());
   char *cs = json_dumps(cj, JSON_COMPACT);
   json_decref(cj);

@@ -138,6 +138,7 @@ struct coord {
   int world_size;
   bool no_retry;      /* the failure's exit code is not in retry_on */
   int64_t generation; /* elastic membership generation */
+  int64_t fence;      /* the highest launch fence an agent registered with, -1: none */
   char root_msg[2048];
   FILE *events, *alllog;
   struct task *log_newest, *log_oldest; /* tasks whose log file is open, newest first */
@@ -236,6 +237,7 @@ int coord_kv_store(coord *co, const char *key, const void *val, size_t len);
 /* agents.c */
 /* The task named name ("worker:3"), or NULL: a hash lookup. */
 task *coord_task_by_name(coord *co, const char *name);
+bool coord_will_retry(const coord *co);
 /* FNV-1a of a task's name, for co->task_hash. */
 static inline unsigned coord_name_hash(const char *s) {
   unsigned h = 2166136261u;

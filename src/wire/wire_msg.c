@@ -68,6 +68,8 @@ static const fld F_REGISTER[] = {
     HAS("pid", F_INT, wire_register, pid, NAT),
     OPT("inflate", F_BOOL, wire_register, inflate, 0, 0),
     OPT("host_why", F_STR, wire_register, host_why, 1, 512),
+    OPT("any_attempt", F_BOOL, wire_register, any_attempt, 0, 0),
+    HAS("fence", F_INT, wire_register, fence, NAT64),
 };
 static const fld F_ASSIGN[] = {
     REQ("workdir", F_STR, wire_assign, workdir, PATH),
@@ -87,6 +89,7 @@ static const fld F_ASSIGN[] = {
     REQ("rank_base", F_INT, wire_assign, rank_base, -1, INT32_MAX), /* -1: not training */
     REQ("world_size", F_INT, wire_assign, world_size, NAT),
     REQ("heartbeat_timeout_ms", F_INT, wire_assign, heartbeat_timeout_ms, NAT64),
+    HAS("attempt", F_INT, wire_assign, attempt, NAT),
 };
 static const fld F_CLUSTER[] = {
     OPT("master_addr", F_STR, wire_cluster, master_addr, NAME),
@@ -141,7 +144,8 @@ static const fld F_REPLY[] = {
     HAS("value", F_INT, wire_reply, value, I64),
     OPT("msg", F_STR, wire_reply, msg, TEXT),
 };
-static const fld F_ABORT[] = {REQ("reason", F_STR, wire_abort, reason, TEXT)};
+static const fld F_ABORT[] = {REQ("reason", F_STR, wire_abort, reason, TEXT),
+                              OPT("final", F_BOOL, wire_abort, final, 0, 0)};
 static const fld F_METRIC[] = {
     HAS("id", F_INT, wire_metric, id, NAT64),
     REQ("tag", F_STR, wire_metric, tag, 1, 128),

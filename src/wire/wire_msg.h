@@ -24,6 +24,14 @@ typedef struct { /* agent: who it is and where its task will listen */
   int64_t pid;
   bool inflate;         /* it takes a deflated cluster spec (blob_encoding "deflate") */
   const char *host_why; /* optional: why it advertises host, for people */
+  /* attempt "any" (backends whose cluster manager starts agents, Spark):
+   * the agent takes whichever attempt its task waits for; attempt is then
+   * ignored */
+  bool any_attempt;
+  /* optional fencing token of the launch the agent belongs to (Spark: the
+   * stage attempt); the coordinator refuses one below the highest seen */
+  bool has_fence;
+  int64_t fence;
 } wire_register;
 
 typedef struct { /* coord: what the agent is to run */
@@ -40,6 +48,8 @@ typedef struct { /* coord: what the agent is to run */
   int64_t memory;
   bool training;
   int64_t rank_base, world_size, heartbeat_timeout_ms;
+  bool has_attempt; /* the task's attempt, for an agent that registered with "any" */
+  int64_t attempt;
 } wire_assign;
 
 typedef struct { /* coord: the cluster spec, at the rendezvous or a rejoin */
@@ -103,6 +113,9 @@ typedef struct { /* blob: KV_GET's value */
 } wire_reply;
 typedef struct {
   const char *reason;
+  /* to a refused agent: true when trying again cannot succeed (it belongs
+   * to an earlier launch); false when its task may wait for it later */
+  bool final;
 } wire_abort;
 typedef struct {
   bool has_id;

@@ -21,13 +21,13 @@ def test_no_backend_name_outside_src_backend():
 
 def test_backend_names_come_from_the_registry(loom, tmp_path):
     h = loom.run("help", "run")
-    assert "backends: local, slurm, yarn, external (default local)" in h.stdout, h.stdout
+    assert "backends: local, slurm, yarn, spark, external (default local)" in h.stdout, h.stdout
     spec = loom.spec("name: b\nbackend: nosuch\nroles: {w: {command: 'true'}}\n")
     r = loom.run("run", spec)
     assert r.returncode == 2
-    assert "backend 'nosuch' is not known: use one of local, slurm, yarn, external" in r.stderr, r.stderr
+    assert "backend 'nosuch' is not known: use one of local, slurm, yarn, spark, external" in r.stderr, r.stderr
     r = loom.run("check", "--backend", "nosuch")
-    assert "backend 'nosuch' is not available (local, slurm, yarn, external)" in r.stdout, r.stdout
+    assert "backend 'nosuch' is not available (local, slurm, yarn, spark, external)" in r.stdout, r.stdout
 
 
 def test_cluster_that_cannot_be_asked_is_a_backend_error(loom, tmp_path):

@@ -1,0 +1,300 @@
+"""loom on Spark: run(spark, spec) runs a loom job inside a Spark
+application, from its driver.
+
+The coordinator runs in the driver (`loom run --backend spark`, bound to
+spark.driver.host); the job's tasks, every role (ps, evaluator and
+tensorboard included), run as one barrier stage of one Spark task per loom
+task. Each Spark task runs `loom agent` (the driver's binary, or the copy
+shipped with SparkContext.addFile when the executor's host has none), with
+attempt "any" and the stage attempt as its fence, and runs it again each
+time it ends, until the coordinator is gone: job retries and task restarts
+happen inside the one stage, and when Spark relaunches the whole stage (an
+executor lost), the new stage's agents take the next attempt while any
+agent of the earlier stage attempt is refused.
+
+Before anything starts, the spark backend refuses what the application
+cannot give (exit status 2, raised as SpecError): dynamic allocation on,
+fewer task slots than tasks, more than one task per executor for a role
+with GPUs. The job's output streams to the driver prefixed [role:index], as
+on every backend. Ctrl-C (KeyboardInterrupt), an exception in the driver,
+a timeout or `loom kill` stop the job and cancel the Spark job group;
+nothing of the job outlives run()."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from ._find import binary
+from .cli import (JobFailed, Result, SpecLike, _env, _home, _job_args, _job_id, _raise,
+                  _spec_file)
+from .errors import CommandError, JobTimeout
+
+__all__ = ["run", "slots"]
+
+
+def _conf(sc: Any, key: str, default: Optional[str] = None) -> Optional[str]:
+    v = sc.getConf().get(key, default)
+    return None if v is None else str(v)
+
+
+def _executors(sc: Any) -> Optional[List[Dict[str, Any]]]:
+    """The application's active executors from Spark's REST API, or None
+    when the UI is off."""
+    url = sc.uiWebUrl
+    if not url:
+        return None
+    try:
+        with urllib.request.urlopen(
+                f"{url}/api/v1/applications/{sc.applicationId}/executors", timeout=10) as r:
+            return [e for e in json.loads(r.read()) if e.get("isActive", True)]
+    except (OSError, ValueError):
+        return None
+
+
+def slots(sc: Any, wait: float = 30.0) -> Dict[str, Any]:
+    """The task slots of the application's executors: {"slots", "executors",
+    "slots_per_executor", "how"}. Waits up to wait seconds for executors to
+    register (until spark.executor.instances have, or their number holds
+    still for 1 s)."""
+    task_cpus = int(_conf(sc, "spark.task.cpus", "1") or 1)
+    want = _conf(sc, "spark.executor.instances")
+    deadline = time.monotonic() + wait
+    last, since = -1, time.monotonic()
+    while True:
+        ex = _executors(sc)
+        if ex is None:
+            n = int(sc.defaultParallelism)
+            return {"slots": n // task_cpus, "executors": 1, "slots_per_executor": n // task_cpus,
+                    "how": f"sc.defaultParallelism {n}, spark.task.cpus {task_cpus}"}
+        workers = [e for e in ex if e.get("id") != "driver"] or ex  # local[N]: the driver
+        now = time.monotonic()
+        if len(workers) != last:
+            last, since = len(workers), now
+        settled = (want is not None and len(workers) >= int(want)) or (
+            len(workers) > 0 and now - since >= 1.0)
+        if settled or now >= deadline:
+            per = [int(e.get("totalCores", 0)) // task_cpus for e in workers]
+            cores = sorted({int(e.get("totalCores", 0)) for e in workers})
+            return {"slots": sum(per), "executors": len(workers),
+                    "slots_per_executor": max(per) if per else 0,
+                    "how": f"{len(workers)} executor{'s' if len(workers) != 1 else ''} with "
+                           f"{'/'.join(map(str, cores)) or 0} cores, spark.task.cpus {task_cpus}"}
+        time.sleep(0.25)
+
+
+def _bind_address(sc: Any) -> str:
+    host = _conf(sc, "spark.driver.host") or socket.gethostname()
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        raise CommandError(f"loom.spark: spark.driver.host {host!r} does not resolve to an "
+                           "address the executors can reach the coordinator at", 3)
+
+
+def _stage(names: List[str], addr: str, secret: str, exe: str, exe_name: str,
+           pause: float) -> Callable[[Any], Any]:
+    """The Spark task of every loom task, as a closure Spark ships to the
+    executors by value (no import of loom there)."""
+
+    def loom_task(_rows: Any) -> Any:
+        import json as _json
+        import os as _os
+        import subprocess as _sp
+        import time as _time
+
+        from pyspark import BarrierTaskContext, SparkFiles
+
+        ctx = BarrierTaskContext.get()
+        p = ctx.partitionId()
+        # the stage attempt's fence: the smallest task attempt id of its
+        # tasks, the same for all of them and higher for a relaunched stage
+        fence = min(int(x) for x in ctx.allGather(str(ctx.taskAttemptId())))
+        path = exe if _os.access(exe, _os.X_OK) else SparkFiles.get(exe_name)
+        env = dict(_os.environ, LOOM_COORD=addr, LOOM_SECRET=secret, LOOM_TASK=names[p],
+                   LOOM_ATTEMPT="any", LOOM_FENCE=str(fence))
+        res = ctx.resources()
+        if "gpu" in res:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(res["gpu"].addresses)
+        runs, rc = 0, 0
+        while True:
+            if runs or rc:
+                env["LOOM_RESPAWN"] = "1"  # a refused connection: the job is over
+            # the agent dies with this Python worker (PR_SET_PDEATHSIG), so
+            # a Spark task killed by Spark takes its loom task with it
+            rc = _sp.call([path, "agent"], env=env, stdin=_sp.DEVNULL)
+            if rc == 3 or rc == 5:  # the coordinator is gone; a stale stage
+                break
+            if rc == 4:  # refused for now: its task waits for nothing yet
+                _time.sleep(pause)
+                continue
+            runs += 1
+        yield _json.dumps({"partition": p, "task": names[p], "fence": fence, "runs": runs,
+                           "last_exit": rc})
+
+    return loom_task
+
+
+def _pump(src: IO[str], keep: List[str], echo: Optional[IO[str]],
+          on_line: Optional[Callable[[str], None]] = None) -> None:
+    for line in src:
+        keep.append(line)
+        if on_line:
+            on_line(line)
+        if echo is not None:
+            echo.write(line)
+            echo.flush()
+
+
+def _wait_files(job_dir: Path, proc: "subprocess.Popen[str]", timeout: float) -> Tuple[str, str,
+                                                                                      List[str]]:
+    """The coordinator's address, the secret and the task names in the
+    coordinator's order, once `loom run` has written them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            addr = json.loads((job_dir / "coord.json").read_text())["addr"]
+            secret = (job_dir / "secret").read_text().strip()
+            names = [t["task"] for t in json.loads((job_dir / "state.json").read_text())["tasks"]]
+            if addr and secret and names:
+                return addr, secret, names
+        except (OSError, ValueError, KeyError):
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise CommandError(f"loom.spark: the coordinator of {job_dir.name} did not come up "
+                               f"within {timeout} s", 3)
+        time.sleep(0.05)
+
+
+def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = None,
+        timeout: Optional[float] = None, check: bool = False, echo: bool = True,
+        wait_executors: float = 30.0, home: Optional[Any] = None,
+        env: Optional[Mapping[str, str]] = None) -> Result:
+    """Runs the job of spec in the Spark application of spark (a
+    SparkSession or SparkContext) and waits for it; returns a Result as
+    loom.run does (ok, state, exit_code, the tasks' output). The spec's
+    backend is spark whatever it names. echo streams the output to the
+    driver's stdout/stderr as it comes; timeout (seconds) stops the job and
+    raises JobTimeout; wait_executors is how long to wait for executors to
+    register before counting task slots. Raises SpecError (exit status 2:
+    a bad spec, or what Spark cannot give), BackendError, CommandError;
+    with check=True a failed job raises JobFailed."""
+    sc = getattr(spark, "sparkContext", spark)
+    facts = slots(sc, wait_executors)
+    facts["app"] = sc.applicationId
+    facts["dynamic_allocation"] = (_conf(sc, "spark.dynamicAllocation.enabled", "false")
+                                   or "").lower() == "true"
+    exe = binary()
+    bind = _bind_address(sc)
+    e = _env(home, env)
+    e["LOOM_SPARK"] = json.dumps(facts)
+    group = f"loom-{uuid.uuid4().hex[:12]}"
+    with _spec_file(spec) as path:
+        argv = [exe, "run", *_job_args(path, "spark", overrides, bind, None)]
+        p = subprocess.Popen(argv, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, errors="replace")
+        out: List[str] = []
+        err: List[str] = []
+        job_seen = threading.Event()
+        job_box: List[str] = []
+
+        def saw(line: str) -> None:
+            if not job_box:
+                j = _job_id(line)
+                if j:
+                    job_box.append(j)
+                    job_seen.set()
+
+        assert p.stdout is not None and p.stderr is not None
+        pumps = [threading.Thread(target=_pump, args=(p.stdout, out, sys.stdout if echo else None),
+                                  daemon=True),
+                 threading.Thread(target=_pump,
+                                  args=(p.stderr, err, sys.stderr if echo else None, saw),
+                                  daemon=True)]
+        for t in pumps:
+            t.start()
+        stage_result: List[Any] = []
+        stage_error: List[BaseException] = []
+        stage_thread: Optional[threading.Thread] = None
+        timed_out = False
+        t0 = time.monotonic()
+        try:
+            # `loom run` prints the job id first, or fails before anything
+            # starts (a bad spec, too few slots: exit 2)
+            while not job_seen.wait(0.05):
+                if p.poll() is not None:
+                    break
+            if job_box:
+                job_dir = _home(e) / "jobs" / job_box[0]
+                addr, secret, names = _wait_files(job_dir, p, 60)
+                sc.addFile(exe)
+                fn = _stage(names, addr, secret, exe, os.path.basename(exe), 0.5)
+
+                def stage() -> None:
+                    try:
+                        sc.setJobGroup(group, f"loom job {job_box[0]}", interruptOnCancel=True)
+                        rdd = sc.parallelize(range(len(names)), len(names))
+                        stage_result.extend(rdd.barrier().mapPartitions(fn).collect())
+                    except BaseException as ex:  # Spark gave up on the stage
+                        stage_error.append(ex)
+
+                stage_thread = threading.Thread(target=stage, name=f"loom-spark-{job_box[0]}",
+                                                daemon=True)
+                stage_thread.start()
+            while p.poll() is None:
+                if timeout is not None and time.monotonic() - t0 > timeout:
+                    timed_out = True
+                    break
+                if stage_error and not stage_thread.is_alive():  # type: ignore[union-attr]
+                    # Spark aborted the stage: nothing can run the tasks now
+                    msg = str(stage_error[0]).splitlines()[0][:400]
+                    err.append(f"loom.spark: Spark ended the job's stage: {msg}\n")
+                    break
+                time.sleep(0.1)
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)  # stops the whole job, as Ctrl-C does
+                try:
+                    p.wait(60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        except BaseException:  # KeyboardInterrupt, an error here: stop the job too
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                p.wait()
+            raise
+        finally:
+            # once the coordinator is gone every Spark task ends by itself;
+            # cancel the group for any that does not
+            if stage_thread is not None:
+                stage_thread.join(30)
+                if stage_thread.is_alive():
+                    sc.cancelJobGroup(group)
+                    stage_thread.join(60)
+            for t in pumps:
+                t.join()
+    stdout, stderr, rc = "".join(out), "".join(err), p.returncode
+    job = job_box[0] if job_box else None
+    if timed_out:
+        raise JobTimeout(f"loom.spark.run: the job {job} was still running after {timeout} s "
+                         "and was stopped\n" + stderr.rstrip("\n"), rc, argv, stdout, job)
+    if rc not in (0, 1, 130) or job is None:
+        _raise(argv, rc, stdout, stderr)
+    assert job is not None
+    job_dir = _home(e) / "jobs" / job
+    try:
+        state = json.loads((job_dir / "state.json").read_text())["state"]
+    except (OSError, ValueError, KeyError):
+        state = "succeeded" if rc == 0 else "failed"
+    res = Result(job, state, rc, stdout, stderr, job_dir, argv)
+    res.spark_tasks = [json.loads(x) for x in stage_result]  # type: ignore[attr-defined]
+    if check and rc:
+        raise JobFailed(stderr.rstrip("\n"), res)
+    return res

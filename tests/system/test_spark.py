@@ -1,0 +1,292 @@
+"""The spark backend on a real Spark (pyspark 4.3.0 from PyPI, in
+.venv-spark/ that scripts/setup-spark.sh makes): a standalone Master and two
+Workers started here through spark-class (the wheel has no
+start-master.sh), one core each, Java 17; and local-cluster[2,1,1024] where
+separate executor processes are all a test needs. Each test runs one Spark
+driver (tests/system/spark/driver.py) that calls loom.spark.run(spark,
+spec) and reports what it returned and what Spark's REST API saw.
+
+Checked: every role runs as one barrier stage, each task's agent a child
+of a Spark executor; output streams to the driver prefixed; services stop
+when the finishing roles succeed; preflight refusals before anything
+starts; task restarts and job retries inside the one stage; an executor
+killed mid-job makes Spark relaunch the stage, which runs the next loom
+attempt, while an agent of the earlier stage attempt is refused; a
+timeout, an exception in the driver and `loom kill` stop the job and leave
+no process behind."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import LOOM, ROOT, SANITIZED
+
+SPARK_PYTHON = Path(os.environ.get("LOOM_SPARK_PYTHON", ROOT / ".venv-spark" / "bin" / "python"))
+DRIVER = Path(__file__).parent / "spark" / "driver.py"
+
+pytestmark = pytest.mark.skipif(not SPARK_PYTHON.exists(),
+                                reason=f"no Spark environment at {SPARK_PYTHON}: run "
+                                       "scripts/setup-spark.sh")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spark_home():
+    out = subprocess.run([str(SPARK_PYTHON), "-c", "import pyspark, os; "
+                          "print(os.path.dirname(pyspark.__file__))"],
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def spark_env():
+    e = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+    e.update(SPARK_HOME=str(spark_home()), PYSPARK_PYTHON=str(SPARK_PYTHON),
+             PYSPARK_DRIVER_PYTHON=str(SPARK_PYTHON), SPARK_LOCAL_IP="127.0.0.1",
+             SPARK_LOCAL_HOSTNAME="localhost")
+    return e
+
+
+def wait_for(cond, what, timeout=90):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory):
+    """A standalone Master and two Workers (1 core, 1 GiB each)."""
+    d = tmp_path_factory.mktemp("spark")
+    env = spark_env()
+    cls = str(spark_home() / "bin" / "spark-class")
+    port, ui = free_port(), free_port()
+    master = f"spark://127.0.0.1:{port}"
+    procs = [subprocess.Popen([cls, "org.apache.spark.deploy.master.Master", "--host",
+                               "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
+                              env=env, stdout=open(d / "master.log", "w"),
+                              stderr=subprocess.STDOUT, start_new_session=True)]
+    for i in (1, 2):
+        (d / f"w{i}").mkdir()
+        procs.append(subprocess.Popen(
+            [cls, "org.apache.spark.deploy.worker.Worker", "-c", "1", "-m", "1g", "--host",
+             "127.0.0.1", "--webui-port", str(free_port()), "--work-dir", str(d / f"w{i}"),
+             master], env=env, stdout=open(d / f"worker{i}.log", "w"),
+            stderr=subprocess.STDOUT, start_new_session=True))
+
+    def alive_workers():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as r:
+                return len([w for w in json.loads(r.read())["workers"]
+                            if w["state"] == "ALIVE"]) == 2
+        except OSError:
+            return False
+    try:
+        wait_for(alive_workers, "the Master to have its 2 Workers", 120)
+        yield {"master": master, "dir": d}
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+class Driver:
+    """One Spark driver process running loom.spark.run."""
+
+    def __init__(self, loom, cfg):
+        self.loom = loom
+        cfgp = loom.tmp / f"driver-{time.monotonic_ns()}.json"
+        cfgp.write_text(json.dumps(cfg))
+        env = spark_env()
+        env.update(LOOM_HOME=str(loom.home), LOOM_BIN=str(LOOM), NO_COLOR="1",
+                   PYTHONPATH=str(ROOT / "python"))
+        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
+            if k in os.environ:
+                env[k] = os.environ[k]
+        self.log = loom.tmp / "driver.log"
+        self.p = subprocess.Popen([str(SPARK_PYTHON), str(DRIVER), str(cfgp)], env=env,
+                                  stdout=subprocess.PIPE, stderr=open(self.log, "w"), text=True,
+                                  start_new_session=True)
+
+    def result(self, timeout=300):
+        out, _ = self.p.communicate(timeout=timeout)
+        lines = [l for l in out.splitlines() if l.startswith("RESULT ")]
+        assert lines, f"the driver printed no RESULT (exit {self.p.returncode}):\n{out}\n" \
+                      f"{self.log.read_text()[-3000:]}"
+        self.stdout = out
+        return json.loads(lines[-1][7:])
+
+
+def job_dir(loom):
+    jobs = wait_for(lambda: list((loom.home / "jobs").glob("*/coord.json")), "a job directory")
+    return jobs[0].parent
+
+
+def state(jd):
+    return json.loads((jd / "state.json").read_text())
+
+
+def events(jd):
+    return [json.loads(l) for l in (jd / "events.jsonl").read_text().splitlines() if l.strip()]
+
+
+def procs_with_env(marker: bytes):
+    """Pids of live processes whose environment holds marker."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit() and int(p.name) != os.getpid():
+            try:
+                if marker in (p / "environ").read_bytes():
+                    st = (p / "stat").read_text()
+                    if st.split(")")[-1].split()[0] != "Z":
+                        out.append(int(p.name))
+            except OSError:
+                pass
+    return out
+
+
+def ancestors(pid):
+    """(pid, command line) of pid's ancestors, nearest first."""
+    out = []
+    while pid > 1:
+        try:
+            st = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(st.split(")")[-1].split()[1])
+            out.append((pid, Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                        .decode(errors="replace")))
+        except OSError:
+            break
+    return out
+
+
+def nothing_left(jd):
+    """No process of the job is left: agents (LOOM_SECRET) and tasks
+    (LOOM_JOB_ID)."""
+    secret = (jd / "secret").read_text().strip()
+    job = jd.name
+    left = wait_for(lambda: not procs_with_env(f"LOOM_SECRET={secret}".encode()) and
+                    not procs_with_env(f"LOOM_JOB_ID={job}".encode()) and [True],
+                    "every agent and task of the job to be gone", 30)
+    return left
+
+
+# ---- a whole job with every role ---------------------------------------------
+
+def test_every_role_runs_in_one_barrier_stage_on_a_standalone_cluster(loom, standalone):
+    """A chief and a ps (2 Workers of 1 core hold 2 tasks) in one barrier
+    stage: each agent runs inside a Spark executor, the chief sees its
+    TF_CONFIG, the output streams to the driver prefixed, and the ps, a
+    service, is stopped once the chief succeeds."""
+    spec = {"name": "sparkroles", "roles": {
+        "chief": {"command": "echo CHIEF $LOOM_TASK rank=$LOOM_RANK tf=$TF_CONFIG; "
+                             "echo PPID $PPID; sleep 2; echo BYE"},
+        "ps": {"command": "echo PS up $LOOM_TASK; sleep 300"}}}
+    d = Driver(loom, {"master": standalone["master"], "spec": spec})
+    jd = job_dir(loom)
+    st = wait_for(lambda: (s := state(jd))["state"] == "running" and s, "the job running")
+    # every task's agent runs inside a Spark executor (its Python worker)
+    for t in st["tasks"]:
+        chain = " | ".join(c for _, c in ancestors(t["agent_pid"]))
+        assert "CoarseGrainedExecutorBackend" in chain, chain
+        assert "pyspark" in chain, chain
+    r = d.result()
+    assert r.get("exit_code") == 0 and r["state"] == "succeeded", r
+    # the output, prefixed as on every backend, streamed to the driver
+    assert re.search(r"^\[chief:0\] CHIEF chief:0 rank=0 tf=\{", r["stdout"], re.M), r["stdout"]
+    assert "[ps:0] PS up ps:0" in r["stdout"], r["stdout"]
+    tf = json.loads(re.search(r"tf=(\{.*\})", r["stdout"])[1])
+    assert tf["task"] == {"type": "chief", "index": 0} and set(tf["cluster"]) == {"chief", "ps"}
+    final = state(jd)
+    by = {t["task"]: t for t in final["tasks"]}
+    assert by["chief:0"]["state"] == "succeeded"
+    assert by["ps:0"]["state"] == "stopped", by["ps:0"]  # the service, stopped
+    # one Spark job, one stage of 2 tasks, complete; each Spark task ran its
+    # agent once and ended when the coordinator was gone (exit 3)
+    stages = [s for s in r["spark_stages"] if s["tasks"] == 2]
+    assert len(stages) == 1 and stages[0]["status"] == "COMPLETE", r["spark_stages"]
+    assert all(j["status"] == "SUCCEEDED" for j in r["spark_jobs"]), r["spark_jobs"]
+    assert sorted(t["task"] for t in r["spark_tasks"]) == ["chief:0", "ps:0"], r["spark_tasks"]
+    assert all(t["runs"] == 1 for t in r["spark_tasks"]), r["spark_tasks"]
+    nothing_left(jd)
+
+
+# ---- preflight -----------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["slots", "dynamic", "gpus"])
+def test_preflight_refuses_what_spark_cannot_give(loom, case):
+    spec = {"name": "pre", "roles": {"worker": {"instances": 2, "command": "true"}}}
+    master = "local-cluster[2,1,1024]"
+    conf = {}
+    if case == "slots":
+        spec["roles"]["worker"]["instances"] = 3
+        want = ("the job has 3 tasks, all started together in one barrier stage, but Spark "
+                "application app-")
+        want2 = "has 2 task slots (2 executors with 1 cores, spark.task.cpus 1)"
+    elif case == "dynamic":
+        conf = {"spark.dynamicAllocation.enabled": "true",
+                "spark.dynamicAllocation.shuffleTracking.enabled": "true"}
+        want, want2 = "has dynamic allocation on (spark.dynamicAllocation.enabled=true)", ""
+    else:
+        master = "local-cluster[1,2,1024]"  # 2 tasks per executor
+        spec["roles"]["worker"]["gpus"] = 1
+        want = "role 'worker' asks for 1 GPUs per task"
+        want2 = "runs 2 tasks per executor: tasks with GPUs need one task per executor"
+    r = Driver(loom, {"master": master, "conf": conf, "spec": spec}).result()
+    assert r.get("error") == "SpecError" and r["exit_code"] == 2, r
+    assert want in r["message"] and want2 in r["message"], r["message"]
+    # nothing started: no job directory, no Spark job
+    assert not (loom.home / "jobs").exists() or not list((loom.home / "jobs").iterdir())
+    assert r["spark_jobs"] == [], r["spark_jobs"]
+
+
+# ---- restarts and retries inside the stage -------------------------------------
+
+def test_task_restart_and_job_retry_run_in_the_same_stage(loom):
+    """restart: task, max_restarts 1, retries 1. worker:1 fails its first
+    start and is restarted; worker:0 fails its first start and its restart,
+    which fails the job's attempt; the whole job is retried and succeeds.
+    The same two Spark tasks run every one of those agents: one stage, no
+    relaunch by Spark."""
+    cmd = ("echo RUN $LOOM_TASK attempt=$LOOM_ATTEMPT; "
+           "if [ $LOOM_TASK = worker:1 ] && [ $LOOM_ATTEMPT = 0 ]; then exit 7; fi; "
+           "if [ $LOOM_TASK = worker:0 ] && [ $LOOM_ATTEMPT -lt 2 ]; then sleep 0.5; exit 9; fi; "
+           "sleep 0.5")
+    spec = {"name": "again", "retries": 1, "max_restarts": 1, "restart": "task",
+            "retry_on": [7, 9], "roles": {"worker": {"instances": 2, "command": cmd}}}
+    r = Driver(loom, {"master": "local-cluster[2,1,1024]", "spec": spec}).result()
+    assert r.get("exit_code") == 0, r
+    runs = sorted(set(re.findall(r"\[(worker:\d)\] RUN \S+ attempt=(\d)", r["stdout"])))
+    assert runs == [("worker:0", "0"), ("worker:0", "1"), ("worker:0", "2"),
+                    ("worker:1", "0"), ("worker:1", "1"), ("worker:1", "2")], runs
+    jd = job_dir(loom)
+    ev = events(jd)
+    assert {e.get("task") for e in ev if e["event"] == "restarting"} == {"worker:0", "worker:1"}
+    assert [e["event"] for e in ev if e["event"] == "retrying"] == ["retrying"]
+    st = state(jd)
+    assert st["state"] == "succeeded" and st["attempt"] == 1, st
+    by = {t["task"]: t for t in r["spark_tasks"]}
+    assert by["worker:0"]["runs"] == 3 and by["worker:1"]["runs"] == 3, by
+    stages = [s for s in r["spark_stages"] if s["tasks"] == 2]
+    assert len(stages) == 1 and stages[0]["attempt"] == 0, r["spark_stages"]
+    nothing_left(jd)
