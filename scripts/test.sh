@@ -11,6 +11,9 @@ bash scripts/setup.sh --sanitize || exit 1
 # TensorFlow and TensorBoard, pinned, in their own environment (.venv-tf/)
 LOOM_TF_PYTHON=$(bash scripts/setup-tf.sh) || exit 1
 export LOOM_TF_PYTHON
+# pyspark, pyarrow and pandas, pinned, in their own environment (.venv-spark/)
+LOOM_SPARK_PYTHON=$(bash scripts/setup-spark.sh) || exit 1
+export LOOM_SPARK_PYTHON
 
 PY=/usr/bin/python3
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_odr_violation=0

@@ -130,7 +130,13 @@ def _stage(names: List[str], addr: str, secret: str, exe: str, exe_name: str,
             # the agent dies with this Python worker (PR_SET_PDEATHSIG), so
             # a Spark task killed by Spark takes its loom task with it
             rc = _sp.call([path, "agent"], env=env, stdin=_sp.DEVNULL)
-            if rc == 3 or rc == 5:  # the coordinator is gone; a stale stage
+            if rc == 5:
+                # this stage attempt lost a task: the job waits for Spark to
+                # launch the stage again, which failing this task makes it do
+                raise RuntimeError(f"loom: {names[p]}: this Spark stage attempt (fence {fence}) "
+                                   "lost a task; the job waits for the stage to be launched "
+                                   "again")
+            if rc == 3 or rc == 6:  # the coordinator is gone; the job is ending
                 break
             if rc == 4:  # refused for now: its task waits for nothing yet
                 _time.sleep(pause)
@@ -241,7 +247,12 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
                     try:
                         sc.setJobGroup(group, f"loom job {job_box[0]}", interruptOnCancel=True)
                         rdd = sc.parallelize(range(len(names)), len(names))
-                        stage_result.extend(rdd.barrier().mapPartitions(fn).collect())
+                        # a shuffle after the barrier stage makes it a map
+                        # stage, which Spark relaunches whole when a task of
+                        # it is lost (a failed barrier result stage is only
+                        # aborted)
+                        stage_result.extend(
+                            rdd.barrier().mapPartitions(fn).repartition(1).collect())
                     except BaseException as ex:  # Spark gave up on the stage
                         stage_error.append(ex)
 

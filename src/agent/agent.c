@@ -80,6 +80,7 @@ struct agent {
   bool out_paused; /* the tasks' output is not read: the coordinator is behind */
   bool lingering;  /* sent everything; waiting for the coordinator to close */
   bool saw_inuse;  /* the task said "Address already in use" while its port was held */
+  bool any;        /* registered with attempt "any": started by the cluster manager (Spark) */
   int fail_code, fail_sig;
   char lost_reason[160];
   int exit_status;
@@ -1045,6 +1046,15 @@ static void on_signal(uv_signal_t *h, int sig) {
   agent *a = h->data;
   agent_log("%s: got SIG%s; stopping the task", a->task, sigabbrev_np(sig));
   a->exit_status = 128 + sig;
+  /* the coordinator stops tasks with STOP, never a signal: a cluster
+   * manager that starts agents itself (Spark) signals one when it kills
+   * the task's place (its executor lost, its stage aborted), so the task is
+   * lost, not failed */
+  if (a->any && !a->lost_reason[0])
+    snprintf(a->lost_reason, sizeof a->lost_reason,
+             "its agent got SIG%s: the cluster manager stopped the task's place (Spark: the "
+             "executor was lost or the stage aborted)",
+             sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
   if (a->running > 0)
     stop_procs(a, (uint64_t)loom__tun(LOOM_TUN_STOP_GRACE_MS));
   else
@@ -1337,6 +1347,7 @@ int agent_main(void) {
     return 2;
   }
   a->attempt = (int)an;
+  a->any = any;
   wire_reader_init(&a->rd, (size_t)loom__tun(LOOM_TUN_MAX_FRAME));
 
   const char *stall = loom__tun_str(LOOM_TUN_FAULT_STALL_TASK);
@@ -1386,12 +1397,13 @@ int agent_main(void) {
   if (rc == 0) rc = wire_recv(fd, &a->rd, &f, 30000);
   if (rc == 0 && f.type == WIRE_ABORT) {
     /* refused with a reason (attempt "any"): 4, its task may want an agent
-     * later; 5, never (an earlier launch's) */
+     * later; 5, its launch is stale (Spark must launch the stage again); 6,
+     * the job is ending */
     wire_msg am;
     char err[200];
     if (wire_msg_decode(&f, &am, err, sizeof err) == 0) {
       agent_log("%s: the coordinator refused the registration: %s", task, am.u.abort.reason);
-      status = am.u.abort.final ? 5 : 4;
+      status = am.u.abort.stale ? 5 : am.u.abort.final ? 6 : 4;
       wire_msg_free(&am);
     } else {
       agent_log("%s: the coordinator refused the registration: %s", task, err);

@@ -318,13 +318,14 @@ static void accept_agent(coord *co, conn *c, task *t, const wire_register *r);
  * final when it belongs to an earlier launch (trying again is useless),
  * otherwise its task may wait for it later (a retry, a restart). The
  * agent closes the connection. */
-static int refuse_any(coord *co, conn *c, task *t, const char *why, bool final) {
-  loom__log(final ? LOOM_LOG_WARN : LOOM_LOG_INFO, "coord", "refused an agent of %s: %s", t->name,
+static int refuse_any(coord *co, conn *c, task *t, const char *why, bool final, bool stale) {
+  loom__log(stale ? LOOM_LOG_WARN : LOOM_LOG_INFO, "coord", "refused an agent of %s: %s", t->name,
             why);
-  coord_event(co, t, "agent_refused", json_pack("{s:s, s:b}", "reason", why, "final", final));
+  coord_event(co, t, "agent_refused",
+              json_pack("{s:s, s:b, s:b}", "reason", why, "final", final, "stale", stale));
   loom__strlcpy(c->who, t->name, sizeof c->who);
-  coord_conn_send_msg(c,
-                      &(wire_msg){.type = WIRE_ABORT, .u.abort = {.reason = why, .final = final}});
+  coord_conn_send_msg(c, &(wire_msg){.type = WIRE_ABORT,
+                                     .u.abort = {.reason = why, .final = final, .stale = stale}});
   return 0;
 }
 
@@ -346,7 +347,14 @@ static int register_any(coord *co, conn *c, task *t, const wire_register *r) {
              "it belongs to an earlier launch (fence %lld; agents of fence %lld have registered "
              "since): a stale Spark stage attempt",
              (long long)r->fence, (long long)co->fence);
-    return refuse_any(co, c, t, why, true);
+    return refuse_any(co, c, t, why, true, true);
+  }
+  if (r->has_fence && r->fence < co->fence_floor) {
+    snprintf(why, sizeof why,
+             "its launch (fence %lld) lost a task: the job waits for the next one (fence %lld or "
+             "more), a stale Spark stage attempt that Spark must launch again",
+             (long long)r->fence, (long long)co->fence_floor);
+    return refuse_any(co, c, t, why, true, true);
   }
   if (t->agent || t->state != T_LAUNCHED ||
       (co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING)) {
@@ -358,7 +366,7 @@ static int register_any(coord *co, conn *c, task *t, const wire_register *r) {
              over                       ? ", the job is ending"
              : co->jstate == J_STOPPING ? ", the attempt is stopping"
                                         : "");
-    return refuse_any(co, c, t, why, over);
+    return refuse_any(co, c, t, why, over, false);
   }
   if (r->has_fence && r->fence > co->fence) {
     if (co->fence >= 0)
@@ -367,6 +375,7 @@ static int register_any(coord *co, conn *c, task *t, const wire_register *r) {
           json_pack("{s:I, s:I}", "from", (json_int_t)co->fence, "to", (json_int_t)r->fence));
     co->fence = r->fence;
   }
+  t->fence = r->has_fence ? r->fence : -1;
   accept_agent(co, c, t, r);
   return 0;
 }
@@ -389,6 +398,7 @@ int coord_on_register(coord *co, conn *c, const wire_msg *m) {
               name, (long long)r->attempt, t->attempt);
     return LOOM_ESTATE;
   }
+  t->fence = -1;
   accept_agent(co, c, t, r);
   return 0;
 }

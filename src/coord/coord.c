@@ -198,6 +198,7 @@ int coord_launch_task(coord *co, task *t) {
 
 void coord_task_reset(coord *co, task *t) {
   coord_task_set(co, t, T_PENDING);
+  t->fence = -1;
   t->launch_tries = 0;
   t->relaunch_pending = false;
   t->cluster_pending = false;
@@ -521,6 +522,7 @@ static int start_listening(coord *co, char *ip, size_t iplen) {
   snprintf(co->addr, sizeof co->addr, "%s:%d", o->advertise ? o->advertise : ip, port);
   co->attempt = o->first_attempt;
   co->fence = -1;
+  co->fence_floor = 0;
   json_t *cj = json_pack("{s:s, s:i}", "addr", co->addr, "pid", (int)getpid());
   char *cs = json_dumps(cj, JSON_COMPACT);
   json_decref(cj);

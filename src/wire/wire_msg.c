@@ -145,7 +145,8 @@ static const fld F_REPLY[] = {
     OPT("msg", F_STR, wire_reply, msg, TEXT),
 };
 static const fld F_ABORT[] = {REQ("reason", F_STR, wire_abort, reason, TEXT),
-                              OPT("final", F_BOOL, wire_abort, final, 0, 0)};
+                              OPT("final", F_BOOL, wire_abort, final, 0, 0),
+                              OPT("stale", F_BOOL, wire_abort, stale, 0, 0)};
 static const fld F_METRIC[] = {
     HAS("id", F_INT, wire_metric, id, NAT64),
     REQ("tag", F_STR, wire_metric, tag, 1, 128),

@@ -113,9 +113,10 @@ typedef struct { /* blob: KV_GET's value */
 } wire_reply;
 typedef struct {
   const char *reason;
-  /* to a refused agent: true when trying again cannot succeed (it belongs
-   * to an earlier launch); false when its task may wait for it later */
-  bool final;
+  /* to a refused agent: final when trying again cannot succeed (the job is
+   * ending, or stale: it belongs to a launch the job has moved past);
+   * neither when its task may wait for it later */
+  bool final, stale;
 } wire_abort;
 typedef struct {
   bool has_id;

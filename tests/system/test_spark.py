@@ -233,6 +233,12 @@ def test_every_role_runs_in_one_barrier_stage_on_a_standalone_cluster(loom, stan
 
 # ---- preflight -----------------------------------------------------------------
 
+NORMAL_PASS = pytest.mark.skipif(
+    SANITIZED, reason="a Spark driver a case: runs in the normal pass (the sanitized pass runs "
+                      "the C paths through the other Spark tests)")
+
+
+@NORMAL_PASS
 @pytest.mark.parametrize("case", ["slots", "dynamic", "gpus"])
 def test_preflight_refuses_what_spark_cannot_give(loom, case):
     spec = {"name": "pre", "roles": {"worker": {"instances": 2, "command": "true"}}}
@@ -290,3 +296,90 @@ def test_task_restart_and_job_retry_run_in_the_same_stage(loom):
     stages = [s for s in r["spark_stages"] if s["tasks"] == 2]
     assert len(stages) == 1 and stages[0]["attempt"] == 0, r["spark_stages"]
     nothing_left(jd)
+
+
+# ---- Spark relaunches the stage ------------------------------------------------
+
+def test_an_executor_lost_relaunches_the_stage_as_the_next_attempt(loom, standalone):
+    """The executor running worker:1 is killed mid-job. Spark aborts the
+    barrier stage and relaunches it whole once the Worker has a new
+    executor; the relaunched stage's agents take loom's attempt 1 (retries:
+    1) with a higher fence, and the job succeeds. An agent that comes with
+    the first stage attempt's fence afterwards is refused for good (its
+    exit status 5), as an agent of a stale Spark stage attempt."""
+    cmd = ("echo RUN $LOOM_TASK attempt=$LOOM_ATTEMPT; "
+           "if [ $LOOM_ATTEMPT = 0 ]; then sleep 300; fi; sleep 4; echo DONE $LOOM_TASK")
+    spec = {"name": "lost", "retries": 1, "roles": {"worker": {"instances": 2, "command": cmd}}}
+    d = Driver(loom, {"master": standalone["master"], "spec": spec})
+    jd = job_dir(loom)
+    st = wait_for(lambda: (s := state(jd))["state"] == "running" and s, "the job running", 120)
+    agent = {t["task"]: t["agent_pid"] for t in st["tasks"]}["worker:1"]
+    execs = [p for p, c in ancestors(agent) if "CoarseGrainedExecutorBackend" in c]
+    assert execs, ancestors(agent)
+    os.kill(execs[0], signal.SIGKILL)
+    # the next attempt runs in the relaunched stage
+    wait_for(lambda: state(jd)["attempt"] == 1 and state(jd)["state"] == "running",
+             "attempt 1 running", 180)
+    # an agent of the first stage attempt (fence 0: below any since) is refused
+    secret = (jd / "secret").read_text().strip()
+    addr = json.loads((jd / "coord.json").read_text())["addr"]
+    env = dict(os.environ, LOOM_COORD=addr, LOOM_SECRET=secret, LOOM_TASK="worker:0",
+               LOOM_ATTEMPT="any", LOOM_FENCE="0")
+    stale = subprocess.run([str(LOOM), "agent"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert stale.returncode == 5, stale.stderr
+    assert "a stale Spark stage attempt" in stale.stderr, stale.stderr
+    r = d.result()
+    assert r.get("exit_code") == 0 and r["state"] == "succeeded", r
+    st = state(jd)
+    assert st["attempt"] == 1, st
+    assert re.findall(r"\[(worker:\d)\] DONE", r["stdout"]) != [], r["stdout"]
+    ev = events(jd)
+    # worker:1 was lost with its executor, which made the first stage
+    # attempt stale; the relaunched stage raised the fence
+    assert any(e["event"] == "lost" and e.get("task") == "worker:1" and
+               "Spark: the executor was lost" in e.get("reason", "") for e in ev), ev
+    assert [e["event"] for e in ev].count("launch_stale") >= 1
+    assert any(e["event"] == "fence_raised" for e in ev), [e["event"] for e in ev]
+    refused = [e for e in ev if e["event"] == "agent_refused" and e.get("final")]
+    assert refused and "stale Spark stage attempt" in refused[-1]["reason"], refused
+    # Spark ran the stage twice: attempt 0 failed, attempt 1 complete
+    stages = sorted((s["attempt"], s["status"]) for s in r["spark_stages"] if s["tasks"] == 2)
+    assert stages[0] == (0, "FAILED") and stages[-1][1] == "COMPLETE", r["spark_stages"]
+    nothing_left(jd)
+
+
+# ---- stopping from the driver --------------------------------------------------
+
+@NORMAL_PASS
+@pytest.mark.parametrize("how", ["timeout", "exception", "loom kill"])
+def test_stopping_from_the_driver_leaves_nothing(loom, how):
+    """A timeout, an exception in the driver (KeyboardInterrupt) or `loom
+    kill` from another shell stop the job: run() returns or raises, the
+    Spark job ends, and no agent or task process is left."""
+    spec = {"name": "stop", "roles": {"worker": {"instances": 2,
+                                                 "command": "echo UP $LOOM_TASK; sleep 300"}}}
+    cfg = {"master": "local-cluster[2,1,1024]", "spec": spec}
+    if how == "timeout":
+        cfg["timeout"] = 25
+    elif how == "exception":
+        cfg["raise_in"] = 25
+    d = Driver(loom, cfg)
+    jd = job_dir(loom)
+    wait_for(lambda: state(jd)["state"] == "running", "the job running", 120)
+    if how == "loom kill":
+        k = loom.run("kill", jd.name)
+        assert k.returncode == 0, k.stderr
+    r = d.result()
+    if how == "timeout":
+        assert r.get("error") == "JobTimeout", r
+        assert "was still running after 25 s and was stopped" in r["message"], r["message"]
+    elif how == "exception":
+        assert r.get("error") == "KeyboardInterrupt", r
+    else:
+        assert r.get("exit_code") == 130 and r["state"] == "killed", r
+    assert state(jd)["state"] in ("killed", "failed"), state(jd)
+    nothing_left(jd)
+    # the Spark job of the stage is over, not left running
+    assert r["spark_jobs"] and all(j["status"] != "RUNNING" for j in r["spark_jobs"]), \
+        r["spark_jobs"]
