@@ -34,9 +34,9 @@ static int spark_check(const spec_job *s, char *err, size_t errlen) {
   json_int_t slots = 0, per = 0;
   int dyn = 0;
   const char *app = NULL, *how = "";
-  if (!j || json_unpack_ex(j, &je, 0, "{s:s, s:I, s:I, s:b, s?s}", "app", &app, "slots", &slots,
-                           "slots_per_executor", &per, "dynamic_allocation", &dyn, "how",
-                           &how) < 0) {
+  if (!j ||
+      json_unpack_ex(j, &je, 0, "{s:s, s:I, s:I, s:b, s?s}", "app", &app, "slots", &slots,
+                     "slots_per_executor", &per, "dynamic_allocation", &dyn, "how", &how) < 0) {
     snprintf(err, errlen, "%s is not what loom.spark sets: %s", SPARK_ENV, je.text);
     json_decref(j);
     return LOOM_EBACKEND;

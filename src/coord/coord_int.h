@@ -137,9 +137,9 @@ struct coord {
   task *tasks;
   int ntasks, attempt, jstate, outcome, root, interrupts, nready;
   int world_size;
-  bool no_retry;      /* the failure's exit code is not in retry_on */
-  int64_t generation; /* elastic membership generation */
-  int64_t fence;      /* the highest launch fence an agent registered with, -1: none */
+  bool no_retry;       /* the failure's exit code is not in retry_on */
+  int64_t generation;  /* elastic membership generation */
+  int64_t fence;       /* the highest launch fence an agent registered with, -1: none */
   int64_t fence_floor; /* agents of a lower fence are stale (their launch lost a task) */
   char root_msg[2048];
   FILE *events, *alllog;

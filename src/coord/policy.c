@@ -30,9 +30,9 @@ void coord_task_exited(coord *co, task *t, int code, int sig, const char *reason
    * launch stale: the next attempt waits for the next launch */
   if (lost && co->be->ops->agents_any_attempt && t->fence >= 0 && t->fence >= co->fence_floor) {
     co->fence_floor = t->fence + 1;
-    coord_event(co, t, "launch_stale",
-                json_pack("{s:I, s:s}", "fence", (json_int_t)t->fence, "reason",
-                          reason ? reason : "lost"));
+    coord_event(
+        co, t, "launch_stale",
+        json_pack("{s:I, s:s}", "fence", (json_int_t)t->fence, "reason", reason ? reason : "lost"));
   }
   t->have_exit = !lost;
   t->exit_code = code;

@@ -55,6 +55,31 @@ static void test_agent_messages_roundtrip(void **state) {
                                   .host_why = "lan0, the interface that reaches the coordinator"}},
             &f, &d);
   assert_string_equal(d.u.reg.host_why, "lan0, the interface that reaches the coordinator");
+  assert_false(d.u.reg.any_attempt); /* optional: absent is a numbered attempt */
+  assert_false(d.u.reg.has_fence);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  /* an agent a Spark task started: attempt "any", its stage's fence */
+  roundtrip(&(wire_msg){.type = WIRE_REGISTER,
+                        .u.reg = {.task = "ps:0",
+                                  .host = "h",
+                                  .port = 4002,
+                                  .any_attempt = true,
+                                  .has_fence = true,
+                                  .fence = 1LL << 40}},
+            &f, &d);
+  assert_true(d.u.reg.any_attempt);
+  assert_true(d.u.reg.has_fence);
+  assert_true(d.u.reg.fence == 1LL << 40);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(
+      &(wire_msg){.type = WIRE_ABORT, .u.abort = {.reason = "stale", .final = true, .stale = true}},
+      &f, &d);
+  assert_string_equal(d.u.abort.reason, "stale");
+  assert_true(d.u.abort.final && d.u.abort.stale);
   wire_msg_free(&d);
   wire_frame_free(&f);
 
@@ -284,6 +309,10 @@ static const struct {
      "REGISTER: field 'port' must be an integer 1..65535"},
     {WIRE_REGISTER, "{\"task\":\"t\",\"attempt\":0,\"host\":\"h\",\"port\":1,\"pid\":-3}", NULL,
      "REGISTER: field 'pid' must be an integer 0..2147483647"},
+    {WIRE_REGISTER, "{\"task\":\"t\",\"attempt\":0,\"host\":\"h\",\"port\":1,\"fence\":-1}", NULL,
+     "REGISTER: field 'fence' must be an integer 0..9223372036854775807"},
+    {WIRE_REGISTER, "{\"task\":\"t\",\"attempt\":0,\"host\":\"h\",\"port\":1,\"any_attempt\":1}",
+     NULL, "REGISTER: field 'any_attempt' must be true or false"},
     {WIRE_REGISTER, "{\"task\":\"t\",\"attempt\":0,\"host\":\"h\",\"port\":1}", "x",
      "REGISTER: carries 1 bytes it should not"},
     {WIRE_ASSIGN, GOOD_ASSIGN_BUT("procs", "1025"), NULL,
