@@ -18,7 +18,14 @@ fewer task slots than tasks, more than one task per executor for a role
 with GPUs. The job's output streams to the driver prefixed [role:index], as
 on every backend. Ctrl-C (KeyboardInterrupt), an exception in the driver,
 a timeout or `loom kill` stop the job and cancel the Spark job group;
-nothing of the job outlives run()."""
+nothing of the job outlives run().
+
+train(spark, df, spec, epochs=N) and inference(spark, df, spec) feed a
+DataFrame to the job's tasks through loom's feed: Spark writes the
+DataFrame's partitions, Arrow batch by Arrow batch (mapInArrow, no Python
+call per row), as fixed-width records into a spill directory, and the
+job's feed reads them (`fixed:<bytes>`) for every epoch, at the tasks'
+pace, without Spark computing the DataFrame again."""
 import json
 import os
 import signal
@@ -37,7 +44,7 @@ from .cli import (JobFailed, Result, SpecLike, _env, _home, _job_args, _job_id, 
                   _spec_file)
 from .errors import CommandError, JobTimeout
 
-__all__ = ["run", "slots"]
+__all__ = ["run", "slots", "spill", "train", "inference"]
 
 
 def _conf(sc: Any, key: str, default: Optional[str] = None) -> Optional[str]:
@@ -309,3 +316,178 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
     if check and rc:
         raise JobFailed(stderr.rstrip("\n"), res)
     return res
+
+
+# ---- DataFrames in: the spill ---------------------------------------------------
+
+def _writer(dirpath: str) -> Callable[[Any], Any]:
+    """The mapInArrow function that writes a partition's Arrow batches as
+    fixed-width records (a closure Spark ships by value)."""
+
+    def write_partition(batches: Any) -> Any:
+        import os as _os
+
+        import numpy as np
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        part = ctx.partitionId()
+        tmp = _os.path.join(dirpath, f".part-{part:05d}-{ctx.taskAttemptId()}.tmp")
+        final = _os.path.join(dirpath, f"part-{part:05d}.rec")
+        rows, width, f = 0, -1, None
+
+        def columns(b: Any) -> Any:
+            n = b.num_rows
+            for i, field in enumerate(b.schema):
+                a, t = b.column(i), field.type
+                if a.null_count:
+                    raise ValueError(f"loom.spark: column {field.name!r} has nulls: fixed-width "
+                                     "records need a value in every row")
+                if pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_floating(t):
+                    v = a.to_numpy(zero_copy_only=False)
+                    v = v.astype(v.dtype.newbyteorder("<"), copy=False)
+                    yield np.ascontiguousarray(v).view(np.uint8).reshape(n, -1)
+                elif pa.types.is_binary(t) or pa.types.is_string(t):
+                    off = np.frombuffer(a.buffers()[1], dtype=np.int32, count=n + 1,
+                                        offset=a.offset * 4)
+                    lens = np.diff(off)
+                    if n and (lens != lens[0]).any():
+                        raise ValueError(
+                            f"loom.spark: column {field.name!r} holds values of "
+                            f"{int(lens.min())} to {int(lens.max())} bytes: fixed-width records "
+                            "need one length (pad them, or leave the column out)")
+                    data = np.frombuffer(a.buffers()[2], dtype=np.uint8)
+                    yield data[off[0]:off[-1]].reshape(n, int(lens[0]) if n else 0)
+                elif pa.types.is_fixed_size_binary(t):
+                    w = t.byte_width
+                    data = np.frombuffer(a.buffers()[1], dtype=np.uint8)
+                    yield data[a.offset * w:(a.offset + n) * w].reshape(n, w)
+                else:
+                    raise ValueError(f"loom.spark: column {field.name!r} is {t}: fixed-width "
+                                     "records take numbers, booleans, and binary or string "
+                                     "columns of one length")
+
+        try:
+            for b in batches:
+                if b.num_rows == 0:
+                    continue
+                rec = np.concatenate(list(columns(b)), axis=1)
+                if width >= 0 and rec.shape[1] != width:
+                    raise ValueError(f"loom.spark: rows of {rec.shape[1]} and {width} bytes in "
+                                     f"one partition: fixed-width records need one width")
+                width = rec.shape[1]
+                if f is None:
+                    f = open(tmp, "wb")
+                f.write(np.ascontiguousarray(rec).data)
+                rows += b.num_rows
+            if f is not None:
+                f.close()
+                f = None
+                _os.replace(tmp, final)  # whole or absent: a retried task rewrites it
+        finally:
+            if f is not None:
+                f.close()
+                _os.unlink(tmp)
+        yield pa.RecordBatch.from_pydict(
+            {"file": [final if rows else ""], "rows": [rows], "width": [max(width, 0)]})
+
+    return write_partition
+
+
+def spill(df: Any, path: Any) -> Dict[str, Any]:
+    """Writes df as fixed-width records into the directory path (made if
+    missing; a path every executor and task reaches: one machine, a shared
+    file system), one file a partition, part-NNNNN.rec. A record is a row's
+    columns in order, each as its bytes: numbers little-endian at their
+    width (a byte, short, int, long, float, double; a boolean one byte),
+    binary and string columns raw, which must hold values of one length.
+    Returns {"files", "rows", "record_bytes", "columns"}; a column that
+    cannot be written so (nulls, unequal lengths, other types) fails the
+    Spark job with a message that names it, before the loom job starts."""
+    d = Path(os.fspath(path)).absolute()
+    d.mkdir(parents=True, exist_ok=True)
+    parts = df.mapInArrow(_writer(str(d)), "file string, rows long, width long").collect()
+    files = sorted(r["file"] for r in parts if r["file"])
+    widths = {r["width"] for r in parts if r["rows"]}
+    if len(widths) > 1:
+        raise ValueError(f"loom.spark: partitions of {sorted(widths)} bytes a row: fixed-width "
+                         "records need one width (a binary or string column of varying length?)")
+    return {"files": files, "rows": sum(r["rows"] for r in parts),
+            "record_bytes": widths.pop() if widths else 0,
+            "columns": [f"{f.name}:{f.dataType.simpleString()}" for f in df.schema.fields]}
+
+
+def _with_feed(spec: SpecLike, feed: Dict[str, Any]) -> Dict[str, Any]:
+    from .spec import Spec
+    if isinstance(spec, (str, os.PathLike)):
+        raise TypeError("loom.spark.train and inference take the spec as a loom.Spec or a dict "
+                        "(its feed is set from the DataFrame)")
+    d = spec.to_dict() if isinstance(spec, Spec) else json.loads(json.dumps(dict(spec)))
+    if d.get("feed"):
+        keep = {k: v for k, v in d["feed"].items() if k in ("shuffle", "seed")}
+        feed = {**feed, **keep}
+    d["feed"] = feed
+    return d
+
+
+def train(spark: Any, df: Any, spec: SpecLike, *, epochs: int = 1,
+          spill_dir: Optional[Any] = None, keep_spill: bool = False, **kw: Any) -> Result:
+    """Runs the job of spec (a loom.Spec or dict) with df as its feed's
+    input, epochs times: spill(df) once, then run(spark, spec) with feed
+    {input: the spill's files, format: fixed:<record bytes>, epochs}; a
+    spec's own feed keeps its shuffle and seed. Tasks read the records with
+    loom.Feed() (Python) or loom_feed_next (C). The spill (spill_dir, by
+    default a new directory under the system's temporary directory) is
+    removed afterwards unless keep_spill. kw go to run(). The Result's
+    spill is what spill() returned."""
+    import shutil
+    import tempfile
+    if epochs < 1:
+        raise ValueError(f"loom.spark.train: epochs={epochs}: at least 1")
+    made = spill_dir is None
+    d = Path(tempfile.mkdtemp(prefix="loom-spill-")) if made else Path(os.fspath(spill_dir))
+    try:
+        sp = spill(df, d)
+        if not sp["rows"]:
+            raise ValueError("loom.spark.train: the DataFrame has no rows")
+        full = _with_feed(spec, {"input": sp["files"], "format": f"fixed:{sp['record_bytes']}",
+                                 "epochs": epochs})
+        r = run(spark, full, **kw)
+        r.spill = sp  # type: ignore[attr-defined]
+        return r
+    finally:
+        if not keep_spill:
+            if made:
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                for f in d.glob("part-*.rec"):
+                    f.unlink()
+
+
+def inference(spark: Any, df: Any, spec: SpecLike, *, spill_dir: Optional[Any] = None,
+              **kw: Any) -> Any:
+    """Runs the job of spec with df as its feed's input, once, in order (no
+    shuffle), and returns a DataFrame of what the tasks wrote with
+    loom.Feed().write (loom_feed_write), a row a line, column value: the
+    feed commits each split's output exactly once, whatever failed and was
+    retried, so each input row's result is there exactly once when the
+    tasks write one line a record. The output stays in spill_dir/out (the
+    returned DataFrame reads it); the spilled input is removed. Raises
+    JobFailed when the job fails."""
+    import tempfile
+    d = Path(tempfile.mkdtemp(prefix="loom-spill-")) if spill_dir is None else Path(
+        os.fspath(spill_dir))
+    out = d / "out"
+    try:
+        sp = spill(df, d)
+        if not sp["rows"]:
+            raise ValueError("loom.spark.inference: the DataFrame has no rows")
+        full = _with_feed(spec, {"input": sp["files"], "format": f"fixed:{sp['record_bytes']}",
+                                 "epochs": 1, "output": str(out)})
+        full["feed"]["shuffle"] = False
+        run(spark, full, check=True, **kw)
+    finally:
+        for f in d.glob("part-*.rec"):
+            f.unlink()
+    return spark.read.text(str(out / "part-*"))

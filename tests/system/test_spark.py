@@ -383,3 +383,54 @@ def test_stopping_from_the_driver_leaves_nothing(loom, how):
     # the Spark job of the stage is over, not left running
     assert r["spark_jobs"] and all(j["status"] != "RUNNING" for j in r["spark_jobs"]), \
         r["spark_jobs"]
+
+
+# ---- DataFrames in and out -----------------------------------------------------
+
+FEEDTASK = Path(__file__).parent / "spark" / "feedtask.py"
+
+
+def feed_spec(loom, name, mode, instances=2):
+    return {"name": name, "env": {"PYTHONPATH": str(ROOT / "python"), "LOOM_BIN": str(LOOM)},
+            "roles": {"worker": {"instances": instances,
+                                 "command": f"{SPARK_PYTHON} {FEEDTASK} {mode}"}}}
+
+
+@NORMAL_PASS
+def test_train_feeds_a_dataframe_to_the_tasks_every_epoch(loom):
+    """12,000 Fashion-MNIST rows in 4 partitions, 2 epochs, 2 workers: the
+    DataFrame is spilled once (4 files of 785-byte records, one a
+    partition) and read by the tasks through the feed, each epoch whole:
+    the rows and the sum of every byte the tasks read, per epoch, are the
+    DataFrame's."""
+    r = Driver(loom, {"master": "local-cluster[2,1,1024]", "mode": "train", "rows": 12000,
+                      "partitions": 4, "epochs": 2,
+                      "spec": feed_spec(loom, "dftrain", "count")}).result()
+    assert r.get("exit_code") == 0, r
+    sp = r["spill"]
+    assert sp["rows"] == 12000 and sp["record_bytes"] == 785 and len(sp["files"]) == 4, sp
+    assert sp["columns"] == ["image:binary", "label:tinyint"], sp
+    got = {}
+    for task, epoch, rows, total in re.findall(
+            r"FEED task=(\S+) epoch=(\d+) rows=(\d+) sum=(\d+)", r["stdout"]):
+        e = got.setdefault(int(epoch), [0, 0])
+        e[0] += int(rows)
+        e[1] += int(total)
+    want = [r["data"]["rows"], r["data"]["sum"]]
+    assert got == {0: want, 1: want}, (got, want)
+    # the spill is gone
+    assert not any(Path(f).exists() for f in sp["files"])
+    nothing_left(job_dir(loom))
+
+
+@NORMAL_PASS
+def test_inference_returns_each_rows_result_exactly_once(loom):
+    """10,000 rows through 2 tasks that write one line a record
+    ("label,image byte sum"): the DataFrame inference returns has each
+    input row's line exactly once."""
+    r = Driver(loom, {"master": "local-cluster[2,1,1024]", "mode": "inference", "rows": 10000,
+                      "partitions": 3, "spec": feed_spec(loom, "dfinfer", "infer")}).result()
+    assert r.get("exit_code") == 0, r
+    assert len(r["lines"]) == 10000
+    assert r["lines"] == r["data"]["lines"]
+    nothing_left(job_dir(loom))

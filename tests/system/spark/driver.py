@@ -5,11 +5,18 @@ environment's python (scripts/setup-spark.sh):
 
 CONFIG: {"master": "spark://..." or "local-cluster[2,1,1024]", "conf": {key:
 value}, "spec": a loom spec as a dict, "timeout": seconds or null, "raise_in":
-seconds or null (an exception in the driver that long after run() starts)}.
+seconds or null (an exception in the driver that long after run() starts),
+"mode": "run" (default), "train" or "inference", "rows": how many
+Fashion-MNIST training rows the DataFrame of train and inference has,
+"partitions": its partitions, "epochs": train's}.
 
-Runs loom.spark.run(spark, spec) once and prints one line, RESULT <json>:
-what run() returned or raised, the Spark application's id, and its jobs and
-stages as Spark's REST API reports them after the run."""
+Runs loom.spark.run(spark, spec) (or train, inference) once and prints one
+line, RESULT <json>: what it returned or raised, the Spark application's
+id, and its jobs and stages as Spark's REST API reports them after the
+run; for train and inference also what the DataFrame holds (rows, the sum
+of every byte of its 785-byte records, its labels' counts and its image
+byte sums, as the driver computed them from the files)."""
+import gzip
 import json
 import os
 import sys
@@ -30,6 +37,24 @@ def rest(sc, what):
         return json.loads(r.read())
 
 
+def fashion(spark, n, partitions):
+    """The first n Fashion-MNIST training rows as a DataFrame (image: 784
+    bytes, label: a byte), and what it holds."""
+    import numpy as np
+    import pandas as pd
+    d = "/usr/share/datasets/fashion-mnist"
+    with gzip.open(f"{d}/train-images-idx3-ubyte.gz") as f:
+        img = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)[:n]
+    with gzip.open(f"{d}/train-labels-idx1-ubyte.gz") as f:
+        lab = np.frombuffer(f.read(), np.uint8, offset=8)[:n]
+    pdf = pd.DataFrame({"image": [r.tobytes() for r in img], "label": lab.astype(np.int8)})
+    df = spark.createDataFrame(pdf, "image binary, label byte").repartition(partitions)
+    sums = img.sum(axis=1, dtype=np.uint64)
+    facts = {"rows": int(n), "sum": int(img.sum(dtype=np.uint64) + lab.sum(dtype=np.uint64)),
+             "lines": sorted(f"{int(l)},{int(s)}" for l, s in zip(lab, sums))}
+    return df, facts
+
+
 def main():
     cfg = json.load(open(sys.argv[1]))
     b = SparkSession.builder.master(cfg["master"]).appName(cfg.get("app", "loom-test"))
@@ -47,11 +72,26 @@ def main():
         # KeyboardInterrupt, as from Ctrl-C
         import _thread
         threading.Timer(cfg["raise_in"], _thread.interrupt_main).start()
+    mode = cfg.get("mode", "run")
+    if mode != "run":
+        spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+        df, facts = fashion(spark, cfg["rows"], cfg.get("partitions", 4))
+        out["data"] = facts
     t0 = time.monotonic()
     try:
-        r = loom.spark.run(spark, cfg["spec"], timeout=cfg.get("timeout"), echo=True)
-        out.update(ok=r.ok, exit_code=r.exit_code, state=r.state, job=r.job_id,
-                   stdout=r.stdout, stderr=r.stderr, spark_tasks=r.spark_tasks)
+        if mode == "inference":
+            res = loom.spark.inference(spark, df, cfg["spec"], timeout=cfg.get("timeout"))
+            out["lines"] = sorted(r.value for r in res.collect())
+            out.update(exit_code=0)
+        else:
+            if mode == "train":
+                r = loom.spark.train(spark, df, cfg["spec"], epochs=cfg.get("epochs", 1),
+                                     timeout=cfg.get("timeout"))
+                out["spill"] = r.spill
+            else:
+                r = loom.spark.run(spark, cfg["spec"], timeout=cfg.get("timeout"), echo=True)
+            out.update(ok=r.ok, exit_code=r.exit_code, state=r.state, job=r.job_id,
+                       stdout=r.stdout, stderr=r.stderr, spark_tasks=r.spark_tasks)
     except BaseException as e:  # noqa: B902 (KeyboardInterrupt too)
         out.update(error=type(e).__name__, message=str(e),
                    exit_code=getattr(e, "exit_code", None), job=getattr(e, "job", None),

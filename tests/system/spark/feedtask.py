@@ -1,0 +1,42 @@
+"""A task of tests/system/test_spark.py that reads the feed loom.spark
+filled from a DataFrame of Fashion-MNIST rows (784 image bytes, 1 label
+byte: 785-byte records).
+
+    feedtask.py count   prints, per epoch, FEED task=.. epoch=.. rows=.. sum=..
+                        (sum: of every byte of every record it read)
+    feedtask.py infer   writes one line a record to the feed's output:
+                        "<label>,<image byte sum>"
+"""
+import sys
+
+import numpy as np
+
+import loom
+
+mode = sys.argv[1]
+me = loom.task().task
+f = loom.Feed()
+buf = np.empty((512, 785), dtype=np.uint8)
+epoch, rows, total = 0, 0, 0
+
+
+def report():
+    print(f"FEED task={me} epoch={epoch} rows={rows} sum={total}", flush=True)
+
+
+while True:
+    b = f.array_batch(512, 785, out=buf) if mode == "count" else f.array_batch(1, 785, out=buf[:1])
+    if b is loom.END:
+        break
+    if b is loom.EPOCH:
+        if rows:
+            report()
+        epoch, rows, total = epoch + 1, 0, 0
+        continue
+    rows += len(b)
+    total += int(b.sum(dtype=np.uint64))
+    if mode == "infer":
+        f.write(f"{int(b[0, 784])},{int(b[0, :784].sum(dtype=np.uint64))}\n")
+if rows:
+    report()
+f.close()
