@@ -434,3 +434,36 @@ def test_inference_returns_each_rows_result_exactly_once(loom):
     assert len(r["lines"]) == 10000
     assert r["lines"] == r["data"]["lines"]
     nothing_left(job_dir(loom))
+
+
+@NORMAL_PASS
+def test_inference_is_exactly_once_with_an_executor_killed_mid_stage(loom, standalone):
+    """As above on the standalone cluster, slowly (1 ms a record), with
+    retries: 1: once some splits are committed, the executor running
+    worker:1 is SIGKILLed. Spark relaunches the stage, the job's attempt 1
+    reads the splits not yet committed, and the returned DataFrame still
+    has each row's line exactly once."""
+    spec = feed_spec(loom, "dfkill", "infer")
+    spec["retries"] = 1
+    spec["env"]["FEEDTASK_DELAY"] = "0.001"
+    d = Driver(loom, {"master": standalone["master"], "mode": "inference", "rows": 8000,
+                      "partitions": 8, "spec": spec})
+    jd = job_dir(loom)
+
+    def committed():
+        try:
+            s = state(jd)
+        except (OSError, ValueError):
+            return None
+        return s["state"] == "running" and (s.get("feed") or {}).get("committed", 0) >= 1 and s
+    st = wait_for(committed, "a split committed", 180)
+    agent = {t["task"]: t["agent_pid"] for t in st["tasks"]}["worker:1"]
+    execs = [p for p, c in ancestors(agent) if "CoarseGrainedExecutorBackend" in c]
+    assert execs, ancestors(agent)
+    os.kill(execs[0], signal.SIGKILL)
+    r = d.result()
+    assert r.get("exit_code") == 0, r
+    assert state(jd)["attempt"] == 1, state(jd)
+    assert len(r["lines"]) == 8000
+    assert r["lines"] == r["data"]["lines"]
+    nothing_left(jd)

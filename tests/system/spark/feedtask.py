@@ -7,13 +7,16 @@ byte: 785-byte records).
     feedtask.py infer   writes one line a record to the feed's output:
                         "<label>,<image byte sum>"
 """
+import os
 import sys
+import time
 
 import numpy as np
 
 import loom
 
 mode = sys.argv[1]
+delay = float(os.environ.get("FEEDTASK_DELAY", "0"))  # seconds a record, to be slow
 me = loom.task().task
 f = loom.Feed()
 buf = np.empty((512, 785), dtype=np.uint8)
@@ -35,6 +38,8 @@ while True:
         continue
     rows += len(b)
     total += int(b.sum(dtype=np.uint64))
+    if delay:
+        time.sleep(delay)
     if mode == "infer":
         f.write(f"{int(b[0, 784])},{int(b[0, :784].sum(dtype=np.uint64))}\n")
 if rows:
