@@ -66,11 +66,11 @@ def _executors(sc: Any) -> Optional[List[Dict[str, Any]]]:
         return None
 
 
-def slots(sc: Any, wait: float = 30.0) -> Dict[str, Any]:
+def slots(sc: Any, wait: float = 30.0, need: Optional[int] = None) -> Dict[str, Any]:
     """The task slots of the application's executors: {"slots", "executors",
     "slots_per_executor", "how"}. Waits up to wait seconds for executors to
-    register (until spark.executor.instances have, or their number holds
-    still for 1 s)."""
+    register: until there are need slots, or spark.executor.instances
+    executors, or their number holds still for 1 s."""
     task_cpus = int(_conf(sc, "spark.task.cpus", "1") or 1)
     want = _conf(sc, "spark.executor.instances")
     deadline = time.monotonic() + wait
@@ -85,7 +85,9 @@ def slots(sc: Any, wait: float = 30.0) -> Dict[str, Any]:
         now = time.monotonic()
         if len(workers) != last:
             last, since = len(workers), now
-        settled = (want is not None and len(workers) >= int(want)) or (
+        enough = need is not None and sum(
+            int(e.get("totalCores", 0)) // task_cpus for e in workers) >= need
+        settled = enough or (want is not None and len(workers) >= int(want)) or (
             len(workers) > 0 and now - since >= 1.0)
         if settled or now >= deadline:
             per = [int(e.get("totalCores", 0)) // task_cpus for e in workers]
@@ -95,6 +97,19 @@ def slots(sc: Any, wait: float = 30.0) -> Dict[str, Any]:
                     "how": f"{len(workers)} executor{'s' if len(workers) != 1 else ''} with "
                            f"{'/'.join(map(str, cores)) or 0} cores, spark.task.cpus {task_cpus}"}
         time.sleep(0.25)
+
+
+def _tasks(spec: SpecLike, overrides: Optional[Mapping[str, Any]]) -> Optional[int]:
+    """How many tasks a Spec or dict has (None for a file, or with an
+    override of instances: the C parser counts those)."""
+    from .spec import Spec
+    if isinstance(spec, (str, os.PathLike)) or any("instances" in k for k in overrides or {}):
+        return None
+    try:
+        d = spec.to_dict() if isinstance(spec, Spec) else dict(spec)
+        return sum(int((r or {}).get("instances", 1)) for r in d["roles"].values())
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None  # a bad spec: the C parser says what is wrong
 
 
 def _bind_address(sc: Any) -> str:
@@ -200,7 +215,7 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
     a bad spec, or what Spark cannot give), BackendError, CommandError;
     with check=True a failed job raises JobFailed."""
     sc = getattr(spark, "sparkContext", spark)
-    facts = slots(sc, wait_executors)
+    facts = slots(sc, wait_executors, _tasks(spec, overrides))
     facts["app"] = sc.applicationId
     facts["dynamic_allocation"] = (_conf(sc, "spark.dynamicAllocation.enabled", "false")
                                    or "").lower() == "true"
