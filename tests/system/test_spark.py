@@ -234,7 +234,7 @@ def test_every_role_runs_in_one_barrier_stage_on_a_standalone_cluster(loom, stan
 # ---- preflight -----------------------------------------------------------------
 
 NORMAL_PASS = pytest.mark.skipif(
-    SANITIZED, reason="a Spark driver a case: runs in the normal pass (the sanitized pass runs "
+    SANITIZED, reason="one Spark driver per case: runs in the normal pass (the sanitized pass runs "
                       "the C paths through the other Spark tests)")
 
 
