@@ -6,7 +6,7 @@ spark.driver.host); the job's tasks, every role (ps, evaluator and
 tensorboard included), run as one barrier stage of one Spark task per loom
 task. Each Spark task runs `loom agent` (the driver's binary, or the copy
 shipped with SparkContext.addFile when the executor's host has none), with
-attempt "any" and the stage attempt as its fence, and runs it again each
+attempt "any" and its Spark task attempt id as its fence, and runs it again each
 time it ends, until the coordinator is gone: job retries and task restarts
 happen inside the one stage, and when Spark relaunches the whole stage (an
 executor lost), the new stage's agents take the next attempt while any
@@ -136,9 +136,9 @@ def _stage(names: List[str], addr: str, secret: str, exe: str, exe_name: str,
 
         ctx = BarrierTaskContext.get()
         p = ctx.partitionId()
-        # the stage attempt's fence: the smallest task attempt id of its
-        # tasks, the same for all of them and higher for a relaunched stage
-        fence = min(int(x) for x in ctx.allGather(str(ctx.taskAttemptId())))
+        # the fence: this Spark task attempt's id, which every launch of
+        # the stage raises (Spark numbers task attempts in launch order)
+        fence = ctx.taskAttemptId()
         path = exe if _os.access(exe, _os.X_OK) else SparkFiles.get(exe_name)
         env = dict(_os.environ, LOOM_COORD=addr, LOOM_SECRET=secret, LOOM_TASK=names[p],
                    LOOM_ATTEMPT="any", LOOM_FENCE=str(fence))

@@ -1,7 +1,7 @@
 /* spark.c: the spark backend. The job starts in a Spark driver
  * (loom.spark.run in Python), which runs `loom run` for the coordinator
  * and one barrier stage of one Spark task per loom task; each Spark task
- * runs `loom agent` with attempt "any" and the stage attempt as its fence,
+ * runs `loom agent` with attempt "any" and its task attempt id as its fence,
  * and again when its agent ends, until the coordinator is gone. So the
  * coordinator starts nothing itself: it takes each agent into the attempt
  * its task waits for (job retries and task restarts need no new Spark

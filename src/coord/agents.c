@@ -330,9 +330,12 @@ static int refuse_any(coord *co, conn *c, task *t, const char *why, bool final, 
 }
 
 /* An agent started by the cluster manager (agents_any_attempt): it takes
- * the attempt its task waits for, unless its fence is below the highest
- * one seen (an agent of an earlier Spark stage attempt, still running or
- * started late). */
+ * the attempt its task waits for, unless it is stale: its fence (the
+ * launch it belongs to: its Spark task's attempt id, which grows with
+ * every launch) is below one its task's agents registered with before (an
+ * agent of an earlier Spark stage attempt, still running or started late),
+ * or below the floor a lost task raised (every launch registered so far is
+ * dead: Spark relaunches the stage). */
 static int register_any(coord *co, conn *c, task *t, const wire_register *r) {
   char why[300];
   if (!co->be->ops->agents_any_attempt) {
@@ -342,11 +345,11 @@ static int register_any(coord *co, conn *c, task *t, const wire_register *r) {
               t->name, co->be->ops->name);
     return LOOM_ESTATE;
   }
-  if (r->has_fence && r->fence < co->fence) {
+  if (r->has_fence && r->fence < t->fence_max) {
     snprintf(why, sizeof why,
-             "it belongs to an earlier launch (fence %lld; agents of fence %lld have registered "
-             "since): a stale Spark stage attempt",
-             (long long)r->fence, (long long)co->fence);
+             "it belongs to an earlier launch (fence %lld; an agent of fence %lld has registered "
+             "for %s since): a stale Spark stage attempt",
+             (long long)r->fence, (long long)t->fence_max, t->name);
     return refuse_any(co, c, t, why, true, true);
   }
   if (r->has_fence && r->fence < co->fence_floor) {
@@ -368,13 +371,14 @@ static int register_any(coord *co, conn *c, task *t, const wire_register *r) {
                                         : "");
     return refuse_any(co, c, t, why, over, false);
   }
-  if (r->has_fence && r->fence > co->fence) {
-    if (co->fence >= 0)
+  if (r->has_fence && r->fence > t->fence_max) {
+    if (t->fence_max >= 0) /* a new launch of this task */
       coord_event(
           co, t, "fence_raised",
-          json_pack("{s:I, s:I}", "from", (json_int_t)co->fence, "to", (json_int_t)r->fence));
-    co->fence = r->fence;
+          json_pack("{s:I, s:I}", "from", (json_int_t)t->fence_max, "to", (json_int_t)r->fence));
+    t->fence_max = r->fence;
   }
+  if (r->has_fence && r->fence > co->fence) co->fence = r->fence;
   t->fence = r->has_fence ? r->fence : -1;
   accept_agent(co, c, t, r);
   return 0;

@@ -69,6 +69,7 @@ typedef struct task {
   char cpus[256], gpus[128];
   int restarts;          /* restarts of this task in this job attempt */
   int64_t fence;         /* its agent's launch fence (attempt "any"), -1: none */
+  int64_t fence_max;     /* the highest fence its agents registered with, -1: none */
   bool left;             /* an elastic member that left the membership */
   bool restart_pending;  /* restart once its old agent is gone */
   int launch_tries;      /* launches of this task attempt that failed before its agent registered */
@@ -139,7 +140,7 @@ struct coord {
   int world_size;
   bool no_retry;       /* the failure's exit code is not in retry_on */
   int64_t generation;  /* elastic membership generation */
-  int64_t fence;       /* the highest launch fence an agent registered with, -1: none */
+  int64_t fence;       /* the highest fence any agent registered with, -1: none */
   int64_t fence_floor; /* agents of a lower fence are stale (their launch lost a task) */
   char root_msg[2048];
   FILE *events, *alllog;

@@ -41,7 +41,7 @@ int coord_setup_tasks(coord *co) {
       t->role = r;
       t->index = j;
       t->rank_base = -1;
-      t->fence = -1;
+      t->fence = t->fence_max = -1;
       snprintf(t->name, sizeof t->name, "%s:%d", r->name, j);
       snprintf(t->file, sizeof t->file, "%s-%d", r->name, j);
       t->training = spec_role_is_training(co->s, r);

@@ -26,13 +26,13 @@ void coord_task_exited(coord *co, task *t, int code, int sig, const char *reason
   coord_metrics_dropped(co, t, true); /* before the exit's events */
   if (lost) coord_kill_task_groups(co, t);
   /* a lost task of a launch whose tasks stand or fall together (a Spark
-   * barrier stage: Spark relaunches it whole) makes every agent of that
-   * launch stale: the next attempt waits for the next launch */
-  if (lost && co->be->ops->agents_any_attempt && t->fence >= 0 && t->fence >= co->fence_floor) {
-    co->fence_floor = t->fence + 1;
-    coord_event(
-        co, t, "launch_stale",
-        json_pack("{s:I, s:s}", "fence", (json_int_t)t->fence, "reason", reason ? reason : "lost"));
+   * barrier stage: Spark relaunches it whole) makes every agent registered
+   * so far stale: the next attempt waits for the next launch */
+  if (lost && co->be->ops->agents_any_attempt && t->fence >= 0 && co->fence >= co->fence_floor) {
+    co->fence_floor = co->fence + 1;
+    coord_event(co, t, "launch_stale",
+                json_pack("{s:I, s:I, s:s}", "fence", (json_int_t)t->fence, "floor",
+                          (json_int_t)co->fence_floor, "reason", reason ? reason : "lost"));
   }
   t->have_exit = !lost;
   t->exit_code = code;
