@@ -17,9 +17,9 @@ import loom
 mode = sys.argv[1]
 me = loom.task().task
 f = loom.Feed()
-# infer: a record a read, so that each line is written to its own record's split (the
-# feed's exactly-once output is per split)
-batch = 512 if mode == "count" else 1
+# infer too reads 512 records a call: a batch never spans two splits, so the
+# batch's lines all go to its split's output (exactly once, per split)
+batch = 512
 buf = np.empty((batch, 785), dtype=np.uint8)
 rows, total = 0, 0
 while True:

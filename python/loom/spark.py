@@ -198,7 +198,10 @@ def _wait_files(job_dir: Path, proc: "subprocess.Popen[str]", timeout: float) ->
         if proc.poll() is not None or time.monotonic() > deadline:
             raise CommandError(f"loom.spark: the coordinator of {job_dir.name} did not come up "
                                f"within {timeout} s", 3)
-        time.sleep(0.05)
+        time.sleep(0.01)
+
+
+_shipped: Dict[Tuple[str, str], bool] = {}  # (application id, binary) already added
 
 
 def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = None,
@@ -262,7 +265,9 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
             if job_box:
                 job_dir = _home(e) / "jobs" / job_box[0]
                 addr, secret, names = _wait_files(job_dir, p, 60)
-                sc.addFile(exe)
+                if (sc.applicationId, exe) not in _shipped:  # once an application
+                    sc.addFile(exe)
+                    _shipped[(sc.applicationId, exe)] = True
                 fn = _stage(names, addr, secret, exe, os.path.basename(exe), 0.5)
 
                 def stage() -> None:
