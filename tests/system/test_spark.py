@@ -92,7 +92,7 @@ def standalone(tmp_path_factory):
             with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as r:
                 return len([w for w in json.loads(r.read())["workers"]
                             if w["state"] == "ALIVE"]) == 2
-        except OSError:
+        except (OSError, ValueError, KeyError):  # not up yet: no answer, or not its JSON yet
             return False
     try:
         wait_for(alive_workers, "the Master to have its 2 Workers", 120)
