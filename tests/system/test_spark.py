@@ -36,10 +36,18 @@ pytestmark = pytest.mark.skipif(not SPARK_PYTHON.exists(),
                                        "scripts/setup-spark.sh")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n):
+    """n distinct free ports (held open together while they are chosen, so
+    that no two are the same: a Worker's UI on the Master's UI port once
+    answered the fixture's /json/ with its HTML)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def spark_home():
@@ -73,17 +81,17 @@ def standalone(tmp_path_factory):
     d = tmp_path_factory.mktemp("spark")
     env = spark_env()
     cls = str(spark_home() / "bin" / "spark-class")
-    port, ui = free_port(), free_port()
+    port, ui, wui1, wui2 = free_ports(4)
     master = f"spark://127.0.0.1:{port}"
     procs = [subprocess.Popen([cls, "org.apache.spark.deploy.master.Master", "--host",
                                "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
                               env=env, stdout=open(d / "master.log", "w"),
                               stderr=subprocess.STDOUT, start_new_session=True)]
-    for i in (1, 2):
+    for i, wui in ((1, wui1), (2, wui2)):
         (d / f"w{i}").mkdir()
         procs.append(subprocess.Popen(
             [cls, "org.apache.spark.deploy.worker.Worker", "-c", "1", "-m", "1g", "--host",
-             "127.0.0.1", "--webui-port", str(free_port()), "--work-dir", str(d / f"w{i}"),
+             "127.0.0.1", "--webui-port", str(wui), "--work-dir", str(d / f"w{i}"),
              master], env=env, stdout=open(d / f"worker{i}.log", "w"),
             stderr=subprocess.STDOUT, start_new_session=True))
 
