@@ -82,6 +82,11 @@ def main():
         if mode == "inference":
             res = loom.spark.inference(spark, df, cfg["spec"], timeout=cfg.get("timeout"))
             out["lines"] = sorted(r.value for r in res.collect())
+            # the output stays for the DataFrame; the test is done with it
+            import shutil
+            from pathlib import Path
+            for f in res.inputFiles()[:1]:
+                shutil.rmtree(Path(f.removeprefix("file:")).parent.parent)
             out.update(exit_code=0)
         else:
             if mode == "train":
