@@ -7,28 +7,4 @@
 # Prints the environment's python on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV="${LOOM_TF_VENV:-$PWD/.venv-tf}"
-REQ="$PWD/python/requirements-tf.txt"
-stamp="$VENV/.loom-requirements"
-if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && cmp -s "$REQ" "$stamp"; then
-  echo "$VENV/bin/python"
-  exit 0
-fi
-# A python that can make a virtual environment with pip: the one on PATH
-# (it reaches PyPI), else Debian's with python3-venv.
-py=
-for c in python3 /usr/bin/python3; do
-  if command -v "$c" >/dev/null && "$c" -c 'import venv, ensurepip' 2>/dev/null; then
-    py=$(command -v "$c")
-    break
-  fi
-done
-if [ -z "$py" ]; then
-  echo "setup-tf: no python3 with venv and ensurepip; install python3-venv" >&2
-  exit 1
-fi
-rm -rf "$VENV"
-"$py" -m venv "$VENV" >&2
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ" >&2
-cp "$REQ" "$stamp"
-echo "$VENV/bin/python"
+exec bash scripts/setup-venv.sh setup-tf "${LOOM_TF_VENV:-$PWD/.venv-tf}" "$PWD/python/requirements-tf.txt"

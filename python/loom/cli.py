@@ -23,7 +23,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from ._find import binary
 from .errors import BackendError, CommandError, JobTimeout, SpecError
@@ -127,9 +127,12 @@ def _job_args(path: str, backend: Optional[str], overrides: Optional[Mapping[str
     return args
 
 
-def _pump(src: IO[str], keep: List[str], echo: Optional[IO[str]]) -> None:
+def _pump(src: IO[str], keep: List[str], echo: Optional[IO[str]],
+          on_line: Optional[Callable[[str], None]] = None) -> None:
     for line in src:
         keep.append(line)
+        if on_line:
+            on_line(line)
         if echo is not None:
             echo.write(line)
             echo.flush()

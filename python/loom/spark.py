@@ -37,10 +37,10 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ._find import binary
-from .cli import (JobFailed, Result, SpecLike, _env, _home, _job_args, _job_id, _raise,
+from .cli import (JobFailed, Result, SpecLike, _env, _home, _job_args, _job_id, _pump, _raise,
                   _spec_file)
 from .errors import CommandError, JobTimeout
 
@@ -168,17 +168,6 @@ def _stage(names: List[str], addr: str, secret: str, exe: str, exe_name: str,
                            "last_exit": rc})
 
     return loom_task
-
-
-def _pump(src: IO[str], keep: List[str], echo: Optional[IO[str]],
-          on_line: Optional[Callable[[str], None]] = None) -> None:
-    for line in src:
-        keep.append(line)
-        if on_line:
-            on_line(line)
-        if echo is not None:
-            echo.write(line)
-            echo.flush()
 
 
 def _wait_files(job_dir: Path, proc: "subprocess.Popen[str]", timeout: float) -> Tuple[str, str,
