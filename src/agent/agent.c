@@ -1358,10 +1358,10 @@ int agent_main(void) {
   why[0] = 0;
   /* an agent started again by the same Spark task (LOOM_RESPAWN=1): the
    * coordinator listened before, so a refused connection means it is gone
-   * (the job is over), not that it is still starting */
+   * (the job is over), not that it is still starting: one try */
   int dial_ms = (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS);
   const char *respawn = getenv("LOOM_RESPAWN");
-  if (respawn && !strcmp(respawn, "1") && dial_ms > 1000) dial_ms = 1000;
+  if (respawn && !strcmp(respawn, "1")) dial_ms = 0;
   int rc = wire_dial(coord, dial_ms, &fd);
   if (rc == 0)
     rc = wire_client_auth(fd, &a->rd, secret, (int)loom__tun(LOOM_TUN_AUTH_TIMEOUT_MS), why,

@@ -99,6 +99,11 @@ typedef struct {
    * the cluster has; exit 2) or LOOM_EBACKEND (the cluster cannot be
    * asked; exit 3). Blocks at most a few seconds (may ask the manager). */
   int (*check)(const spec_job *s, char *err, size_t errlen);
+  /* Optional, after check: fills budgets the spec leaves unset from the
+   * cluster manager's own settings (Spark: spark.task.maxFailures), so the
+   * job directory's spec.yaml records them. Returns 1 with a line for
+   * people in note when it set something, else 0. */
+  int (*defaults)(spec_job *s, char *note, size_t notelen);
   /* `loom check --backend B`: one line on how usable the cluster is into
    * msg; 0 when usable. Blocks briefly. */
   int (*probe)(char *msg, size_t msglen);

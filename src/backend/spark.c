@@ -17,7 +17,8 @@
 /* Set by loom.spark.run: what the driver found of its Spark application,
  * as JSON: {"app": id, "slots": task slots of the executors together,
  * "executors": n, "slots_per_executor": n, "dynamic_allocation": bool,
- * "how": where the slots come from, for people}. */
+ * "how": where the slots come from, for people, "max_failures": the
+ * application's spark.task.maxFailures, optional}. */
 #define SPARK_ENV "LOOM_SPARK"
 
 static int spark_check(const spec_job *s, char *err, size_t errlen) {
@@ -31,13 +32,18 @@ static int spark_check(const spec_job *s, char *err, size_t errlen) {
   }
   json_error_t je;
   json_t *j = json_loads(v, 0, &je);
-  json_int_t slots = 0, per = 0;
+  json_int_t slots = 0, per = 0, mf = 1;
   int dyn = 0;
   const char *app = NULL, *how = "";
   if (!j ||
-      json_unpack_ex(j, &je, 0, "{s:s, s:I, s:I, s:b, s?s}", "app", &app, "slots", &slots,
-                     "slots_per_executor", &per, "dynamic_allocation", &dyn, "how", &how) < 0) {
-    snprintf(err, errlen, "%s is not what loom.spark sets: %s", SPARK_ENV, je.text);
+      json_unpack_ex(j, &je, 0, "{s:s, s:I, s:I, s:b, s?s, s?I}", "app", &app, "slots", &slots,
+                     "slots_per_executor", &per, "dynamic_allocation", &dyn, "how", &how,
+                     "max_failures", &mf) < 0 ||
+      mf < 1 || mf > 1001) {
+    snprintf(err, errlen, "%s is not what loom.spark sets: %s", SPARK_ENV,
+             j && mf < 1      ? "max_failures below 1"
+             : j && mf > 1001 ? "max_failures above 1001 (loom's retries go up to 1000)"
+                              : je.text);
     json_decref(j);
     return LOOM_EBACKEND;
   }
@@ -74,6 +80,39 @@ static int spark_check(const spec_job *s, char *err, size_t errlen) {
   return rc;
 }
 
+/* spark.task.maxFailures is how many times Spark lets one task fail before
+ * it gives up on the job; a job that does not say otherwise gets the same
+ * from loom: retries (restart: job) and max_restarts (restart: task) of
+ * maxFailures - 1. Spark itself never retries a barrier task alone (it
+ * relaunches the stage), so loom's own policy is what applies it. */
+static int spark_defaults(spec_job *s, char *note, size_t notelen) {
+  const char *v = getenv(SPARK_ENV);
+  json_t *j = v ? json_loads(v, 0, NULL) : NULL;
+  json_int_t mf = 0;
+  if (!j || json_unpack(j, "{s:I}", "max_failures", &mf) < 0 || mf < 1 || mf > 1001 ||
+      (s->retries_set && s->max_restarts_set)) {
+    json_decref(j);
+    return 0;
+  }
+  json_decref(j);
+  int n = (int)(mf - 1);
+  const char *what = !s->retries_set && !s->max_restarts_set ? "retries and max_restarts"
+                     : !s->retries_set                       ? "retries"
+                                                             : "max_restarts";
+  if (!s->retries_set) s->retries = n;
+  if (!s->max_restarts_set) s->max_restarts = n;
+  bool both = !s->retries_set && !s->max_restarts_set;
+  snprintf(note, notelen,
+           "%s %d from spark.task.maxFailures=%lld (the spec sets %s): a task may fail %lld "
+           "times, as Spark allows",
+           what, n, (long long)mf,
+           both             ? "neither"
+           : s->retries_set ? "only retries"
+                            : "only max_restarts",
+           (long long)mf);
+  return 1;
+}
+
 static int spark_probe(char *msg, size_t len) {
   snprintf(msg, len, "spark: jobs start from a Spark driver (loom.spark.run in Python)");
   return 0;
@@ -107,6 +146,7 @@ const backend_ops loom__backend_spark = {
     .tracks_processes = false,
     .agents_any_attempt = true,
     .check = spark_check,
+    .defaults = spark_defaults,
     .probe = spark_probe,
     .create = spark_create,
     .place = spark_place,

@@ -351,6 +351,8 @@ static int cmd_run(int argc, char **argv, bool detach) {
     spec_free(s);
     return rc == LOOM_ERESOURCE ? EXIT_USAGE : EXIT_INFRA;
   }
+  char note[400];
+  if (ops->defaults && ops->defaults(s, note, sizeof note) > 0) fprintf(stderr, "loom: %s\n", note);
   if (ops->check_only) {
     fprintf(stderr, "loom: %s: the spec fits backend %s, but %s\n", path, bname, ops->check_only);
     spec_free(s);

@@ -924,9 +924,11 @@ static int parse_job(ctx *c, const node *root, spec_job *s) {
   if ((n = map_get(root, "queue")) && (rc = want_str(c, n, "queue", &s->queue)) < 0) return rc;
   if ((n = map_get(root, "retries")) && (rc = want_int(c, n, "retries", 0, 1000, &s->retries)) < 0)
     return rc;
+  s->retries_set = n != NULL;
   if ((n = map_get(root, "max_restarts")) &&
       (rc = want_int(c, n, "max_restarts", 0, 100000, &s->max_restarts)) < 0)
     return rc;
+  s->max_restarts_set = n != NULL;
   if ((n = map_get(root, "restart"))) {
     if ((rc = want_str(c, n, "restart", &s->restart)) < 0) return rc;
     if (strcmp(s->restart, "job") && strcmp(s->restart, "task"))

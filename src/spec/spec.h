@@ -32,6 +32,7 @@ typedef struct {
   char *path; /* the spec file, absolute */
   char *name, *backend, *queue, *restart;
   int retries, max_restarts;
+  bool retries_set, max_restarts_set; /* written in the spec (or --set) */
   int *retry_on; /* exit codes that are retried (signals always are); NULL: all */
   int nretry_on;
   int heartbeat_timeout_ms; /* 0: LOOM_HEARTBEAT_TIMEOUT */

@@ -277,19 +277,23 @@ def test_preflight_refuses_what_spark_cannot_give(loom, case):
 # ---- restarts and retries inside the stage -------------------------------------
 
 def test_task_restart_and_job_retry_run_in_the_same_stage(loom):
-    """restart: task, max_restarts 1, retries 1. worker:1 fails its first
-    start and is restarted; worker:0 fails its first start and its restart,
-    which fails the job's attempt; the whole job is retried and succeeds.
-    The same two Spark tasks run every one of those agents: one stage, no
-    relaunch by Spark."""
+    """restart: task, retries 1, and max_restarts 1 from the application's
+    spark.task.maxFailures=2 (the spec leaves it unset). worker:1 fails its
+    first start and is restarted; worker:0 fails its first start and its
+    restart, which fails the job's attempt; the whole job is retried and
+    succeeds. The same two Spark tasks run every one of those agents: one
+    stage, no relaunch by Spark."""
     cmd = ("echo RUN $LOOM_TASK attempt=$LOOM_ATTEMPT; "
            "if [ $LOOM_TASK = worker:1 ] && [ $LOOM_ATTEMPT = 0 ]; then exit 7; fi; "
            "if [ $LOOM_TASK = worker:0 ] && [ $LOOM_ATTEMPT -lt 2 ]; then sleep 0.5; exit 9; fi; "
            "sleep 0.5")
-    spec = {"name": "again", "retries": 1, "max_restarts": 1, "restart": "task",
+    spec = {"name": "again", "retries": 1, "restart": "task",
             "retry_on": [7, 9], "roles": {"worker": {"instances": 2, "command": cmd}}}
-    r = Driver(loom, {"master": "local-cluster[2,1,1024]", "spec": spec}).result()
+    r = Driver(loom, {"master": "local-cluster[2,1,1024]", "spec": spec,
+                      "conf": {"spark.task.maxFailures": "2"}}).result()
     assert r.get("exit_code") == 0, r
+    assert ("loom: max_restarts 1 from spark.task.maxFailures=2 (the spec sets only retries): "
+            "a task may fail 2 times, as Spark allows") in r["stderr"], r["stderr"]
     runs = sorted(set(re.findall(r"\[(worker:\d)\] RUN \S+ attempt=(\d)", r["stdout"])))
     assert runs == [("worker:0", "0"), ("worker:0", "1"), ("worker:0", "2"),
                     ("worker:1", "0"), ("worker:1", "1"), ("worker:1", "2")], runs
@@ -299,6 +303,8 @@ def test_task_restart_and_job_retry_run_in_the_same_stage(loom):
     assert [e["event"] for e in ev if e["event"] == "retrying"] == ["retrying"]
     st = state(jd)
     assert st["state"] == "succeeded" and st["attempt"] == 1, st
+    written = json.loads((jd / "spec.yaml").read_text())  # what the job ran with
+    assert (written["max_restarts"], written["retries"]) == (1, 1), written
     by = {t["task"]: t for t in r["spark_tasks"]}
     assert by["worker:0"]["runs"] == 3 and by["worker:1"]["runs"] == 3, by
     stages = [s for s in r["spark_stages"] if s["tasks"] == 2]
