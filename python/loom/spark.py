@@ -7,7 +7,9 @@ tensorboard included), run as one barrier stage of one Spark task per loom
 task. Each Spark task runs `loom agent` (the driver's binary, or the copy
 shipped with SparkContext.addFile when the executor's host has none), with
 attempt "any" and its Spark task attempt id as its fence, and runs it again each
-time it ends, until the coordinator is gone: job retries and task restarts
+time it ends, until the coordinator is gone (an agent whose task waits for
+none, its task done or running, waits connected for the task's next launch):
+job retries and task restarts
 happen inside the one stage, and when Spark relaunches the whole stage (an
 executor lost), the new stage's agents take the next attempt while any
 agent of the earlier stage attempt is refused.
@@ -190,7 +192,7 @@ def _stage(names: List[str], addr: str, secret: str, exe: str, exe_name: str,
                                    "again")
             if rc == 3 or rc == 6:  # the coordinator is gone; the job is ending
                 break
-            if rc == 4:  # refused for now: its task waits for nothing yet
+            if rc == 4:  # refused for now: another agent waits for its task already
                 _time.sleep(pause)
                 continue
             runs += 1

@@ -1395,6 +1395,13 @@ int agent_main(void) {
   rc = wire_msg_send(fd, &reg);
   wire_frame f;
   if (rc == 0) rc = wire_recv(fd, &a->rd, &f, 30000);
+  /* attempt "any" while its task waits for no agent: the coordinator keeps
+   * it (parked), with heartbeats, until the task's next launch or the end */
+  int park_ms = 3 * (int)loom__tun(LOOM_TUN_HEARTBEAT_MS);
+  while (rc == 0 && any && f.type == WIRE_HEARTBEAT) {
+    wire_frame_free(&f);
+    rc = wire_recv(fd, &a->rd, &f, park_ms > 30000 ? park_ms : 30000);
+  }
   if (rc == 0 && f.type == WIRE_ABORT) {
     /* refused with a reason (attempt "any"): 4, its task may want an agent
      * later; 5, its launch is stale (Spark must launch the stage again); 6,
@@ -1413,7 +1420,10 @@ int agent_main(void) {
   }
   if (rc < 0 || f.type != WIRE_ASSIGN) {
     if (rc == 0) wire_frame_free(&f);
-    if (any)
+    if (any && rc < 0)
+      agent_log("%s: the coordinator is gone (it ended, or its job did): %s", task,
+                loom_strerror(rc));
+    else if (any)
       agent_log("%s: the coordinator refused the registration (attempt any)", task);
     else
       agent_log("%s: the coordinator refused the registration (attempt %d)", task, a->attempt);

@@ -329,6 +329,67 @@ static int refuse_any(coord *co, conn *c, task *t, const char *why, bool final, 
   return 0;
 }
 
+/* Parks c, an agent of task t that waits for none now: it keeps its
+ * connection (heartbeats from hb_tick) and its REGISTER, and takes the
+ * task's next launch (coord_unpark_tick); it goes when its connection
+ * closes, or with the coordinator. */
+static int park(coord *co, conn *c, task *t, const wire_register *r) {
+  char *name = strdup(r->task), *host = strdup(r->host);
+  char *why = r->host_why ? strdup(r->host_why) : NULL;
+  if (!name || !host || (r->host_why && !why)) {
+    free(name);
+    free(host);
+    free(why);
+    return LOOM_ENOMEM;
+  }
+  c->park = *r;
+  c->park.task = name;
+  c->park.host = host;
+  c->park.host_why = why;
+  c->parked_for = t;
+  t->parked = c;
+  loom__strlcpy(c->who, t->name, sizeof c->who);
+  loom__log(LOOM_LOG_INFO, "coord", "an agent for %s waits for its next launch (%s)", t->name,
+            TSTATE[t->state]);
+  coord_event(co, t, "agent_parked", json_pack("{s:s}", "state", TSTATE[t->state]));
+  return 0;
+}
+
+/* Forgets what c holds as a parked agent (its connection closes, or it
+ * takes its task). */
+void coord_unpark_drop(conn *c) {
+  if (!c->parked_for) return;
+  if (c->parked_for->parked == c) c->parked_for->parked = NULL;
+  c->parked_for = NULL;
+  free((char *)c->park.task);
+  free((char *)c->park.host);
+  free((char *)c->park.host_why);
+  memset(&c->park, 0, sizeof c->park);
+}
+
+static int register_any(coord *co, conn *c, task *t, const wire_register *r);
+
+/* Each launched task with a parked agent takes it, through the checks of a
+ * registration made now (its launch may have become stale since). */
+void coord_unpark_tick(uv_timer_t *tm) {
+  coord *co = tm->data;
+  for (int i = 0; i < co->ntasks; i++) {
+    task *t = &co->tasks[i];
+    conn *c = t->parked;
+    if (!c || t->state != T_LAUNCHED || t->agent ||
+        (co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING))
+      continue;
+    wire_register r = c->park;
+    c->park = (wire_register){0};
+    c->parked_for = NULL;
+    t->parked = NULL;
+    if (register_any(co, c, t, &r) < 0) coord_conn_close(c, "its registration is refused now");
+    free((char *)r.task);
+    free((char *)r.host);
+    free((char *)r.host_why);
+  }
+}
+
 /* An agent started by the cluster manager (agents_any_attempt): it takes
  * the attempt its task waits for, unless it is stale: its fence (the
  * launch it belongs to: its Spark task's attempt id, which grows with
@@ -364,6 +425,10 @@ static int register_any(coord *co, conn *c, task *t, const wire_register *r) {
     /* final once the job is ending for good: it succeeded, was killed, or
      * failed with no retry to come */
     bool over = co->jstate == J_DONE || (co->jstate == J_STOPPING && !coord_will_retry(co));
+    /* otherwise the task may want an agent later (a restart, the next
+     * attempt): this one waits for that, connected, instead of trying
+     * again and again; a second one for the same task is refused */
+    if (!over && !t->parked && park(co, c, t, r) == 0) return 0;
     snprintf(why, sizeof why, "%s is not waiting for an agent (%s%s)", t->name,
              t->agent ? "another agent holds it" : TSTATE[t->state],
              over                       ? ", the job is ending"

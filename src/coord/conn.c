@@ -90,6 +90,7 @@ void coord_conn_close(conn *c, const char *why) {
     co->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   coord_kv_drop_waiters(co, c);
+  coord_unpark_drop(c);
   if (co->feed && c->kind == C_CLIENT) feed_dispatch_conn_gone(co->feed, c);
   task *t = c->task;
   if (c->kind == C_AGENT && t && t->agent == c) {

@@ -193,6 +193,9 @@ int coord_launch_task(coord *co, task *t) {
   t->agent_running = co->be->ops->tracks_processes;
   coord_task_set(co, t, T_LAUNCHED);
   coord_event(co, t, "launched", NULL);
+  /* an agent waits for this launch already: it takes it once this call's
+   * caller is done */
+  if (t->parked) uv_timer_start(&co->unpark_timer, coord_unpark_tick, 0, 0);
   return 0;
 }
 
@@ -410,6 +413,7 @@ static void hb_tick(uv_timer_t *tm) {
       }
       continue;
     }
+    if (t->parked) coord_conn_send_msg(t->parked, &(wire_msg){.type = WIRE_HEARTBEAT});
     conn *c = t->agent;
     if (!c) continue;
     if (c->last_rx && now - c->last_rx > limit && !coord_terminal(t)) {
@@ -568,6 +572,8 @@ static void start_timers(coord *co) {
   uv_timer_init(&co->loop, &co->stop_timer);
   uv_timer_init(&co->loop, &co->hb_timer);
   uv_timer_init(&co->loop, &co->flush_timer);
+  uv_timer_init(&co->loop, &co->unpark_timer);
+  co->unpark_timer.data = co;
   uv_prepare_init(&co->loop, &co->events_prep);
   co->events_prep.data = co;
   uv_prepare_start(&co->events_prep, coord_events_flush);

@@ -67,9 +67,12 @@ typedef struct task {
   FILE *log; /* open only while among the LOG_OPEN_MAX most recently written */
   struct task *log_newer, *log_older;
   char cpus[256], gpus[128];
-  int restarts;          /* restarts of this task in this job attempt */
-  int64_t fence;         /* its agent's launch fence (attempt "any"), -1: none */
-  int64_t fence_max;     /* the highest fence its agents registered with, -1: none */
+  int restarts;      /* restarts of this task in this job attempt */
+  int64_t fence;     /* its agent's launch fence (attempt "any"), -1: none */
+  int64_t fence_max; /* the highest fence its agents registered with, -1: none */
+  /* an agent (attempt "any") that registered while the task waited for
+   * none: it waits, connected, for the task's next launch (coord_unpark) */
+  struct conn *parked;
   bool left;             /* an elastic member that left the membership */
   bool restart_pending;  /* restart once its old agent is gone */
   int launch_tries;      /* launches of this task attempt that failed before its agent registered */
@@ -106,6 +109,10 @@ struct conn {
   char from[64];      /* the peer's address, for the log */
   bool inflate;       /* an agent that takes its CLUSTER blob deflated */
   wire_tls *tls;      /* TLS (wire_tls.h) on a link that leaves the host, else NULL */
+  /* parked (attempt "any"): the task it waits for, and its REGISTER (the
+   * strings owned), taken up again when that task is launched */
+  task *parked_for;
+  wire_register park;
 };
 
 typedef struct kv_entry {
@@ -133,6 +140,7 @@ struct coord {
   uv_tcp_t server;
   uv_signal_t sigint, sigterm, sighup;
   uv_timer_t rdv_timer, stop_timer, hb_timer, flush_timer;
+  uv_timer_t unpark_timer; /* hands parked agents to their launched tasks, outside callers */
   char addr[300];
   backend *be;
   task *tasks;
@@ -182,6 +190,9 @@ typedef struct {
 
 /* coord.c */
 int coord_launch_task(coord *co, task *t);
+/* agents.c: parked agents (attempt "any") */
+void coord_unpark_tick(uv_timer_t *tm);
+void coord_unpark_drop(conn *c);
 bool coord_all_finishing_done(coord *co);
 void coord_abort_clients(coord *co, const char *why);
 void coord_check_over(coord *co);

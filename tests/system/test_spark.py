@@ -282,11 +282,13 @@ def test_task_restart_and_job_retry_run_in_the_same_stage(loom):
     first start and is restarted; worker:0 fails its first start and its
     restart, which fails the job's attempt; the whole job is retried and
     succeeds. The same two Spark tasks run every one of those agents: one
-    stage, no relaunch by Spark."""
+    stage, no relaunch by Spark. In the last attempt worker:0 ends 2.5 s
+    before worker:1: its Spark task's next agent waits, parked, for the
+    end, and no agent is refused (nothing polls)."""
     cmd = ("echo RUN $LOOM_TASK attempt=$LOOM_ATTEMPT; "
            "if [ $LOOM_TASK = worker:1 ] && [ $LOOM_ATTEMPT = 0 ]; then exit 7; fi; "
            "if [ $LOOM_TASK = worker:0 ] && [ $LOOM_ATTEMPT -lt 2 ]; then sleep 0.5; exit 9; fi; "
-           "sleep 0.5")
+           "if [ $LOOM_TASK = worker:1 ]; then sleep 3; else sleep 0.5; fi")
     spec = {"name": "again", "retries": 1, "restart": "task",
             "retry_on": [7, 9], "roles": {"worker": {"instances": 2, "command": cmd}}}
     r = Driver(loom, {"master": "local-cluster[2,1,1024]", "spec": spec,
@@ -301,6 +303,10 @@ def test_task_restart_and_job_retry_run_in_the_same_stage(loom):
     ev = events(jd)
     assert {e.get("task") for e in ev if e["event"] == "restarting"} == {"worker:0", "worker:1"}
     assert [e["event"] for e in ev if e["event"] == "retrying"] == ["retrying"]
+    assert not [e for e in ev if e["event"] == "agent_refused"], ev
+    last = max(i for i, e in enumerate(ev) if e["event"] == "retrying")
+    assert any(e["event"] == "agent_parked" and e.get("task") == "worker:0"
+               for e in ev[last:]), [e["event"] for e in ev[last:]]
     st = state(jd)
     assert st["state"] == "succeeded" and st["attempt"] == 1, st
     written = json.loads((jd / "spec.yaml").read_text())  # what the job ran with
