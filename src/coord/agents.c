@@ -329,23 +329,26 @@ static int refuse_any(coord *co, conn *c, task *t, const char *why, bool final, 
   return 0;
 }
 
+static void park_free(wire_register *r) {
+  free((char *)r->task);
+  free((char *)r->host);
+  free((char *)r->host_why);
+  *r = (wire_register){0};
+}
+
 /* Parks c, an agent of task t that waits for none now: it keeps its
  * connection (heartbeats from hb_tick) and its REGISTER, and takes the
  * task's next launch (coord_unpark_tick); it goes when its connection
  * closes, or with the coordinator. */
 static int park(coord *co, conn *c, task *t, const wire_register *r) {
-  char *name = strdup(r->task), *host = strdup(r->host);
-  char *why = r->host_why ? strdup(r->host_why) : NULL;
-  if (!name || !host || (r->host_why && !why)) {
-    free(name);
-    free(host);
-    free(why);
+  c->park = *r;
+  c->park.task = strdup(r->task);
+  c->park.host = strdup(r->host);
+  c->park.host_why = r->host_why ? strdup(r->host_why) : NULL;
+  if (!c->park.task || !c->park.host || (r->host_why && !c->park.host_why)) {
+    park_free(&c->park);
     return LOOM_ENOMEM;
   }
-  c->park = *r;
-  c->park.task = name;
-  c->park.host = host;
-  c->park.host_why = why;
   c->parked_for = t;
   t->parked = c;
   loom__strlcpy(c->who, t->name, sizeof c->who);
@@ -361,10 +364,7 @@ void coord_unpark_drop(conn *c) {
   if (!c->parked_for) return;
   if (c->parked_for->parked == c) c->parked_for->parked = NULL;
   c->parked_for = NULL;
-  free((char *)c->park.task);
-  free((char *)c->park.host);
-  free((char *)c->park.host_why);
-  memset(&c->park, 0, sizeof c->park);
+  park_free(&c->park);
 }
 
 static int register_any(coord *co, conn *c, task *t, const wire_register *r);
@@ -384,9 +384,7 @@ void coord_unpark_tick(uv_timer_t *tm) {
     c->parked_for = NULL;
     t->parked = NULL;
     if (register_any(co, c, t, &r) < 0) coord_conn_close(c, "its registration is refused now");
-    free((char *)r.task);
-    free((char *)r.host);
-    free((char *)r.host_why);
+    park_free(&r);
   }
 }
 
