@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,6 +146,93 @@ def _job_id(stderr: str) -> Optional[str]:
     return None
 
 
+class _Run:
+    """A `loom run` process, its output pumped into memory (and to
+    sys.stdout/sys.stderr with echo) as it comes. loom.run and
+    loom.spark.run both drive one."""
+
+    def __init__(self, argv: List[str], env: Dict[str, str], echo: bool,
+                 on_err_line: Optional[Callable[[str], None]] = None) -> None:
+        self.argv, self.env = argv, env
+        self.out: List[str] = []
+        self.err: List[str] = []
+        self.timed_out = False
+        self.timeout: Optional[float] = None
+        self.p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, errors="replace")
+        assert self.p.stdout is not None and self.p.stderr is not None
+        self.pumps = [threading.Thread(target=_pump, daemon=True,
+                                       args=(self.p.stdout, self.out, sys.stdout if echo else None)),
+                      threading.Thread(target=_pump, daemon=True,
+                                       args=(self.p.stderr, self.err, sys.stderr if echo else None,
+                                             on_err_line))]
+        for t in self.pumps:
+            t.start()
+
+    def stop(self, grace: float) -> None:
+        """Stops the whole job as Ctrl-C does, and waits for loom."""
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGINT)
+            try:
+                self.p.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+    def wait(self, timeout: Optional[float],
+             poll: Optional[Callable[[], Optional[str]]] = None) -> None:
+        """Waits until loom ends; past timeout seconds, or once poll (called
+        every 0.1 s) returns a reason, stops the job (the reason goes to the
+        job's stderr). Anything raised meanwhile (KeyboardInterrupt) stops
+        the job too. The output is all read when it returns."""
+        self.timeout = timeout
+        t0 = time.monotonic()
+        try:
+            while self.p.poll() is None:
+                left = None if timeout is None else timeout - (time.monotonic() - t0)
+                if left is not None and left <= 0:
+                    self.timed_out = True
+                    break
+                why = poll() if poll else None
+                if why:
+                    self.err.append(why + "\n")
+                    break
+                try:
+                    self.p.wait(left if poll is None else min(0.1, left or 0.1))
+                except subprocess.TimeoutExpired:
+                    pass
+            self.stop(60 if poll else 30)
+        except BaseException:  # KeyboardInterrupt, an error here: stop the job too
+            if self.p.poll() is None:
+                self.p.send_signal(signal.SIGINT)
+                self.p.wait()
+            raise
+        finally:
+            for t in self.pumps:
+                t.join()
+
+    def result(self, check: bool, what: str, ok: Sequence[int] = (0, 1)) -> Result:
+        """The job's Result, or the exception its end calls for."""
+        stdout, stderr, rc = "".join(self.out), "".join(self.err), self.p.returncode
+        job = _job_id(stderr)
+        if self.timed_out:
+            raise JobTimeout(f"{what}: the job {job or '(not started)'} was still running after "
+                             f"{self.timeout} s and was stopped\n" + stderr.rstrip("\n"), rc,
+                             self.argv, stdout, job)
+        if rc not in ok or job is None:
+            _raise(self.argv, rc, stdout, stderr)
+        assert job is not None
+        job_dir = _home(self.env) / "jobs" / job
+        try:
+            state = json.loads((job_dir / "state.json").read_text())["state"]
+        except (OSError, ValueError, KeyError):
+            state = "succeeded" if rc == 0 else "failed"
+        res = Result(job, state, rc, stdout, stderr, job_dir, self.argv)
+        if check and rc:
+            raise JobFailed(stderr.rstrip("\n"), res)
+        return res
+
+
 def run(spec: SpecLike, *, backend: Optional[str] = None,
         overrides: Optional[Mapping[str, Any]] = None, bind: Optional[str] = None,
         advertise: Optional[str] = None, timeout: Optional[float] = None, check: bool = False,
@@ -161,53 +249,9 @@ def run(spec: SpecLike, *, backend: Optional[str] = None,
     e = _env(home, env)
     with _spec_file(spec) as path:
         argv = [binary(), "run", *_job_args(path, backend, overrides, bind, advertise)]
-        p = subprocess.Popen(argv, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, errors="replace")
-        out: List[str] = []
-        err: List[str] = []
-        assert p.stdout is not None and p.stderr is not None
-        pumps = [threading.Thread(target=_pump, args=(p.stdout, out, sys.stdout if echo else None),
-                                  daemon=True),
-                 threading.Thread(target=_pump, args=(p.stderr, err, sys.stderr if echo else None),
-                                  daemon=True)]
-        for t in pumps:
-            t.start()
-        timed_out = False
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            p.send_signal(signal.SIGINT)  # stops the whole job, as Ctrl-C does
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        except BaseException:  # KeyboardInterrupt: stop the job too
-            p.send_signal(signal.SIGINT)
-            p.wait()
-            raise
-        finally:
-            for t in pumps:
-                t.join()
-    stdout, stderr, rc = "".join(out), "".join(err), p.returncode
-    job = _job_id(stderr)
-    if timed_out:
-        raise JobTimeout(f"loom run: the job {job or '(not started)'} was still running after "
-                         f"{timeout} s and was stopped\n" + stderr.rstrip("\n"), rc, argv,
-                         stdout, job)
-    if rc not in (0, 1) or job is None:
-        _raise(argv, rc, stdout, stderr)
-    assert job is not None
-    job_dir = _home(e) / "jobs" / job
-    try:
-        state = json.loads((job_dir / "state.json").read_text())["state"]
-    except (OSError, ValueError, KeyError):
-        state = "succeeded" if rc == 0 else "failed"
-    res = Result(job, state, rc, stdout, stderr, job_dir, argv)
-    if check and rc:
-        raise JobFailed(stderr.rstrip("\n"), res)
-    return res
+        run = _Run(argv, e, echo)
+        run.wait(timeout)
+    return run.result(check, "loom run")
 
 
 def submit(spec: SpecLike, *, backend: Optional[str] = None,

@@ -31,10 +31,8 @@ pace, without Spark computing the DataFrame again."""
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -43,9 +41,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ._find import binary
-from .cli import (JobFailed, Result, SpecLike, _env, _home, _job_args, _job_id, _pump, _raise,
-                  _spec_file)
-from .errors import CommandError, JobTimeout
+from .cli import JobFailed, Result, SpecLike, _env, _home, _job_args, _job_id, _Run, _spec_file
+from .errors import CommandError
 
 __all__ = ["run", "slots", "spill", "train", "inference"]
 
@@ -255,11 +252,6 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
     group = f"loom-{uuid.uuid4().hex[:12]}"
     with _spec_file(spec) as path:
         argv = [exe, "run", *_job_args(path, "spark", overrides, bind, None)]
-        p = subprocess.Popen(argv, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, errors="replace")
-        out: List[str] = []
-        err: List[str] = []
-        job_seen = threading.Event()
         job_box: List[str] = []
 
         def saw(line: str) -> None:
@@ -267,103 +259,55 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
                 j = _job_id(line)
                 if j:
                     job_box.append(j)
-                    job_seen.set()
 
-        assert p.stdout is not None and p.stderr is not None
-        pumps = [threading.Thread(target=_pump, args=(p.stdout, out, sys.stdout if echo else None),
-                                  daemon=True),
-                 threading.Thread(target=_pump,
-                                  args=(p.stderr, err, sys.stderr if echo else None, saw),
-                                  daemon=True)]
-        for t in pumps:
-            t.start()
+        run_ = _Run(argv, e, echo, saw)
         stage_result: List[Any] = []
         stage_error: List[BaseException] = []
-        stage_thread: Optional[threading.Thread] = None
-        timed_out = False
-        t0 = time.monotonic()
-        try:
+        stage_thread: List[threading.Thread] = []
+
+        def stage(names: List[str], fn: Callable[[Any], Any]) -> None:
+            try:
+                sc.setJobGroup(group, f"loom job {job_box[0]}", interruptOnCancel=True)
+                rdd = sc.parallelize(range(len(names)), len(names))
+                # a shuffle after the barrier stage makes it a map stage,
+                # which Spark relaunches whole when a task of it is lost (a
+                # failed barrier result stage is only aborted)
+                stage_result.extend(rdd.barrier().mapPartitions(fn).repartition(1).collect())
+            except BaseException as ex:  # Spark gave up on the stage
+                stage_error.append(ex)
+
+        def poll() -> Optional[str]:
             # `loom run` prints the job id first, or fails before anything
             # starts (a bad spec, too few slots: exit 2)
-            while not job_seen.wait(0.05):
-                if p.poll() is not None:
-                    break
-            if job_box:
-                job_dir = _home(e) / "jobs" / job_box[0]
-                addr, secret, names = _wait_files(job_dir, p, 60)
+            if job_box and not stage_thread:
+                addr, secret, names = _wait_files(_home(e) / "jobs" / job_box[0], run_.p, 60)
                 if (sc.applicationId, exe) not in _shipped:  # once an application
                     sc.addFile(exe)
                     _shipped[(sc.applicationId, exe)] = True
                 fn = _stage(names, addr, secret, exe, os.path.basename(exe), 0.5)
+                stage_thread.append(threading.Thread(target=stage, args=(names, fn), daemon=True,
+                                                     name=f"loom-spark-{job_box[0]}"))
+                stage_thread[0].start()
+            if stage_error and not stage_thread[0].is_alive():
+                # Spark aborted the stage: nothing can run the tasks now
+                return ("loom.spark: Spark ended the job's stage: "
+                        + str(stage_error[0]).splitlines()[0][:400])
+            return None
 
-                def stage() -> None:
-                    try:
-                        sc.setJobGroup(group, f"loom job {job_box[0]}", interruptOnCancel=True)
-                        rdd = sc.parallelize(range(len(names)), len(names))
-                        # a shuffle after the barrier stage makes it a map
-                        # stage, which Spark relaunches whole when a task of
-                        # it is lost (a failed barrier result stage is only
-                        # aborted)
-                        stage_result.extend(
-                            rdd.barrier().mapPartitions(fn).repartition(1).collect())
-                    except BaseException as ex:  # Spark gave up on the stage
-                        stage_error.append(ex)
-
-                stage_thread = threading.Thread(target=stage, name=f"loom-spark-{job_box[0]}",
-                                                daemon=True)
-                stage_thread.start()
-            while p.poll() is None:
-                if timeout is not None and time.monotonic() - t0 > timeout:
-                    timed_out = True
-                    break
-                if stage_error and not stage_thread.is_alive():  # type: ignore[union-attr]
-                    # Spark aborted the stage: nothing can run the tasks now
-                    msg = str(stage_error[0]).splitlines()[0][:400]
-                    err.append(f"loom.spark: Spark ended the job's stage: {msg}\n")
-                    break
-                try:
-                    p.wait(0.1)  # returns as soon as `loom run` ends
-                except subprocess.TimeoutExpired:
-                    pass
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)  # stops the whole job, as Ctrl-C does
-                try:
-                    p.wait(60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        except BaseException:  # KeyboardInterrupt, an error here: stop the job too
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-                p.wait()
-            raise
+        try:
+            run_.wait(timeout, poll)
         finally:
             # once the coordinator is gone every Spark task ends by itself;
             # cancel the group for any that does not
-            if stage_thread is not None:
-                stage_thread.join(30)
-                if stage_thread.is_alive():
+            if stage_thread:
+                stage_thread[0].join(30)
+                if stage_thread[0].is_alive():
                     sc.cancelJobGroup(group)
-                    stage_thread.join(60)
-            for t in pumps:
-                t.join()
-    stdout, stderr, rc = "".join(out), "".join(err), p.returncode
-    job = job_box[0] if job_box else None
-    if timed_out:
-        raise JobTimeout(f"loom.spark.run: the job {job} was still running after {timeout} s "
-                         "and was stopped\n" + stderr.rstrip("\n"), rc, argv, stdout, job)
-    if rc not in (0, 1, 130) or job is None:
-        _raise(argv, rc, stdout, stderr)
-    assert job is not None
-    job_dir = _home(e) / "jobs" / job
-    try:
-        state = json.loads((job_dir / "state.json").read_text())["state"]
-    except (OSError, ValueError, KeyError):
-        state = "succeeded" if rc == 0 else "failed"
-    res = Result(job, state, rc, stdout, stderr, job_dir, argv)
+                    stage_thread[0].join(60)
+    res = run_.result(False, "loom.spark.run", ok=(0, 1, 130))
     res.spark_tasks = [json.loads(x) for x in stage_result]  # type: ignore[attr-defined]
-    if check and rc:
-        raise JobFailed(stderr.rstrip("\n"), res)
+    if check and res.exit_code:
+        raise JobFailed(res.stderr.rstrip("\n"), res)
     return res
 
 
