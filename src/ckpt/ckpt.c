@@ -406,10 +406,10 @@ static int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step, ck
                c->verified.ctime.tv_sec == st.st_ctim.tv_sec &&
                c->verified.ctime.tv_nsec == st.st_ctim.tv_nsec;
   if (!known) {
-    unsigned char *buf = malloc(CKPT_IO_CHUNK);
+    uint64_t body = size - CKPT_TRAILER; /* at least a header: no malloc(0) */
+    unsigned char *buf = malloc(body < CKPT_IO_CHUNK ? (size_t)body : CKPT_IO_CHUNK);
     if (!buf) return ckpt_fail(c, LOOM_ENOMEM, "out of memory");
     uint32_t crc = 0;
-    uint64_t body = size - CKPT_TRAILER;
     for (uint64_t off = 0; off < body && e == 0;) {
       size_t n = body - off < CKPT_IO_CHUNK ? (size_t)(body - off) : CKPT_IO_CHUNK;
       e = pread_full(fd, buf, n, off);

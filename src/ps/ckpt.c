@@ -618,7 +618,8 @@ static int manifest_shards(const char *dir, uint64_t step, int *old, char *err, 
 int ps_ckpt_verify_stream(FILE *f, uint64_t size, const char *name, int shard, int nshards,
                           uint64_t step, char *err, size_t errlen) {
   EVP_MD_CTX *md = EVP_MD_CTX_new();
-  unsigned char *buf = malloc(CK_BUF);
+  /* a buffer no larger than the file (+1: never malloc(0)) */
+  unsigned char *buf = malloc(size < CK_BUF ? (size_t)size + 1 : CK_BUF);
   int rc = md && buf && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 ? 0 : LOOM_ENOMEM;
   uint64_t left = size;
   if (rc == 0 && left < 8 + 4 * 4 + 8 + CK_DIGEST) rc = LOOM_EIO;
