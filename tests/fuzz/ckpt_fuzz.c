@@ -15,7 +15,7 @@
  * row pages (one a sparse variable, each load), which ASan maps and
  * poisons one by one: __asan_default_options below has it clear their
  * shadow with memset, not by mapping it afresh (the same checks, about
- * 12% fewer page faults). */
+ * 12% less time). */
 #include "ckpt/ckpt.h"
 #include "core/bytes.h"
 #include "core/crc32c.h"

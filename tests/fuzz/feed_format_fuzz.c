@@ -8,7 +8,7 @@
  * 1/MAX_CHUNKS of it where they are smaller, so every size is reached on
  * files small enough (1-byte splits under 128 bytes, 1-byte chunks under
  * 256) and no input costs thousands of splits or chunks (1-byte splits of
- * a 20000-byte file made cutting quadratic: 30-300 ms an input, against
+ * a 20000-byte file made cutting quadratic: up to 300 ms an input, against
  * well under 1 ms for most). The job's start makes the splits as
  * the coordinator does (loom__feed_input_make: probe, cut, check), then
  * each split is read as a task reads it (feed/client.c read_split: chunks
