@@ -83,9 +83,12 @@ def slots(sc: Any, wait: float = 30.0, need: Optional[int] = None) -> Dict[str, 
     """The task slots of the application's executors: {"slots", "executors",
     "slots_per_executor", "how"}. Waits up to wait seconds for executors to
     register: until there are need slots, or spark.executor.instances
-    executors, or their number holds still for 1 s."""
+    executors, or (need unknown) their number holds still for 1 s. In
+    local[N] the driver's cores are the slots, at once."""
     task_cpus = int(_conf(sc, "spark.task.cpus", "1") or 1)
     want = _conf(sc, "spark.executor.instances")
+    master = str(getattr(sc, "master", "") or "")
+    local = master == "local" or master.startswith("local[")  # the driver alone
     deadline = time.monotonic() + wait
     last, since = -1, time.monotonic()
     while True:
@@ -94,14 +97,21 @@ def slots(sc: Any, wait: float = 30.0, need: Optional[int] = None) -> Dict[str, 
             n = int(sc.defaultParallelism)
             return {"slots": n // task_cpus, "executors": 1, "slots_per_executor": n // task_cpus,
                     "how": f"sc.defaultParallelism {n}, spark.task.cpus {task_cpus}"}
-        workers = [e for e in ex if e.get("id") != "driver"] or ex  # local[N]: the driver
+        # executors; in local[N] the driver, which then has the cores (in
+        # a cluster it has none, and executors may still be registering)
+        workers = [e for e in ex if e.get("id") != "driver"] or [
+            e for e in ex if int(e.get("totalCores", 0)) > 0]
         now = time.monotonic()
         if len(workers) != last:
             last, since = len(workers), now
         enough = need is not None and sum(
             int(e.get("totalCores", 0)) // task_cpus for e in workers) >= need
-        settled = enough or (want is not None and len(workers) >= int(want)) or (
-            len(workers) > 0 and now - since >= 1.0)
+        # short of the spec's tasks, more executors may still come (a
+        # cluster starts them one by one, seconds apart): wait for them
+        # until the deadline, unless no more can come (local[N]) or the
+        # application says how many it has (spark.executor.instances)
+        settled = enough or local or (want is not None and len(workers) >= int(want)) or (
+            need is None and len(workers) > 0 and now - since >= 1.0)
         if settled or now >= deadline:
             per = [int(e.get("totalCores", 0)) // task_cpus for e in workers]
             cores = sorted({int(e.get("totalCores", 0)) for e in workers})

@@ -253,6 +253,9 @@ def test_preflight_refuses_what_spark_cannot_give(loom, case):
     master = "local-cluster[2,1,1024]"
     conf = {}
     if case == "slots":
+        # the application says how many executors it has: the preflight
+        # need not wait for a third
+        conf = {"spark.executor.instances": "2"}
         spec["roles"]["worker"]["instances"] = 3
         want = ("the job has 3 tasks, all started together in one barrier stage, but Spark "
                 "application app-")
