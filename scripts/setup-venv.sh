@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup-venv.sh NAME VENV REQUIREMENTS: makes the virtual environment VENV
-# with the pinned packages of REQUIREMENTS from PyPI (for setup-tf.sh and
-# setup-spark.sh; NAME is what errors say).
+# with the pinned packages of REQUIREMENTS from PyPI (for setup-tf.sh,
+# setup-spark.sh, bench/yarn/setup-skein.sh and bench/spark/run.sh; NAME is
+# what errors say). VENV and REQUIREMENTS: absolute, or from the repository root.
 # Idempotent: an environment that already has the pinned versions is kept.
 # Prints the environment's python on stdout.
 set -euo pipefail
@@ -27,6 +28,8 @@ if [ -z "$py" ]; then
 fi
 rm -rf "$VENV"
 "$py" -m venv "$VENV" >&2
+# git ignores the environment wherever it is (as venv does from Python 3.13)
+echo '*' >"$VENV/.gitignore"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ" >&2
 cp "$REQ" "$stamp"
 echo "$VENV/bin/python"

@@ -31,15 +31,7 @@ for c in java python3; do command -v $c >/dev/null || { say "$c not found"; exit
 [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { say "no Fashion-MNIST in /usr/share/datasets/fashion-mnist"; exit 2; }
 
 # the pinned environment, made once (and again when requirements.txt changes)
-REQ=$HERE/requirements.txt
-if ! cmp -s "$REQ" "$VENV/.bench-requirements" 2>/dev/null; then
-    say "making $VENV from $REQ"
-    rm -rf "$VENV"
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ" >&2
-    cp "$REQ" "$VENV/.bench-requirements"
-fi
-PY=$VENV/bin/python
+PY=$(bash "$ROOT/scripts/setup-venv.sh" bench/spark "$VENV" "$HERE/requirements.txt")
 
 WORK=$(mktemp -d /tmp/loom-bench-spark.XXXXXX)
 # every process this bench starts (the driver, its JVM, the executors, their
