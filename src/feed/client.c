@@ -72,8 +72,8 @@ struct loom_feed {
   loom_t *l;
   feed_format fmt;
   int epochs;
-  long nsplits;
-  bool output;
+  long nsplits; /* at open; a growing input's grow */
+  bool output, growing;
   uint64_t lease_ms, readahead, chunk_bytes, max_record, wait_ms, ahead;
 
   pthread_t thread;
@@ -340,14 +340,16 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
   if (rc == LOOM_ETIMEDOUT) {
     /* other tasks' leases are alive (renewed): they are making progress */
     if (json_integer_value(json_object_get(rep, "leased")) > 0) *idle_since = loom__now_ms();
-    json_decref(rep);
     if (loom__now_ms() - *idle_since > f->wait_ms) {
+      const char *m = json_string_value(json_object_get(rep, "msg"));
       push_error(f, LOOM_ETIMEDOUT,
                  "no split of the feed became free within %llu ms "
-                 "(LOOM_FEED_WAIT_MS), and no task holds one: the coordinator is not answering",
-                 (unsigned long long)f->wait_ms);
+                 "(LOOM_FEED_WAIT_MS), and no task holds one: %s",
+                 (unsigned long long)f->wait_ms, m ? m : "the coordinator is not answering");
+      json_decref(rep);
       return false;
     }
+    json_decref(rep);
     return true;
   }
   if (rc < 0) {
@@ -386,7 +388,7 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
       good = json_is_integer(x) && json_integer_value(x) >= 0 && json_integer_value(x) <= hi[k];
       if (good) v[k] = json_integer_value(x);
     }
-    if (!good || v[4] == 0 || v[1] >= f->nsplits || v[2] >= f->epochs) {
+    if (!good || v[4] == 0 || (v[1] >= f->nsplits && !f->growing) || v[2] >= f->epochs) {
       free(sp);
       ok = false;
       break;
@@ -1048,9 +1050,11 @@ int loom_feed_open(loom_t *l, loom_feed_t **out) {
   json_int_t ep = json_integer_value(json_object_get(rep, "epochs")),
              ns = json_integer_value(json_object_get(rep, "splits")),
              e0 = json_integer_value(json_object_get(rep, "epoch"));
+  /* a growing input (feed.follow) may have no split yet, and gets more */
+  f->growing = json_is_true(json_object_get(rep, "growing"));
   if (!fmt || loom__feed_format_parse(fmt, &f->fmt) < 0 || !json_is_integer(lm) ||
-      json_integer_value(lm) < 3 || ep < 1 || ep > 1000000 || ns < 1 || ns > UINT32_MAX || e0 < 0 ||
-      e0 >= ep) {
+      json_integer_value(lm) < 3 || ep < 1 || ep > 1000000 || ns < (f->growing ? 0 : 1) ||
+      ns > UINT32_MAX || e0 < 0 || e0 >= ep) {
     json_decref(rep);
     feed_free(f);
     return loom__fail(l, LOOM_EPROTO,

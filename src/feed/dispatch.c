@@ -20,6 +20,13 @@
  *   tasks still hold leases that may come back.
  * - Committed splits stay committed across whole-job attempts; everything
  *   else is handed out again.
+ * - A growing input (feed.follow: a file whose appearance ends the input)
+ *   is scanned every tick: new files' splits join the first epoch's queue
+ *   as they come (a shuffle shuffles each batch of them), and the first
+ *   epoch ends once the end file is there and every split is done. Later
+ *   epochs are the whole input.
+ * - feed.consume removes an input file once every split of it is done in
+ *   the last epoch (a spool the writer may refill, as loom.spark's spill).
  *
  * Everything runs on the coordinator's loop thread and never blocks but for
  * small file-system calls (rename, unlink) at commit and take-back. */
@@ -71,6 +78,14 @@ struct feed_dispatch {
   size_t nleased;
   waiter *waiters, **wtail; /* FIFO */
   uint64_t committed, expired, stale, returned, records;
+  size_t qcap; /* of queue and state */
+  /* a growing input: the globs, scanned until the follow file exists */
+  char **globs, *follow, *fail; /* fail: why the input cannot be read */
+  size_t nglobs;
+  bool growing, consume;
+  uint64_t split_bytes, consumed;
+  uint32_t *file_left; /* per file: its splits not done this epoch */
+  size_t file_cap;
   /* locality: where tasks run, and how many leases went to a task on a
    * host holding the split's first block */
   const char *(*host_of)(void *ctx, const char *task);
@@ -82,7 +97,7 @@ struct feed_dispatch {
 
 /* ---- the queue of splits ------------------------------------------------ */
 static void q_push_front(feed_dispatch *d, uint32_t s) {
-  size_t n = d->in->nsplits;
+  size_t n = d->qcap;
   d->qhead = (d->qhead + n - 1) % n;
   d->queue[d->qhead] = s;
   d->qlen++;
@@ -90,9 +105,46 @@ static void q_push_front(feed_dispatch *d, uint32_t s) {
 
 static uint32_t q_pop(feed_dispatch *d) {
   uint32_t s = d->queue[d->qhead];
-  d->qhead = (d->qhead + 1) % d->in->nsplits;
+  d->qhead = (d->qhead + 1) % d->qcap;
   d->qlen--;
   return s;
+}
+
+static void q_push_back(feed_dispatch *d, uint32_t s) {
+  d->queue[(d->qhead + d->qlen) % d->qcap] = s;
+  d->qlen++;
+}
+
+/* Room in the queue and the per-split and per-file arrays for the input as
+ * it is now; the queue keeps its order. */
+static int arrays_fit(feed_dispatch *d) {
+  size_t n = d->in->nsplits, nf = d->in->nfiles;
+  if (n > d->qcap || !d->queue) {
+    size_t nc = d->qcap ? d->qcap : 64;
+    while (nc < n) nc *= 2;
+    uint32_t *q = malloc(nc * sizeof *q);
+    uint8_t *st = realloc(d->state, nc);
+    if (st) d->state = st;
+    if (!q || !st) {
+      free(q);
+      return LOOM_ENOMEM;
+    }
+    for (size_t i = 0; i < d->qlen; i++) q[i] = d->queue[(d->qhead + i) % d->qcap];
+    free(d->queue);
+    d->queue = q;
+    d->qhead = 0;
+    d->qcap = nc;
+  }
+  if (nf > d->file_cap || !d->file_left) {
+    size_t nc = d->file_cap ? d->file_cap : 64;
+    while (nc < nf) nc *= 2;
+    uint32_t *fl = realloc(d->file_left, nc * sizeof *fl);
+    if (!fl) return LOOM_ENOMEM;
+    memset(fl + d->file_cap, 0, (nc - d->file_cap) * sizeof *fl);
+    d->file_left = fl;
+    d->file_cap = nc;
+  }
+  return 0;
 }
 
 /* The index in in->hosts of host, or -1. */
@@ -136,7 +188,29 @@ static void epoch_begin(feed_dispatch *d) {
   d->qlen = n;
   d->done = 0;
   memset(d->state, S_TODO, n);
-  loom__log(LOOM_LOG_INFO, "feed", "epoch %d of %d: %zu splits", d->epoch + 1, d->epochs, n);
+  memset(d->file_left, 0, d->in->nfiles * sizeof *d->file_left);
+  for (size_t i = 0; i < n; i++) d->file_left[d->in->splits[i].file]++;
+  if (d->growing)
+    loom__log(LOOM_LOG_INFO, "feed", "epoch 1 of %d: %zu splits so far; the input grows until %s",
+              d->epochs, n, d->follow);
+  else
+    loom__log(LOOM_LOG_INFO, "feed", "epoch %d of %d: %zu splits", d->epoch + 1, d->epochs, n);
+}
+
+/* Every split of the epoch is done and no more will come: the next epoch,
+ * or the end. */
+static void epoch_end_check(feed_dispatch *d) {
+  if (d->growing || d->epoch >= d->epochs || d->done < d->in->nsplits) return;
+  if (d->in->nsplits == 0) {
+    loom__log(LOOM_LOG_WARN, "feed", "the input ended with no records: the feed is over");
+    d->epoch = d->epochs;
+    return;
+  }
+  d->epoch++;
+  if (d->epoch < d->epochs)
+    epoch_begin(d);
+  else
+    loom__log(LOOM_LOG_INFO, "feed", "every split of every epoch is done");
 }
 
 /* ---- names of the output ----------------------------------------------- */
@@ -243,6 +317,10 @@ static json_t *lease_out(feed_dispatch *d, void *conn, const char *task, int max
 
 /* Answers a LEASE request now if it can: the end, or splits. */
 static bool try_serve(feed_dispatch *d, void *conn, const char *task, json_int_t id, int max) {
+  if (d->fail) {
+    d->reply(conn, id, LOOM_EIO, json_pack("{s:s}", "msg", d->fail), NULL, 0);
+    return true;
+  }
   if (d->epoch >= d->epochs) {
     d->reply(conn, id, 0, json_pack("{s:b}", "end", 1), NULL, 0);
     return true;
@@ -288,15 +366,19 @@ static bool w_serve(feed_dispatch *d, waiter *w, void *arg) {
 }
 
 static void serve_waiters(feed_dispatch *d) {
-  if (d->waiters && (d->qlen > 0 || d->epoch >= d->epochs)) waiters_remove_if(d, w_serve, NULL);
+  if (d->waiters && (d->qlen > 0 || d->epoch >= d->epochs || d->fail))
+    waiters_remove_if(d, w_serve, NULL);
 }
 
 static bool w_expired(feed_dispatch *d, waiter *w, void *arg) {
   if (w->deadline > *(uint64_t *)arg) return false;
   d->reply(w->conn, w->id, LOOM_ETIMEDOUT,
            json_pack("{s:s, s:I}", "msg",
-                     "no split is free yet: other tasks hold the rest of "
-                     "the epoch; ask again",
+                     d->growing && d->qlen == 0 && d->done + d->nleased == d->in->nsplits
+                         ? "no split is free yet: the input has not grown (feed.follow: it grows "
+                           "until its end file exists); ask again"
+                         : "no split is free yet: other tasks hold the rest of "
+                           "the epoch; ask again",
                      "leased", (json_int_t)d->nleased),
            NULL, 0);
   return true;
@@ -339,10 +421,10 @@ static json_t *get_ids(const json_t *j) {
 
 static int on_open(feed_dispatch *d, void *conn, json_int_t id) {
   d->reply(conn, id, 0,
-           json_pack("{s:s, s:i, s:i, s:I, s:b, s:I, s:b}", "format", d->format, "epochs",
+           json_pack("{s:s, s:i, s:i, s:I, s:b, s:I, s:b, s:b}", "format", d->format, "epochs",
                      d->epochs, "epoch", d->epoch < d->epochs ? d->epoch : d->epochs - 1, "splits",
                      (json_int_t)d->in->nsplits, "output", d->output != NULL, "lease_ms",
-                     (json_int_t)d->lease_ms, "shuffle", d->shuffle),
+                     (json_int_t)d->lease_ms, "shuffle", d->shuffle, "growing", d->follow != NULL),
            NULL, 0);
   return 0;
 }
@@ -401,13 +483,17 @@ static int finish(feed_dispatch *d, lease *l, bool wrote, json_int_t records, ch
   d->done++;
   d->committed++;
   d->records += (uint64_t)records;
-  if (d->done == d->in->nsplits) {
-    d->epoch++;
-    if (d->epoch < d->epochs)
-      epoch_begin(d);
+  uint32_t fi = d->in->splits[s].file;
+  if (d->file_left[fi] && --d->file_left[fi] == 0 && d->consume && d->epoch == d->epochs - 1) {
+    char why[1024];
+    int rc = loom__fs_remove(d->in->files[fi].path, false, why, sizeof why);
+    if (rc < 0 && rc != LOOM_ENOENT)
+      loom__log(LOOM_LOG_WARN, "feed", "feed.consume: cannot remove %s: %s", d->in->files[fi].path,
+                why);
     else
-      loom__log(LOOM_LOG_INFO, "feed", "every split of every epoch is done");
+      d->consumed++;
   }
+  epoch_end_check(d);
   serve_waiters(d);
   return 0;
 }
@@ -510,8 +596,69 @@ void feed_dispatch_conn_gone(feed_dispatch *d, void *conn) {
   serve_waiters(d);
 }
 
+/* A growing input: takes the files that appeared since the last scan, and
+ * ends the input once the follow file exists (looked at before the globs,
+ * so every file written before it is taken). */
+static void scan(feed_dispatch *d) {
+  char why[1024];
+  loom__fs_info st;
+  int src = loom__fs_stat(d->follow, &st, why, sizeof why);
+  bool ending = src == 0;
+  if (src < 0 && src != LOOM_ENOENT) {
+    loom__log(LOOM_LOG_WARN, "feed", "feed.follow %s: %s (looked at again in a moment)", d->follow,
+              why);
+    return;
+  }
+  size_t n0 = d->in->nsplits, added = 0;
+  int rc = loom__feed_input_grow(d->in, (const char *const *)d->globs, d->nglobs, d->split_bytes,
+                                 &added, why, sizeof why);
+  if (arrays_fit(d) < 0) {
+    rc = LOOM_ENOMEM;
+    loom__strlcpy(why, "the coordinator is out of memory for the feed's splits", sizeof why);
+    d->in->nsplits = n0; /* not queued: forget them, and fail below */
+  }
+  size_t n = d->in->nsplits;
+  uint32_t *fresh = n > n0 ? malloc((n - n0) * sizeof *fresh) : NULL;
+  if (n > n0 && !fresh) {
+    rc = LOOM_ENOMEM;
+    loom__strlcpy(why, "the coordinator is out of memory for the feed's splits", sizeof why);
+    d->in->nsplits = n = n0;
+  }
+  if (n > n0) {
+    for (size_t i = n0; i < n; i++) fresh[i - n0] = (uint32_t)i;
+    if (d->shuffle) loom__feed_permute(fresh, n - n0, loom__feed_seed(d->seed, 0, n0 + 1));
+    for (size_t i = 0; i < n - n0; i++) {
+      d->state[fresh[i]] = S_TODO;
+      d->file_left[d->in->splits[fresh[i]].file]++;
+      q_push_back(d, fresh[i]);
+    }
+    loom__log(LOOM_LOG_INFO, "feed", "the input grew by %zu files, %zu splits (%zu in all)", added,
+              n - n0, n);
+  }
+  free(fresh);
+  if (rc < 0) {
+    if (rc == LOOM_ECONN || rc == LOOM_ETIMEDOUT) {
+      loom__log(LOOM_LOG_WARN, "feed", "feed.input: %s (scanned again in a moment)", why);
+      return;
+    }
+    d->fail = loom__asprintf("the feed's growing input cannot be read: %s", why);
+    loom__log(LOOM_LOG_ERROR, "feed", "%s", d->fail ? d->fail : why);
+    if (!d->fail) d->fail = strdup("the feed's growing input cannot be read");
+    serve_waiters(d);
+    return;
+  }
+  if (ending) {
+    d->growing = false;
+    loom__log(LOOM_LOG_INFO, "feed", "%s exists: the input is whole, %zu files, %zu splits",
+              d->follow, d->in->nfiles, n);
+    epoch_end_check(d);
+  }
+  serve_waiters(d);
+}
+
 void feed_dispatch_tick(feed_dispatch *d, uint64_t now_ms) {
   if (!d) return;
+  if (d->growing && !d->fail) scan(d);
   bool back = false;
   for (lease *l = d->leases, *n; l; l = n) {
     n = l->next;
@@ -537,13 +684,13 @@ void feed_dispatch_new_attempt(feed_dispatch *d) {
 json_t *feed_dispatch_status(const feed_dispatch *d) {
   if (!d) return json_object();
   bool over = d->epoch >= d->epochs;
-  return json_pack("{s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:I}", "epoch",
-                   over ? d->epochs - 1 : d->epoch, "epochs", d->epochs, "splits",
-                   (json_int_t)d->in->nsplits, "done",
-                   (json_int_t)(over ? d->in->nsplits : d->done), "leased", (json_int_t)d->nleased,
-                   "committed", (json_int_t)d->committed, "expired", (json_int_t)d->expired,
-                   "stale", (json_int_t)d->stale, "records", (json_int_t)d->records, "finished",
-                   over, "data_local", (json_int_t)d->local);
+  return json_pack(
+      "{s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:I, s:b, s:I}", "epoch",
+      over ? d->epochs - 1 : d->epoch, "epochs", d->epochs, "splits", (json_int_t)d->in->nsplits,
+      "done", (json_int_t)(over ? d->in->nsplits : d->done), "leased", (json_int_t)d->nleased,
+      "committed", (json_int_t)d->committed, "expired", (json_int_t)d->expired, "stale",
+      (json_int_t)d->stale, "records", (json_int_t)d->records, "finished", over, "data_local",
+      (json_int_t)d->local, "growing", d->growing, "consumed", (json_int_t)d->consumed);
 }
 
 /* ---- making and unmaking ------------------------------------------------ */
@@ -621,6 +768,19 @@ int feed_dispatch_create(const json_t *feed, const char *job_dir, const char *sp
   }
   d->seed = json_is_integer(sd) ? (uint64_t)json_integer_value(sd) : 0;
   d->shuffle = json_is_true(json_object_get(feed, "shuffle"));
+  d->consume = json_is_true(json_object_get(feed, "consume"));
+  const char *fo = json_string_value(json_object_get(feed, "follow"));
+  if (fo && *fo) {
+    d->follow = fo[0] == '/' || loom__fs_remote(fo) || !spec_dir
+                    ? strdup(fo)
+                    : loom__asprintf("%s/%s", spec_dir, fo);
+    if (!d->follow) {
+      rc = LOOM_ENOMEM;
+      goto fail;
+    }
+    d->growing = true;
+  }
+  d->split_bytes = (uint64_t)loom__tun(LOOM_TUN_FEED_SPLIT_BYTES);
   json_t *input = json_object_get(feed, "input");
   size_t ng = json_is_array(input) ? json_array_size(input) : 0;
   if (!ng) {
@@ -649,18 +809,13 @@ int feed_dispatch_create(const json_t *feed, const char *job_dir, const char *sp
     rc = 0;
   }
   if (rc == 0)
-    rc = loom__feed_input_make((const char *const *)globs, ng, &fmt,
-                               (uint64_t)loom__tun(LOOM_TUN_FEED_SPLIT_BYTES), &d->in, err, errlen);
-  for (size_t i = 0; i < ng; i++) free(globs[i]);
-  free(globs);
+    rc = loom__feed_input_make((const char *const *)globs, ng, &fmt, d->growing, d->split_bytes,
+                               &d->in, err, errlen);
+  d->globs = globs; /* a growing input scans them again */
+  d->nglobs = ng;
   if (rc < 0) goto fail;
   size_t n = d->in->nsplits;
-  d->state = calloc(n, 1);
-  d->queue = calloc(n, sizeof *d->queue);
-  if (!d->state || !d->queue) {
-    rc = LOOM_ENOMEM;
-    goto fail;
-  }
+  if ((rc = arrays_fit(d)) < 0) goto fail;
   const char *o = json_string_value(json_object_get(feed, "output"));
   if (o && *o) {
     d->output = o[0] == '/' || loom__fs_remote(o) || !spec_dir
@@ -699,6 +854,11 @@ void feed_dispatch_destroy(feed_dispatch *d) {
   }
   if (d->tmpdir) loom__fs_remove(d->tmpdir, true, why, sizeof why);
   loom__feed_input_free(d->in);
+  for (size_t i = 0; i < d->nglobs; i++) free(d->globs[i]);
+  free(d->globs);
+  free(d->follow);
+  free(d->fail);
+  free(d->file_left);
   free(d->state);
   free(d->queue);
   free(d->output);

@@ -161,15 +161,25 @@ typedef struct {
   uint64_t bytes; /* of records, over all files */
   char **hosts;   /* every host some split names, each once */
   size_t nhosts;
+  size_t filecap, splitcap;
+  char **sorted; /* the files' paths, sorted: which files are known */
 } feed_input;
 
 /* Expands globs (sorted, each file once), probes every file and cuts the
  * large ones on record boundaries into splits of about split_bytes. Small
- * files are one split each; empty files none. On error returns LOOM_ESPEC /
- * LOOM_EIO / LOOM_ENOMEM with a message for people in err. On success *out
- * is the caller's, freed with loom__feed_input_free. */
+ * files are one split each; empty files none. Unless growing, a glob that
+ * matches nothing or an input with no records is an error. On error
+ * returns LOOM_ESPEC / LOOM_EIO / LOOM_ENOMEM with a message for people in
+ * err. On success *out is the caller's, freed with loom__feed_input_free. */
 int loom__feed_input_make(const char *const *globs, size_t nglobs, const feed_format *fmt,
-                          uint64_t split_bytes, feed_input **out, char *err, size_t errlen);
+                          bool growing, uint64_t split_bytes, feed_input **out, char *err,
+                          size_t errlen);
+/* Expands globs again and adds the files not seen before (in path order),
+ * their splits numbered after the others; *added counts the files. A file
+ * that cannot be taken (a bad header, a size that is not whole records) is
+ * an error naming it, and everything before it in path order is kept. */
+int loom__feed_input_grow(feed_input *in, const char *const *globs, size_t nglobs,
+                          uint64_t split_bytes, size_t *added, char *err, size_t errlen);
 void loom__feed_input_free(feed_input *in);
 
 #endif

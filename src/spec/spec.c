@@ -596,8 +596,8 @@ static const char *const ROLE_KEYS[] = {"instances", "command", "vcores",  "memo
                                         "gpus",      "label",   "procs",   "env",
                                         "service",   "elastic", "restart", NULL};
 static const char *const ELASTIC_KEYS[] = {"min", "max", NULL};
-static const char *const FEED_KEYS[] = {"input", "format", "epochs", "shuffle",
-                                        "seed",  "output", NULL};
+static const char *const FEED_KEYS[] = {"input",  "format", "epochs",  "shuffle", "seed",
+                                        "output", "follow", "consume", NULL};
 
 static int parse_role(ctx *c, const node *k, const node *v, spec_role *r) {
   int rc;
@@ -760,6 +760,18 @@ static int parse_feed(ctx *c, const node *n, json_t **out) {
     json_object_set_new(f, "output", json_string(abs));
     free(abs);
   }
+  if ((v = map_get(n, "follow"))) {
+    if (v->type != N_SCALAR || !*v->value)
+      return fail(c, v, "feed.follow must be the path of the file whose appearance ends the input");
+    char *abs;
+    if ((rc = spec_path(c, v, "feed.follow", &abs)) < 0) return rc;
+    json_object_set_new(f, "follow", json_string(abs));
+    free(abs);
+  }
+  bool consume = false;
+  if ((v = map_get(n, "consume")) && (rc = want_bool(c, v, "feed.consume", &consume)) < 0)
+    return rc;
+  if (consume) json_object_set_new(f, "consume", json_true());
   return 0;
 }
 

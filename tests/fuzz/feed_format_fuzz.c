@@ -121,7 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *globs[] = {path};
   feed_input *in = NULL;
   char err[1024] = "";
-  int rc = loom__feed_input_make(globs, 1, &fmt, split_bytes, &in, err, sizeof err);
+  int rc = loom__feed_input_make(globs, 1, &fmt, false, split_bytes, &in, err, sizeof err);
   if (rc < 0) {
     if (in || !err[0]) abort();
     return 0;

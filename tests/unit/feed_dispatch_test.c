@@ -2,8 +2,8 @@
  * its contract (dispatch.h) with fake connections: leases, commits by
  * rename, a stale holder's DONE refused after its lease expired, leases
  * back from dead tasks and closed connections, the epoch barrier with
- * deferred requests, reproducible shuffles, whole-job attempts, and
- * malformed requests. The dispatcher lives in the loom command, so it is
+ * deferred requests, reproducible shuffles, whole-job attempts,
+ * malformed requests, a growing input (feed.follow) and feed.consume. The dispatcher lives in the loom command, so it is
  * compiled in here. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -445,6 +445,173 @@ static void test_malformed_requests(void **state) {
   clear_replies();
 }
 
+static const char *dir_file(const char *name, const char *file) {
+  static char path[200];
+  snprintf(path, sizeof path, "%s/%s/%s", dir, name, file);
+  return path;
+}
+
+/* A growing dispatcher over the .txt files of dir/NAME, ended by dir/NAME/_END. */
+static feed_dispatch *make_growing(const char *name, const char *fmt, const char *extra_json) {
+  char glob[160], end[160], err[512] = "";
+  snprintf(glob, sizeof glob, "%s/%s", dir, name);
+  mkdir(glob, 0755);
+  snprintf(glob, sizeof glob, "%s/%s/*.txt", dir, name);
+  snprintf(end, sizeof end, "%s/%s/_END", dir, name);
+  json_t *spec = json_pack("{s:[s], s:s, s:s}", "input", glob, "format", fmt, "follow", end);
+  if (extra_json) {
+    json_t *x = json_loads(extra_json, 0, NULL);
+    assert_non_null(x);
+    json_object_update(spec, x);
+    json_decref(x);
+  }
+  feed_dispatch *d = NULL;
+  int rc = feed_dispatch_create(spec, dir, dir, on_reply, &d, err, sizeof err);
+  json_decref(spec);
+  if (rc) fail_msg("create: %s", err);
+  return d;
+}
+
+/* Writes dir/name/file whole, as a spill writer does: elsewhere, then a
+ * rename into place. */
+static void put_whole(const char *name, const char *file, const char *text) {
+  char tmp[200], path[200];
+  snprintf(tmp, sizeof tmp, "%s/%s/.%s.tmp", dir, name, file);
+  snprintf(path, sizeof path, "%s/%s/%s", dir, name, file);
+  put_file(tmp, text);
+  assert_int_equal(rename(tmp, path), 0);
+}
+
+static bool exists_in(const char *name, const char *file) {
+  char path[200];
+  snprintf(path, sizeof path, "%s/%s/%s", dir, name, file);
+  return access(path, F_OK) == 0;
+}
+
+static reply_t *reply_with_id(json_int_t id) {
+  for (int i = 0; i < nreps; i++)
+    if (reps[i].id == id) return &reps[i];
+  return NULL;
+}
+
+static void test_growing_input(void **state) {
+  (void)state;
+  feed_dispatch *d = make_growing("grow", "lines", "{\"epochs\": 2}");
+  /* nothing yet: open says so, a lease finds nothing */
+  assert_int_equal(send_req(d, &A, "worker:0", FEED_MSG_OPEN, json_object()), 0);
+  reply_t *o = reply_to_last();
+  assert_int_equal(ival(o->extra, "splits"), 0);
+  assert_true(json_is_true(json_object_get(o->extra, "growing")));
+  reply_t *r = lease_req(d, &A, "worker:0", 4, 0);
+  assert_int_equal(r->rc, LOOM_ETIMEDOUT);
+  /* a file appears: the next tick takes it */
+  put_whole("grow", "a.txt", "a1\na2\n");
+  feed_dispatch_tick(d, loom__now_ms());
+  r = lease_req(d, &A, "worker:0", 4, 0);
+  assert_int_equal(r->rc, 0);
+  assert_int_equal(json_array_size(json_object_get(r->extra, "splits")), 1);
+  assert_int_equal(ival(split_of(r, 0), "split"), 0);
+  json_int_t la = ival(split_of(r, 0), "lease");
+  /* B waits; the next file wakes it */
+  assert_null(lease_req(d, &B, "worker:1", 4, 5000));
+  json_int_t waiting = next_id;
+  put_whole("grow", "b.txt", "b1\n");
+  feed_dispatch_tick(d, loom__now_ms());
+  reply_t *w = reply_with_id(waiting);
+  assert_non_null(w);
+  assert_int_equal(w->rc, 0);
+  assert_int_equal(ival(split_of(w, 0), "split"), 1);
+  assert_non_null(strstr(json_string_value(json_object_get(split_of(w, 0), "path")), "b.txt"));
+  json_int_t lb = ival(split_of(w, 0), "lease");
+  /* every split known is done, but the input is not whole: still epoch 0,
+   * and a short wait says why nothing comes */
+  assert_int_equal(done(d, &A, la, false), 0);
+  assert_int_equal(done(d, &B, lb, false), 0);
+  assert_int_equal(status_int(d, "epoch"), 0);
+  assert_null(lease_req(d, &A, "worker:0", 1, 50));
+  feed_dispatch_tick(d, loom__now_ms() + 100);
+  assert_int_equal(reply_to_last()->rc, LOOM_ETIMEDOUT);
+  assert_non_null(
+      strstr(json_string_value(json_object_get(reply_to_last()->extra, "msg")), "has not grown"));
+  /* a file already taken, written again, is not read twice; the end file
+   * and one more file come together: both are taken, then epoch 1 is the
+   * whole input */
+  put_whole("grow", "a.txt", "a1\na2\n");
+  put_whole("grow", "c.txt", "c1\n");
+  put_file(dir_file("grow", "_END"), "");
+  feed_dispatch_tick(d, loom__now_ms());
+  json_t *st = feed_dispatch_status(d);
+  assert_int_equal(ival(st, "splits"), 3);
+  assert_false(json_is_true(json_object_get(st, "growing")));
+  json_decref(st);
+  r = lease_req(d, &A, "worker:0", 4, 0);
+  assert_int_equal(json_array_size(json_object_get(r->extra, "splits")), 1);
+  assert_int_equal(ival(split_of(r, 0), "split"), 2);
+  assert_int_equal(done(d, &A, ival(split_of(r, 0), "lease"), false), 0);
+  assert_int_equal(status_int(d, "epoch"), 1);
+  r = lease_req(d, &A, "worker:0", 4, 0);
+  assert_int_equal(json_array_size(json_object_get(r->extra, "splits")), 3);
+  for (size_t i = 0; i < 3; i++)
+    assert_int_equal(done(d, &A, ival(split_of(r, i), "lease"), false), 0);
+  r = lease_req(d, &A, "worker:0", 1, 0);
+  assert_true(json_is_true(json_object_get(r->extra, "end")));
+  feed_dispatch_destroy(d);
+  clear_replies();
+}
+
+static void test_growing_ends_empty_and_bad_files(void **state) {
+  (void)state;
+  /* the end file with nothing before it: the feed is over at once */
+  feed_dispatch *d = make_growing("empty", "lines", NULL);
+  put_file(dir_file("empty", "_END"), "");
+  feed_dispatch_tick(d, loom__now_ms());
+  reply_t *r = lease_req(d, &A, "worker:0", 1, 0);
+  assert_true(json_is_true(json_object_get(r->extra, "end")));
+  feed_dispatch_destroy(d);
+  clear_replies();
+  /* a file that is not whole records fails every request after, naming it */
+  d = make_growing("bad", "fixed:4", NULL);
+  put_whole("bad", "a.txt", "12345678");
+  feed_dispatch_tick(d, loom__now_ms());
+  r = lease_req(d, &B, "worker:1", 4, 0);
+  assert_int_equal(r->rc, 0);
+  assert_null(lease_req(d, &A, "worker:0", 1, 5000)); /* waits for more */
+  json_int_t waiting = next_id;
+  put_whole("bad", "b.txt", "12345");
+  feed_dispatch_tick(d, loom__now_ms());
+  assert_int_equal(reply_with_id(waiting)->rc, LOOM_EIO); /* the waiter is told */
+  r = lease_req(d, &A, "worker:0", 1, 0);
+  assert_int_equal(r->rc, LOOM_EIO);
+  const char *m = json_string_value(json_object_get(r->extra, "msg"));
+  assert_non_null(m);
+  assert_non_null(strstr(m, "b.txt"));
+  feed_dispatch_destroy(d);
+  clear_replies();
+}
+
+static void test_consume_removes_read_files(void **state) {
+  (void)state;
+  feed_dispatch *d = make_growing("spool", "lines", "{\"epochs\": 2, \"consume\": true}");
+  put_whole("spool", "a.txt", "a\n");
+  put_whole("spool", "b.txt", "b\n");
+  put_file(dir_file("spool", "_END"), "");
+  feed_dispatch_tick(d, loom__now_ms());
+  for (int e = 0; e < 2; e++) {
+    reply_t *r = lease_req(d, &A, "worker:0", 4, 0);
+    assert_int_equal(json_array_size(json_object_get(r->extra, "splits")), 2);
+    json_int_t l0 = ival(split_of(r, 0), "lease"), l1 = ival(split_of(r, 1), "lease");
+    assert_int_equal(done(d, &A, l0, false), 0);
+    /* kept for the next epoch; removed once read in the last */
+    assert_true(exists_in("spool", "a.txt") == (e == 0));
+    assert_true(exists_in("spool", "b.txt"));
+    assert_int_equal(done(d, &A, l1, false), 0);
+    assert_true(exists_in("spool", "b.txt") == (e == 0));
+  }
+  assert_int_equal(status_int(d, "consumed"), 2);
+  feed_dispatch_destroy(d);
+  clear_replies();
+}
+
 static void test_create_errors(void **state) {
   (void)state;
   char err[512], glob[128], out[128];
@@ -483,6 +650,9 @@ int main(void) {
       cmocka_unit_test(test_release_gives_back),
       cmocka_unit_test(test_malformed_requests),
       cmocka_unit_test(test_create_errors),
+      cmocka_unit_test(test_growing_input),
+      cmocka_unit_test(test_growing_ends_empty_and_bad_files),
+      cmocka_unit_test(test_consume_removes_read_files),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

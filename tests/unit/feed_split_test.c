@@ -57,7 +57,7 @@ static void check_cut(const char *path, const char *format, uint64_t step, size_
   feed_input *in;
   char err[512] = "";
   const char *globs[] = {path};
-  int rc = loom__feed_input_make(globs, 1, &fmt, step, &in, err, sizeof err);
+  int rc = loom__feed_input_make(globs, 1, &fmt, false, step, &in, err, sizeof err);
   if (rc) fail_msg("%s: %s", format, err);
   assert_int_equal(in->nfiles, 1);
   const feed_file *ff = &in->files[0];
@@ -138,7 +138,8 @@ static void test_cut_tfrecord(void **state) {
   feed_input *in;
   char err[512] = "", want[64];
   const char *globs[] = {p};
-  assert_int_equal(loom__feed_input_make(globs, 1, &fmt, 10000, &in, err, sizeof err), LOOM_ESPEC);
+  assert_int_equal(loom__feed_input_make(globs, 1, &fmt, false, 10000, &in, err, sizeof err),
+                   LOOM_ESPEC);
   snprintf(want, sizeof want, "offset %zu", at);
   assert_non_null(strstr(err, p));
   assert_non_null(strstr(err, want));
@@ -174,7 +175,7 @@ static void test_files_globs_and_errors(void **state) {
   snprintf(g1, sizeof g1, "%s/g/*.txt", test_dir);
   snprintf(g2, sizeof g2, "%s/g/b.*", test_dir);
   const char *globs[] = {g1, g2};
-  assert_int_equal(loom__feed_input_make(globs, 2, &fmt, 1 << 20, &in, err, sizeof err), 0);
+  assert_int_equal(loom__feed_input_make(globs, 2, &fmt, false, 1 << 20, &in, err, sizeof err), 0);
   assert_int_equal(in->nfiles, 3);           /* b.txt once, though two globs match it */
   assert_string_equal(in->files[0].path, b); /* sorted: a, b, c */
   assert_string_equal(in->files[1].path, a);
@@ -188,23 +189,27 @@ static void test_files_globs_and_errors(void **state) {
   char nomatch[160];
   snprintf(nomatch, sizeof nomatch, "%s/nothing-*.txt", test_dir);
   const char *g3[] = {nomatch};
-  assert_int_equal(loom__feed_input_make(g3, 1, &fmt, 1 << 20, &in, err, sizeof err), LOOM_ESPEC);
+  assert_int_equal(loom__feed_input_make(g3, 1, &fmt, false, 1 << 20, &in, err, sizeof err),
+                   LOOM_ESPEC);
   assert_non_null(strstr(err, "matches no file"));
   assert_non_null(strstr(err, nomatch));
 
   char d[160];
   snprintf(d, sizeof d, "%s/*", test_dir); /* matches the directory g */
   const char *g4[] = {d};
-  assert_int_equal(loom__feed_input_make(g4, 1, &fmt, 1 << 20, &in, err, sizeof err), LOOM_ESPEC);
+  assert_int_equal(loom__feed_input_make(g4, 1, &fmt, false, 1 << 20, &in, err, sizeof err),
+                   LOOM_ESPEC);
   assert_non_null(strstr(err, "not a regular file"));
 
   const char *g5[] = {e};
-  assert_int_equal(loom__feed_input_make(g5, 1, &fmt, 1 << 20, &in, err, sizeof err), LOOM_ESPEC);
+  assert_int_equal(loom__feed_input_make(g5, 1, &fmt, false, 1 << 20, &in, err, sizeof err),
+                   LOOM_ESPEC);
   assert_non_null(strstr(err, "only empty files"));
 
   feed_format f3 = {.kind = FEED_FIXED, .rec = 3};
   const char *g6[] = {a};
-  assert_int_equal(loom__feed_input_make(g6, 1, &f3, 1 << 20, &in, err, sizeof err), LOOM_ESPEC);
+  assert_int_equal(loom__feed_input_make(g6, 1, &f3, false, 1 << 20, &in, err, sizeof err),
+                   LOOM_ESPEC);
   assert_non_null(strstr(err, a));
   free(a);
   free(b);
