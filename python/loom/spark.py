@@ -33,6 +33,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -235,7 +236,7 @@ _shipped: Dict[Tuple[str, str], bool] = {}  # (application id, binary) already a
 def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = None,
         timeout: Optional[float] = None, check: bool = False, echo: bool = True,
         wait_executors: float = 30.0, home: Optional[Any] = None,
-        env: Optional[Mapping[str, str]] = None) -> Result:
+        env: Optional[Mapping[str, str]] = None, _beside: Optional["_Spiller"] = None) -> Result:
     """Runs the job of spec in the Spark application of spark (a
     SparkSession or SparkContext) and waits for it; returns a Result as
     loom.run does (ok, state, exit_code, the tasks' output). The spec's
@@ -289,6 +290,10 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
         def poll() -> Optional[str]:
             # `loom run` prints the job id first, or fails before anything
             # starts (a bad spec, too few slots: exit 2)
+            if _beside is not None and stage_thread:
+                why = _beside.poll(_home(e) / "jobs" / job_box[0])
+                if why:
+                    return why
             if job_box and not stage_thread:
                 addr, secret, names = _wait_files(_home(e) / "jobs" / job_box[0], run_.p, 60)
                 if (sc.applicationId, exe) not in _shipped:  # once an application
@@ -307,6 +312,8 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
         try:
             run_.wait(timeout, poll)
         finally:
+            if _beside is not None:
+                _beside.stop()
             # once the coordinator is gone every Spark task ends by itself;
             # cancel the group for any that does not
             if stage_thread:
@@ -323,12 +330,18 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
 
 # ---- DataFrames in: the spill ---------------------------------------------------
 
-def _writer(dirpath: str) -> Callable[[Any], Any]:
+def _writer(dirpath: str, want: int = 0, ahead: int = 0,
+            stall: float = 600.0) -> Callable[[Any], Any]:
     """The mapInArrow function that writes a partition's Arrow batches as
-    fixed-width records (a closure Spark ships by value)."""
+    fixed-width records (a closure Spark ships by value). want: the record
+    width every row must have (0: any one). ahead > 0: before computing its
+    partition, wait while the spill holds more than ahead bytes of part
+    files (the job's feed removes each once read: feed.consume), failing
+    when none went for stall seconds."""
 
     def write_partition(batches: Any) -> Any:
         import os as _os
+        import time as _time
 
         import numpy as np
         import pyarrow as pa
@@ -339,6 +352,44 @@ def _writer(dirpath: str) -> Callable[[Any], Any]:
         tmp = _os.path.join(dirpath, f".part-{part:05d}-{ctx.taskAttemptId()}.tmp")
         final = _os.path.join(dirpath, f"part-{part:05d}.rec")
         rows, width, f = 0, -1, None
+        t0 = _time.monotonic()
+
+        def spilled() -> int:
+            n = 0
+            with _os.scandir(dirpath) as it:
+                for ent in it:
+                    if ent.name.startswith("part-") and ent.name.endswith(".rec"):
+                        try:
+                            n += ent.stat().st_size
+                        except OSError:  # read and removed meanwhile
+                            pass
+            return n
+
+        # back-pressure: Spark computes this partition only once the job's
+        # tasks have read the spill down to `ahead` bytes
+        if ahead > 0:
+            low, since = spilled(), _time.monotonic()
+            while True:
+                now = spilled()
+                if now <= ahead:
+                    break
+                if now < low:
+                    low, since = now, _time.monotonic()
+                elif _time.monotonic() - since > stall:
+                    raise RuntimeError(
+                        f"loom.spark: the job's tasks read none of the spill's {now} bytes for "
+                        f"{stall:.0f} s (partition {part} waits to be written)")
+                _time.sleep(0.02)
+        waited = _time.monotonic() - t0
+        if want and _os.path.exists(final):
+            # written whole by an earlier attempt of this Spark task, and
+            # maybe read already: never twice
+            for _ in batches:
+                pass
+            yield pa.RecordBatch.from_pydict(
+                {"file": [final], "rows": [_os.path.getsize(final) // want], "width": [want],
+                 "waited": [waited]})
+            return
 
         def columns(b: Any) -> Any:
             n = b.num_rows
@@ -380,6 +431,10 @@ def _writer(dirpath: str) -> Callable[[Any], Any]:
                     raise ValueError(f"loom.spark: rows of {rec.shape[1]} and {width} bytes in "
                                      f"one partition: fixed-width records need one width")
                 width = rec.shape[1]
+                if want and width != want:
+                    raise ValueError(f"loom.spark: a row of {width} bytes where the first row "
+                                     f"had {want}: fixed-width records need one width (a binary "
+                                     "or string column of varying length?)")
                 if f is None:
                     f = open(tmp, "wb")
                 f.write(np.ascontiguousarray(rec).data)
@@ -393,9 +448,13 @@ def _writer(dirpath: str) -> Callable[[Any], Any]:
                 f.close()
                 _os.unlink(tmp)
         yield pa.RecordBatch.from_pydict(
-            {"file": [final if rows else ""], "rows": [rows], "width": [max(width, 0)]})
+            {"file": [final if rows else ""], "rows": [rows], "width": [max(width, 0)],
+             "waited": [waited]})
 
     return write_partition
+
+
+_WRITTEN = "file string, rows long, width long, waited double"
 
 
 def spill(df: Any, path: Any) -> Dict[str, Any]:
@@ -410,7 +469,7 @@ def spill(df: Any, path: Any) -> Dict[str, Any]:
     Spark job with a message that names it, before the loom job starts."""
     d = Path(os.fspath(path)).absolute()
     d.mkdir(parents=True, exist_ok=True)
-    parts = df.mapInArrow(_writer(str(d)), "file string, rows long, width long").collect()
+    parts = df.mapInArrow(_writer(str(d)), _WRITTEN).collect()
     files = sorted(r["file"] for r in parts if r["file"])
     widths = {r["width"] for r in parts if r["rows"]}
     if len(widths) > 1:
@@ -434,63 +493,253 @@ def _with_feed(spec: SpecLike, feed: Dict[str, Any]) -> Dict[str, Any]:
     return d
 
 
-def train(spark: Any, df: Any, spec: SpecLike, *, epochs: int = 1,
-          spill_dir: Optional[Any] = None, keep_spill: bool = False, **kw: Any) -> Result:
-    """Runs the job of spec (a loom.Spec or dict) with df as its feed's
-    input, epochs times: spill(df) once, then run(spark, spec) with feed
-    {input: the spill's files, format: fixed:<record bytes>, epochs}; a
-    spec's own feed keeps its shuffle and seed. Tasks read the records with
-    loom.Feed() (Python) or loom_feed_next (C). The spill (spill_dir, by
-    default a new directory under the system's temporary directory) is
-    removed afterwards unless keep_spill. kw go to run(). The Result's
-    spill is what spill() returned."""
-    import shutil
+_FIXED = {"byte": 1, "short": 2, "integer": 4, "long": 8, "float": 4, "double": 8, "boolean": 1}
+
+
+def _record_width(df: Any) -> int:
+    """The bytes of a record of df, from its schema, and from its first row
+    for binary and string columns (one small Spark job); 0 when df has no
+    rows. A column of another type is a ValueError naming it."""
+    var = []
+    width = 0
+    for f in df.schema.fields:
+        t = f.dataType.typeName()
+        if t in _FIXED:
+            width += _FIXED[t]
+        elif t in ("binary", "string"):
+            var.append(f.name)
+        else:
+            raise ValueError(f"loom.spark: column {f.name!r} is {f.dataType.simpleString()}: "
+                             "fixed-width records take numbers, booleans, and binary or string "
+                             "columns of one length")
+    if var or not df.schema.fields:
+        from pyspark.sql import functions as F
+        row = df.select([F.octet_length(F.col(c)).alias(f"_{i}") for i, c in enumerate(var)]
+                        or [F.lit(0)]).first()
+        if row is None:
+            return 0
+        if any(v is None for v in row):
+            raise ValueError("loom.spark: the first row has nulls: fixed-width records need a "
+                             "value in every row")
+        width += sum(int(v) for v in row) if var else 0
+    return width
+
+
+class _Spiller:
+    """The spill running beside the job (train and inference with
+    stream): once every task of the job has an agent (so the barrier
+    stage holds its slots), a Spark job on the application's other slots
+    writes df's partitions into the spill, each file renamed into place
+    whole, and then the end file _DONE; the job's feed takes each file as it
+    appears (feed.follow). With ahead > 0 a partition is computed only while
+    the spill holds at most ahead bytes (the feed removes what it read:
+    feed.consume). A failed spill stops the job with Spark's reason."""
+
+    def __init__(self, sc: Any, df: Any, d: Path, width: int, ahead: int, stall: float) -> None:
+        self.sc, self.df, self.d, self.width, self.ahead, self.stall = sc, df, d, width, ahead, stall
+        self.group = f"loom-spill-{uuid.uuid4().hex[:12]}"
+        self.thread: Optional[threading.Thread] = None
+        self.parts: List[Any] = []
+        self.error: List[BaseException] = []
+        self.started = self.ended = 0.0
+        self.failed = False  # the spill failed, and stopped the job
+
+    def poll(self, job_dir: Path) -> Optional[str]:
+        if self.thread is None:
+            try:
+                tasks = json.loads((job_dir / "state.json").read_text())["tasks"]
+            except (OSError, ValueError, KeyError):
+                return None
+            if not tasks or any(t.get("state") in ("pending", "launched") for t in tasks):
+                return None
+            self.thread = threading.Thread(target=self._spill, daemon=True,
+                                           name=f"loom-spill-{job_dir.name}")
+            self.thread.start()
+            return None
+        if self.error and not self.thread.is_alive():
+            self.failed = True
+            return ("loom.spark: the DataFrame's spill failed: "
+                    + (str(self.error[0]).strip().splitlines() or ["?"])[0][:400])
+        return None
+
+    def _spill(self) -> None:
+        self.started = time.time()
+        try:
+            self.sc.setJobGroup(self.group, "loom: spill the DataFrame into the job's feed",
+                                interruptOnCancel=True)
+            fn = _writer(str(self.d), self.width, self.ahead, self.stall)
+            self.parts = self.df.mapInArrow(fn, _WRITTEN).collect()
+            rows = sum(r["rows"] for r in self.parts)
+            if rows == 0:
+                raise ValueError("the DataFrame has no rows")
+            tmp = self.d / "._DONE.tmp"
+            tmp.write_text(json.dumps({"rows": rows, "record_bytes": self.width}))
+            os.replace(tmp, self.d / "_DONE")  # the feed's input is whole
+            self.ended = time.time()
+        except BaseException as ex:  # the Spark job failed or was cancelled
+            self.error.append(ex)
+
+    def stop(self) -> None:
+        """Cancels the spill if it still runs (the job ended first)."""
+        if self.thread is not None and self.thread.is_alive():
+            self.sc.cancelJobGroup(self.group)
+            self.thread.join(60)
+
+    def summary(self, columns: List[str]) -> Dict[str, Any]:
+        parts = self.parts
+        return {"files": sorted(r["file"] for r in parts if r["file"]),
+                "rows": sum(r["rows"] for r in parts), "record_bytes": self.width,
+                "columns": columns, "streamed": True,
+                "waited_s": round(sum(r["waited"] for r in parts), 3),
+                "spill_s": round(self.ended - self.started, 3) if self.ended else None,
+                "spill_started": self.started, "spill_ended": self.ended}
+
+
+def _stream(sc: Any, stream: Optional[bool], spec: SpecLike, kw: Mapping[str, Any]) -> bool:
+    """Whether the spill can run beside the job: the application has a task
+    slot the job's tasks leave free (stream=None decides so; stream=True
+    insists, and is a SpecError without such a slot)."""
+    if stream is False:
+        return False
+    from .errors import SpecError
+    need = _tasks(spec, kw.get("overrides"))
+    if need is None:
+        if stream:
+            raise SpecError("loom.spark: stream=True needs the spec's task count (a Spec or a "
+                            "dict without an instances override)", 2)
+        return False
+    facts = slots(sc, float(kw.get("wait_executors", 30.0)), need + 1 if stream else need)
+    if facts["slots"] > need:
+        return True
+    if stream:
+        raise SpecError(f"loom.spark: stream=True needs a task slot beside the job's {need} "
+                        f"tasks for the spill, and the application has {facts['slots']} "
+                        f"({facts['how']})", 2)
+    print(f"loom.spark: the job's {need} tasks take all {facts['slots']} task slots: the "
+          "DataFrame is spilled whole before the job starts (one more slot lets it stream)",
+          file=sys.stderr)
+    return False
+
+
+def _spill_dir(spill_dir: Optional[Any]) -> Tuple[Path, bool]:
     import tempfile
+    if spill_dir is None:
+        return Path(tempfile.mkdtemp(prefix="loom-spill-")), True
+    d = Path(os.fspath(spill_dir)).absolute()
+    d.mkdir(parents=True, exist_ok=True)
+    old = sorted(p.name for p in d.glob("part-*.rec")) + [p.name for p in d.glob("_DONE")]
+    if old:
+        raise ValueError(f"loom.spark: spill_dir {d} holds an earlier spill ({old[0]}): "
+                         "remove its part-*.rec and _DONE, or choose another directory")
+    return d, False
+
+
+def _drop_spill(d: Path, made: bool) -> None:
+    import shutil
+    if made:
+        shutil.rmtree(d, ignore_errors=True)
+    else:
+        for f in [*d.glob("part-*.rec"), *d.glob(".part-*.tmp"), *d.glob("_DONE")]:
+            try:
+                f.unlink()
+            except OSError:
+                pass
+
+
+def _feed_run(spark: Any, df: Any, spec: SpecLike, d: Path, feed: Dict[str, Any],
+              stream: Optional[bool], ahead: int, stall: float, consume: bool,
+              what: str, kw: Dict[str, Any]) -> Tuple[Result, Dict[str, Any]]:
+    """Runs spec with df as its feed (feed holds the feed's other members),
+    streamed beside the job or spilled first."""
+    sc = getattr(spark, "sparkContext", spark)
+    columns = [f"{f.name}:{f.dataType.simpleString()}" for f in df.schema.fields]
+    if _stream(sc, stream, spec, kw):
+        width = _record_width(df)
+        if width == 0:
+            raise ValueError(f"{what}: the DataFrame has no rows")
+        f = {**feed, "input": [str(d / "part-*.rec")], "format": f"fixed:{width}",
+             "follow": str(d / "_DONE")}
+        if consume:
+            f["consume"] = True
+        sp = _Spiller(sc, df, d, width, ahead if consume else 0, stall)
+        full = _with_feed(spec, f)
+        if "shuffle" in feed:  # inference reads in order whatever the spec says
+            full["feed"]["shuffle"] = feed["shuffle"]
+        try:
+            r = run(spark, full, _beside=sp, **kw)
+        except JobFailed:
+            if sp.failed:  # the spill's error is the cause
+                raise sp.error[0] from None
+            raise
+        if sp.failed:
+            raise sp.error[0]
+        return r, sp.summary(columns)
+    sp_ = spill(df, d)
+    if not sp_["rows"]:
+        raise ValueError(f"{what}: the DataFrame has no rows")
+    sp_["streamed"] = False
+    full = _with_feed(spec, {**feed, "input": sp_["files"],
+                             "format": f"fixed:{sp_['record_bytes']}"})
+    if "shuffle" in feed:
+        full["feed"]["shuffle"] = feed["shuffle"]
+    return run(spark, full, **kw), sp_
+
+
+def train(spark: Any, df: Any, spec: SpecLike, *, epochs: int = 1,
+          spill_dir: Optional[Any] = None, keep_spill: bool = False,
+          stream: Optional[bool] = None, ahead: int = 256 << 20, stall: float = 600.0,
+          **kw: Any) -> Result:
+    """Runs the job of spec (a loom.Spec or dict) with df as its feed's
+    input, epochs times. Tasks read the records with loom.Feed() (Python)
+    or loom_feed_next (C): a record is a row's columns in order, as spill()
+    writes them; a spec's own feed keeps its shuffle and seed.
+
+    Streamed (stream=None when the application has a task slot beyond the
+    job's tasks; stream=True insists): the job starts at once, and a Spark
+    job beside it writes df's partitions into the spill, each read by the
+    job as soon as it is written whole (the first epoch follows the spill);
+    later epochs replay the spill without Spark. With epochs=1 the feed
+    removes each file once read, and a partition is computed only while
+    the spill holds at most ahead bytes: back-pressure when the tasks read
+    slower than Spark writes (a writer that sees nothing read for stall
+    seconds fails the job). Otherwise (stream=False, or no free slot)
+    spill(df) runs first, then the job.
+
+    The spill (spill_dir, by default a new directory under the system's
+    temporary directory, reached by the driver and every executor) is
+    removed afterwards unless keep_spill. kw go to run(). The Result's
+    spill is what spill() returned, with streamed and (streamed) waited_s,
+    the seconds Spark's writers waited for the tasks."""
     if epochs < 1:
         raise ValueError(f"loom.spark.train: epochs={epochs}: at least 1")
-    made = spill_dir is None
-    d = Path(tempfile.mkdtemp(prefix="loom-spill-")) if made else Path(os.fspath(spill_dir))
+    d, made = _spill_dir(spill_dir)
     try:
-        sp = spill(df, d)
-        if not sp["rows"]:
-            raise ValueError("loom.spark.train: the DataFrame has no rows")
-        full = _with_feed(spec, {"input": sp["files"], "format": f"fixed:{sp['record_bytes']}",
-                                 "epochs": epochs})
-        r = run(spark, full, **kw)
+        r, sp = _feed_run(spark, df, spec, d, {"epochs": epochs}, stream, ahead, stall,
+                          epochs == 1 and not keep_spill, "loom.spark.train", kw)
         r.spill = sp  # type: ignore[attr-defined]
         return r
     finally:
         if not keep_spill:
-            if made:
-                shutil.rmtree(d, ignore_errors=True)
-            else:
-                for f in d.glob("part-*.rec"):
-                    f.unlink()
+            _drop_spill(d, made)
 
 
 def inference(spark: Any, df: Any, spec: SpecLike, *, spill_dir: Optional[Any] = None,
+              stream: Optional[bool] = None, ahead: int = 256 << 20, stall: float = 600.0,
               **kw: Any) -> Any:
     """Runs the job of spec with df as its feed's input, once, in order (no
     shuffle), and returns a DataFrame of what the tasks wrote with
     loom.Feed().write (loom_feed_write), a row a line, column value: the
     feed commits each split's output exactly once, whatever failed and was
     retried, so each input row's result is there exactly once when the
-    tasks write one line a record. The output stays in spill_dir/out (the
-    returned DataFrame reads it); the spilled input is removed. Raises
-    JobFailed when the job fails."""
-    import tempfile
-    d = Path(tempfile.mkdtemp(prefix="loom-spill-")) if spill_dir is None else Path(
-        os.fspath(spill_dir))
+    tasks write one line a record. The input streams beside the job as in
+    train (stream, ahead, stall), each spilled file removed once read. The
+    output stays in spill_dir/out (the returned DataFrame reads it); the
+    spilled input is removed. Raises JobFailed when the job fails."""
+    d, made = _spill_dir(spill_dir)
     out = d / "out"
     try:
-        sp = spill(df, d)
-        if not sp["rows"]:
-            raise ValueError("loom.spark.inference: the DataFrame has no rows")
-        full = _with_feed(spec, {"input": sp["files"], "format": f"fixed:{sp['record_bytes']}",
-                                 "epochs": 1, "output": str(out)})
-        full["feed"]["shuffle"] = False
-        run(spark, full, check=True, **kw)
+        _feed_run(spark, df, spec, d, {"epochs": 1, "output": str(out), "shuffle": False}, stream,
+                  ahead, stall, True, "loom.spark.inference", {**kw, "check": True})
     finally:
-        for f in d.glob("part-*.rec"):
-            f.unlink()
+        _drop_spill(d, False)
     return spark.read.text(str(out / "part-*"))

@@ -129,9 +129,9 @@ static int add_split(feed_input *in, uint32_t file, uint64_t off, uint64_t len) 
   return 0;
 }
 
-/* Whether path is one of in's files (in->sorted is sorted). */
-static bool known(const feed_input *in, const char *path) {
-  return in->nfiles && bsearch(&path, in->sorted, in->nfiles, sizeof *in->sorted, cmp_str);
+/* Whether path is one of in's first n files (in->sorted[0..n) is sorted). */
+static bool known(const feed_input *in, size_t n, const char *path) {
+  return n && bsearch(&path, in->sorted, n, sizeof *in->sorted, cmp_str);
 }
 
 /* Probes the file at path (owned: in keeps it, or frees it on error) and
@@ -216,7 +216,9 @@ static int add_files(feed_input *in, char **paths, size_t n, uint64_t split_byte
   int rc = 0;
   size_t had = in->nfiles;
   for (size_t i = 0; i < n; i++) {
-    if (rc < 0 || known(in, paths[i])) {
+    /* paths are distinct: only the files from before are looked up (the
+     * ones added in this loop sit unsorted after them) */
+    if (rc < 0 || known(in, had, paths[i])) {
       free(paths[i]);
       continue;
     }

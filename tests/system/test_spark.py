@@ -432,6 +432,7 @@ def test_train_feeds_a_dataframe_to_the_tasks_every_epoch(loom):
     assert r.get("exit_code") == 0, r
     sp = r["spill"]
     assert sp["rows"] == 12000 and sp["record_bytes"] == 785 and len(sp["files"]) == 4, sp
+    assert sp["streamed"] is False, sp  # 2 tasks on 2 slots: no slot to stream on
     assert sp["columns"] == ["image:binary", "label:tinyint"], sp
     got = {}
     for task, epoch, rows, total in re.findall(
@@ -447,12 +448,88 @@ def test_train_feeds_a_dataframe_to_the_tasks_every_epoch(loom):
 
 
 @NORMAL_PASS
+def test_train_streams_the_dataframe_beside_the_job(loom):
+    """With task slots beyond the job's (local-cluster[2,2,1024]: 4 slots,
+    2 tasks), train streams: the job starts at once, a Spark job on the
+    other slots writes the 12 partitions (each slowed to 0.3 s) into the
+    spill, and the tasks read each as soon as it is whole: their first
+    records come before the spill ends. Epoch 2 replays the spill; both
+    epochs have the DataFrame's rows and byte sum exactly."""
+    r = Driver(loom, {"master": "local-cluster[2,2,1024]", "mode": "train", "rows": 12000,
+                      "partitions": 12, "epochs": 2, "slow_partition_s": 0.3,
+                      "spec": feed_spec(loom, "dfstream", "count")}).result()
+    assert r.get("exit_code") == 0, r
+    sp = r["spill"]
+    assert sp["streamed"] is True and sp["rows"] == 12000 and sp["record_bytes"] == 785, sp
+    assert len(sp["files"]) == 12, sp
+    got = {}
+    for task, epoch, rows, total in re.findall(
+            r"FEED task=(\S+) epoch=(\d+) rows=(\d+) sum=(\d+)", r["stdout"]):
+        e = got.setdefault(int(epoch), [0, 0])
+        e[0] += int(rows)
+        e[1] += int(total)
+    want = [r["data"]["rows"], r["data"]["sum"]]
+    assert got == {0: want, 1: want}, (got, want)
+    firsts = [float(t) for t in re.findall(r"FIRST task=\S+ t=([\d.]+)", r["stdout"])]
+    assert len(firsts) == 2, r["stdout"][-2000:]
+    # streamed: the tasks read while Spark was still writing
+    assert min(firsts) < sp["spill_ended"] - 0.5, (firsts, sp)
+    assert not any(Path(f).exists() for f in sp["files"])
+    nothing_left(job_dir(loom))
+
+
+@NORMAL_PASS
+def test_streaming_waits_for_slow_tasks(loom):
+    """Back-pressure: epochs=1, 10 partitions of 1,000 rows (785,000 bytes
+    each), ahead=800,000 bytes, tasks that sleep 0.1 s a batch of 512: a
+    partition is computed only while the spill holds at most 800,000
+    bytes, and the feed removes each file once read. The spill directory
+    never held more than ahead plus one partition for each of the 2 spare
+    slots' writers (it would hold most of the 7.85 MB without), Spark's
+    writers waited, and the tasks read every row once."""
+    spill = loom.tmp / "spool"
+    spec = feed_spec(loom, "dfpressure", "count")
+    spec["env"]["FEEDTASK_DELAY"] = "0.1"
+    r = Driver(loom, {"master": "local-cluster[2,2,1024]", "mode": "train", "rows": 10000,
+                      "partitions": 10, "epochs": 1, "stream": True, "ahead": 800000,
+                      "spill_dir": str(spill), "spec": spec}).result()
+    assert r.get("exit_code") == 0, r
+    sp = r["spill"]
+    assert sp["streamed"] is True and sp["rows"] == 10000, sp
+    rows = sum(int(n) for n in re.findall(r"FEED task=\S+ epoch=0 rows=(\d+)", r["stdout"]))
+    total = sum(int(n) for n in re.findall(r"FEED task=\S+ epoch=0 rows=\d+ sum=(\d+)",
+                                           r["stdout"]))
+    assert (rows, total) == (r["data"]["rows"], r["data"]["sum"]), r["stdout"][-2000:]
+    assert sp["waited_s"] > 0.2, sp
+    assert 0 < r["spill_peak"] <= 800000 + 2 * 785000, r["spill_peak"]
+    assert not list(spill.glob("part-*")), list(spill.iterdir())
+    nothing_left(job_dir(loom))
+
+
+@NORMAL_PASS
+def test_a_failed_spill_stops_the_job_with_its_reason(loom):
+    """Streaming, a partition whose images are 783 bytes (rows of 784
+    where the first row had 785): Spark's writer fails, and train stops
+    the job and raises Spark's error, which names the widths."""
+    r = Driver(loom, {"master": "local-cluster[2,2,1024]", "mode": "train", "rows": 4000,
+                      "partitions": 4, "epochs": 1, "stream": True, "bad_width_partition": 2,
+                      "conf": {"spark.task.maxFailures": "1"},
+                      "spec": feed_spec(loom, "dfbad", "count")}).result()
+    assert r.get("error"), r
+    assert "784 bytes where the first row had 785" in r["message"], r["message"][-2000:]
+    jd = job_dir(loom)
+    assert state(jd)["state"] in ("failed", "killed"), state(jd)
+    nothing_left(jd)
+
+
+@NORMAL_PASS
 def test_inference_returns_each_rows_result_exactly_once(loom):
-    """10,000 rows through 2 tasks that write one line a record
-    ("label,image byte sum"): the DataFrame inference returns has each
-    input row's line exactly once."""
-    r = Driver(loom, {"master": "local-cluster[2,1,1024]", "mode": "inference", "rows": 10000,
-                      "partitions": 3, "spec": feed_spec(loom, "dfinfer", "infer")}).result()
+    """10,000 rows streamed (4 slots, 2 tasks) through 2 tasks that write
+    one line a record ("label,image byte sum"): the DataFrame inference
+    returns has each input row's line exactly once."""
+    r = Driver(loom, {"master": "local-cluster[2,2,1024]", "mode": "inference", "rows": 10000,
+                      "partitions": 3, "stream": True,
+                      "spec": feed_spec(loom, "dfinfer", "infer")}).result()
     assert r.get("exit_code") == 0, r
     assert len(r["lines"]) == 10000
     assert r["lines"] == r["data"]["lines"]

@@ -216,12 +216,57 @@ static void test_files_globs_and_errors(void **state) {
   free(e);
 }
 
+/* A growing input takes each new file once, in path order after the
+ * others, whatever order the names sort in against the files it has. */
+static void test_growing_takes_each_file_once(void **state) {
+  (void)state;
+  char sub[160], glob[160], err[512] = "";
+  snprintf(sub, sizeof sub, "%s/grow", test_dir);
+  mkdir(sub, 0755);
+  snprintf(glob, sizeof glob, "%s/grow/*.txt", test_dir);
+  const char *globs[] = {glob};
+  feed_format fmt = {.kind = FEED_LINES};
+  feed_input *in;
+  assert_int_equal(loom__feed_input_make(globs, 1, &fmt, true, 1 << 20, &in, err, sizeof err), 0);
+  assert_int_equal(in->nfiles, 0); /* growing: nothing yet is no error */
+  size_t added;
+  free(put("grow/b.txt", "b\n", 2));
+  free(put("grow/d.txt", "d\n", 2));
+  assert_int_equal(loom__feed_input_grow(in, globs, 1, 1 << 20, &added, err, sizeof err), 0);
+  assert_int_equal(added, 2);
+  /* a and c sort around b and d: each is new, b and d are not */
+  free(put("grow/a.txt", "a\n", 2));
+  free(put("grow/c.txt", "c\n", 2));
+  for (int round = 0; round < 2; round++) {
+    assert_int_equal(loom__feed_input_grow(in, globs, 1, 1 << 20, &added, err, sizeof err), 0);
+    assert_int_equal(added, round == 0 ? 2 : 0);
+  }
+  assert_int_equal(in->nfiles, 4);
+  assert_int_equal(in->nsplits, 4);
+  const char *order[] = {"b.txt", "d.txt", "a.txt", "c.txt"};
+  for (int i = 0; i < 4; i++) {
+    assert_non_null(strstr(in->files[in->splits[i].file].path, order[i]));
+  }
+  /* a bad file is an error naming it; the others stay */
+  feed_format f3 = {.kind = FEED_FIXED, .rec = 2};
+  loom__feed_input_free(in);
+  assert_int_equal(loom__feed_input_make(globs, 1, &f3, true, 1 << 20, &in, err, sizeof err), 0);
+  assert_int_equal(in->nfiles, 4);
+  free(put("grow/e.txt", "eee", 3));
+  assert_int_equal(loom__feed_input_grow(in, globs, 1, 1 << 20, &added, err, sizeof err),
+                   LOOM_ESPEC);
+  assert_non_null(strstr(err, "e.txt"));
+  assert_int_equal(in->nfiles, 4);
+  loom__feed_input_free(in);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cut_lines),
       cmocka_unit_test(test_cut_tfrecord),
       cmocka_unit_test(test_cut_fixed_and_idx),
       cmocka_unit_test(test_files_globs_and_errors),
+      cmocka_unit_test(test_growing_takes_each_file_once),
   };
   return cmocka_run_group_tests(tests, test_dir_setup, test_dir_teardown);
 }

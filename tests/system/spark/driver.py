@@ -8,7 +8,11 @@ value}, "spec": a loom spec as a dict, "timeout": seconds or null, "raise_in":
 seconds or null (an exception in the driver that long after run() starts),
 "mode": "run" (default), "train" or "inference", "rows": how many
 Fashion-MNIST training rows the DataFrame of train and inference has,
-"partitions": its partitions, "epochs": train's}.
+"partitions": its partitions, "epochs": train's, "stream", "ahead",
+"spill_dir": train's and inference's arguments (spill_dir is watched: the
+most bytes of part files it held is reported as spill_peak),
+"slow_partition_s": seconds each partition of the DataFrame takes to
+compute, "bad_width_partition": a partition whose images are 783 bytes}.
 
 Runs loom.spark.run(spark, spec) (or train, inference) once and prints one
 line, RESULT <json>: what it returned or raised, the Spark application's
@@ -35,6 +39,38 @@ def rest(sc, what):
     url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/{what}"
     with urllib.request.urlopen(url, timeout=10) as r:
         return json.loads(r.read())
+
+
+def slowed(df, seconds, bad):
+    """df, each partition taking seconds longer to compute; partition bad
+    (>= 0) with 783-byte images."""
+    def f(batches):
+        import time as _t
+
+        import pyarrow as pa
+        from pyspark import TaskContext
+        _t.sleep(seconds)
+        short = TaskContext.get().partitionId() == bad
+        for b in batches:
+            if short:
+                img = pa.array([v[:783] for v in b.column(0).to_pylist()], pa.binary())
+                b = pa.RecordBatch.from_arrays([img, b.column(1)], schema=b.schema)
+            yield b
+    return df.mapInArrow(f, df.schema)
+
+
+def watch(path, box):
+    """Samples the bytes of part files in path until box["stop"]."""
+    from pathlib import Path
+    while not box.get("stop"):
+        n = 0
+        for p in Path(path).glob("part-*.rec"):
+            try:
+                n += p.stat().st_size
+            except OSError:
+                pass
+        box["peak"] = max(box.get("peak", 0), n)
+        time.sleep(0.005)
 
 
 def fashion(spark, n, partitions):
@@ -76,11 +112,18 @@ def main():
     if mode != "run":
         spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
         df, facts = fashion(spark, cfg["rows"], cfg.get("partitions", 4))
+        if cfg.get("slow_partition_s") or cfg.get("bad_width_partition") is not None:
+            df = slowed(df, cfg.get("slow_partition_s", 0), cfg.get("bad_width_partition", -1))
         out["data"] = facts
+    kw = {k: cfg[k] for k in ("stream", "ahead", "spill_dir") if k in cfg}
+    box = {}
+    if cfg.get("spill_dir"):
+        os.makedirs(cfg["spill_dir"], exist_ok=True)
+        threading.Thread(target=watch, args=(cfg["spill_dir"], box), daemon=True).start()
     t0 = time.monotonic()
     try:
         if mode == "inference":
-            res = loom.spark.inference(spark, df, cfg["spec"], timeout=cfg.get("timeout"))
+            res = loom.spark.inference(spark, df, cfg["spec"], timeout=cfg.get("timeout"), **kw)
             out["lines"] = sorted(r.value for r in res.collect())
             # the output stays for the DataFrame; the test is done with it
             import shutil
@@ -91,7 +134,7 @@ def main():
         else:
             if mode == "train":
                 r = loom.spark.train(spark, df, cfg["spec"], epochs=cfg.get("epochs", 1),
-                                     timeout=cfg.get("timeout"))
+                                     timeout=cfg.get("timeout"), **kw)
                 out["spill"] = r.spill
             else:
                 r = loom.spark.run(spark, cfg["spec"], timeout=cfg.get("timeout"), echo=True)
@@ -102,6 +145,9 @@ def main():
                    exit_code=getattr(e, "exit_code", None), job=getattr(e, "job", None),
                    trace=traceback.format_exc()[-2000:])
     out["elapsed_s"] = time.monotonic() - t0
+    box["stop"] = True
+    if "peak" in box:
+        out["spill_peak"] = box["peak"]
     try:
         out["spark_jobs"] = [{"id": j["jobId"], "status": j["status"], "group": j.get("jobGroup")}
                              for j in rest(sc, "jobs")]

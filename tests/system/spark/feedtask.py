@@ -4,7 +4,8 @@ byte: 785-byte records).
 
     feedtask.py count   prints, per epoch it read records of (the feed's
                         epoch number), FEED task=.. epoch=.. rows=.. sum=..
-                        (sum: of every byte of every record it read)
+                        (sum: of every byte of every record it read),
+                        and FIRST task=.. t=<time.time()> at its first record
     feedtask.py infer   writes one line a record to the feed's output:
                         "<label>,<image byte sum>"
 """
@@ -29,6 +30,8 @@ while True:
         break
     if b is loom.EPOCH:
         continue
+    if not per_epoch:
+        print(f"FIRST task={me} t={time.time():.3f}", flush=True)
     e = per_epoch.setdefault(f.epoch, [0, 0])  # a batch never spans two epochs
     e[0] += len(b)
     e[1] += int(b.sum(dtype=np.uint64))
