@@ -27,7 +27,12 @@ DataFrame to the job's tasks through loom's feed: Spark writes the
 DataFrame's partitions, Arrow batch by Arrow batch (mapInArrow, no Python
 call per row), as fixed-width records into a spill directory, and the
 job's feed reads them (`fixed:<bytes>`) for every epoch, at the tasks'
-pace, without Spark computing the DataFrame again."""
+pace, without Spark computing the DataFrame again. When the application
+has a task slot beyond the job's tasks, the spill runs beside the job
+(a Spark job on the other slots) and the feed takes each partition's file
+as soon as it is whole (feed.follow); with one epoch the feed removes
+each file once read (feed.consume) and Spark computes a partition only
+while the spill holds at most `ahead` bytes (back-pressure)."""
 import json
 import os
 import re
