@@ -301,9 +301,7 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
                     return why
             if job_box and not stage_thread:
                 addr, secret, names = _wait_files(_home(e) / "jobs" / job_box[0], run_.p, 60)
-                if (sc.applicationId, exe) not in _shipped:  # once an application
-                    sc.addFile(exe)
-                    _shipped[(sc.applicationId, exe)] = True
+                _ship(sc, exe)
                 fn = _stage(names, addr, secret, exe, os.path.basename(exe), 0.5)
                 stage_thread.append(threading.Thread(target=stage, args=(names, fn), daemon=True,
                                                      name=f"loom-spark-{job_box[0]}"))
@@ -335,32 +333,83 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
 
 # ---- DataFrames in: the spill ---------------------------------------------------
 
-def _writer(dirpath: str, want: int = 0, ahead: int = 0,
-            stall: float = 600.0) -> Callable[[Any], Any]:
+def _remote(path: str) -> bool:
+    return path.startswith("hdfs://")
+
+
+def _fs(*args: str, check: bool = True) -> "subprocess.CompletedProcess[str]":
+    """`loom fs ARGS` from the driver."""
+    r = subprocess.run([binary(), "fs", *args], capture_output=True, text=True, timeout=300)
+    if check and r.returncode:
+        raise CommandError(f"loom fs {' '.join(args)}: {r.stderr.strip()}", r.returncode)
+    return r
+
+
+def _ls(url: str) -> List[Tuple[str, int]]:
+    """The (name, bytes) of the entries of the HDFS directory url."""
+    out = []
+    for line in _fs("ls", url).stdout.splitlines():
+        f = line.split()
+        if len(f) >= 8 and f[4].isdigit():
+            out.append((f[-1].rsplit("/", 1)[-1], int(f[4])))
+    return out
+
+
+def _writer(dirpath: str, want: int = 0, ahead: int = 0, stall: float = 600.0,
+            fs: Tuple[str, str] = ("", "")) -> Callable[[Any], Any]:
     """The mapInArrow function that writes a partition's Arrow batches as
     fixed-width records (a closure Spark ships by value). want: the record
     width every row must have (0: any one). ahead > 0: before computing its
     partition, wait while the spill holds more than ahead bytes of part
     files (the job's feed removes each once read: feed.consume), failing
-    when none went for stall seconds."""
+    when none went for stall seconds. dirpath may be an hdfs:// URL: each
+    file is written locally, then put there with `loom fs put` (the binary
+    fs, or its copy shipped with the application), which renames it into
+    place whole."""
 
     def write_partition(batches: Any) -> Any:
+        import json as _json
         import os as _os
+        import subprocess as _sp
+        import tempfile as _tf
         import time as _time
 
         import numpy as np
         import pyarrow as pa
-        from pyspark import TaskContext
+        from pyspark import SparkFiles, TaskContext
 
         ctx = TaskContext.get()
         part = ctx.partitionId()
-        tmp = _os.path.join(dirpath, f".part-{part:05d}-{ctx.taskAttemptId()}.tmp")
-        final = _os.path.join(dirpath, f"part-{part:05d}.rec")
+        remote = dirpath.startswith("hdfs://")
+        final = f"{dirpath}/part-{part:05d}.rec"
+        tmp = (_os.path.join(_tf.gettempdir(), f"loom-spill-{_os.getpid()}-{part:05d}-"
+                             f"{ctx.taskAttemptId()}.tmp") if remote
+               else _os.path.join(dirpath, f".part-{part:05d}-{ctx.taskAttemptId()}.tmp"))
         rows, width, f = 0, -1, None
         t0 = _time.monotonic()
+        loom_bin = ""
+        if remote:
+            loom_bin = fs[0] if _os.access(fs[0], _os.X_OK) else SparkFiles.get(fs[1])
+
+        def lfs(*args: str) -> Any:
+            return _sp.run([loom_bin, "fs", *args], capture_output=True, text=True, timeout=300)
+
+        def failed(r: Any, what: str) -> Exception:
+            return RuntimeError(f"loom.spark: loom fs {what}: {r.stderr.strip()[:400]}")
 
         def spilled() -> int:
             n = 0
+            if remote:
+                r = lfs("ls", dirpath)
+                if r.returncode:
+                    raise failed(r, f"ls {dirpath}")
+                for line in r.stdout.splitlines():
+                    fl = line.split()
+                    name = fl[-1].rsplit("/", 1)[-1] if fl else ""
+                    if len(fl) >= 8 and fl[4].isdigit() and name.startswith("part-") and \
+                            name.endswith(".rec"):
+                        n += int(fl[4])
+                return n
             with _os.scandir(dirpath) as it:
                 for ent in it:
                     if ent.name.startswith("part-") and ent.name.endswith(".rec"):
@@ -369,6 +418,27 @@ def _writer(dirpath: str, want: int = 0, ahead: int = 0,
                         except OSError:  # read and removed meanwhile
                             pass
             return n
+
+        def size_of(path: str) -> int:  # -1: absent
+            if not remote:
+                return _os.path.getsize(path) if _os.path.exists(path) else -1
+            r = lfs("stat", path)
+            if r.returncode == 1:
+                return -1
+            if r.returncode:
+                raise failed(r, f"stat {path}")
+            return int(_json.loads(r.stdout)["length"])
+
+        def publish() -> None:  # tmp, whole, becomes final
+            if not remote:
+                _os.replace(tmp, final)
+                return
+            try:
+                r = lfs("put", tmp, final)
+            finally:
+                _os.unlink(tmp)
+            if r.returncode and size_of(final) < 0:  # (1 and there: another attempt's)
+                raise failed(r, f"put {final}")
 
         # back-pressure: Spark computes this partition only once the job's
         # tasks have read the spill down to `ahead` bytes
@@ -384,16 +454,16 @@ def _writer(dirpath: str, want: int = 0, ahead: int = 0,
                     raise RuntimeError(
                         f"loom.spark: the job's tasks read none of the spill's {now} bytes for "
                         f"{stall:.0f} s (partition {part} waits to be written)")
-                _time.sleep(0.02)
+                _time.sleep(0.25 if remote else 0.02)
         waited = _time.monotonic() - t0
-        if want and _os.path.exists(final):
+        had = size_of(final) if want else -1
+        if had >= 0:
             # written whole by an earlier attempt of this Spark task, and
             # maybe read already: never twice
             for _ in batches:
                 pass
             yield pa.RecordBatch.from_pydict(
-                {"file": [final], "rows": [_os.path.getsize(final) // want], "width": [want],
-                 "waited": [waited]})
+                {"file": [final], "rows": [had // want], "width": [want], "waited": [waited]})
             return
 
         def columns(b: Any) -> Any:
@@ -447,7 +517,7 @@ def _writer(dirpath: str, want: int = 0, ahead: int = 0,
             if f is not None:
                 f.close()
                 f = None
-                _os.replace(tmp, final)  # whole or absent: a retried task rewrites it
+                publish()  # whole or absent: a retried task rewrites it
         finally:
             if f is not None:
                 f.close()
@@ -471,10 +541,11 @@ def spill(df: Any, path: Any) -> Dict[str, Any]:
     binary and string columns raw, which must hold values of one length.
     Returns {"files", "rows", "record_bytes", "columns"}; a column that
     cannot be written so (nulls, unequal lengths, other types) fails the
-    Spark job with a message that names it, before the loom job starts."""
-    d = Path(os.fspath(path)).absolute()
-    d.mkdir(parents=True, exist_ok=True)
-    parts = df.mapInArrow(_writer(str(d)), _WRITTEN).collect()
+    Spark job with a message that names it, before the loom job starts.
+    path may be an hdfs:// URL (see _writer)."""
+    d = _prepare(path)
+    fs = _fs_bin(df) if _remote(d) else ("", "")
+    parts = df.mapInArrow(_writer(d, fs=fs), _WRITTEN).collect()
     files = sorted(r["file"] for r in parts if r["file"])
     widths = {r["width"] for r in parts if r["rows"]}
     if len(widths) > 1:
@@ -483,6 +554,31 @@ def spill(df: Any, path: Any) -> Dict[str, Any]:
     return {"files": files, "rows": sum(r["rows"] for r in parts),
             "record_bytes": widths.pop() if widths else 0,
             "columns": [f"{f.name}:{f.dataType.simpleString()}" for f in df.schema.fields]}
+
+
+def _prepare(path: Any) -> str:
+    """The spill directory path as a string, made if missing."""
+    if isinstance(path, str) and _remote(path):
+        _fs("mkdir", path)
+        return path.rstrip("/")
+    d = Path(os.fspath(path)).absolute()
+    d.mkdir(parents=True, exist_ok=True)
+    return str(d)
+
+
+def _ship(sc: Any, exe: str) -> None:
+    """Adds the loom binary to the application's files once, for the
+    executors whose host has none."""
+    if (sc.applicationId, exe) not in _shipped:
+        sc.addFile(exe)
+        _shipped[(sc.applicationId, exe)] = True
+
+
+def _fs_bin(df: Any) -> Tuple[str, str]:
+    """The loom binary as the writers find it (shipped to the executors)."""
+    exe = binary()
+    _ship(df.sparkSession.sparkContext, exe)
+    return exe, os.path.basename(exe)
 
 
 def _with_feed(spec: SpecLike, feed: Dict[str, Any]) -> Dict[str, Any]:
@@ -540,7 +636,7 @@ class _Spiller:
     the spill holds at most ahead bytes (the feed removes what it read:
     feed.consume). A failed spill stops the job with Spark's reason."""
 
-    def __init__(self, sc: Any, df: Any, d: Path, width: int, ahead: int, stall: float) -> None:
+    def __init__(self, sc: Any, df: Any, d: str, width: int, ahead: int, stall: float) -> None:
         self.sc, self.df, self.d, self.width, self.ahead, self.stall = sc, df, d, width, ahead, stall
         self.group = f"loom-spill-{uuid.uuid4().hex[:12]}"
         self.thread: Optional[threading.Thread] = None
@@ -572,15 +668,14 @@ class _Spiller:
         try:
             self.sc.setJobGroup(self.group, "loom: spill the DataFrame into the job's feed",
                                 interruptOnCancel=True)
-            fn = _writer(str(self.d), self.width, self.ahead, self.stall)
+            fn = _writer(self.d, self.width, self.ahead, self.stall,
+                         _fs_bin(self.df) if _remote(self.d) else ("", ""))
             self.parts = self.df.mapInArrow(fn, _WRITTEN).collect()
             rows = sum(r["rows"] for r in self.parts)
             if rows == 0:
                 raise ValueError("the DataFrame has no rows")
-            tmp = self.d / "._DONE.tmp"
-            tmp.write_text(json.dumps({"rows": rows, "record_bytes": self.width}))
-            os.replace(tmp, self.d / "_DONE")  # the feed's input is whole
-            self.ended = time.time()
+            _put_text(f"{self.d}/_DONE", json.dumps({"rows": rows, "record_bytes": self.width}))
+            self.ended = time.time()  # the feed's input is whole
         except BaseException as ex:  # the Spark job failed or was cancelled
             self.error.append(ex)
 
@@ -626,32 +721,65 @@ def _stream(sc: Any, stream: Optional[bool], spec: SpecLike, kw: Mapping[str, An
     return False
 
 
-def _spill_dir(spill_dir: Optional[Any]) -> Tuple[Path, bool]:
+def _put_text(path: str, text: str) -> None:
+    """Writes a small file whole: renamed into place (put, on HDFS)."""
+    import tempfile
+    fd, tmp = tempfile.mkstemp(prefix="._DONE.", dir=None if _remote(path)
+                               else os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        if _remote(path):
+            _fs("put", tmp, path)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _spill_entries(d: str) -> List[str]:
+    """The names in the spill directory d that a spill leaves."""
+    if _remote(d):
+        names = [n for n, _ in _ls(d)]
+    else:
+        names = os.listdir(d)
+    return sorted(n for n in names if (n.startswith("part-") and n.endswith(".rec"))
+                  or n == "_DONE" or (n.startswith(".part-") and n.endswith(".tmp")))
+
+
+def _spill_dir(spill_dir: Optional[Any]) -> Tuple[str, bool]:
     import tempfile
     if spill_dir is None:
-        return Path(tempfile.mkdtemp(prefix="loom-spill-")), True
-    d = Path(os.fspath(spill_dir)).absolute()
-    d.mkdir(parents=True, exist_ok=True)
-    old = sorted(p.name for p in d.glob("part-*.rec")) + [p.name for p in d.glob("_DONE")]
+        return tempfile.mkdtemp(prefix="loom-spill-"), True
+    d = _prepare(spill_dir)
+    old = _spill_entries(d)
     if old:
         raise ValueError(f"loom.spark: spill_dir {d} holds an earlier spill ({old[0]}): "
                          "remove its part-*.rec and _DONE, or choose another directory")
     return d, False
 
 
-def _drop_spill(d: Path, made: bool) -> None:
+def _drop_spill(d: str, made: bool) -> None:
     import shutil
     if made:
         shutil.rmtree(d, ignore_errors=True)
-    else:
-        for f in [*d.glob("part-*.rec"), *d.glob(".part-*.tmp"), *d.glob("_DONE")]:
-            try:
-                f.unlink()
-            except OSError:
-                pass
+        return
+    try:
+        names = _spill_entries(d)
+    except (OSError, CommandError):
+        return
+    for n in names:
+        try:
+            if _remote(d):
+                _fs("rm", f"{d}/{n}", check=False)
+            else:
+                os.unlink(os.path.join(d, n))
+        except OSError:
+            pass
 
 
-def _feed_run(spark: Any, df: Any, spec: SpecLike, d: Path, feed: Dict[str, Any],
+def _feed_run(spark: Any, df: Any, spec: SpecLike, d: str, feed: Dict[str, Any],
               stream: Optional[bool], ahead: int, stall: float, consume: bool,
               what: str, kw: Dict[str, Any]) -> Tuple[Result, Dict[str, Any]]:
     """Runs spec with df as its feed (feed holds the feed's other members),
@@ -662,8 +790,8 @@ def _feed_run(spark: Any, df: Any, spec: SpecLike, d: Path, feed: Dict[str, Any]
         width = _record_width(df)
         if width == 0:
             raise ValueError(f"{what}: the DataFrame has no rows")
-        f = {**feed, "input": [str(d / "part-*.rec")], "format": f"fixed:{width}",
-             "follow": str(d / "_DONE")}
+        f = {**feed, "input": [f"{d}/part-*.rec"], "format": f"fixed:{width}",
+             "follow": f"{d}/_DONE"}
         if consume:
             f["consume"] = True
         sp = _Spiller(sc, df, d, width, ahead if consume else 0, stall)
@@ -741,10 +869,10 @@ def inference(spark: Any, df: Any, spec: SpecLike, *, spill_dir: Optional[Any] =
     output stays in spill_dir/out (the returned DataFrame reads it); the
     spilled input is removed. Raises JobFailed when the job fails."""
     d, made = _spill_dir(spill_dir)
-    out = d / "out"
+    out = f"{d}/out"
     try:
-        _feed_run(spark, df, spec, d, {"epochs": 1, "output": str(out), "shuffle": False}, stream,
+        _feed_run(spark, df, spec, d, {"epochs": 1, "output": out, "shuffle": False}, stream,
                   ahead, stall, True, "loom.spark.inference", {**kw, "check": True})
     finally:
         _drop_spill(d, False)
-    return spark.read.text(str(out / "part-*"))
+    return spark.read.text(f"{out}/part-*")

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LOOM, ROOT, SANITIZED
+from test_hdfs import hdfs  # noqa: F401  (the module's HDFS, for the spill on HDFS)
 
 SPARK_PYTHON = Path(os.environ.get("LOOM_SPARK_PYTHON", ROOT / ".venv-spark" / "bin" / "python"))
 DRIVER = Path(__file__).parent / "spark" / "driver.py"
@@ -520,6 +521,46 @@ def test_a_failed_spill_stops_the_job_with_its_reason(loom):
     jd = job_dir(loom)
     assert state(jd)["state"] in ("failed", "killed"), state(jd)
     nothing_left(jd)
+
+
+@NORMAL_PASS
+def test_the_spill_and_the_output_can_live_on_hdfs(loom, hdfs):
+    """spill_dir an hdfs:// URL (executors that share no file system):
+    train streams 6 partitions through HDFS (each put whole by the
+    executors' `loom fs put`, the feed following the directory) and
+    replays them for epoch 2; inference streams, consumes, and commits its
+    output there exactly once. Both leave no spill file behind."""
+    url = hdfs.url("/spark-spill")
+    spec = feed_spec(loom, "dfhdfs", "count")
+    r = Driver(loom, {"master": "local-cluster[2,2,1024]", "mode": "train", "rows": 6000,
+                      "partitions": 6, "epochs": 2, "stream": True, "spill_dir": url,
+                      "spec": spec}).result()
+    assert r.get("exit_code") == 0, r
+    sp = r["spill"]
+    assert sp["streamed"] is True and len(sp["files"]) == 6, sp
+    assert all(f.startswith(url + "/part-") for f in sp["files"]), sp
+    got = {}
+    for epoch, rows, total in re.findall(r"FEED task=\S+ epoch=(\d+) rows=(\d+) sum=(\d+)",
+                                         r["stdout"]):
+        e = got.setdefault(int(epoch), [0, 0])
+        e[0] += int(rows)
+        e[1] += int(total)
+    want = [r["data"]["rows"], r["data"]["sum"]]
+    assert got == {0: want, 1: want}, (got, want)
+    left = hdfs.java_text("-ls", url)
+    assert "part-" not in left and "_DONE" not in left, left
+    nothing_left(job_dir(loom))
+    for p in (loom.home / "jobs").iterdir():  # the next driver's job is the only one
+        import shutil
+        shutil.rmtree(p)
+    r = Driver(loom, {"master": "local-cluster[2,2,1024]", "mode": "inference", "rows": 5000,
+                      "partitions": 4, "stream": True, "spill_dir": url,
+                      "spec": feed_spec(loom, "dfhdfsinfer", "infer")}).result()
+    assert r.get("exit_code") == 0, r
+    assert len(r["lines"]) == 5000 and r["lines"] == r["data"]["lines"]
+    left = hdfs.java_text("-ls", "-R", url)
+    assert "part-" not in left and "_DONE" not in left, left
+    nothing_left(job_dir(loom))
 
 
 @NORMAL_PASS

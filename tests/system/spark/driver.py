@@ -117,7 +117,7 @@ def main():
         out["data"] = facts
     kw = {k: cfg[k] for k in ("stream", "ahead", "spill_dir") if k in cfg}
     box = {}
-    if cfg.get("spill_dir"):
+    if cfg.get("spill_dir") and not cfg["spill_dir"].startswith("hdfs://"):
         os.makedirs(cfg["spill_dir"], exist_ok=True)
         threading.Thread(target=watch, args=(cfg["spill_dir"], box), daemon=True).start()
     t0 = time.monotonic()
@@ -129,7 +129,12 @@ def main():
             import shutil
             from pathlib import Path
             for f in res.inputFiles()[:1]:
-                shutil.rmtree(Path(f.removeprefix("file:")).parent.parent)
+                if f.startswith("hdfs://"):
+                    import subprocess
+                    subprocess.run([os.environ["LOOM_BIN"], "fs", "rm", "-r",
+                                    f.rsplit("/", 1)[0]], check=True)
+                else:
+                    shutil.rmtree(Path(f.removeprefix("file:")).parent.parent)
             out.update(exit_code=0)
         else:
             if mode == "train":
