@@ -28,6 +28,7 @@ import pytest
 
 from conftest import LOOM, ROOT, SANITIZED
 from test_hdfs import hdfs  # noqa: F401  (the module's HDFS, for the spill on HDFS)
+from test_yarn import yarn  # noqa: F401  (the module's YARN and HDFS, for Spark on YARN)
 
 SPARK_PYTHON = Path(os.environ.get("LOOM_SPARK_PYTHON", ROOT / ".venv-spark" / "bin" / "python"))
 DRIVER = Path(__file__).parent / "spark" / "driver.py"
@@ -123,11 +124,12 @@ def standalone(tmp_path_factory):
 class Driver:
     """One Spark driver process running loom.spark.run."""
 
-    def __init__(self, loom, cfg):
+    def __init__(self, loom, cfg, env_extra=None):
         self.loom = loom
         cfgp = loom.tmp / f"driver-{time.monotonic_ns()}.json"
         cfgp.write_text(json.dumps(cfg))
         env = spark_env()
+        env.update(env_extra or {})
         env.update(LOOM_HOME=str(loom.home), LOOM_BIN=str(LOOM), NO_COLOR="1",
                    PYTHONPATH=str(ROOT / "python"))
         for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
@@ -608,3 +610,66 @@ def test_inference_is_exactly_once_with_an_executor_killed_mid_stage(loom, stand
     assert len(r["lines"]) == 8000
     assert r["lines"] == r["data"]["lines"]
     nothing_left(jd)
+
+
+# ---- Spark on YARN ------------------------------------------------------------
+
+def yarn_conf():
+    jars = spark_home() / "jars"
+    # the executors run on this machine: Spark's jars are where the driver's
+    # are (no upload of the jars to HDFS for each application)
+    return {"spark.yarn.jars": f"local:{jars}/*", "spark.executor.instances": "2",
+            "spark.executor.cores": "2", "spark.executor.memory": "512m",
+            "spark.yarn.am.memory": "512m",
+            "spark.executorEnv.PYSPARK_PYTHON": str(SPARK_PYTHON)}
+
+
+@NORMAL_PASS
+def test_on_yarn_every_role_runs_in_yarn_containers_and_a_dataframe_streams(loom, yarn):
+    """Spark on a real YARN (ResourceManager, 2 NodeManagers, HDFS):
+    2 executors of 2 cores in YARN containers. A chief, a worker and a ps
+    run as one barrier stage, each task inside a container of the
+    application (CONTAINER_ID in its environment), the ps stopped once the
+    others succeed. Then train streams 6 partitions through an HDFS spill
+    (the free fourth slot writes them) for 2 epochs, every row read once an
+    epoch. Both applications end FINISHED in YARN, and nothing of the jobs
+    is left."""
+    env = {"HADOOP_CONF_DIR": str(yarn.conf)}
+    spec = {"name": "sparkyarn", "roles": {
+        "chief": {"command": "echo CHIEF in $CONTAINER_ID; sleep 1"},
+        "worker": {"command": "echo WORKER in $CONTAINER_ID; sleep 1"},
+        "ps": {"command": "echo PS in $CONTAINER_ID; sleep 300"}}}
+    r = Driver(loom, {"master": "yarn", "conf": yarn_conf(), "spec": spec},
+               env_extra=env).result(timeout=400)
+    assert r.get("exit_code") == 0, r
+    app = r["app"]
+    assert app.startswith("application_"), r
+    where = dict(re.findall(r"\[(\w+:\d)\] (?:CHIEF|WORKER|PS) in (\S+)", r["stdout"]))
+    assert set(where) == {"chief:0", "worker:0", "ps:0"}, r["stdout"][-2000:]
+    for task, cid in where.items():
+        assert cid.startswith("container_" + app.removeprefix("application_")), (task, cid)
+    nothing_left(job_dir(loom))
+    import shutil
+    for p in (loom.home / "jobs").iterdir():
+        shutil.rmtree(p)
+    url = f"hdfs://127.0.0.1:{yarn.nn_port}/spark-yarn-spill"
+    r = Driver(loom, {"master": "yarn", "conf": yarn_conf(), "mode": "train", "rows": 6000,
+                      "partitions": 6, "epochs": 2, "stream": True, "spill_dir": url,
+                      "spec": feed_spec(loom, "dfyarn", "count")},
+               env_extra=env).result(timeout=400)
+    assert r.get("exit_code") == 0, r
+    assert r["spill"]["streamed"] is True, r["spill"]
+    got = {}
+    for epoch, rows, total in re.findall(r"FEED task=\S+ epoch=(\d+) rows=(\d+) sum=(\d+)",
+                                         r["stdout"]):
+        e = got.setdefault(int(epoch), [0, 0])
+        e[0] += int(rows)
+        e[1] += int(total)
+    want = [r["data"]["rows"], r["data"]["sum"]]
+    assert got == {0: want, 1: want}, (got, want)
+    nothing_left(job_dir(loom))
+    apps = {a["id"]: a for a in yarn.apps()}
+    assert app in apps and r["app"] in apps, apps.keys()
+    for a in (app, r["app"]):
+        wait_for(lambda: yarn.rest(f"apps/{a}")["app"]["state"] == "FINISHED",
+                 f"YARN to have {a} FINISHED", 60)
