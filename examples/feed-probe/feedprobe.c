@@ -10,6 +10,8 @@
  *                       LOOM_ERANGE; checks the offsets and frames (exit 6
  *                       if wrong)
  *   --print             print every record as "REC <epoch> <record>"
+ *   --sum               add " sum=S" to FEEDOK: S, every byte of every
+ *                       record added up (a checksum across tasks)
  *   --sleep-us N        sleep N us a record (a slow task)
  *   --die-after K --marker PATH
  *                       if PATH does not exist: create it, and SIGKILL
@@ -65,12 +67,14 @@ int main(int argc, char **argv) {
   long batch = 0, readn = 0, sleep_us = 0, die_after = -1, fail_after = -1, pause_after = -1,
        stop_after = -1;
   const char *marker = NULL, *go = NULL;
-  int print = 0;
+  int print = 0, sum = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--batch"))
       batch = arg_long(argv, &i, argc);
     else if (!strcmp(argv[i], "--read"))
       readn = arg_long(argv, &i, argc);
+    else if (!strcmp(argv[i], "--sum"))
+      sum = 1;
     else if (!strcmp(argv[i], "--print"))
       print = 1;
     else if (!strcmp(argv[i], "--sleep-us"))
@@ -115,6 +119,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   long n = 0;
+  unsigned long long total = 0;
   int epochs_seen = 1;
   loom_record recs[256];
   if (batch > 256) batch = 256;
@@ -166,6 +171,7 @@ int main(int argc, char **argv) {
     }
     for (size_t k = 0; k < got; k++) {
       const loom_record *r = &recs[k];
+      for (size_t b = 0; sum && b < r->size; b++) total += ((const unsigned char *)r->data)[b];
       if (print) {
         printf("REC %d %.*s\n", loom_feed_epoch(f), (int)r->size, (const char *)r->data);
       }
@@ -205,10 +211,12 @@ int main(int argc, char **argv) {
   }
   loom_feed_stats s;
   loom_feed_get_stats(f, &s);
-  printf("FEEDOK task=%s records=%llu bytes=%llu splits=%llu stale=%llu epochs=%d wait_ms=%.1f\n",
+  printf("FEEDOK task=%s records=%llu bytes=%llu splits=%llu stale=%llu epochs=%d wait_ms=%.1f",
          getenv("LOOM_TASK"), (unsigned long long)s.records, (unsigned long long)s.bytes,
          (unsigned long long)s.splits, (unsigned long long)s.stale, epochs_seen,
          (double)s.wait_ns / 1e6);
+  if (sum) printf(" sum=%llu", total);
+  printf("\n");
   free(line);
   free(rbuf);
   rc = loom_feed_close(f);

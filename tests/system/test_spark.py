@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOOM, ROOT, SANITIZED
+from conftest import BUILD, LOOM, ROOT, SANITIZED
 from test_hdfs import hdfs  # noqa: F401  (the module's HDFS, for the spill on HDFS)
 from test_yarn import yarn  # noqa: F401  (the module's YARN and HDFS, for Spark on YARN)
 
@@ -455,26 +455,30 @@ def test_train_streams_the_dataframe_beside_the_job(loom):
     """With task slots beyond the job's (local-cluster[2,2,1024]: 4 slots,
     2 tasks), train streams: the job starts at once, a Spark job on the
     other slots writes the 12 partitions (each slowed to 0.3 s) into the
-    spill, and the tasks read each as soon as it is whole: their first
-    records come before the spill ends. Epoch 2 replays the spill; both
-    epochs have the DataFrame's rows and byte sum exactly."""
+    spill, and the tasks read each as soon as it is whole: the first
+    records come before the spill ends. Epoch 2 replays the spill. One
+    task is C (feedprobe: loom_feed_next_batch, no Python), one Python:
+    together they read the DataFrame's rows and byte sum twice, exactly."""
+    spec = feed_spec(loom, "dfstream", "count", instances=1)
+    spec["roles"]["chief"] = {"command": f"{BUILD}/examples/feed-probe/feedprobe --batch 64 --sum"}
     r = Driver(loom, {"master": "local-cluster[2,2,1024]", "mode": "train", "rows": 12000,
                       "partitions": 12, "epochs": 2, "slow_partition_s": 0.3,
-                      "spec": feed_spec(loom, "dfstream", "count")}).result()
+                      "spec": spec}).result()
     assert r.get("exit_code") == 0, r
     sp = r["spill"]
     assert sp["streamed"] is True and sp["rows"] == 12000 and sp["record_bytes"] == 785, sp
     assert len(sp["files"]) == 12, sp
-    got = {}
-    for task, epoch, rows, total in re.findall(
-            r"FEED task=(\S+) epoch=(\d+) rows=(\d+) sum=(\d+)", r["stdout"]):
-        e = got.setdefault(int(epoch), [0, 0])
-        e[0] += int(rows)
-        e[1] += int(total)
-    want = [r["data"]["rows"], r["data"]["sum"]]
-    assert got == {0: want, 1: want}, (got, want)
+    py = [(int(a), int(b)) for a, b in re.findall(r"FEED task=worker:0 epoch=\d+ rows=(\d+) "
+                                                   r"sum=(\d+)", r["stdout"])]
+    c = re.findall(r"FEEDOK task=chief:0 records=(\d+) bytes=(\d+) .*epochs=2 .*sum=(\d+)",
+                   r["stdout"])
+    assert py and len(c) == 1, r["stdout"][-2000:]
+    rows = sum(a for a, _ in py) + int(c[0][0])
+    total = sum(b for _, b in py) + int(c[0][2])
+    assert (rows, total) == (2 * r["data"]["rows"], 2 * r["data"]["sum"]), (py, c, r["data"])
+    assert int(c[0][1]) == int(c[0][0]) * 785 and int(c[0][0]) > 0, c
     firsts = [float(t) for t in re.findall(r"FIRST task=\S+ t=([\d.]+)", r["stdout"])]
-    assert len(firsts) == 2, r["stdout"][-2000:]
+    assert len(firsts) == 1, r["stdout"][-2000:]
     # streamed: the tasks read while Spark was still writing
     assert min(firsts) < sp["spill_ended"] - 0.5, (firsts, sp)
     assert not any(Path(f).exists() for f in sp["files"])
