@@ -124,7 +124,7 @@ def standalone(tmp_path_factory):
 class Driver:
     """One Spark driver process running loom.spark.run."""
 
-    def __init__(self, loom, cfg, env_extra=None):
+    def __init__(self, loom, cfg, env_extra=None, prefix=()):
         self.loom = loom
         cfgp = loom.tmp / f"driver-{time.monotonic_ns()}.json"
         cfgp.write_text(json.dumps(cfg))
@@ -136,7 +136,7 @@ class Driver:
             if k in os.environ:
                 env[k] = os.environ[k]
         self.log = loom.tmp / "driver.log"
-        self.p = subprocess.Popen([str(SPARK_PYTHON), str(DRIVER), str(cfgp)], env=env,
+        self.p = subprocess.Popen([*prefix, str(SPARK_PYTHON), str(DRIVER), str(cfgp)], env=env,
                                   stdout=subprocess.PIPE, stderr=open(self.log, "w"), text=True,
                                   start_new_session=True)
 
@@ -677,3 +677,111 @@ def test_on_yarn_every_role_runs_in_yarn_containers_and_a_dataframe_streams(loom
     for a in (app, r["app"]):
         wait_for(lambda: yarn.rest(f"apps/{a}")["app"]["state"] == "FINISHED",
                  f"YARN to have {a} FINISHED", 60)
+
+
+# ---- Spark across hosts ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def spark_hosts(tmp_path_factory):
+    """A standalone Spark across three network namespaces (tests/system/
+    netns.py): the Master on h0 (where the driver runs), a Worker of 2
+    cores on each of h1 and h2, every daemon bound to its host's address."""
+    import netns
+    why = netns.available()
+    if why:
+        pytest.skip(why)
+    d = tmp_path_factory.mktemp("sparkhosts")
+    cls = str(spark_home() / "bin" / "spark-class")
+    procs = []
+    with netns.Hosts(3) as h:
+        def env(i):
+            return dict(spark_env(), SPARK_LOCAL_IP=h.addrs[i], SPARK_LOCAL_HOSTNAME=h.addrs[i])
+        master = f"spark://{h.addrs[0]}:7077"
+        try:
+            procs.append(subprocess.Popen(
+                h.exec_args(0, cls, "org.apache.spark.deploy.master.Master", "--host", h.addrs[0],
+                            "--port", "7077", "--webui-port", "8080"),
+                env=env(0), stdout=open(d / "master.log", "w"), stderr=subprocess.STDOUT,
+                start_new_session=True))
+            for i in (1, 2):
+                (d / f"w{i}").mkdir()
+                procs.append(subprocess.Popen(
+                    h.exec_args(i, cls, "org.apache.spark.deploy.worker.Worker", "-c", "2", "-m",
+                                "2g", "--host", h.addrs[i], "--webui-port", "8081", "--work-dir",
+                                d / f"w{i}", master),
+                    env=env(i), stdout=open(d / f"worker{i}.log", "w"),
+                    stderr=subprocess.STDOUT, start_new_session=True))
+
+            def alive_workers():
+                # the Master's UI is on h0: ask from there
+                r = subprocess.run(h.exec_args(
+                    0, "/usr/bin/python3", "-c",
+                    "import json, urllib.request as u; print(len([w for w in json.loads("
+                    f"u.urlopen('http://{h.addrs[0]}:8080/json/', timeout=5).read())['workers']"
+                    " if w['state'] == 'ALIVE']))"), capture_output=True, text=True)
+                return r.returncode == 0 and r.stdout.strip() == "2"
+            wait_for(alive_workers, "the Master on h0 to have the Workers of h1 and h2", 120)
+            yield {"hosts": h, "master": master, "env": env}
+        finally:
+            for p in procs:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            for p in procs:
+                try:
+                    p.wait(20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+
+
+@NORMAL_PASS
+def test_across_hosts_the_tasks_run_on_the_workers_hosts_and_a_dataframe_streams(loom,
+                                                                                  spark_hosts):
+    """The driver on h0, executors on h1 and h2 (network namespaces, real
+    links; the coordinator in the driver is reached across them, with
+    LOOM_TLS's default, auto: TLS on links that leave a host, which
+    test_tls checks on the wire). A chief and a worker run on the
+    Workers' hosts: each task's LOOM_HOST is its executor's address,
+    LOOM_COORD the driver's, and the chief's TF_CONFIG names both hosts.
+    Then a DataFrame streams to a C task and a Python task on those hosts
+    (4 slots, 2 tasks), every row read once an epoch."""
+    h = spark_hosts["hosts"]
+    pre = h.exec_args(0)
+    conf = {"spark.driver.host": h.addrs[0], "spark.executor.cores": "2",
+            "spark.executor.memory": "768m"}
+    spec = {"name": "sparkhosts", "roles": {
+        "chief": {"command": "echo AT $LOOM_TASK host=$LOOM_HOST coord=$LOOM_COORD "
+                             "tf=$TF_CONFIG"},
+        "worker": {"command": "echo AT $LOOM_TASK host=$LOOM_HOST coord=$LOOM_COORD"}}}
+    r = Driver(loom, {"master": spark_hosts["master"], "conf": conf, "spec": spec},
+               env_extra=spark_hosts["env"](0), prefix=pre).result()
+    assert r.get("exit_code") == 0, r
+    at = {t: (host, coord) for t, host, coord in
+          re.findall(r"AT (\S+) host=(\S+) coord=(\S+)", r["stdout"])}
+    assert set(at) == {"chief:0", "worker:0"}, r["stdout"][-2000:]
+    assert {host for host, _ in at.values()} <= {h.addrs[1], h.addrs[2]}, at
+    assert all(coord.startswith(h.addrs[0] + ":") for _, coord in at.values()), at
+    tf = json.loads(re.search(r"tf=(\{.*\})", r["stdout"]).group(1))
+    named = {a.rsplit(":", 1)[0] for hostports in tf["cluster"].values() for a in hostports}
+    assert named == {at["chief:0"][0], at["worker:0"][0]}, tf
+    assert "does not speak TLS" not in r.get("stderr", ""), r["stderr"][-2000:]
+    nothing_left(job_dir(loom))
+    import shutil
+    for p in (loom.home / "jobs").iterdir():
+        shutil.rmtree(p)
+    spec = feed_spec(loom, "dfhosts", "count", instances=1)
+    spec["roles"]["chief"] = {"command": f"{BUILD}/examples/feed-probe/feedprobe --batch 64 --sum"}
+    r = Driver(loom, {"master": spark_hosts["master"], "conf": conf, "mode": "train",
+                      "rows": 6000, "partitions": 6, "epochs": 2, "stream": True, "spec": spec},
+               env_extra=spark_hosts["env"](0), prefix=pre).result()
+    assert r.get("exit_code") == 0, r
+    assert r["spill"]["streamed"] is True, r["spill"]
+    py = [(int(a), int(b)) for a, b in re.findall(r"FEED task=worker:0 epoch=\d+ rows=(\d+) "
+                                                   r"sum=(\d+)", r["stdout"])]
+    c = re.findall(r"FEEDOK task=chief:0 records=(\d+) .*sum=(\d+)", r["stdout"])
+    assert len(c) == 1, r["stdout"][-2000:]
+    assert (sum(a for a, _ in py) + int(c[0][0]), sum(b for _, b in py) + int(c[0][1])) == \
+        (2 * r["data"]["rows"], 2 * r["data"]["sum"]), (py, c, r["data"])
+    nothing_left(job_dir(loom))
