@@ -86,12 +86,27 @@ check_where() {
 
 # Waits for the pids given; when one fails, ends the others (a rank left
 # alone blocks until its library's own timeout). Returns the first failure.
+# Each pid is waited for once: `wait -n` over pids already reaped returns
+# 127 ("not a child") when two end together, which once made a run that
+# had succeeded look failed.
 wait_ranks() {
-  local rc=0 left=$# r
-  while [ "$left" -gt 0 ]; do
-    wait -n "$@"
+  local rc=0 r p done_pid
+  local -a left=("$@") rest
+  while [ "${#left[@]}" -gt 0 ]; do
+    done_pid=
+    wait -n -p done_pid "${left[@]}"
     r=$?
-    left=$((left - 1))
+    if [ -z "$done_pid" ]; then # none of them is our child any more
+      for p in "${left[@]}"; do
+        wait "$p" 2>/dev/null
+        r=$?
+        [ "$r" != 0 ] && [ "$r" != 127 ] && [ "$rc" = 0 ] && rc=$r
+      done
+      break
+    fi
+    rest=()
+    for p in "${left[@]}"; do [ "$p" != "$done_pid" ] && rest+=("$p"); done
+    left=("${rest[@]}")
     if [ "$r" != 0 ] && [ "$rc" = 0 ]; then
       rc=$r
       kill "$@" 2>/dev/null
