@@ -29,6 +29,9 @@ MLP=$BUILD/examples/fashion-mnist/mlp
 REPS=${BENCH_REPS:-5}
 EPOCHS=${BENCH_EPOCHS:-2}
 PROCS=${BENCH_PROCS:-1 2 4}
+# BENCH_MLP_ARGS: more arguments for every mlp (e.g. --copy-grads)
+EXTRA=""
+for a in ${BENCH_MLP_ARGS:-}; do EXTRA="$EXTRA, \"$a\""; done
 for f in "$LOOM" "$MLP"; do
   if [ ! -x "$f" ]; then
     echo "bench/scaling: $f not found: build first (cmake -S $ROOT -B $BUILD && cmake --build $BUILD)" >&2
@@ -48,7 +51,7 @@ median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else prin
 # spec NAME N: a job of N mlp processes
 spec() {
   local name=$1 n=$2 file=$TMP/$1.yaml
-  local cmd="[\"$MLP\", \"--epochs\", \"$EPOCHS\", \"--threads\", \"1\", \"--json\"]"
+  local cmd="[\"$MLP\", \"--epochs\", \"$EPOCHS\", \"--threads\", \"1\", \"--json\"$EXTRA]"
   {
     echo "name: $name"
     echo 'env: {OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1"}'

@@ -200,6 +200,22 @@ static void point_tensors(float **t[], const size_t *sizes, int n, float *memory
   }
 }
 
+static void param_slots(ParameterTensors *p, float **slots[]);
+
+/* Where this step's gradient block (gradients, then GRAD_STATS floats)
+ * is computed: the buffer the next allreduce sends from in place, lent by
+ * loom_allreduce_buffer (the shared-memory slot it reduces in, on one
+ * host: no copy into it), or the model's own. Points m->grads there. */
+static float *grads_block(Model *m, loom_t *l, int copy) {
+  size_t count = m->num_parameters + GRAD_STATS;
+  float *g = l && !copy ? loom_allreduce_buffer(l, count, LOOM_F32) : NULL;
+  if (!g) g = m->grads_memory;
+  float **slots[NUM_PARAMETER_TENSORS];
+  param_slots(&m->grads, slots);
+  point_tensors(slots, m->param_sizes, NUM_PARAMETER_TENSORS, g);
+  return g;
+}
+
 static void param_slots(ParameterTensors *p, float **slots[]) {
   slots[0] = &p->w1;
   slots[1] = &p->b1;
@@ -470,6 +486,7 @@ typedef struct {
   const char *summary; // TensorBoard directory (NULL: the job's, if any)
   const char *ckpt;    // checkpoint directory (NULL: the job's, if any)
   int no_ckpt;
+  int copy_grads;
 } Options;
 
 /* Where a step's time goes (--phases): seconds per part, summed. */
@@ -492,15 +509,15 @@ static double now_s(void) {
  * the job's membership (a peer died, or a restarted one came back) is
  * returned as LOOM_ECHANGED or LOOM_EPEER without a message: the
  * parameters are untouched and the caller recovers. */
-static int sgd_step(Comm *c, SgdStep *st) {
+static int sgd_step(Comm *c, SgdStep *st, const float *grads) {
   Model *m = st->m;
   size_t count = m->num_parameters + GRAD_STATS;
   if (c->loom == NULL) {
-    sgd_apply(st, 0, m->grads_memory, count);
+    sgd_apply(st, 0, grads, count);
     return 0;
   }
   if (loom_membership_changed(c->loom)) return LOOM_ECHANGED;
-  int rc = loom_allreduce_apply(c->loom, m->grads_memory, count, LOOM_F32, LOOM_SUM, sgd_apply, st);
+  int rc = loom_allreduce_apply(c->loom, grads, count, LOOM_F32, LOOM_SUM, sgd_apply, st);
   if (rc != 0 && rc != LOOM_ECHANGED && rc != LOOM_EPEER)
     fprintf(stderr, "mlp: rank %d: allreduce failed: %s: %s\n", c->rank, loom_strerror(rc),
             loom_errmsg(c->loom));
@@ -775,6 +792,9 @@ static void usage(FILE *out) {
       "                   newest one at start (inside a job by default, in",
       "                   the job's ckpt/ directory)",
       "  --no-ckpt        no checkpoints, even inside a job",
+      "  --copy-grads     compute the gradients in memory of its own and let the",
+      "                   allreduce copy them, instead of computing them in",
+      "                   the buffer loom_allreduce_buffer lends (to compare)",
   };
   for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) fprintf(out, "%s\n", lines[i]);
 }
@@ -834,6 +854,9 @@ static int parse_args(int argc, char **argv, Options *o) {
       continue;
     } else if (strcmp(a, "--no-ckpt") == 0) {
       o->no_ckpt = 1;
+      continue;
+    } else if (strcmp(a, "--copy-grads") == 0) {
+      o->copy_grads = 1;
       continue;
     }
     static const char *const takes_value[] = {
@@ -1034,7 +1057,6 @@ int main(int argc, char **argv) {
   double train_time = 0.0, samples = 0.0;
   double phase[PH_N] = {0};
   double accuracy = 0.0, test_loss = 0.0;
-  float *stats = model.grads_memory + model.num_parameters;
   int steps_per_epoch = (train.n + opt.batch - 1) / opt.batch;
   long total_steps = (long)steps_per_epoch * opt.epochs;
   if (opt.max_steps >= 0 && opt.max_steps < total_steps) total_steps = opt.max_steps;
@@ -1053,6 +1075,10 @@ int main(int argc, char **argv) {
       my_slice(Bg, comm.rank, comm.world, &lo, &hi);
       int B = hi - lo;
       double p0 = now_s();
+      // the gradients and the step's statistics, summed by one allreduce;
+      // not touched once it begins (the peers read them in place)
+      float *grads = grads_block(&model, comm.loom, opt.copy_grads);
+      float *stats = grads + model.num_parameters;
       stats[STAT_LOSS] = stats[STAT_CORRECT] = 0.0f; // model_backward sets the gradients
       load_batch(&model, &train, order + start + lo, B);
       float weight = 1.0f / (float)Bg;
@@ -1063,7 +1089,7 @@ int main(int argc, char **argv) {
       model_backward(&model, B, weight);
       double p3 = now_s();
       SgdStep upd = {&model, lr_at(opt.lr, step, total_steps), opt.momentum, {0}};
-      int crc = sgd_step(&comm, &upd);
+      int crc = sgd_step(&comm, &upd, grads);
       double p4 = now_s();
       phase[PH_LOAD] += p1 - p0;
       phase[PH_FORWARD] += p2 - p1;
@@ -1085,7 +1111,7 @@ int main(int argc, char **argv) {
         continue;
       }
       if (crc != 0) goto out;
-      memcpy(stats, upd.stats, sizeof upd.stats);
+      stats = upd.stats; // the sums (the block may be a peer's to read now)
       loss_sum += (double)stats[STAT_LOSS] * Bg;
       correct += stats[STAT_CORRECT];
       seen += Bg;

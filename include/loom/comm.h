@@ -76,6 +76,19 @@ typedef void (*loom_apply_fn)(void *arg, size_t offset, const void *piece, size_
 LOOM_EXPORT int loom_allreduce_apply(loom_t *l, const void *send, size_t count, loom_dtype dt,
                                      loom_op op, loom_apply_fn fn, void *arg);
 
+/* Where to write the vector that the next allreduce (loom_allreduce or
+ * loom_allreduce_apply, count elements of dt, the pointer returned as its
+ * send) will send, so that it is not copied: on one host, for a vector
+ * that fits a slot (LOOM_COMM_SHM_SLOT), this process's shared-memory
+ * slot of that collective. NULL where there is no such place (one
+ * process, ranks on several hosts, a larger vector, an error): write it
+ * in memory of your own. Valid until that collective begins: no other
+ * collective of this handle may run in between (one that does makes the
+ * allreduce fail with LOOM_EINVAL, sending nothing), and the buffer must
+ * not be written once the allreduce has begun (peers read it). May wait
+ * for peers to finish the collective before. */
+LOOM_EXPORT void *loom_allreduce_buffer(loom_t *l, size_t count, loom_dtype dt);
+
 /* The size in elements of rank r's block in loom_reduce_scatter(). */
 LOOM_EXPORT size_t loom_reduce_scatter_count(size_t count, int world_size, int rank);
 

@@ -168,3 +168,9 @@ int comm_allreduce_apply(comm_t *c, const void *send, size_t count, loom_dtype d
   fn(arg, 0, c->apply_out, count);
   return 0;
 }
+
+void *comm_allreduce_buffer(comm_t *c, size_t count, loom_dtype dt) {
+  if (!c || c->err || c->world == 1 || !count || comm_dtype_size(dt) == 0) return NULL;
+  if (c->native && c->native->allreduce_buffer) return c->native->allreduce_buffer(c, count, dt);
+  return NULL;
+}

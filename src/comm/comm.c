@@ -354,6 +354,20 @@ int loom_allreduce_apply(loom_t *l, const void *send, size_t count, loom_dtype d
                    t.ns);
 }
 
+void *loom_allreduce_buffer(loom_t *l, size_t count, loom_dtype dt) {
+  struct comm_state *s;
+  if (comm_state_get(l, &s) < 0) return NULL;
+  uint64_t t0 = comm__now_ns();
+  pthread_mutex_lock(&s->mu);
+  uint64_t w0 = s->c->wait_ns;
+  void *p = comm_allreduce_buffer(s->c, count, dt);
+  uint64_t waited = s->c->wait_ns - w0, took = comm__now_ns() - t0;
+  pthread_mutex_unlock(&s->mu);
+  loom__phase_add(l, LOOM__PHASE_PEERS, waited);
+  loom__phase_add(l, LOOM__PHASE_COMM, took > waited ? took - waited : 0);
+  return p;
+}
+
 int loom_broadcast(loom_t *l, void *buf, size_t bytes, int root) {
   COMM_PUBLIC(comm_broadcast(s->c, buf, bytes, root));
 }

@@ -91,6 +91,9 @@ int comm_allreduce(comm_t *c, const void *send, void *recv, size_t count, loom_d
                    loom_op op);
 int comm_allreduce_apply(comm_t *c, const void *send, size_t count, loom_dtype dt, loom_op op,
                          loom_apply_fn fn, void *arg);
+/* A buffer to write the next allreduce's send into, in place (NULL: the
+ * transport has none for count elements). */
+void *comm_allreduce_buffer(comm_t *c, size_t count, loom_dtype dt);
 int comm_broadcast(comm_t *c, void *buf, size_t bytes, int root);
 int comm_allgather(comm_t *c, const void *send, void *recv, size_t bytes);
 int comm_reduce_scatter(comm_t *c, const void *send, void *recv, size_t count, loom_dtype dt,

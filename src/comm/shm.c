@@ -108,6 +108,7 @@ struct shm_dev {
   char *slots_base;    /* 2 x nlocal slots of slot_size bytes */
   uint64_t slot_size, small_bytes;
   uint64_t round;  /* slot rounds this rank has started */
+  uint64_t lent;   /* round + 1 whose slot loom_allreduce_buffer lent out; 0: none */
   const char **xs; /* [nlocal] the inputs of one reduction */
 };
 
@@ -498,13 +499,23 @@ static int shm_wait_arrive(comm_t *c, struct shm_dev *d, int li, uint64_t k) {
  * order, a block at a time so that dst stays in the L1 cache between the
  * passes. dst may be x[0] but must not otherwise overlap. */
 #define SHM_REDUCE_BLOCK 8192
+/* dst may be x[k] (a lent buffer reduced in place): for k > 0 each block
+ * of it is first copied aside, since the sum, in rank order, overwrites
+ * dst before it reaches x[k]. */
 static void shm_reduce_n(loom_dtype dt, loom_op op, char *dst, const char *const *x, int n,
                          size_t cnt) {
   size_t es = comm_dtype_size(dt), per = SHM_REDUCE_BLOCK / es;
+  _Alignas(64) char aside[SHM_REDUCE_BLOCK];
+  int k = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] == dst) k = i;
   for (size_t at = 0; at < cnt; at += per) {
     size_t m = cnt - at < per ? cnt - at : per, off = at * es;
-    comm_reduce(dt, op, dst + off, x[0] + off, x[1] + off, m);
-    for (int i = 2; i < n; i++) comm_reduce(dt, op, dst + off, dst + off, x[i] + off, m);
+    if (k) memcpy(aside, x[k] + off, m * es);
+#define SHM_X(i) ((i) == k && k ? (const char *)aside : x[i] + off)
+    comm_reduce(dt, op, dst + off, SHM_X(0), SHM_X(1), m);
+    for (int i = 2; i < n; i++) comm_reduce(dt, op, dst + off, dst + off, SHM_X(i), m);
+#undef SHM_X
   }
 }
 
@@ -522,7 +533,37 @@ static int shm_wait_all(comm_t *c, struct shm_dev *d, uint64_t k) {
  * waited for everyone that already holds, after a broadcast it may not. */
 static int shm_round(comm_t *c, struct shm_dev *d, uint64_t *k) {
   *k = d->round++;
+  d->lent = 0; /* a lent slot serves only the round it was lent for */
   return *k > 0 ? shm_wait_all(c, d, *k - 1) : 0;
+}
+
+/* send is this rank's slot of the next round: it must have been lent for
+ * it (loom_allreduce_buffer, with no collective since), as the next round
+ * is about to read it in place. */
+static int shm_check_lent(comm_t *c, struct shm_dev *d, const void *send) {
+  bool slot =
+      send == shm_slot_at(d, d->round, d->me) || send == shm_slot_at(d, d->round + 1, d->me);
+  if (!slot || (send == shm_slot_at(d, d->round, d->me) && d->lent == d->round + 1)) return 0;
+  /* an argument error, as comm__check_reduce's: refused before the round,
+   * nothing sent, the communicator usable */
+  if (!c->err)
+    snprintf(c->errmsg, sizeof c->errmsg,
+             "invalid argument: the buffer from loom_allreduce_buffer was lent for an earlier "
+             "collective (none may run between the two calls)");
+  return LOOM_EINVAL;
+}
+
+/* loom_allreduce_buffer: this rank's slot of the next round, where the
+ * caller writes the vector that the next allreduce sends, saving its copy
+ * into the slot. Free once every peer has arrived at the round before
+ * (past the last round that read it). */
+static void *shm_allreduce_buffer(comm_t *c, size_t count, loom_dtype dt) {
+  struct shm_dev *d = c->shm;
+  size_t bytes = count * comm_dtype_size(dt);
+  if (!bytes || bytes > d->slot_size) return NULL;
+  if (d->round > 0 && shm_wait_all(c, d, d->round - 1) < 0) return NULL;
+  d->lent = d->round + 1;
+  return shm_slot_at(d, d->round, d->me);
 }
 
 static int shm_barrier(comm_t *c) {
@@ -540,7 +581,7 @@ static int shm_allreduce_all(comm_t *c, struct shm_dev *d, const void *send, voi
   uint64_t k;
   int rc = shm_round(c, d, &k);
   if (rc < 0) return rc;
-  memcpy(shm_slot_at(d, k, d->me), send, bytes);
+  if (send != shm_slot_at(d, k, d->me)) memcpy(shm_slot_at(d, k, d->me), send, bytes);
   shm_publish(d, &d->ctl[d->me].arrive, k + 1);
   if ((rc = shm_wait_all(c, d, k)) < 0) return rc;
   for (int i = 0; i < d->nlocal; i++) x[i] = shm_slot_at(d, k, i);
@@ -568,9 +609,12 @@ static int shm_allreduce_slices(comm_t *c, struct shm_dev *d, const char *send, 
     char *mine = shm_slot_at(d, k, me);
     size_t so = comm__block_off(cnt, n, me) * es;
     size_t sl = comm__block_len(cnt, n, me) * es;
-    /* In: everything but my own slice, which only I read. */
-    memcpy(mine, in, so);
-    memcpy(mine + so + sl, in + so + sl, cnt * es - so - sl);
+    /* In: everything but my own slice, which only I read (nothing when
+     * the caller wrote it here: a lent buffer). */
+    if (in != mine) {
+      memcpy(mine, in, so);
+      memcpy(mine + so + sl, in + so + sl, cnt * es - so - sl);
+    }
     shm_publish(d, &d->ctl[me].arrive, k + 1);
     /* Reduce my slice of every slot into mine, in rank order. */
     if ((rc = shm_wait_all(c, d, k)) < 0) return rc;
@@ -602,6 +646,8 @@ static int shm_allreduce(comm_t *c, const void *send, void *recv, size_t count, 
                          loom_op op) {
   struct shm_dev *d = c->shm;
   size_t bytes = count * comm_dtype_size(dt);
+  int rc = shm_check_lent(c, d, send);
+  if (rc < 0) return rc;
   if (bytes <= d->small_bytes && bytes <= d->slot_size)
     return shm_allreduce_all(c, d, send, recv, count, dt, op);
   return shm_allreduce_slices(c, d, send, recv, count, dt, op, NULL, NULL);
@@ -615,6 +661,8 @@ static int shm_allreduce_apply(comm_t *c, const void *send, size_t count, loom_d
                                loom_apply_fn fn, void *arg) {
   struct shm_dev *d = c->shm;
   size_t bytes = count * comm_dtype_size(dt);
+  int lrc = shm_check_lent(c, d, send);
+  if (lrc < 0) return lrc;
   if (bytes <= d->slot_size && bytes > d->small_bytes)
     return shm_allreduce_slices(c, d, send, NULL, count, dt, op, fn, arg);
   void *out = comm__scratch(c, bytes);
@@ -723,6 +771,7 @@ const struct comm_transport comm__shm_transport = {
     .coll_ok = shm_coll_ok,
     .allreduce = shm_allreduce,
     .allreduce_apply = shm_allreduce_apply,
+    .allreduce_buffer = shm_allreduce_buffer,
     .barrier = shm_barrier,
     .broadcast = shm_broadcast,
     .allgather = shm_allgather,

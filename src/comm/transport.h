@@ -87,6 +87,8 @@ struct comm_transport {
   /* allreduce handing the result to fn instead of recv (comm_allreduce_apply) */
   int (*allreduce_apply)(comm_t *c, const void *send, size_t count, loom_dtype dt, loom_op op,
                          loom_apply_fn fn, void *arg);
+  /* where the next allreduce's send may be written in place (NULL: none) */
+  void *(*allreduce_buffer)(comm_t *c, size_t count, loom_dtype dt);
   int (*barrier)(comm_t *c);
   int (*broadcast)(comm_t *c, void *buf, size_t bytes, int root);
   int (*allgather)(comm_t *c, const void *send, void *recv, size_t bytes);

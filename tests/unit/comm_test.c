@@ -184,6 +184,65 @@ static int check_allreduce_apply(comm_t *c, int n, size_t count, loom_dtype dt, 
   return 0;
 }
 
+/* comm_allreduce_buffer: on one host with the slot collectives, for a
+ * vector that fits a slot, a place to write the send of the next
+ * allreduce (or apply), which then reduces it in place with the same
+ * result; NULL everywhere else. */
+static int check_allreduce_buffer(comm_t *c, const struct tcase *tc, int n, size_t count,
+                                  loom_dtype dt, loom_op op, int apply) {
+  size_t es = comm_dtype_size(dt);
+  int native = !strcmp(tc->transport, "auto") && !tc->mixed && n > 1 &&
+               !(tc->env && strstr(tc->env, "LOOM_COMM_SHM_SLOT=0"));
+  size_t slot = tc->env && strstr(tc->env, "LOOM_COMM_SHM_SLOT=4096") ? 4096 : 1u << 20;
+  int want = native && count > 0 && count * es <= slot;
+  char *p = comm_allreduce_buffer(c, count, dt);
+  CHECK((p != NULL) == want, "allreduce_buffer %s count %zu: %p, want %s", dt_name[dt], count,
+        (void *)p, want ? "a buffer" : "NULL");
+  if (!p) return 0;
+  for (size_t i = 0; i < count; i++) put(dt, p, i, val(g_rank, i));
+  if (apply) {
+    char *out = malloc(count * es);
+    unsigned char *seen = calloc(count, 1);
+    CHECK(out && seen, "out of memory");
+    struct applied a = {out, seen, es, count, 0, 0};
+    CALL(c, comm_allreduce_apply(c, p, count, dt, op, apply_fn, &a));
+    for (size_t i = 0; i < count; i++) {
+      double got = get(dt, out, i), want_v = expect(dt, op, n, i);
+      CHECK(seen[i] == 1 && got == want_v,
+            "allreduce_buffer+apply %s %s count %zu: [%zu] = %g "
+            "(seen %d), want %g",
+            dt_name[dt], op_name[op], count, i, got, seen[i], want_v);
+    }
+    free(out);
+    free(seen);
+  } else {
+    char *recv = malloc(count * es);
+    CHECK(recv, "out of memory");
+    CALL(c, comm_allreduce(c, p, recv, count, dt, op));
+    for (size_t i = 0; i < count; i++) {
+      double got = get(dt, recv, i), want_v = expect(dt, op, n, i);
+      CHECK(got == want_v, "allreduce_buffer %s %s count %zu: [%zu] = %g, want %g", dt_name[dt],
+            op_name[op], count, i, got, want_v);
+    }
+    free(recv);
+  }
+  return 0;
+}
+
+/* A lent buffer with a collective between: the allreduce is refused
+ * (LOOM_EINVAL) on every rank, nothing sent, and the next one works. */
+static int check_buffer_misuse(comm_t *c, int n) {
+  float *p = comm_allreduce_buffer(c, 64, LOOM_F32);
+  if (!p) return 0;
+  float recv[64];
+  for (int i = 0; i < 64; i++) p[i] = 1.0f;
+  CALL(c, comm_barrier(c));
+  int rc = comm_allreduce(c, p, recv, 64, LOOM_F32, LOOM_SUM);
+  CHECK(rc == LOOM_EINVAL, "allreduce of a buffer lent before a barrier: %s", loom_err_name(rc));
+  CHECK(strstr(comm_errmsg(c), "loom_allreduce_buffer"), "the message: %s", comm_errmsg(c));
+  return check_allreduce(c, n, 7, LOOM_F32, LOOM_SUM, 0);
+}
+
 static int check_reduce_scatter(comm_t *c, int n, size_t count, loom_dtype dt, loom_op op,
                                 int inplace) {
   size_t es = comm_dtype_size(dt);
@@ -263,7 +322,9 @@ static int rank_body(comm_t *c, const struct tcase *tc) {
           if (check_allreduce(c, n, counts[k], dt, op, inplace)) return 1;
           if (check_reduce_scatter(c, n, counts[k], dt, op, inplace)) return 1;
           if (!inplace && check_allreduce_apply(c, n, counts[k], dt, op)) return 1;
+          if (check_allreduce_buffer(c, tc, n, counts[k], dt, op, inplace)) return 1;
         }
+  if (check_buffer_misuse(c, n)) return 1;
   for (int k = 0; k < ncounts; k++)
     for (int root = 0; root<n; root += n> 1 ? n - 1 : 1)
       if (check_broadcast(c, counts[k] * (k == 5 ? 4 : 1), root)) return 1;
