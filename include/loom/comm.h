@@ -84,9 +84,12 @@ LOOM_EXPORT int loom_allreduce_apply(loom_t *l, const void *send, size_t count, 
  * process, ranks on several hosts, a larger vector, an error): write it
  * in memory of your own. Valid until that collective begins: no other
  * collective of this handle may run in between (one that does makes the
- * allreduce fail with LOOM_EINVAL, sending nothing), and the buffer must
- * not be written once the allreduce has begun (peers read it). May wait
- * for peers to finish the collective before. */
+ * allreduce fail with LOOM_EINVAL, sending nothing, on the ranks that did
+ * so: every rank must use the buffer alike, or the others wait in the
+ * round), nor loom_comm_reform (which unmaps it: get a new one after), and
+ * the buffer must not be written once the allreduce has begun (peers read
+ * it). recv may be the buffer itself (in place). May wait for peers to
+ * finish the collective before. */
 LOOM_EXPORT void *loom_allreduce_buffer(loom_t *l, size_t count, loom_dtype dt);
 
 /* The size in elements of rank r's block in loom_reduce_scatter(). */

@@ -120,7 +120,8 @@ LOOM_EXPORT int loom_feed_read_offsets(loom_feed_t *f, void *buf, size_t cap, si
 LOOM_EXPORT int loom_feed_epoch(const loom_feed_t *f);
 /* The split of the last record returned, or -1. */
 LOOM_EXPORT long loom_feed_split(const loom_feed_t *f);
-/* The number of epochs and of splits in each. */
+/* The number of epochs and of splits in each (for a growing input,
+ * feed.follow: the splits known when the feed opened, maybe 0). */
 LOOM_EXPORT int loom_feed_epochs(const loom_feed_t *f);
 LOOM_EXPORT long loom_feed_splits(const loom_feed_t *f);
 

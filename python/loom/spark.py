@@ -429,6 +429,40 @@ def _writer(dirpath: str, want: int = 0, ahead: int = 0, stall: float = 600.0,
                 raise failed(r, f"stat {path}")
             return int(_json.loads(r.stdout)["length"])
 
+        # a partition published once is marked (its rows in .part-N.done,
+        # which the feed's consume leaves): a retried Spark task never
+        # writes it again, even once the feed has read and removed it
+        marker = f"{dirpath}/.part-{part:05d}.done"
+
+        def marked() -> int:  # its rows, or -1
+            if remote:
+                r = lfs("cat", marker)
+                if r.returncode == 1:
+                    return -1
+                if r.returncode:
+                    raise failed(r, f"cat {marker}")
+                return int(r.stdout.strip() or 0)
+            try:
+                with open(marker) as mf:
+                    return int(mf.read().strip() or 0)
+            except FileNotFoundError:
+                return -1
+
+        def mark(n: int) -> None:
+            mtmp = (_os.path.join(_tf.gettempdir(), f"loom-mark-{_os.getpid()}-{part:05d}")
+                    if remote else f"{marker}.{ctx.taskAttemptId()}.tmp")
+            with open(mtmp, "w") as mf:
+                mf.write(str(n))
+            if remote:
+                try:
+                    r = lfs("put", "-f", mtmp, marker)
+                finally:
+                    _os.unlink(mtmp)
+                if r.returncode:
+                    raise failed(r, f"put {marker}")
+            else:
+                _os.replace(mtmp, marker)
+
         def publish() -> None:  # tmp, whole, becomes final
             if not remote:
                 _os.replace(tmp, final)
@@ -456,14 +490,14 @@ def _writer(dirpath: str, want: int = 0, ahead: int = 0, stall: float = 600.0,
                         f"{stall:.0f} s (partition {part} waits to be written)")
                 _time.sleep(0.25 if remote else 0.02)
         waited = _time.monotonic() - t0
-        had = size_of(final) if want else -1
+        had = marked() if want else -1
         if had >= 0:
             # written whole by an earlier attempt of this Spark task, and
             # maybe read already: never twice
             for _ in batches:
                 pass
             yield pa.RecordBatch.from_pydict(
-                {"file": [final], "rows": [had // want], "width": [want], "waited": [waited]})
+                {"file": [final], "rows": [had], "width": [want], "waited": [waited]})
             return
 
         def columns(b: Any) -> Any:
@@ -518,6 +552,8 @@ def _writer(dirpath: str, want: int = 0, ahead: int = 0, stall: float = 600.0,
                 f.close()
                 f = None
                 publish()  # whole or absent: a retried task rewrites it
+                if want:
+                    mark(rows)
         finally:
             if f is not None:
                 f.close()
@@ -643,7 +679,7 @@ class _Spiller:
         self.parts: List[Any] = []
         self.error: List[BaseException] = []
         self.started = self.ended = 0.0
-        self.failed = False  # the spill failed, and stopped the job
+        self.cancelled = False  # stop() cancelled it: its error is not the cause
 
     def poll(self, job_dir: Path) -> Optional[str]:
         if self.thread is None:
@@ -658,7 +694,6 @@ class _Spiller:
             self.thread.start()
             return None
         if self.error and not self.thread.is_alive():
-            self.failed = True
             return ("loom.spark: the DataFrame's spill failed: "
                     + (str(self.error[0]).strip().splitlines() or ["?"])[0][:400])
         return None
@@ -682,8 +717,15 @@ class _Spiller:
     def stop(self) -> None:
         """Cancels the spill if it still runs (the job ended first)."""
         if self.thread is not None and self.thread.is_alive():
+            self.cancelled = True
             self.sc.cancelJobGroup(self.group)
             self.thread.join(60)
+
+    @property
+    def failed(self) -> bool:
+        """The spill ended with an error of its own (not cancelled)."""
+        return bool(self.error) and not self.cancelled and self.thread is not None and \
+            not self.thread.is_alive()
 
     def summary(self, columns: List[str]) -> Dict[str, Any]:
         parts = self.parts
@@ -745,7 +787,7 @@ def _spill_entries(d: str) -> List[str]:
     else:
         names = os.listdir(d)
     return sorted(n for n in names if (n.startswith("part-") and n.endswith(".rec"))
-                  or n == "_DONE" or (n.startswith(".part-") and n.endswith(".tmp")))
+                  or n == "_DONE" or n.startswith("._DONE.") or n.startswith(".part-"))
 
 
 def _spill_dir(spill_dir: Optional[Any]) -> Tuple[str, bool]:
@@ -767,7 +809,7 @@ def _drop_spill(d: str, made: bool) -> None:
         return
     try:
         names = _spill_entries(d)
-    except (OSError, CommandError):
+    except (OSError, CommandError, subprocess.SubprocessError):
         return
     for n in names:
         try:
@@ -775,7 +817,7 @@ def _drop_spill(d: str, made: bool) -> None:
                 _fs("rm", f"{d}/{n}", check=False)
             else:
                 os.unlink(os.path.join(d, n))
-        except OSError:
+        except (OSError, subprocess.SubprocessError):  # gone, or HDFS slow: best effort
             pass
 
 
@@ -800,7 +842,7 @@ def _feed_run(spark: Any, df: Any, spec: SpecLike, d: str, feed: Dict[str, Any],
             full["feed"]["shuffle"] = feed["shuffle"]
         try:
             r = run(spark, full, _beside=sp, **kw)
-        except JobFailed:
+        except (JobFailed, CommandError):
             if sp.failed:  # the spill's error is the cause
                 raise sp.error[0] from None
             raise
@@ -841,8 +883,9 @@ def train(spark: Any, df: Any, spec: SpecLike, *, epochs: int = 1,
     The spill (spill_dir, by default a new directory under the system's
     temporary directory, reached by the driver and every executor) is
     removed afterwards unless keep_spill. kw go to run(). The Result's
-    spill is what spill() returned, with streamed and (streamed) waited_s,
-    the seconds Spark's writers waited for the tasks."""
+    spill is what spill() returned (its files: as written; a consumed
+    spill's are gone), with streamed and (streamed) waited_s, the seconds
+    Spark's writers waited for the tasks, and spill_s."""
     if epochs < 1:
         raise ValueError(f"loom.spark.train: epochs={epochs}: at least 1")
     d, made = _spill_dir(spill_dir)

@@ -622,14 +622,15 @@ static int shm_allreduce_slices(comm_t *c, struct shm_dev *d, const char *send, 
     shm_reduce_n(dt, op, mine + so, x, n, sl / es);
     if (op == LOOM_AVG) comm_scale(dt, mine + so, sl / es, n);
     shm_publish(d, &d->ctl[me].reduced, k + 1);
-    if (!fn) memcpy(out + so, mine + so, sl);
+    if (!fn && out + so != mine + so) memcpy(out + so, mine + so, sl);
     /* Out: the other slices, from their owners' slots. */
     for (int j = 1; j < n; j++) {
       int o = (me + j) % n;
       rc = comm__wait_counter(c, &d->ctl[o].reduced, k + 1, d->ranks[o]);
       if (rc < 0) return rc;
       size_t oo = comm__block_off(cnt, n, o) * es, ol = comm__block_len(cnt, n, o);
-      if (!fn) memcpy(out + oo, shm_slot_at(d, k, o) + oo, ol * es);
+      if (!fn && out + oo != shm_slot_at(d, k, o) + oo)
+        memcpy(out + oo, shm_slot_at(d, k, o) + oo, ol * es);
     }
     /* Every slice is reduced and stays in its slot until this rank starts
      * the round after next: hand them all over. */
@@ -648,7 +649,12 @@ static int shm_allreduce(comm_t *c, const void *send, void *recv, size_t count, 
   size_t bytes = count * comm_dtype_size(dt);
   int rc = shm_check_lent(c, d, send);
   if (rc < 0) return rc;
-  if (bytes <= d->small_bytes && bytes <= d->slot_size)
+  /* the small path sums into recv while peers still read every slot: not
+   * into a lent slot (in place); the slices path writes a slot's parts
+   * only once their readers are done */
+  const char *slot = shm_slot_at(d, d->round, d->me);
+  bool into_slot = (const char *)recv < slot + d->slot_size && slot < (const char *)recv + bytes;
+  if (bytes <= d->small_bytes && bytes <= d->slot_size && !into_slot)
     return shm_allreduce_all(c, d, send, recv, count, dt, op);
   return shm_allreduce_slices(c, d, send, recv, count, dt, op, NULL, NULL);
 }

@@ -83,7 +83,8 @@ struct feed_dispatch {
   char **globs, *follow, *fail; /* fail: why the input cannot be read */
   size_t nglobs;
   bool growing, consume;
-  uint64_t split_bytes, consumed;
+  uint64_t split_bytes, consumed, next_scan;
+  int scan_errors;     /* scans in a row that could not read a new file */
   uint32_t *file_left; /* per file: its splits not done this epoch */
   size_t file_cap;
   /* locality: where tasks run, and how many leases went to a task on a
@@ -94,6 +95,7 @@ struct feed_dispatch {
 };
 
 #define LOCAL_WINDOW 64 /* queued splits looked at for a local one */
+#define SCAN_TRIES 3    /* scans in a row that may fail to read a new file */
 
 /* ---- the queue of splits ------------------------------------------------ */
 static void q_push_front(feed_dispatch *d, uint32_t s) {
@@ -164,7 +166,7 @@ static bool split_on(const feed_split *sp, int h) {
  * host h (>= 0): it swaps places with the head. *local says whether the
  * split popped is on h. */
 static uint32_t q_pop_near(feed_dispatch *d, int h, bool *local) {
-  size_t n = d->in->nsplits;
+  size_t n = d->qcap; /* the ring's size (a growing input's outgrows nsplits) */
   *local = false;
   for (size_t k = 0; h >= 0 && k < d->qlen && k < LOCAL_WINDOW; k++) {
     size_t at = (d->qhead + k) % n;
@@ -637,8 +639,13 @@ static void scan(feed_dispatch *d) {
   }
   free(fresh);
   if (rc < 0) {
-    if (rc == LOOM_ECONN || rc == LOOM_ETIMEDOUT) {
+    /* the cluster unreachable, or a file that could not be read (HDFS:
+     * maybe for a moment): looked at again, up to SCAN_TRIES scans in a
+     * row for a read error; a bad file (ESPEC) at once */
+    if (rc == LOOM_ECONN || rc == LOOM_ETIMEDOUT ||
+        (rc == LOOM_EIO && ++d->scan_errors < SCAN_TRIES)) {
       loom__log(LOOM_LOG_WARN, "feed", "feed.input: %s (scanned again in a moment)", why);
+      serve_waiters(d);
       return;
     }
     d->fail = loom__asprintf("the feed's growing input cannot be read: %s", why);
@@ -647,6 +654,7 @@ static void scan(feed_dispatch *d) {
     serve_waiters(d);
     return;
   }
+  d->scan_errors = 0;
   if (ending) {
     d->growing = false;
     loom__log(LOOM_LOG_INFO, "feed", "%s exists: the input is whole, %zu files, %zu splits",
@@ -658,7 +666,12 @@ static void scan(feed_dispatch *d) {
 
 void feed_dispatch_tick(feed_dispatch *d, uint64_t now_ms) {
   if (!d) return;
-  if (d->growing && !d->fail) scan(d);
+  /* an HDFS glob and each new file's open are NameNode calls on the
+   * coordinator's loop: once a second there, every tick on local disks */
+  if (d->growing && !d->fail && now_ms >= d->next_scan) {
+    d->next_scan = loom__fs_remote(d->follow) ? now_ms + 1000 : 0;
+    scan(d);
+  }
   bool back = false;
   for (lease *l = d->leases, *n; l; l = n) {
     n = l->next;
@@ -676,6 +689,9 @@ void feed_dispatch_tick(feed_dispatch *d, uint64_t now_ms) {
 
 void feed_dispatch_new_attempt(feed_dispatch *d) {
   if (!d) return;
+  free(d->fail); /* a bad file is found again by the next scan */
+  d->fail = NULL;
+  d->scan_errors = 0;
   waiters_remove_if(d, w_abort, NULL);
   while (d->leases)
     lease_take_back(d, d->leases, "belonged to the previous attempt", LOOM_LOG_INFO);

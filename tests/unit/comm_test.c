@@ -188,8 +188,10 @@ static int check_allreduce_apply(comm_t *c, int n, size_t count, loom_dtype dt, 
  * vector that fits a slot, a place to write the send of the next
  * allreduce (or apply), which then reduces it in place with the same
  * result; NULL everywhere else. */
+/* mode: 0 allreduce into memory of its own, 1 apply, 2 allreduce in
+ * place (recv the lent buffer too) */
 static int check_allreduce_buffer(comm_t *c, const struct tcase *tc, int n, size_t count,
-                                  loom_dtype dt, loom_op op, int apply) {
+                                  loom_dtype dt, loom_op op, int mode) {
   size_t es = comm_dtype_size(dt);
   int native = !strcmp(tc->transport, "auto") && !tc->mixed && n > 1 &&
                !(tc->env && strstr(tc->env, "LOOM_COMM_SHM_SLOT=0"));
@@ -200,7 +202,7 @@ static int check_allreduce_buffer(comm_t *c, const struct tcase *tc, int n, size
         (void *)p, want ? "a buffer" : "NULL");
   if (!p) return 0;
   for (size_t i = 0; i < count; i++) put(dt, p, i, val(g_rank, i));
-  if (apply) {
+  if (mode == 1) {
     char *out = malloc(count * es);
     unsigned char *seen = calloc(count, 1);
     CHECK(out && seen, "out of memory");
@@ -216,15 +218,15 @@ static int check_allreduce_buffer(comm_t *c, const struct tcase *tc, int n, size
     free(out);
     free(seen);
   } else {
-    char *recv = malloc(count * es);
+    char *recv = mode == 2 ? p : malloc(count * es);
     CHECK(recv, "out of memory");
     CALL(c, comm_allreduce(c, p, recv, count, dt, op));
     for (size_t i = 0; i < count; i++) {
       double got = get(dt, recv, i), want_v = expect(dt, op, n, i);
-      CHECK(got == want_v, "allreduce_buffer %s %s count %zu: [%zu] = %g, want %g", dt_name[dt],
-            op_name[op], count, i, got, want_v);
+      CHECK(got == want_v, "allreduce_buffer %s %s count %zu%s: [%zu] = %g, want %g", dt_name[dt],
+            op_name[op], count, mode == 2 ? " in place" : "", i, got, want_v);
     }
-    free(recv);
+    if (mode != 2) free(recv);
   }
   return 0;
 }
@@ -323,6 +325,7 @@ static int rank_body(comm_t *c, const struct tcase *tc) {
           if (check_reduce_scatter(c, n, counts[k], dt, op, inplace)) return 1;
           if (!inplace && check_allreduce_apply(c, n, counts[k], dt, op)) return 1;
           if (check_allreduce_buffer(c, tc, n, counts[k], dt, op, inplace)) return 1;
+          if (!inplace && check_allreduce_buffer(c, tc, n, counts[k], dt, op, 2)) return 1;
         }
   if (check_buffer_misuse(c, n)) return 1;
   for (int k = 0; k < ncounts; k++)

@@ -589,6 +589,55 @@ static void test_growing_ends_empty_and_bad_files(void **state) {
   clear_replies();
 }
 
+static const char *host_h(void *ctx, const char *task) {
+  (void)ctx;
+  (void)task;
+  return "h";
+}
+
+/* The queue outgrows the splits known when it was made (a ring of qcap
+ * entries): a split given back goes to the front at the ring's far end,
+ * and a lease with locality (HDFS input: hosts known) still finds it
+ * there, never an entry past the queue. */
+static void test_growing_queue_wraps_with_locality(void **state) {
+  (void)state;
+  feed_dispatch *d = make_growing("wrap", "lines", NULL);
+  char name[32];
+  for (int i = 0; i < 60; i++) {
+    snprintf(name, sizeof name, "f%03d.txt", i);
+    put_whole("wrap", name, "x\n");
+  }
+  feed_dispatch_tick(d, loom__now_ms());
+  json_int_t first = 0;
+  for (int i = 0; i < 4; i++) {
+    reply_t *r = lease_req(d, &A, "worker:0", 16, 0);
+    assert_int_equal(r->rc, 0);
+    if (i == 0) first = ival(split_of(r, 0), "lease");
+  }
+  for (int i = 60; i < 70; i++) {
+    snprintf(name, sizeof name, "f%03d.txt", i);
+    put_whole("wrap", name, "x\n");
+  }
+  feed_dispatch_tick(d, loom__now_ms());
+  assert_true(d->qcap > 70); /* the ring grew past the splits */
+  assert_int_equal(
+      send_req(d, &A, "worker:0", FEED_MSG_RELEASE, json_pack("{s:[I]}", "leases", first)), 0);
+  /* locality on: one host known, no split on it */
+  char **hosts = malloc(sizeof *hosts);
+  hosts[0] = strdup("h");
+  d->in->hosts = hosts;
+  d->in->nhosts = 1;
+  feed_dispatch_set_hosts(d, host_h, NULL);
+  reply_t *r = lease_req(d, &B, "worker:1", 1, 0);
+  assert_int_equal(r->rc, 0);
+  assert_int_equal(ival(split_of(r, 0), "split"), 0); /* the one given back, first */
+  r = lease_req(d, &B, "worker:1", 16, 0);
+  assert_int_equal(json_array_size(json_object_get(r->extra, "splits")), 10);
+  for (size_t i = 0; i < 10; i++) assert_true(ival(split_of(r, i), "split") >= 60);
+  feed_dispatch_destroy(d);
+  clear_replies();
+}
+
 static void test_consume_removes_read_files(void **state) {
   (void)state;
   feed_dispatch *d = make_growing("spool", "lines", "{\"epochs\": 2, \"consume\": true}");
@@ -653,6 +702,7 @@ int main(void) {
       cmocka_unit_test(test_growing_input),
       cmocka_unit_test(test_growing_ends_empty_and_bad_files),
       cmocka_unit_test(test_consume_removes_read_files),
+      cmocka_unit_test(test_growing_queue_wraps_with_locality),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
