@@ -362,9 +362,14 @@ def test_an_executor_lost_relaunches_the_stage_as_the_next_attempt(loom, standal
     assert re.findall(r"\[(worker:\d)\] DONE", r["stdout"]) != [], r["stdout"]
     ev = events(jd)
     # worker:1 was lost with its executor, which made the first stage
-    # attempt stale; the relaunched stage raised the fence
-    assert any(e["event"] == "lost" and e.get("task") == "worker:1" and
-               "Spark: the executor was lost" in e.get("reason", "") for e in ev), ev
+    # attempt stale; the relaunched stage raised the fence. The agent says
+    # why when a signal reaches it first (pyspark's daemon hangs up its
+    # process group, or the worker's death signal); when it is killed
+    # before it can (seen under ASan, where stopping is slower), the
+    # coordinator sees its connection close
+    lost = [e for e in ev if e["event"] == "lost" and e.get("task") == "worker:1"]
+    assert lost and any(why in lost[0].get("reason", "") for why in (
+        "Spark: the executor was lost", "its connection to the coordinator closed")), ev
     assert [e["event"] for e in ev].count("launch_stale") >= 1
     assert any(e["event"] == "fence_raised" for e in ev), [e["event"] for e in ev]
     refused = [e for e in ev if e["event"] == "agent_refused" and e.get("final")]
