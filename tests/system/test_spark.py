@@ -77,6 +77,45 @@ def wait_for(cond, what, timeout=90):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def stop_daemons(procs):
+    """Stops the Spark daemons started in sessions of their own: SIGTERM,
+    then SIGKILL to those still there after 20 s."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def per_epoch(stdout):
+    """{epoch: [rows, byte sum]} over every feedtask.py's FEED lines."""
+    got = {}
+    for epoch, rows, total in re.findall(r"FEED task=\S+ epoch=(\d+) rows=(\d+) sum=(\d+)",
+                                         stdout):
+        e = got.setdefault(int(epoch), [0, 0])
+        e[0] += int(rows)
+        e[1] += int(total)
+    return got
+
+
+def mixed_totals(stdout):
+    """(rows, byte sum, the C task's records and bytes) read by the Python
+    worker:0 (FEED lines) and the C chief:0 (feedprobe --sum's FEEDOK)."""
+    py = [(int(a), int(b)) for a, b in
+          re.findall(r"FEED task=worker:0 epoch=\d+ rows=(\d+) sum=(\d+)", stdout)]
+    c = re.findall(r"FEEDOK task=chief:0 records=(\d+) bytes=(\d+) .*epochs=2 .*sum=(\d+)",
+                   stdout)
+    assert py and len(c) == 1, stdout[-2000:]
+    recs, nbytes, csum = map(int, c[0])
+    return sum(a for a, _ in py) + recs, sum(b for _, b in py) + csum, recs, nbytes
+
+
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory):
     """A standalone Master and two Workers (1 core, 1 GiB each)."""
@@ -108,17 +147,7 @@ def standalone(tmp_path_factory):
         wait_for(alive_workers, "the Master to have its 2 Workers", 120)
         yield {"master": master, "dir": d}
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop_daemons(procs)
 
 
 class Driver:
@@ -442,12 +471,7 @@ def test_train_feeds_a_dataframe_to_the_tasks_every_epoch(loom):
     assert sp["rows"] == 12000 and sp["record_bytes"] == 785 and len(sp["files"]) == 4, sp
     assert sp["streamed"] is False, sp  # 2 tasks on 2 slots: no slot to stream on
     assert sp["columns"] == ["image:binary", "label:tinyint"], sp
-    got = {}
-    for task, epoch, rows, total in re.findall(
-            r"FEED task=(\S+) epoch=(\d+) rows=(\d+) sum=(\d+)", r["stdout"]):
-        e = got.setdefault(int(epoch), [0, 0])
-        e[0] += int(rows)
-        e[1] += int(total)
+    got = per_epoch(r["stdout"])
     want = [r["data"]["rows"], r["data"]["sum"]]
     assert got == {0: want, 1: want}, (got, want)
     # the spill is gone
@@ -473,15 +497,9 @@ def test_train_streams_the_dataframe_beside_the_job(loom):
     sp = r["spill"]
     assert sp["streamed"] is True and sp["rows"] == 12000 and sp["record_bytes"] == 785, sp
     assert len(sp["files"]) == 12, sp
-    py = [(int(a), int(b)) for a, b in re.findall(r"FEED task=worker:0 epoch=\d+ rows=(\d+) "
-                                                   r"sum=(\d+)", r["stdout"])]
-    c = re.findall(r"FEEDOK task=chief:0 records=(\d+) bytes=(\d+) .*epochs=2 .*sum=(\d+)",
-                   r["stdout"])
-    assert py and len(c) == 1, r["stdout"][-2000:]
-    rows = sum(a for a, _ in py) + int(c[0][0])
-    total = sum(b for _, b in py) + int(c[0][2])
-    assert (rows, total) == (2 * r["data"]["rows"], 2 * r["data"]["sum"]), (py, c, r["data"])
-    assert int(c[0][1]) == int(c[0][0]) * 785 and int(c[0][0]) > 0, c
+    rows, total, recs, nbytes = mixed_totals(r["stdout"])
+    assert (rows, total) == (2 * r["data"]["rows"], 2 * r["data"]["sum"]), r["stdout"][-2000:]
+    assert nbytes == recs * 785 and recs > 0, (recs, nbytes)
     firsts = [float(t) for t in re.findall(r"FIRST task=\S+ t=([\d.]+)", r["stdout"])]
     assert len(firsts) == 1, r["stdout"][-2000:]
     # streamed: the tasks read while Spark was still writing
@@ -508,10 +526,8 @@ def test_streaming_waits_for_slow_tasks(loom):
     assert r.get("exit_code") == 0, r
     sp = r["spill"]
     assert sp["streamed"] is True and sp["rows"] == 10000, sp
-    rows = sum(int(n) for n in re.findall(r"FEED task=\S+ epoch=0 rows=(\d+)", r["stdout"]))
-    total = sum(int(n) for n in re.findall(r"FEED task=\S+ epoch=0 rows=\d+ sum=(\d+)",
-                                           r["stdout"]))
-    assert (rows, total) == (r["data"]["rows"], r["data"]["sum"]), r["stdout"][-2000:]
+    assert per_epoch(r["stdout"]) == {0: [r["data"]["rows"], r["data"]["sum"]]}, \
+        r["stdout"][-2000:]
     assert sp["waited_s"] > 0.2, sp
     assert 0 < r["spill_peak"] <= 800000 + 2 * 785000, r["spill_peak"]
     assert not list(spill.glob("part-*")), list(spill.iterdir())
@@ -550,12 +566,7 @@ def test_the_spill_and_the_output_can_live_on_hdfs(loom, hdfs):
     sp = r["spill"]
     assert sp["streamed"] is True and len(sp["files"]) == 6, sp
     assert all(f.startswith(url + "/part-") for f in sp["files"]), sp
-    got = {}
-    for epoch, rows, total in re.findall(r"FEED task=\S+ epoch=(\d+) rows=(\d+) sum=(\d+)",
-                                         r["stdout"]):
-        e = got.setdefault(int(epoch), [0, 0])
-        e[0] += int(rows)
-        e[1] += int(total)
+    got = per_epoch(r["stdout"])
     want = [r["data"]["rows"], r["data"]["sum"]]
     assert got == {0: want, 1: want}, (got, want)
     left = hdfs.java_text("-ls", url)
@@ -668,12 +679,7 @@ def test_on_yarn_every_role_runs_in_yarn_containers_and_a_dataframe_streams(loom
                env_extra=env).result(timeout=400)
     assert r.get("exit_code") == 0, r
     assert r["spill"]["streamed"] is True, r["spill"]
-    got = {}
-    for epoch, rows, total in re.findall(r"FEED task=\S+ epoch=(\d+) rows=(\d+) sum=(\d+)",
-                                         r["stdout"]):
-        e = got.setdefault(int(epoch), [0, 0])
-        e[0] += int(rows)
-        e[1] += int(total)
+    got = per_epoch(r["stdout"])
     want = [r["data"]["rows"], r["data"]["sum"]]
     assert got == {0: want, 1: want}, (got, want)
     nothing_left(job_dir(loom))
@@ -728,17 +734,7 @@ def spark_hosts(tmp_path_factory):
             wait_for(alive_workers, "the Master on h0 to have the Workers of h1 and h2", 120)
             yield {"hosts": h, "master": master, "env": env}
         finally:
-            for p in procs:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-            for p in procs:
-                try:
-                    p.wait(20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
+            stop_daemons(procs)
 
 
 @NORMAL_PASS
@@ -783,10 +779,6 @@ def test_across_hosts_the_tasks_run_on_the_workers_hosts_and_a_dataframe_streams
                env_extra=spark_hosts["env"](0), prefix=pre).result()
     assert r.get("exit_code") == 0, r
     assert r["spill"]["streamed"] is True, r["spill"]
-    py = [(int(a), int(b)) for a, b in re.findall(r"FEED task=worker:0 epoch=\d+ rows=(\d+) "
-                                                   r"sum=(\d+)", r["stdout"])]
-    c = re.findall(r"FEEDOK task=chief:0 records=(\d+) .*sum=(\d+)", r["stdout"])
-    assert len(c) == 1, r["stdout"][-2000:]
-    assert (sum(a for a, _ in py) + int(c[0][0]), sum(b for _, b in py) + int(c[0][1])) == \
-        (2 * r["data"]["rows"], 2 * r["data"]["sum"]), (py, c, r["data"])
+    rows, total, _, _ = mixed_totals(r["stdout"])
+    assert (rows, total) == (2 * r["data"]["rows"], 2 * r["data"]["sum"]), r["stdout"][-2000:]
     nothing_left(job_dir(loom))

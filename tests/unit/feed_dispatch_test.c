@@ -70,13 +70,9 @@ static int teardown(void **state) {
 
 static int counter;
 
-/* A dispatcher over the six files with the given extra spec members. */
-static feed_dispatch *make(const char *extra_json, bool output) {
-  char glob[128], out[128], err[512] = "";
-  snprintf(glob, sizeof glob, "%s/in/*.txt", dir);
-  snprintf(out, sizeof out, "%s/out%d", dir, ++counter);
-  json_t *spec = json_pack("{s:[s], s:s}", "input", glob, "format", "lines");
-  if (output) json_object_set_new(spec, "output", json_string(out));
+/* A dispatcher of the feed spec (taken), with the extra members. */
+static feed_dispatch *create(json_t *spec, const char *extra_json) {
+  char err[512] = "";
   if (extra_json) {
     json_t *x = json_loads(extra_json, 0, NULL);
     assert_non_null(x);
@@ -88,6 +84,16 @@ static feed_dispatch *make(const char *extra_json, bool output) {
   json_decref(spec);
   if (rc) fail_msg("create: %s", err);
   return d;
+}
+
+/* A dispatcher over the six files with the given extra spec members. */
+static feed_dispatch *make(const char *extra_json, bool output) {
+  char glob[128], out[128];
+  snprintf(glob, sizeof glob, "%s/in/*.txt", dir);
+  snprintf(out, sizeof out, "%s/out%d", dir, ++counter);
+  json_t *spec = json_pack("{s:[s], s:s}", "input", glob, "format", "lines");
+  if (output) json_object_set_new(spec, "output", json_string(out));
+  return create(spec, extra_json);
 }
 
 static json_int_t next_id;
@@ -453,23 +459,13 @@ static const char *dir_file(const char *name, const char *file) {
 
 /* A growing dispatcher over the .txt files of dir/NAME, ended by dir/NAME/_END. */
 static feed_dispatch *make_growing(const char *name, const char *fmt, const char *extra_json) {
-  char glob[160], end[160], err[512] = "";
+  char glob[160], end[160];
   snprintf(glob, sizeof glob, "%s/%s", dir, name);
   mkdir(glob, 0755);
   snprintf(glob, sizeof glob, "%s/%s/*.txt", dir, name);
   snprintf(end, sizeof end, "%s/%s/_END", dir, name);
   json_t *spec = json_pack("{s:[s], s:s, s:s}", "input", glob, "format", fmt, "follow", end);
-  if (extra_json) {
-    json_t *x = json_loads(extra_json, 0, NULL);
-    assert_non_null(x);
-    json_object_update(spec, x);
-    json_decref(x);
-  }
-  feed_dispatch *d = NULL;
-  int rc = feed_dispatch_create(spec, dir, dir, on_reply, &d, err, sizeof err);
-  json_decref(spec);
-  if (rc) fail_msg("create: %s", err);
-  return d;
+  return create(spec, extra_json);
 }
 
 /* Writes dir/name/file whole, as a spill writer does: elsewhere, then a
