@@ -19,9 +19,22 @@
  *        median_s=... GBps=... ratio=<echo median / ps median>
  *   name=tcp_echo_pull shards=2 n=... bytes=... iters=... median_s=... GBps=... ratio=1
  * ratio > 1: the ps is faster than plain TCP (the benchmarks' convention:
- * > 1 is better for loom); 0.8: it takes 1/0.8 = 1.25 times as long. */
+ * > 1 is better for loom); 0.8: it takes 1/0.8 = 1.25 times as long.
+ * Sparse figures add a third line, timed in the same rounds:
+ *   name=store_sparse_pull shards=2 n=4096 bytes=... median_s=... ratio=...
+ * the shard's own work on the request, in this process on one thread, with
+ * no network: ps_sparse_read (pull) or ps_sparse_apply (push, SGD) on a
+ * copy of the same 1M-row table, for the same number of random keys.
+ * Its ratio (echo median / store median) is the most a shard holding all
+ * the keys could reach if its transport cost nothing. And a fourth:
+ *   name=floor_sparse_pull shards=2 n=4096 bytes=... median_s=... ratio=...
+ * the least memory work any store must do for the request: each row read
+ * once (pull: copied out; push: w -= lr * g) from a plain array of the
+ * table's 1M rows of 16 floats (64 MiB, 2 MiB pages), no index at all. */
 #include <loom.h>
 #include <loom/ps.h>
+
+#include "ps/ps.h" /* the shard's row store, for the store_ figures */
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -32,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -226,6 +240,32 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < 4096; i++) keys[i] = (b + i) % 1000000;
     rc = loom_ps_sparse_push(ps, table, keys, 4096, buf);
   }
+  /* The same table in this process, for the store_ figures: the rows a
+   * single shard holds, made by the shard's code. */
+  ps_state st;
+  ps_state_init(&st, 0, 1, 1 << 20, UINT64_MAX);
+  ps_decl sd = {.kind = PS_SPARSE, .ndim = 1, .count = DIM, .shape = {DIM}, .opt = sgd};
+  snprintf(sd.name, sizeof sd.name, "bench/emb");
+  uint32_t sid = 0;
+  char serr[256];
+  if (rc == 0 && ps_state_declare(&st, &sd, &sid, serr, sizeof serr) < 0) {
+    fprintf(stderr, "bench_ps: the in-process store: %s\n", serr);
+    rc = -1;
+  }
+  for (uint64_t b = 0; rc == 0 && b < 1000000; b += 4096) {
+    for (size_t i = 0; i < 4096; i++) keys[i] = (b + i) % 1000000;
+    rc = ps_sparse_apply(&st, st.vars[sid], (const unsigned char *)keys, buf, 4096, true);
+  }
+  /* The floor_ figures' plain array of rows. */
+  size_t abytes = (size_t)1000000 * DIM * sizeof(float);
+  abytes = (abytes + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+  float *arr = rc == 0 ? aligned_alloc(2u << 20, abytes) : NULL;
+  if (arr) {
+    madvise(arr, abytes, MADV_HUGEPAGE);
+    for (size_t i = 0; i < abytes / sizeof(float); i++) arr[i] = (float)(i % 1000);
+  } else if (rc == 0) {
+    rc = -1;
+  }
   for (size_t f = 0; rc == 0 && f < sizeof figs / sizeof figs[0]; f++) {
     const figure *g = &figs[f];
     if (only && !strstr(only, g->name)) continue;
@@ -253,8 +293,10 @@ int main(int argc, char **argv) {
     if (iters < 5) iters = 5;
     if (iters > 400) iters = 400;
     double *tp = malloc((size_t)iters * ROUNDS * sizeof *tp),
-           *te = malloc((size_t)iters * ROUNDS * sizeof *te);
-    int np = 0, ne = 0;
+           *te = malloc((size_t)iters * ROUNDS * sizeof *te),
+           *ts = malloc((size_t)iters * ROUNDS * sizeof *ts),
+           *tf = malloc((size_t)iters * ROUNDS * sizeof *tf);
+    int np = 0, ne = 0, ns = 0, nf = 0;
     for (int r = 0; rc == 0 && r < ROUNDS; r++) {
       for (int i = 0; i < iters; i++) {
         double a = now();
@@ -271,6 +313,27 @@ int main(int argc, char **argv) {
           rc = g->push ? loom_ps_push(ps, v, buf) : loom_ps_pull(ps, v, buf);
         tp[np++] = now() - a;
       }
+      for (int i = 0; rc == 0 && g->sparse && i < iters; i++) {
+        for (size_t k = 0; k < g->n; k++) keys[k] = (uint64_t)rand() % 1000000;
+        double a = now();
+        if (g->push)
+          rc = ps_sparse_apply(&st, st.vars[sid], (const unsigned char *)keys, buf, g->n, true);
+        else
+          ps_sparse_read(&st, st.vars[sid], (const unsigned char *)keys, g->n, buf);
+        ts[ns++] = now() - a;
+      }
+      for (int i = 0; rc == 0 && g->sparse && i < iters; i++) {
+        for (size_t k = 0; k < g->n; k++) keys[k] = (uint64_t)rand() % 1000000;
+        double a = now();
+        for (size_t k = 0; k < g->n; k++) {
+          float *row = arr + keys[k] * DIM, *cell = buf + k * DIM;
+          if (g->push)
+            for (int j = 0; j < DIM; j++) row[j] -= 1e-6f * cell[j];
+          else
+            memcpy(cell, row, DIM * sizeof(float));
+        }
+        tf[nf++] = now() - a;
+      }
     }
     if (rc == 0) {
       double mp = median(tp, np), me = median(te, ne);
@@ -280,13 +343,29 @@ int main(int argc, char **argv) {
       printf(
           "name=tcp_echo_%s shards=%s n=%zu bytes=%zu iters=%d median_s=%.6g GBps=%.3f ratio=1\n",
           g->name, label, g->n, moved, ne, me, moved / me / 1e9);
+      if (ns) {
+        double ms = median(ts, ns);
+        printf("name=store_%s shards=%s n=%zu bytes=%zu iters=%d median_s=%.6g GBps=%.3f "
+               "ratio=%.2f\n",
+               g->name, label, g->n, moved, ns, ms, moved / ms / 1e9, me / ms);
+      }
+      if (nf) {
+        double mf = median(tf, nf);
+        printf("name=floor_%s shards=%s n=%zu bytes=%zu iters=%d median_s=%.6g GBps=%.3f "
+               "ratio=%.2f\n",
+               g->name, label, g->n, moved, nf, mf, moved / mf / 1e9, me / mf);
+      }
       fflush(stdout);
     }
     free(tp);
     free(te);
+    free(ts);
+    free(tf);
   }
   if (rc != 0) fprintf(stderr, "bench_ps: %s: %s\n", loom_strerror(rc), loom_ps_errmsg(ps));
   loom_ps_close(ps);
+  ps_state_free(&st);
+  free(arr);
   free(buf);
   free(keys);
   close(efd);

@@ -41,7 +41,7 @@
 
 /* ---- tunables (LOOM_PS_* in src/core/tun.h, where each is described) -- */
 struct ps_tunables {
-  long long timeout_ms, max_msg, max_memory, split_bytes, max_conns, ckpt_keep, spin_us;
+  long long timeout_ms, max_msg, max_memory, split_bytes, max_conns, ckpt_keep, spin_us, threads;
 };
 
 /* poll(), but first polling without sleeping (and yielding the CPU in
@@ -226,6 +226,20 @@ uint64_t ps_rows_key(const ps_rows *r, uint64_t row);
 /* Forgets every row, keeping the memory for reuse. */
 void ps_rows_clear(ps_rows *r);
 
+/* ---- a shard's helper threads (pool.c) ---------------------------------- */
+typedef struct ps_pool ps_pool;
+/* A pool of threads - 1 helpers (*out NULL when threads <= 1: every job
+ * then runs on the caller); spin_ns: how long an idle helper polls for the
+ * next job before sleeping. */
+int ps_pool_new(int threads, uint64_t spin_ns, ps_pool **out);
+void ps_pool_free(ps_pool *p);
+/* The threads a job can use, the caller's included (1 for NULL). */
+int ps_pool_threads(const ps_pool *p);
+/* Runs fn(arg, i, parts) for every i in 0..parts-1 at once, part 0 on the
+ * caller (parts is cut to the pool's threads); returns when all are done.
+ * One caller at a time. */
+void ps_pool_run(ps_pool *p, int parts, void (*fn)(void *arg, int part, int parts), void *arg);
+
 /* ---- a shard's state ---------------------------------------------------- */
 typedef struct {
   ps_decl d;
@@ -251,7 +265,11 @@ typedef struct {
   ps_mem mem;
   int64_t *scratch; /* row numbers of a message's keys */
   size_t scratch_cap;
+  ps_pool *pool; /* borrowed; NULL: one thread. Reads and applies of
+                    PS_PAR_KEYS keys or more are split over it */
 } ps_state;
+
+#define PS_PAR_KEYS 1024 /* fewer keys than this: one thread */
 
 void ps_state_init(ps_state *st, int shard, int nshards, uint64_t split_bytes, uint64_t max_memory);
 void ps_state_free(ps_state *st);

@@ -81,6 +81,7 @@ struct ps_server {
   struct ps_tunables tun;
   int auth_ms;
   ps_state st;
+  ps_pool *pool; /* LOOM_PS_THREADS - 1 helpers; NULL: one thread */
   bool configured;
   int mode, staleness, workers;
   uint64_t step;   /* SYNC: steps applied; else the last restored step */
@@ -936,6 +937,11 @@ int loom__ps_server_new(const ps_server_cfg *cfg, ps_server **out) {
   s->pa_max = pa_max < 1 ? 1 : (size_t)pa_max;
   ps_state_init(&s->st, cfg->shard, cfg->nshards, (uint64_t)s->tun.split_bytes,
                 (uint64_t)s->tun.max_memory);
+  if (ps_pool_new((int)s->tun.threads, (uint64_t)s->tun.spin_us * 1000u, &s->pool) < 0)
+    loom__log(LOOM_LOG_WARN, "ps",
+              "shard %d: could not start %lld threads (LOOM_PS_THREADS): serving on one",
+              cfg->shard, s->tun.threads);
+  s->st.pool = s->pool;
   int fl = fcntl(cfg->listen_fd, F_GETFL);
   if (fl < 0 || fcntl(cfg->listen_fd, F_SETFL, fl | O_NONBLOCK) < 0) {
     loom__ps_server_free(s);
@@ -955,6 +961,7 @@ void loom__ps_server_free(ps_server *s) {
   loom__ratelog_flush(&s->refused, "ps", REFUSED);
   if (s->cfg.listen_fd >= 0) close(s->cfg.listen_fd);
   ps_state_free(&s->st);
+  ps_pool_free(s->pool);
   free(s->clock);
   free(s);
 }

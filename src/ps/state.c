@@ -165,22 +165,7 @@ static uint64_t key_at(const unsigned char *keys, size_t i) {
   return k;
 }
 
-/* The rows of a message's keys, -1 where absent (NULL without memory). */
-static int64_t *find_rows(ps_state *st, const ps_var *v, const unsigned char *keys, size_t n) {
-  if (n > st->scratch_cap) {
-    size_t cap = n < 4096 ? 4096 : n;
-    int64_t *p = realloc(st->scratch, cap * sizeof *p);
-    if (!p) return NULL;
-    st->scratch = p;
-    st->scratch_cap = cap;
-  }
-  ps_rows_find_many(&v->rows, keys, n, st->scratch);
-  return st->scratch;
-}
-
-void ps_sparse_read(ps_state *st, const ps_var *v, const unsigned char *keys, size_t n,
-                    float *out) {
-  (void)st;
+static void sparse_read_one(const ps_var *v, const unsigned char *keys, size_t n, float *out) {
   size_t dim = (size_t)v->d.count;
   /* A group at a time: its lookups, then its copies, each pass a group of
    * independent loads (no scratch array either). */
@@ -196,6 +181,62 @@ void ps_sparse_read(ps_state *st, const ps_var *v, const unsigned char *keys, si
         ps_init_fill(&v->d.init, key_at(keys, a + i), 0, o, dim);
     }
   }
+}
+
+/* The parts a request of n keys is split into: up to the pool's
+ * threads, each at least PS_PAR_KEYS / 2 keys. */
+static int parts_for(const ps_state *st, size_t n) {
+  int t = ps_pool_threads(st->pool);
+  if (n < PS_PAR_KEYS || t <= 1) return 1;
+  size_t most = n / (PS_PAR_KEYS / 2);
+  return most < (size_t)t ? (int)most : t;
+}
+
+typedef struct {
+  const ps_var *v;
+  ps_var *mv;
+  const unsigned char *keys;
+  const int64_t *rows;
+  int64_t *found;
+  const float *g;
+  float *out;
+  size_t n;
+} sparse_job;
+
+/* Part i of a read: a contiguous run of keys, READ_GROUP-aligned. */
+static void read_part(void *arg, int i, int parts) {
+  const sparse_job *j = arg;
+  size_t per = (j->n / (size_t)parts + READ_GROUP - 1) / READ_GROUP * READ_GROUP;
+  size_t a = per * (size_t)i, b = a + per < j->n ? a + per : j->n;
+  if (a < b) sparse_read_one(j->v, j->keys + 8 * a, b - a, j->out + a * (size_t)j->v->d.count);
+}
+
+void ps_sparse_read(ps_state *st, const ps_var *v, const unsigned char *keys, size_t n,
+                    float *out) {
+  sparse_job j = {.v = v, .keys = keys, .n = n, .out = out};
+  ps_pool_run(st->pool, parts_for(st, n), read_part, &j);
+}
+
+/* Part i of a lookup: a contiguous run of keys. */
+static void find_part(void *arg, int i, int parts) {
+  const sparse_job *j = arg;
+  size_t per = (j->n / (size_t)parts + READ_GROUP - 1) / READ_GROUP * READ_GROUP;
+  size_t a = per * (size_t)i, b = a + per < j->n ? a + per : j->n;
+  if (a < b) ps_rows_find_many(&j->v->rows, j->keys + 8 * a, b - a, j->found + a);
+}
+
+/* The rows of a message's keys, -1 where absent (NULL without memory). */
+static int64_t *find_rows(ps_state *st, const ps_var *v, const unsigned char *keys, size_t n) {
+  if (n > st->scratch_cap) {
+    size_t cap = n < 4096 ? 4096 : n;
+    int64_t *p = realloc(st->scratch, cap * sizeof *p);
+    if (!p) return NULL;
+    st->scratch = p;
+    st->scratch_cap = cap;
+  }
+  sparse_job j = {.v = v, .keys = keys, .n = n, .found = st->scratch};
+  ps_pool_run(st->pool, parts_for(st, n), find_part, &j);
+  return st->scratch;
 }
 
 /* The stored row of key, created with its initial values if new. */
@@ -235,16 +276,46 @@ static void row_apply(ps_var *v, uint64_t row, const float *g) {
                v->slots >= 2 ? p + 2 * dim : NULL, g, dim);
 }
 
+/* Part i of an apply: the keys whose row number's hash falls in part i,
+ * in the message's order. A row that repeats is one part's alone, its
+ * updates in order: the same result, bit for bit, as one thread. */
+static void apply_part(void *arg, int i, int parts) {
+  const sparse_job *j = arg;
+  size_t dim = (size_t)j->mv->d.count;
+  const int64_t *rows = j->rows;
+  if (parts == 1) {
+    for (size_t k = 0; k < j->n; k++) {
+      if (k + AHEAD < j->n) __builtin_prefetch(ps_rows_at(&j->mv->rows, (uint64_t)rows[k + AHEAD]));
+      row_apply(j->mv, (uint64_t)rows[k], j->g + k * dim);
+    }
+    return;
+  }
+  /* A block at a time: this part's keys picked out without a branch (a
+   * mispredicted one per key would stall the misses in flight), the owner
+   * by a multiply, not a division; then applied, prefetching ahead. */
+  uint32_t mine[256];
+  for (size_t a = 0; a < j->n; a += 256) {
+    size_t e = j->n - a < 256 ? j->n - a : 256, m = 0;
+    for (size_t k = 0; k < e; k++) {
+      mine[m] = (uint32_t)k;
+      m += (((ps_mix64((uint64_t)rows[a + k]) >> 32) * (uint64_t)parts) >> 32) == (uint64_t)i;
+    }
+    for (size_t q = 0; q < m; q++) {
+      if (q + AHEAD < m)
+        __builtin_prefetch(ps_rows_at(&j->mv->rows, (uint64_t)rows[a + mine[q + AHEAD]]));
+      row_apply(j->mv, (uint64_t)rows[a + mine[q]], j->g + (a + mine[q]) * dim);
+    }
+  }
+}
+
 int ps_sparse_apply(ps_state *st, ps_var *v, const unsigned char *keys, const float *g, size_t n,
                     bool first) {
   if (first) v->t++;
-  size_t dim = (size_t)v->d.count;
   int rc;
   int64_t *rows = touch_rows(st, v, keys, n, &rc);
-  for (size_t i = 0; rows && i < n; i++) {
-    if (i + AHEAD < n) __builtin_prefetch(ps_rows_at(&v->rows, (uint64_t)rows[i + AHEAD]));
-    row_apply(v, (uint64_t)rows[i], g + i * dim);
-  }
+  if (!rows) return rc;
+  sparse_job j = {.mv = v, .rows = rows, .g = g, .n = n};
+  ps_pool_run(st->pool, parts_for(st, n), apply_part, &j);
   return rc;
 }
 

@@ -2,7 +2,9 @@
  * where a dense range and a key live (tiling over 1..8 shards, counts 0, 1,
  * primes and large), initial values (a function of seed, key and index
  * only), optimizer updates against a double-precision transcription of
- * torch.optim's formulas, the sparse row store, and the codecs. */
+ * torch.optim's formulas, the sparse row store, the codecs, and a shard's
+ * helper threads (a large sparse read or apply split over 2..4 threads
+ * gives the same bits as one thread, keys repeated or new included). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -202,6 +204,72 @@ static void test_rows_store(void **state) {
   assert_int_equal(small.used, 0);
 }
 
+/* Sparse reads and applies split over a pool (parts of PS_PAR_KEYS keys
+ * or more) equal one thread's, bit for bit: SGD, Adagrad and Adam; keys
+ * repeated within a message (a raw client need not merge them: their
+ * updates apply in order) and keys new to the table (created before the
+ * split). Every pool size runs the same messages on its own state. */
+static void test_threads_same_bits(void **state) {
+  (void)state;
+  enum { N = 5000, DIM = 5, ROUNDS = 4, SPACE = 3000 };
+  const loom_ps_opt opts[] = {LOOM_PS_OPT_SGD(0.1f), LOOM_PS_OPT_ADAGRAD(0.05f),
+                              LOOM_PS_OPT_ADAM(0.01f)};
+  unsigned char *keys = malloc(N * 8);
+  float *g = malloc(N * DIM * sizeof(float));
+  float *ref = malloc(N * DIM * sizeof(float)), *got = malloc(N * DIM * sizeof(float));
+  assert_non_null(keys && g && ref && got);
+  for (size_t o = 0; o < LOOM__ARRAY_LEN(opts); o++) {
+    for (int threads = 1; threads <= 4; threads++) {
+      ps_pool *pool = NULL;
+      assert_int_equal(ps_pool_new(threads, 20000, &pool), 0);
+      assert_int_equal(ps_pool_threads(pool), threads);
+      ps_state st;
+      ps_state_init(&st, 0, 1, 1 << 20, 1ULL << 30);
+      st.pool = pool;
+      ps_decl d = {.kind = PS_SPARSE, .ndim = 1, .count = DIM, .shape = {DIM}, .opt = opts[o]};
+      d.init = (loom_ps_init){LOOM_PS_NORMAL, 0.0f, 1.0f, 42};
+      snprintf(d.name, sizeof d.name, "emb");
+      uint32_t id;
+      char err[256];
+      assert_int_equal(ps_state_declare(&st, &d, &id, err, sizeof err), 0);
+      uint64_t x = 0x9e3779b97f4a7c15ULL;
+      for (int r = 0; r < ROUNDS; r++) {
+        /* keys from a space smaller than the message: many repeats, and
+         * new keys every round (the space moves) */
+        for (size_t i = 0; i < N; i++) {
+          x = ps_mix64(x + i);
+          uint64_t k = (uint64_t)r * 500 + x % SPACE;
+          memcpy(keys + 8 * i, &k, 8);
+          for (int j = 0; j < DIM; j++) g[i * DIM + j] = (float)((int)(x >> (8 * j)) % 97) / 50.0f;
+        }
+        assert_int_equal(ps_sparse_apply(&st, st.vars[id], keys, g, N, true), 0);
+      }
+      /* read every key the rounds touched and some never pushed (initial
+       * values), in a message of N keys */
+      for (size_t i = 0; i < N; i++) {
+        uint64_t k = i * 3;
+        memcpy(keys + 8 * i, &k, 8);
+      }
+      ps_sparse_read(&st, st.vars[id], keys, N, threads == 1 ? ref : got);
+      if (threads > 1) assert_memory_equal(ref, got, N * DIM * sizeof(float));
+      /* a small message stays on the caller and reads the same */
+      ps_sparse_read(&st, st.vars[id], keys, 7, got);
+      assert_memory_equal(ref, got, 7 * DIM * sizeof(float));
+      ps_state_free(&st);
+      ps_pool_free(pool);
+    }
+  }
+  /* NULL pool, 0 or 1 thread: no helper, jobs run on the caller */
+  ps_pool *none = (ps_pool *)1;
+  assert_int_equal(ps_pool_new(1, 0, &none), 0);
+  assert_null(none);
+  assert_int_equal(ps_pool_threads(NULL), 1);
+  free(keys);
+  free(g);
+  free(ref);
+  free(got);
+}
+
 static void test_codecs(void **state) {
   (void)state;
   ps_hdr h = {.len = 123,
@@ -273,9 +341,10 @@ static void test_codecs(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dense_parts_tile), cmocka_unit_test(test_key_shards_even),
-      cmocka_unit_test(test_initializers),     cmocka_unit_test(test_optimizers_match_reference),
-      cmocka_unit_test(test_rows_store),       cmocka_unit_test(test_codecs),
+      cmocka_unit_test(test_dense_parts_tile),  cmocka_unit_test(test_key_shards_even),
+      cmocka_unit_test(test_initializers),      cmocka_unit_test(test_optimizers_match_reference),
+      cmocka_unit_test(test_rows_store),        cmocka_unit_test(test_codecs),
+      cmocka_unit_test(test_threads_same_bits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
