@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 void ps_tunables_load(struct ps_tunables *t) {
   t->timeout_ms = loom__tun(LOOM_TUN_PS_TIMEOUT_MS);
@@ -19,11 +18,7 @@ void ps_tunables_load(struct ps_tunables *t) {
   t->max_conns = loom__tun(LOOM_TUN_PS_MAX_CONNS);
   t->ckpt_keep = loom__tun(LOOM_TUN_PS_CKPT_KEEP);
   t->spin_us = loom__tun(LOOM_TUN_PS_SPIN_US);
-  t->threads = loom__tun(LOOM_TUN_PS_THREADS);
-  if (t->threads == 0) {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    t->threads = cpus < 1 ? 1 : cpus > 4 ? 4 : cpus;
-  }
+  t->threads = loom__tun(LOOM_TUN_PS_THREADS); /* 0: the server's choice */
   if (t->max_msg < PS_MIN_MAX_MSG) t->max_msg = PS_MIN_MAX_MSG;
   if (t->max_msg > (1LL << 30)) t->max_msg = 1LL << 30;
 }

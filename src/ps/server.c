@@ -937,6 +937,10 @@ int loom__ps_server_new(const ps_server_cfg *cfg, ps_server **out) {
   s->pa_max = pa_max < 1 ? 1 : (size_t)pa_max;
   ps_state_init(&s->st, cfg->shard, cfg->nshards, (uint64_t)s->tun.split_bytes,
                 (uint64_t)s->tun.max_memory);
+  if (s->tun.threads == 0) { /* the host's cores over its ps tasks, at most 4 */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN), co = cfg->colocated > 1 ? cfg->colocated : 1;
+    s->tun.threads = cpus / co < 1 ? 1 : cpus / co > 4 ? 4 : cpus / co;
+  }
   if (ps_pool_new((int)s->tun.threads, (uint64_t)s->tun.spin_us * 1000u, &s->pool) < 0)
     loom__log(LOOM_LOG_WARN, "ps",
               "shard %d: could not start %lld threads (LOOM_PS_THREADS): serving on one",
@@ -950,6 +954,8 @@ int loom__ps_server_new(const ps_server_cfg *cfg, ps_server **out) {
   *out = s;
   return 0;
 }
+
+int loom__ps_server_threads(const ps_server *s) { return ps_pool_threads(s->pool); }
 
 void loom__ps_server_free(ps_server *s) {
   if (!s) return;
@@ -1166,7 +1172,13 @@ int loom__ps_main(int argc, char **argv) {
     json_decref(cj);
     return 2;
   }
-  int nshards = (int)json_array_size(list);
+  int nshards = (int)json_array_size(list), colocated = 0;
+  for (int i = 0; i < nshards; i++) { /* the ps tasks on this host */
+    char h[256];
+    int pt;
+    const char *a = json_string_value(json_array_get(list, (size_t)i));
+    if (a && wire_split_hostport(a, h, sizeof h, &pt) == 0 && !strcmp(h, host)) colocated++;
+  }
   json_decref(cj);
   /* the task's address, not every interface, unless LOOM_PS_BIND says */
   const char *bind_to = loom__tun_str(LOOM_TUN_PS_BIND);
@@ -1206,12 +1218,14 @@ int loom__ps_main(int argc, char **argv) {
                        .shard = index,
                        .nshards = nshards,
                        .world = env_index("LOOM_WORLD_SIZE", 0),
+                       .colocated = colocated,
                        .secret = secret};
   ps_server *s;
   int rc = sfd < 0 ? LOOM_EIO : loom__ps_server_new(&cfg, &s);
   if (rc == 0) {
-    fprintf(stderr, "loom ps: shard %d of %d serving on port %d (%s)\n", index, nshards, port,
-            bind_to);
+    fprintf(stderr, "loom ps: shard %d of %d serving on port %d (%s), %d thread%s\n", index,
+            nshards, port, bind_to, loom__ps_server_threads(s),
+            loom__ps_server_threads(s) == 1 ? "" : "s");
     if (l) {
       char detail[96];
       snprintf(detail, sizeof detail, "{\"shard\": %d, \"shards\": %d, \"port\": %d}", index,

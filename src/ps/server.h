@@ -20,6 +20,8 @@ typedef struct {
   int abort_fd;       /* -1, or readable when the job's attempt is over */
   int shard, nshards; /* this shard's index and the count */
   int world;          /* default number of workers (LOOM_WORLD_SIZE), 0 */
+  int colocated;      /* ps tasks on this host, this one included (0: 1):
+                         LOOM_PS_THREADS=0 shares the host's cores */
   const char *secret; /* the job's secret, copied */
 } ps_server_cfg;
 
@@ -30,6 +32,8 @@ int loom__ps_server_new(const ps_server_cfg *cfg, ps_server **out);
  * LOOM_E* if polling itself fails. One thread; blocking only in poll(). */
 int loom__ps_server_run(ps_server *s);
 void loom__ps_server_free(ps_server *s);
+/* The threads a large sparse request is split over (LOOM_PS_THREADS). */
+int loom__ps_server_threads(const ps_server *s);
 
 /* For the fuzz harness (tests/fuzz/ps_proto_fuzz.c): serves n bytes as if
  * they had arrived on the server's one authenticated connection, made on

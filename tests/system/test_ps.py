@@ -479,6 +479,85 @@ def test_ps_flood_of_failed_handshakes_logs_counts(loom, tmp_path):
     assert len(refusals) + sum(counts) == n, (n, len(refusals), counts)
 
 
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def shard_threads(err_path):
+    m = re.search(r"serving on port \d+ \([^)]*\), (\d+) threads?", Path(err_path).read_text())
+    assert m, Path(err_path).read_text()
+    return int(m.group(1))
+
+
+def test_ps_threads_apply_repeated_keys_in_order(loom, tmp_path):
+    """A shard splits a large sparse push and pull over its threads
+    (LOOM_PS_THREADS): with 1 and 3 threads, pushes of 3000 keys drawn
+    from 500 (a raw client does not merge repeats: each is its own update,
+    in the message's order) leave exactly the float32 values of applying
+    them one by one, and a pull of 2000 keys reads them back."""
+    lr, rounds = 0.0371, 3
+    pushes = []
+    for r in range(rounds):
+        keys = [((i * 2654435761 + r * 40503) >> 7) % 500 for i in range(3000)]
+        grads = [((i * 2654435761 + r * 97) % 1000003) / 77777.0 - 6.43 for i in range(3000 * 4)]
+        pushes.append((keys, grads))
+    want = {}
+    for keys, grads in pushes:
+        for i, k in enumerate(keys):
+            row = want.setdefault(k, [0.0] * 4)
+            for j in range(4):
+                row[j] = f32(row[j] - f32(f32(lr) * f32(grads[4 * i + j])))
+    pull = [(i * 13) % 500 for i in range(2000)]
+    for threads in (1, 3):
+        port = free_port()
+        err = tmp_path / f"ps-{threads}.err"
+        with open(err, "w") as ef:
+            p = start_ps(loom, port, ef, LOOM_PS_THREADS=str(threads))
+        try:
+            s, ok = authed(port)
+            assert ok
+            assert request(s, 1, 1, rank=0, off=1)["rc"] == 0  # CONFIG: async
+            r = request(s, 2, 2, payload=declaration(2, 4, "emb", lr=lr))
+            assert r["rc"] == 0, r
+            var = r["var"]
+            for n, (keys, grads) in enumerate(pushes):
+                body = struct.pack(f"<{len(keys)}Q", *keys) + struct.pack(f"<{len(grads)}f", *grads)
+                r = request(s, 6, 3 + n, var=var, count=len(keys), flags=1, payload=body)
+                assert r["rc"] == 0, r
+            r = request(s, 5, 9, var=var, count=len(pull),
+                        payload=struct.pack(f"<{len(pull)}Q", *pull))
+            assert r["rc"] == 0, r
+            got = struct.unpack(f"<{len(pull) * 4}f", r["body"])
+            for i, k in enumerate(pull):
+                assert list(got[4 * i:4 * i + 4]) == want[k], (threads, k)
+            s.close()
+        finally:
+            assert stop_ps(p) == 0
+        assert shard_threads(err) == threads
+
+
+def test_ps_threads_default_shares_the_hosts_cores(loom, tmp_path):
+    """LOOM_PS_THREADS=0 (the default): the host's cores over the ps tasks
+    LOOM_CLUSTER puts on this host, at most 4, at least 1."""
+    cpus = os.sysconf("SC_NPROCESSORS_ONLN")
+    for others, on_host in (([], 1), (["127.0.0.1:1"], 2), (["10.255.255.1:1"], 1)):
+        port = free_port()
+        err = tmp_path / f"ps-{len(others)}-{on_host}.err"
+        env = dict(loom.env, LOOM_INDEX="0", LOOM_SECRET=SECRET, LOOM_WORLD_SIZE="1",
+                   LOOM_CLUSTER=json.dumps({"ps": [f"127.0.0.1:{port}"] + others}))
+        env.pop("LOOM_PS_THREADS", None)
+        with open(err, "w") as ef:
+            p = subprocess.Popen([str(LOOM), "ps"], env=env, stdout=subprocess.DEVNULL, stderr=ef)
+        try:
+            end = time.time() + 10
+            while "serving on port" not in err.read_text():
+                assert p.poll() is None and time.time() < end, err.read_text()
+                time.sleep(0.05)
+        finally:
+            assert stop_ps(p) == 0
+        assert shard_threads(err) == max(1, min(4, cpus // on_host)), (others, err.read_text())
+
+
 def test_ps_binds_the_tasks_address(loom):
     """The shard listens on its task's address, not on every interface,
     unless LOOM_PS_BIND asks."""
