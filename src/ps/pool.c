@@ -88,10 +88,9 @@ int ps_pool_new(int threads, uint64_t spin_ns, ps_pool **out) {
     }
     p->started = i;
   }
-  if (p->started < threads - 1) {
-    int started = p->started;
+  if (p->started < threads - 1) { /* out of memory or of threads */
     ps_pool_free(p);
-    return started ? LOOM_ENOMEM : LOOM_EIO;
+    return LOOM_ENOMEM;
   }
   *out = p;
   return 0;
@@ -113,8 +112,8 @@ void ps_pool_free(ps_pool *p) {
 int ps_pool_threads(const ps_pool *p) { return p ? p->threads : 1; }
 
 void ps_pool_run(ps_pool *p, int parts, void (*fn)(void *arg, int part, int parts), void *arg) {
-  if (!p || parts <= 1) {
-    for (int i = 0; i < (parts < 1 ? 1 : parts); i++) fn(arg, i, parts < 1 ? 1 : parts);
+  if (!p || parts <= 1) { /* one thread: the whole job is part 0 of 1 */
+    fn(arg, 0, 1);
     return;
   }
   if (parts > p->threads) parts = p->threads;

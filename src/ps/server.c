@@ -31,6 +31,7 @@
 #include "wire/wire_auth.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -938,7 +939,10 @@ int loom__ps_server_new(const ps_server_cfg *cfg, ps_server **out) {
   ps_state_init(&s->st, cfg->shard, cfg->nshards, (uint64_t)s->tun.split_bytes,
                 (uint64_t)s->tun.max_memory);
   if (s->tun.threads == 0) { /* the host's cores over its ps tasks, at most 4 */
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN), co = cfg->colocated > 1 ? cfg->colocated : 1;
+    cpu_set_t cs;            /* the cores this process may run on (a task's share) */
+    long cpus =
+        sched_getaffinity(0, sizeof cs, &cs) == 0 ? CPU_COUNT(&cs) : sysconf(_SC_NPROCESSORS_ONLN);
+    long co = cfg->colocated > 1 ? cfg->colocated : 1;
     s->tun.threads = cpus / co < 1 ? 1 : cpus / co > 4 ? 4 : cpus / co;
   }
   if (ps_pool_new((int)s->tun.threads, (uint64_t)s->tun.spin_us * 1000u, &s->pool) < 0)

@@ -203,11 +203,21 @@ typedef struct {
   size_t n;
 } sparse_job;
 
-/* Part i of a read: a contiguous run of keys, READ_GROUP-aligned. */
+/* Keys [*a, *b) of n are part i of parts: runs of ceil(n / parts) keys
+ * rounded up to READ_GROUP, which cover all n (the last may be short or
+ * empty). */
+static void part_range(size_t n, int i, int parts, size_t *a, size_t *b) {
+  size_t per = (n + (size_t)parts - 1) / (size_t)parts;
+  per = (per + READ_GROUP - 1) / READ_GROUP * READ_GROUP;
+  *a = per * (size_t)i < n ? per * (size_t)i : n;
+  *b = n - *a > per ? *a + per : n;
+}
+
+/* Part i of a read: a contiguous run of keys. */
 static void read_part(void *arg, int i, int parts) {
   const sparse_job *j = arg;
-  size_t per = (j->n / (size_t)parts + READ_GROUP - 1) / READ_GROUP * READ_GROUP;
-  size_t a = per * (size_t)i, b = a + per < j->n ? a + per : j->n;
+  size_t a, b;
+  part_range(j->n, i, parts, &a, &b);
   if (a < b) sparse_read_one(j->v, j->keys + 8 * a, b - a, j->out + a * (size_t)j->v->d.count);
 }
 
@@ -220,8 +230,8 @@ void ps_sparse_read(ps_state *st, const ps_var *v, const unsigned char *keys, si
 /* Part i of a lookup: a contiguous run of keys. */
 static void find_part(void *arg, int i, int parts) {
   const sparse_job *j = arg;
-  size_t per = (j->n / (size_t)parts + READ_GROUP - 1) / READ_GROUP * READ_GROUP;
-  size_t a = per * (size_t)i, b = a + per < j->n ? a + per : j->n;
+  size_t a, b;
+  part_range(j->n, i, parts, &a, &b);
   if (a < b) ps_rows_find_many(&j->v->rows, j->keys + 8 * a, b - a, j->found + a);
 }
 

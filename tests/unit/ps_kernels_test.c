@@ -14,6 +14,7 @@
 #include "ps/ps.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,66 +209,126 @@ static void test_rows_store(void **state) {
  * or more) equal one thread's, bit for bit: SGD, Adagrad and Adam; keys
  * repeated within a message (a raw client need not merge them: their
  * updates apply in order) and keys new to the table (created before the
- * split). Every pool size runs the same messages on its own state. */
+ * split); message sizes around the split's edges (1025 keys over 2
+ * threads, 1537 over 3, 2049 over 4 left the last keys out once), read
+ * into buffers of NaN so that a key left out shows; a small message to a
+ * second table after large ones to the first (the lookup scratch must not
+ * carry stale rows over). States with 1..4 threads get the same messages
+ * side by side. */
 static void test_threads_same_bits(void **state) {
   (void)state;
-  enum { N = 5000, DIM = 5, ROUNDS = 4, SPACE = 3000 };
+  enum { MAXN = 5000, DIM = 5, SPACE = 3000, T = 4 };
+  static const size_t SIZES[] = {1024, 1025, 1153, 1281, 1409, 1537, 1538,
+                                 1729, 2049, 2050, 2051, 4097, 5000};
   const loom_ps_opt opts[] = {LOOM_PS_OPT_SGD(0.1f), LOOM_PS_OPT_ADAGRAD(0.05f),
                               LOOM_PS_OPT_ADAM(0.01f)};
-  unsigned char *keys = malloc(N * 8);
-  float *g = malloc(N * DIM * sizeof(float));
-  float *ref = malloc(N * DIM * sizeof(float)), *got = malloc(N * DIM * sizeof(float));
-  assert_non_null(keys && g && ref && got);
+  unsigned char *keys = malloc(MAXN * 8);
+  float *g = malloc(MAXN * DIM * sizeof(float));
+  float *out[T];
+  for (int t = 0; t < T; t++) assert_non_null(out[t] = malloc(MAXN * DIM * sizeof(float)));
+  assert_non_null(keys);
+  assert_non_null(g);
   for (size_t o = 0; o < LOOM__ARRAY_LEN(opts); o++) {
-    for (int threads = 1; threads <= 4; threads++) {
-      ps_pool *pool = NULL;
-      assert_int_equal(ps_pool_new(threads, 20000, &pool), 0);
-      assert_int_equal(ps_pool_threads(pool), threads);
-      ps_state st;
-      ps_state_init(&st, 0, 1, 1 << 20, 1ULL << 30);
-      st.pool = pool;
+    ps_pool *pool[T];
+    ps_state st[T];
+    uint32_t id[T], id2[T];
+    for (int t = 0; t < T; t++) {
+      assert_int_equal(ps_pool_new(t + 1, 20000, &pool[t]), 0);
+      assert_int_equal(ps_pool_threads(pool[t]), t + 1);
+      ps_state_init(&st[t], 0, 1, 1 << 20, 1ULL << 30);
+      st[t].pool = pool[t];
       ps_decl d = {.kind = PS_SPARSE, .ndim = 1, .count = DIM, .shape = {DIM}, .opt = opts[o]};
       d.init = (loom_ps_init){LOOM_PS_NORMAL, 0.0f, 1.0f, 42};
-      snprintf(d.name, sizeof d.name, "emb");
-      uint32_t id;
       char err[256];
-      assert_int_equal(ps_state_declare(&st, &d, &id, err, sizeof err), 0);
-      uint64_t x = 0x9e3779b97f4a7c15ULL;
-      for (int r = 0; r < ROUNDS; r++) {
-        /* keys from a space smaller than the message: many repeats, and
-         * new keys every round (the space moves) */
-        for (size_t i = 0; i < N; i++) {
-          x = ps_mix64(x + i);
-          uint64_t k = (uint64_t)r * 500 + x % SPACE;
-          memcpy(keys + 8 * i, &k, 8);
-          for (int j = 0; j < DIM; j++) g[i * DIM + j] = (float)((int)(x >> (8 * j)) % 97) / 50.0f;
-        }
-        assert_int_equal(ps_sparse_apply(&st, st.vars[id], keys, g, N, true), 0);
-      }
-      /* read every key the rounds touched and some never pushed (initial
-       * values), in a message of N keys */
-      for (size_t i = 0; i < N; i++) {
-        uint64_t k = i * 3;
+      snprintf(d.name, sizeof d.name, "emb");
+      assert_int_equal(ps_state_declare(&st[t], &d, &id[t], err, sizeof err), 0);
+      snprintf(d.name, sizeof d.name, "other");
+      assert_int_equal(ps_state_declare(&st[t], &d, &id2[t], err, sizeof err), 0);
+    }
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    for (size_t r = 0; r < LOOM__ARRAY_LEN(SIZES); r++) {
+      size_t n = SIZES[r];
+      /* keys from a space smaller than the message: many repeats, and new
+       * keys every round (the space moves) */
+      for (size_t i = 0; i < n; i++) {
+        x = ps_mix64(x + i);
+        uint64_t k = (uint64_t)r * 500 + x % SPACE;
         memcpy(keys + 8 * i, &k, 8);
+        for (int j = 0; j < DIM; j++) g[i * DIM + j] = (float)((int)(x >> (8 * j)) % 97) / 50.0f;
       }
-      ps_sparse_read(&st, st.vars[id], keys, N, threads == 1 ? ref : got);
-      if (threads > 1) assert_memory_equal(ref, got, N * DIM * sizeof(float));
-      /* a small message stays on the caller and reads the same */
-      ps_sparse_read(&st, st.vars[id], keys, 7, got);
-      assert_memory_equal(ref, got, 7 * DIM * sizeof(float));
-      ps_state_free(&st);
-      ps_pool_free(pool);
+      for (int t = 0; t < T; t++) {
+        assert_int_equal(ps_sparse_apply(&st[t], st[t].vars[id[t]], keys, g, n, true), 0);
+        for (size_t i = 0; i < n * DIM; i++) out[t][i] = NAN;
+        ps_sparse_read(&st[t], st[t].vars[id[t]], keys, n, out[t]);
+        for (size_t i = 0; i < n * DIM; i++) assert_false(isnan(out[t][i]));
+        if (t) assert_memory_equal(out[0], out[t], n * DIM * sizeof(float));
+      }
+      /* then a few new keys to the other table: their rows are made */
+      for (int t = 0; t < T; t++) {
+        assert_int_equal(ps_sparse_apply(&st[t], st[t].vars[id2[t]], keys, g, 3, true), 0);
+        assert_int_equal(st[t].vars[id2[t]]->rows.n, st[0].vars[id2[0]]->rows.n);
+      }
+    }
+    /* every key the rounds touched and some never pushed (initial values),
+     * read in one message, and a small one that stays on the caller */
+    for (size_t i = 0; i < MAXN; i++) {
+      uint64_t k = i * 3;
+      memcpy(keys + 8 * i, &k, 8);
+    }
+    for (int t = 0; t < T; t++) {
+      ps_sparse_read(&st[t], st[t].vars[id[t]], keys, MAXN, out[t]);
+      if (t) assert_memory_equal(out[0], out[t], MAXN * DIM * sizeof(float));
+      ps_sparse_read(&st[t], st[t].vars[id[t]], keys, 7, out[t]);
+      assert_memory_equal(out[0], out[t], 7 * DIM * sizeof(float));
+      ps_state_free(&st[t]);
+      ps_pool_free(pool[t]);
     }
   }
-  /* NULL pool, 0 or 1 thread: no helper, jobs run on the caller */
-  ps_pool *none = (ps_pool *)1;
-  assert_int_equal(ps_pool_new(1, 0, &none), 0);
-  assert_null(none);
-  assert_int_equal(ps_pool_threads(NULL), 1);
   free(keys);
   free(g);
-  free(ref);
-  free(got);
+  for (int t = 0; t < T; t++) free(out[t]);
+}
+
+/* ps_pool_run runs every part exactly once, part 0 on the caller and the
+ * others on as many other threads; parts past the pool's threads are cut;
+ * NULL or a one-thread pool runs everything on the caller. */
+typedef struct {
+  pthread_t who[8];
+  int runs[8];
+  int parts_seen;
+} pool_probe;
+
+static void probe_part(void *arg, int i, int parts) {
+  pool_probe *p = arg;
+  p->who[i] = pthread_self();
+  p->runs[i]++;
+  p->parts_seen = parts;
+}
+
+static void test_pool_runs_each_part_once(void **state) {
+  (void)state;
+  for (int threads = 1; threads <= 4; threads++) {
+    ps_pool *pool = (ps_pool *)&state; /* must be overwritten */
+    assert_int_equal(ps_pool_new(threads, threads == 3 ? 0 : 50000, &pool), 0);
+    if (threads == 1) assert_null(pool);
+    for (int want = 1; want <= 6; want++) {
+      for (int rep = 0; rep < 50; rep++) {
+        pool_probe pr;
+        memset(&pr, 0, sizeof pr);
+        ps_pool_run(pool, want, probe_part, &pr);
+        int parts = want < threads ? want : threads;
+        assert_int_equal(pr.parts_seen, parts);
+        for (int i = 0; i < 8; i++) assert_int_equal(pr.runs[i], i < parts ? 1 : 0);
+        assert_true(pthread_equal(pr.who[0], pthread_self()));
+        for (int i = 1; i < parts; i++) {
+          assert_false(pthread_equal(pr.who[i], pthread_self()));
+          for (int k = 1; k < i; k++) assert_false(pthread_equal(pr.who[i], pr.who[k]));
+        }
+      }
+    }
+    ps_pool_free(pool);
+  }
+  assert_int_equal(ps_pool_threads(NULL), 1);
 }
 
 static void test_codecs(void **state) {
@@ -344,7 +405,7 @@ int main(void) {
       cmocka_unit_test(test_dense_parts_tile),  cmocka_unit_test(test_key_shards_even),
       cmocka_unit_test(test_initializers),      cmocka_unit_test(test_optimizers_match_reference),
       cmocka_unit_test(test_rows_store),        cmocka_unit_test(test_codecs),
-      cmocka_unit_test(test_threads_same_bits),
+      cmocka_unit_test(test_threads_same_bits), cmocka_unit_test(test_pool_runs_each_part_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
