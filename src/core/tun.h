@@ -131,7 +131,7 @@
     "request after one, this long before sleeping (yielding the CPU meanwhile); 0: sleep at once") \
   N(PS_THREADS, "LOOM_PS_THREADS", 0, 0, 64, COUNT,                                                \
     "server: threads a shard splits the rows of one sparse pull or push of 1024 keys or more "     \
-    "over; 0: the host's cores over the ps tasks on it, 1 to 4")                                   \
+    "over; 0: the task's cores over the ps tasks on its host, 1 to 4")                             \
   N(PS_TIMEOUT_MS, "LOOM_PS_TIMEOUT", 300000, 1, 7 * LOOM__MS_DAY, MS,                             \
     "client: the longest any call waits (a SYNC pull waits for the slowest worker)")               \
   N(PS_MAX_MSG, "LOOM_PS_MAX_MSG", 16 * LOOM__MIB, 4 * LOOM__MIB + 64 * LOOM__KIB, LOOM__GIB,      \
