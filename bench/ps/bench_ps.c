@@ -183,6 +183,24 @@ static double median(double *t, int n) {
   return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
+/* One figure's line: kind (ps, tcp_echo, store, floor) and its times
+ * against the echo's median (echo 0: this is the echo, ratio 1). */
+static void report(const char *kind, const figure *g, const char *label, size_t moved, double *t,
+                   int n, double echo) {
+  double m = median(t, n);
+  printf("name=%s_%s shards=%s n=%zu bytes=%zu iters=%d median_s=%.6g GBps=%.3f ", kind, g->name,
+         label, g->n, moved, n, m, moved / m / 1e9);
+  if (echo == 0)
+    printf("ratio=1\n");
+  else
+    printf("ratio=%.2f\n", echo / m);
+}
+
+/* n random keys of the 1M-row table. */
+static void random_keys(uint64_t *keys, size_t n) {
+  for (size_t i = 0; i < n; i++) keys[i] = (uint64_t)rand() % 1000000;
+}
+
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   if (argc == 3 && !strcmp(argv[1], "ports")) {
@@ -234,12 +252,6 @@ int main(int argc, char **argv) {
   loom_ps_opt sgd = LOOM_PS_OPT_SGD(1e-6f);
   loom_ps_var_t *table;
   rc = loom_ps_sparse(ps, "bench/emb", DIM, NULL, &sgd, &table);
-  /* every row of the table exists before anything is timed: sparse figures
-   * are lookups in a 1M-row table (64 MiB of rows), not inserts */
-  for (uint64_t b = 0; rc == 0 && b < 1000000; b += 4096) {
-    for (size_t i = 0; i < 4096; i++) keys[i] = (b + i) % 1000000;
-    rc = loom_ps_sparse_push(ps, table, keys, 4096, buf);
-  }
   /* The same table in this process, for the store_ figures: the rows a
    * single shard holds, made by the shard's code. */
   ps_state st;
@@ -252,9 +264,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_ps: the in-process store: %s\n", serr);
     rc = -1;
   }
+  /* every row of both tables exists before anything is timed: sparse
+   * figures are lookups in a 1M-row table (64 MiB of rows), not inserts */
   for (uint64_t b = 0; rc == 0 && b < 1000000; b += 4096) {
     for (size_t i = 0; i < 4096; i++) keys[i] = (b + i) % 1000000;
-    rc = ps_sparse_apply(&st, st.vars[sid], (const unsigned char *)keys, buf, 4096, true);
+    rc = loom_ps_sparse_push(ps, table, keys, 4096, buf);
+    if (rc == 0)
+      rc = ps_sparse_apply(&st, st.vars[sid], (const unsigned char *)keys, buf, 4096, true);
   }
   /* The floor_ figures' plain array of rows. */
   size_t abytes = (size_t)1000000 * DIM * sizeof(float);
@@ -281,8 +297,7 @@ int main(int argc, char **argv) {
     /* iterations: ~0.3 s of each per round, at least 5, at most 400 */
     double t0 = now();
     for (int w = 0; w < 3; w++) {
-      for (size_t i = 0; i < g->n && g->sparse; i++)
-        keys[i] = (uint64_t)rand() % 1000000; /* rows of a 1M-row table */
+      if (g->sparse) random_keys(keys, g->n);
       if (g->sparse)
         rc = g->push ? loom_ps_sparse_push(ps, v, keys, g->n, buf)
                      : loom_ps_sparse_pull(ps, v, keys, g->n, buf);
@@ -304,7 +319,7 @@ int main(int argc, char **argv) {
         te[ne++] = now() - a;
       }
       for (int i = 0; rc == 0 && i < iters; i++) {
-        for (size_t k = 0; k < g->n && g->sparse; k++) keys[k] = (uint64_t)rand() % 1000000;
+        if (g->sparse) random_keys(keys, g->n);
         double a = now();
         if (g->sparse)
           rc = g->push ? loom_ps_sparse_push(ps, v, keys, g->n, buf)
@@ -314,7 +329,7 @@ int main(int argc, char **argv) {
         tp[np++] = now() - a;
       }
       for (int i = 0; rc == 0 && g->sparse && i < iters; i++) {
-        for (size_t k = 0; k < g->n; k++) keys[k] = (uint64_t)rand() % 1000000;
+        random_keys(keys, g->n);
         double a = now();
         if (g->push)
           rc = ps_sparse_apply(&st, st.vars[sid], (const unsigned char *)keys, buf, g->n, true);
@@ -323,7 +338,7 @@ int main(int argc, char **argv) {
         ts[ns++] = now() - a;
       }
       for (int i = 0; rc == 0 && g->sparse && i < iters; i++) {
-        for (size_t k = 0; k < g->n; k++) keys[k] = (uint64_t)rand() % 1000000;
+        random_keys(keys, g->n);
         double a = now();
         for (size_t k = 0; k < g->n; k++) {
           float *row = arr + keys[k] * DIM, *cell = buf + k * DIM;
@@ -336,25 +351,12 @@ int main(int argc, char **argv) {
       }
     }
     if (rc == 0) {
-      double mp = median(tp, np), me = median(te, ne);
+      double me = median(te, ne);
       size_t moved = g->sparse ? out + in : bytes;
-      printf("name=ps_%s shards=%s n=%zu bytes=%zu iters=%d median_s=%.6g GBps=%.3f ratio=%.2f\n",
-             g->name, label, g->n, moved, np, mp, moved / mp / 1e9, me / mp);
-      printf(
-          "name=tcp_echo_%s shards=%s n=%zu bytes=%zu iters=%d median_s=%.6g GBps=%.3f ratio=1\n",
-          g->name, label, g->n, moved, ne, me, moved / me / 1e9);
-      if (ns) {
-        double ms = median(ts, ns);
-        printf("name=store_%s shards=%s n=%zu bytes=%zu iters=%d median_s=%.6g GBps=%.3f "
-               "ratio=%.2f\n",
-               g->name, label, g->n, moved, ns, ms, moved / ms / 1e9, me / ms);
-      }
-      if (nf) {
-        double mf = median(tf, nf);
-        printf("name=floor_%s shards=%s n=%zu bytes=%zu iters=%d median_s=%.6g GBps=%.3f "
-               "ratio=%.2f\n",
-               g->name, label, g->n, moved, nf, mf, moved / mf / 1e9, me / mf);
-      }
+      report("ps", g, label, moved, tp, np, me);
+      report("tcp_echo", g, label, moved, te, ne, 0);
+      if (ns) report("store", g, label, moved, ts, ns, me);
+      if (nf) report("floor", g, label, moved, tf, nf, me);
       fflush(stdout);
     }
     free(tp);

@@ -193,11 +193,10 @@ static int parts_for(const ps_state *st, size_t n) {
 }
 
 typedef struct {
-  const ps_var *v;
-  ps_var *mv;
+  const ps_var *v; /* read, find */
+  ps_var *mv;      /* apply */
   const unsigned char *keys;
-  const int64_t *rows;
-  int64_t *found;
+  int64_t *rows; /* find: filled; apply: the keys' rows */
   const float *g;
   float *out;
   size_t n;
@@ -232,7 +231,7 @@ static void find_part(void *arg, int i, int parts) {
   const sparse_job *j = arg;
   size_t a, b;
   part_range(j->n, i, parts, &a, &b);
-  if (a < b) ps_rows_find_many(&j->v->rows, j->keys + 8 * a, b - a, j->found + a);
+  if (a < b) ps_rows_find_many(&j->v->rows, j->keys + 8 * a, b - a, j->rows + a);
 }
 
 /* The rows of a message's keys, -1 where absent (NULL without memory). */
@@ -244,7 +243,7 @@ static int64_t *find_rows(ps_state *st, const ps_var *v, const unsigned char *ke
     st->scratch = p;
     st->scratch_cap = cap;
   }
-  sparse_job j = {.v = v, .keys = keys, .n = n, .found = st->scratch};
+  sparse_job j = {.v = v, .keys = keys, .n = n, .rows = st->scratch};
   ps_pool_run(st->pool, parts_for(st, n), find_part, &j);
   return st->scratch;
 }
@@ -293,22 +292,17 @@ static void apply_part(void *arg, int i, int parts) {
   const sparse_job *j = arg;
   size_t dim = (size_t)j->mv->d.count;
   const int64_t *rows = j->rows;
-  if (parts == 1) {
-    for (size_t k = 0; k < j->n; k++) {
-      if (k + AHEAD < j->n) __builtin_prefetch(ps_rows_at(&j->mv->rows, (uint64_t)rows[k + AHEAD]));
-      row_apply(j->mv, (uint64_t)rows[k], j->g + k * dim);
-    }
-    return;
-  }
   /* A block at a time: this part's keys picked out without a branch (a
    * mispredicted one per key would stall the misses in flight), the owner
-   * by a multiply, not a division; then applied, prefetching ahead. */
+   * by a multiply, not a division (one part: every key); then applied,
+   * prefetching ahead. */
   uint32_t mine[256];
   for (size_t a = 0; a < j->n; a += 256) {
     size_t e = j->n - a < 256 ? j->n - a : 256, m = 0;
     for (size_t k = 0; k < e; k++) {
       mine[m] = (uint32_t)k;
-      m += (((ps_mix64((uint64_t)rows[a + k]) >> 32) * (uint64_t)parts) >> 32) == (uint64_t)i;
+      m += parts == 1 ||
+           (((ps_mix64((uint64_t)rows[a + k]) >> 32) * (uint64_t)parts) >> 32) == (uint64_t)i;
     }
     for (size_t q = 0; q < m; q++) {
       if (q + AHEAD < m)
