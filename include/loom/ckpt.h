@@ -16,7 +16,7 @@
  *
  * Every call returns 0 or a negative LOOM_E* code; loom_ckpt_errmsg() (and
  * loom_errmsg() of the loom handle given to open) says what went wrong.
- * Calls on one handle are thread-safe. The file format is in README.md. */
+ * Calls on one handle are thread-safe. The file format is in docs/checkpoints.md. */
 #ifndef LOOM_CKPT_H
 #define LOOM_CKPT_H
 

@@ -1,6 +1,6 @@
 /* spec.h: the job spec: parse YAML into a typed, validated, resolved spec.
- * Every error names file:line:column and what to do. See DESIGN.md for the
- * keys. */
+ * Every error names file:line:column and what to do. See docs/spec.md for
+ * the keys. */
 #ifndef LOOM_SPEC_H
 #define LOOM_SPEC_H
 

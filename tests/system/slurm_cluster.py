@@ -1,7 +1,10 @@
 """A real Slurm cluster on this machine for tests: munged, slurmctld and
 slurmd nodes (n1, n2, n3 unless told), everything under one directory of
-the test's own, started as plain processes and stopped at the end (see
-../shared/notes/slurm-one-machine.md). gpus > 0 gives every node that many
+the test's own, started as plain processes and stopped at the end (it
+needs Debian's slurmctld, slurmd and munge packages, no systemd and no
+cgroups: linuxproc tracking, config_overrides for nodes larger than the
+machine, and a fast backfill scheduler for heterogeneous jobs, all in the
+slurm.conf written below). gpus > 0 gives every node that many
 fake GPUs (gres on /dev/null symlinks: Slurm hands them out and sets
 CUDA_VISIBLE_DEVICES); task_plugin="task/affinity" binds each step to its
 CPUs."""
