@@ -2,6 +2,7 @@
  * through loom's own HDFS client: ls, stat, cat, get, put, mkdir, rm, mv. */
 #include "cli/fs.h"
 
+#include "core/exitcode.h"
 #include "fs/fs.h"
 #include "hadoop/hdfs.h"
 
@@ -12,10 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EXIT_FS 1
-#define EXIT_USAGE 2
-#define EXIT_INFRA 3
-
 static int usage_err(const char *fmt, ...) LOOM__PRINTF(1, 2);
 static int usage_err(const char *fmt, ...) {
   va_list ap;
@@ -24,29 +21,29 @@ static int usage_err(const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fprintf(stderr, "\nusage: loom fs ls|stat|cat|get|put|mkdir|rm|mv ... (loom fs --help)\n");
-  return EXIT_USAGE;
+  return LOOM_EXIT_USAGE;
 }
 
 /* The exit status for an error code. */
 static int exit_of(int rc) {
   switch (rc) {
   case 0:
-    return 0;
+    return LOOM_EXIT_OK;
   case LOOM_EINVAL:
-    return EXIT_USAGE;
+    return LOOM_EXIT_USAGE;
   case LOOM_ECONN:
   case LOOM_ETIMEDOUT:
   case LOOM_EBACKEND:
-    return EXIT_INFRA;
+    return LOOM_EXIT_INFRA;
   default:
-    return EXIT_FS;
+    return LOOM_EXIT_FAILED;
   }
 }
 
 static int fail(int rc, const char *err) {
   fprintf(stderr, "loom fs: %s\n", err[0] ? err : loom_strerror(rc));
   /* hdfs:/// without a configuration is a usage error */
-  if (rc == LOOM_ENOENT && strstr(err, "names no NameNode")) return EXIT_USAGE;
+  if (rc == LOOM_ENOENT && strstr(err, "names no NameNode")) return LOOM_EXIT_USAGE;
   return exit_of(rc);
 }
 
@@ -125,8 +122,8 @@ static int cmd_cat(int argc, char **argv) {
   char err[2048] = "";
   size_t cap = 4u << 20;
   char *buf = malloc(cap);
-  if (!buf) return EXIT_INFRA;
-  int status = 0;
+  if (!buf) return LOOM_EXIT_INFRA;
+  int status = LOOM_EXIT_OK;
   for (int i = 0; i < argc && status == 0; i++) {
     loom__rfile *f = NULL;
     int rc = loom__rfile_open(argv[i], &f, err, sizeof err);
@@ -150,7 +147,7 @@ static int cmd_cat(int argc, char **argv) {
   free(buf);
   if (fflush(stdout) != 0 && status == 0) {
     fprintf(stderr, "loom fs: writing to standard output: %s\n", strerror(errno));
-    status = EXIT_FS;
+    status = LOOM_EXIT_FAILED;
   }
   return status;
 }
@@ -166,27 +163,27 @@ int loom__fs_main(int argc, char **argv) {
   if (!strcmp(c, "cat") && argc >= 3) return cmd_cat(argc - 2, argv + 2);
   if (!strcmp(c, "get") && argc == 4) {
     rc = loom__fs_get(argv[2], argv[3], err, sizeof err);
-    return rc < 0 ? fail(rc, err) : 0;
+    return rc < 0 ? fail(rc, err) : LOOM_EXIT_OK;
   }
   if (!strcmp(c, "put")) {
     bool force = argc == 5 && !strcmp(argv[2], "-f");
     if (argc != 4 && !force) return usage_err("%s", "put [-f] LOCAL URL");
     rc = loom__fs_put(argv[argc - 2], argv[argc - 1], force, err, sizeof err);
-    return rc < 0 ? fail(rc, err) : 0;
+    return rc < 0 ? fail(rc, err) : LOOM_EXIT_OK;
   }
   if (!strcmp(c, "mkdir") && argc == 3) {
     rc = loom__fs_mkdirs(argv[2], err, sizeof err);
-    return rc < 0 ? fail(rc, err) : 0;
+    return rc < 0 ? fail(rc, err) : LOOM_EXIT_OK;
   }
   if (!strcmp(c, "rm")) {
     bool rec = argc == 4 && !strcmp(argv[2], "-r");
     if (argc != 3 && !rec) return usage_err("%s", "rm [-r] URL");
     rc = loom__fs_remove(argv[argc - 1], rec, err, sizeof err);
-    return rc < 0 ? fail(rc, err) : 0;
+    return rc < 0 ? fail(rc, err) : LOOM_EXIT_OK;
   }
   if (!strcmp(c, "mv") && argc == 4) {
     rc = loom__fs_rename(argv[2], argv[3], false, err, sizeof err);
-    return rc < 0 ? fail(rc, err) : 0;
+    return rc < 0 ? fail(rc, err) : LOOM_EXIT_OK;
   }
   return usage_err("bad arguments for '%s'", c);
 }

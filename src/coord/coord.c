@@ -258,10 +258,10 @@ static void finish(coord *co) {
   /* staged files go before the job is reported over: `loom run` returns
    * then, and nothing of the job may outlive it */
   if (co->be->ops->unstage_files) co->be->ops->unstage_files(co->be);
-  co->exit_status = co->outcome == O_SUCCESS  ? EXIT_OK
-                    : co->outcome == O_KILLED ? EXIT_INTR
-                    : co->outcome == O_INFRA  ? EXIT_INFRA
-                                              : EXIT_FAILED;
+  co->exit_status = co->outcome == O_SUCCESS  ? LOOM_EXIT_OK
+                    : co->outcome == O_KILLED ? LOOM_EXIT_INTR
+                    : co->outcome == O_INFRA  ? LOOM_EXIT_INFRA
+                                              : LOOM_EXIT_FAILED;
   coord_event(co, NULL, "job_finished",
               json_pack("{s:s, s:i, s:f}", "outcome",
                         co->outcome == O_SUCCESS  ? "succeeded"
@@ -686,22 +686,22 @@ static void raise_fd_limit(void) {
 
 int coord_run(const coord_opts *o) {
   coord *co = calloc(1, sizeof *co);
-  if (!co) return EXIT_INFRA;
+  if (!co) return LOOM_EXIT_INFRA;
   co->o = o;
   co->s = o->spec;
   co->root = -1;
   co->t_start = loom__wall();
-  int status = EXIT_INFRA;
+  int status = LOOM_EXIT_INFRA;
   char ip[INET6_ADDRSTRLEN] = "";
   raise_fd_limit();
   if (uv_loop_init(&co->loop) < 0) {
     free(co);
-    return EXIT_INFRA;
+    return LOOM_EXIT_INFRA;
   }
   if (coord_setup_tasks(co) < 0 || open_job_files(co) < 0) goto out_loop;
   int frc = start_feed(co);
   if (frc < 0) {
-    status = frc == LOOM_EBACKEND ? EXIT_INFRA : EXIT_USAGE;
+    status = frc == LOOM_EBACKEND ? LOOM_EXIT_INFRA : LOOM_EXIT_USAGE;
     goto out_loop;
   }
   if (start_backend(co) < 0) goto out_loop;
@@ -720,7 +720,7 @@ int coord_run(const coord_opts *o) {
     attempt_start(co);
     uv_run(&co->loop, UV_RUN_DEFAULT);
   }
-  status = co->jstate == J_DONE ? co->exit_status : EXIT_INFRA;
+  status = co->jstate == J_DONE ? co->exit_status : LOOM_EXIT_INFRA;
   if (co->http) http_stop(co->http);
   if (co->be->ops->unstage_files) co->be->ops->unstage_files(co->be);
   for (conn *c = co->conns, *n; c; c = n) {

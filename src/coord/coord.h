@@ -5,6 +5,7 @@
 #ifndef LOOM_COORD_H
 #define LOOM_COORD_H
 
+#include "core/exitcode.h"
 #include "spec/spec.h"
 
 typedef struct {
@@ -22,12 +23,10 @@ typedef struct {
   bool status_line;      /* a live status line on stderr */
 } coord_opts;
 
-/* Runs the job to its end and returns its exit status: 0 succeeded, 1 a
- * task failed past its retries, 3 the backend failed, 130 interrupted or
- * killed. Handles SIGINT and SIGTERM itself while it runs. */
+/* Runs the job to its end and returns its exit status (core/exitcode.h):
+ * LOOM_EXIT_OK succeeded, _FAILED a task failed past its retries, _INFRA
+ * the backend failed, _INTR interrupted or killed. Handles SIGINT and
+ * SIGTERM itself while it runs. */
 int coord_run(const coord_opts *o);
-
-/* Exit statuses (DESIGN.md). */
-enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_INFRA = 3, EXIT_INTR = 130 };
 
 #endif

@@ -4,6 +4,7 @@
  * same from one run to the next; each job's own token (the one its `loom
  * run` printed) also opens that job's pages here. */
 #include "http/http_int.h"
+#include "core/exitcode.h"
 #include "jobdir/jobdir.h"
 #include "wire/wire.h"
 
@@ -107,13 +108,13 @@ int loom__ui_main(int argc, char **argv) {
   size_t nwant = 0;
   char **only = NULL;
   size_t nonly = 0;
-  int status = 2;
-  if (!want) return 3;
+  int status = LOOM_EXIT_USAGE;
+  if (!want) return LOOM_EXIT_INFRA;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
-      status = 0;
+      status = LOOM_EXIT_OK;
       goto out;
     } else if (!strcmp(a, "--port") || !strcmp(a, "--bind")) {
       if (i + 1 >= argc) {
@@ -142,17 +143,17 @@ int loom__ui_main(int argc, char **argv) {
   if (loom__mkdir_p(home, 0700) < 0) {
     fprintf(stderr, "loom ui: cannot create %s: %s (set %s to a writable directory)\n", home,
             strerror(errno), JOBDIR_HOME_ENV);
-    status = 3;
+    status = LOOM_EXIT_INFRA;
     goto out;
   }
   if (http_tls_check(err, sizeof err) < 0) {
     fprintf(stderr, "loom ui: %s\n", err);
-    goto out; /* 2: bad settings, as bad arguments */
+    goto out; /* LOOM_EXIT_USAGE: bad settings, as bad arguments */
   }
   char tok[HTTP_TOKEN_LEN + 1];
   if (ui_token(home, tok, err, sizeof err) < 0) {
     fprintf(stderr, "loom ui: %s\n", err);
-    status = 3;
+    status = LOOM_EXIT_INFRA;
     goto out;
   }
 
@@ -171,7 +172,7 @@ int loom__ui_main(int argc, char **argv) {
 
   uv_loop_t loop;
   if (uv_loop_init(&loop) < 0) {
-    status = 3;
+    status = LOOM_EXIT_INFRA;
     goto out;
   }
   signal(SIGPIPE, SIG_IGN);
@@ -185,7 +186,7 @@ int loom__ui_main(int argc, char **argv) {
   int got = 0;
   if (http__start(&loop, bind, &o, &u.srv, &got, err, sizeof err) < 0) {
     fprintf(stderr, "loom ui: %s\n", err);
-    status = 3;
+    status = LOOM_EXIT_INFRA;
   } else {
     const char *host = strcmp(bind, "0.0.0.0") && strcmp(bind, "::") ? bind : "127.0.0.1";
     bool v6 = strchr(host, ':') != NULL;
@@ -201,7 +202,7 @@ int loom__ui_main(int argc, char **argv) {
     u.sigint.data = u.sigterm.data = &u;
     uv_signal_start(&u.sigint, on_signal, SIGINT);
     uv_signal_start(&u.sigterm, on_signal, SIGTERM);
-    status = 0;
+    status = LOOM_EXIT_OK;
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);

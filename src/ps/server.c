@@ -24,6 +24,7 @@
 #include "ps/server.h"
 #include "lib/lib.h"
 #include "ps/ps.h"
+#include "core/exitcode.h"
 #include "core/fifo.h"
 #include "core/ratelog.h"
 #include "wire/wire_tls.h"
@@ -1153,13 +1154,13 @@ int loom__ps_main(int argc, char **argv) {
             "loom ps: unexpected argument '%s' (loom ps takes none; it reads "
             "LOOM_CLUSTER, LOOM_INDEX and LOOM_SECRET from its job)\n",
             argv[1]);
-    return 2;
+    return LOOM_EXIT_USAGE;
   }
   const char *cl = getenv("LOOM_CLUSTER"), *secret = getenv("LOOM_SECRET");
   if (!cl || !secret || !*secret) {
     fprintf(stderr, "loom ps: LOOM_CLUSTER and LOOM_SECRET are not set: run loom ps as "
                     "the command of a job's ps role (roles: {ps: {command: loom ps}})\n");
-    return 2;
+    return LOOM_EXIT_USAGE;
   }
   int index = env_index("LOOM_INDEX", 0);
   json_error_t jerr;
@@ -1174,7 +1175,7 @@ int loom__ps_main(int argc, char **argv) {
             "LOOM_CLUSTER=%.200s)\n",
             index, cl);
     json_decref(cj);
-    return 2;
+    return LOOM_EXIT_USAGE;
   }
   int nshards = (int)json_array_size(list), colocated = 0;
   for (int i = 0; i < nshards; i++) { /* the ps tasks on this host */
@@ -1193,7 +1194,7 @@ int loom__ps_main(int argc, char **argv) {
             errno == EADDRNOTAVAIL ? " (not an address of this host: set LOOM_PS_BIND, "
                                      "e.g. LOOM_PS_BIND=0.0.0.0)"
                                    : "");
-    return 1;
+    return LOOM_EXIT_FAILED;
   }
   /* hold LOOM_PS_MAX_CONNS workers, whatever the soft limit was */
   struct rlimit rl;
@@ -1244,5 +1245,5 @@ int loom__ps_main(int argc, char **argv) {
   if (sfd >= 0) close(sfd);
   loom_finish(l);
   if (rc < 0) fprintf(stderr, "loom ps: shard %d failed: %s\n", index, loom_strerror(rc));
-  return rc < 0 ? 1 : 0;
+  return rc < 0 ? LOOM_EXIT_FAILED : LOOM_EXIT_OK;
 }
