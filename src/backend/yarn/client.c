@@ -1,0 +1,197 @@
+/* client.c: the YARN backend's client half: `loom check --backend yarn`
+ * asks the ResourceManager (found through HADOOP_CONF_DIR, as Hadoop's
+ * clients find it) over Hadoop IPC for its metrics, nodes, node labels,
+ * resource types, and reports them; `loom run` and `loom submit` refuse,
+ * before anything is submitted, a spec the cluster can never run (an
+ * unknown or stopped queue, a node label the cluster does not have or the
+ * queue may not use, GPUs on a cluster without yarn.io/gpu, a task larger
+ * than every RUNNING node of its partition: YARN itself would queue such
+ * an application forever). `loom submit` hands the coordinator to YARN as
+ * a managed application master (yarn_submit); status and kill go through
+ * the ResourceManager.
+ *
+ * The coordinator half (the application master's thread) is in yarn.c;
+ * the capacity checks, pure, in capacity.c. */
+#include "backend/yarn/yarn_int.h"
+
+#include "backend/yarn/capacity.h"
+#include "hadoop/am.h"
+#include "hadoop/yarn.h"
+#include "jobdir/jobdir.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The managed application master's container. */
+#define YARN_AM_MB 256
+
+bool yarn_nm_sets_itself(const char *kv) {
+  return !strncmp(kv, "PWD=", 4) || !strncmp(kv, "OLDPWD=", 7) || !strncmp(kv, "_=", 2) ||
+         !strncmp(kv, "SHLVL=", 6);
+}
+
+int yarn_check(const spec_job *s, char *err, size_t errlen) {
+  const char *queue = s->queue ? s->queue : "default";
+  hyarn_cluster c;
+  char why[4096];
+  if (hyarn_cluster_get(NULL, queue, YARN_RPC_TIMEOUT_MS, &c, why, sizeof why) < 0) {
+    snprintf(err, errlen, "cannot ask YARN for its nodes: %s", why);
+    return LOOM_EBACKEND;
+  }
+  int rc = yarn_capacity_check(&c, s, queue, (long long)loom__tun(LOOM_TUN_YARN_DEFAULT_MB), err,
+                               errlen);
+  hyarn_cluster_free(&c);
+  return rc;
+}
+
+int yarn_probe(char *msg, size_t len) {
+  hyarn_cluster c;
+  char why[4096];
+  if (hyarn_cluster_get(NULL, NULL, YARN_RPC_TIMEOUT_MS, &c, why, sizeof why) < 0) {
+    snprintf(msg, len, "yarn: %s", why);
+    return -1;
+  }
+  int running = 0, vcores = 0;
+  long long mb = 0, gpus = 0;
+  for (int i = 0; i < c.nnodes; i++) {
+    if (!yarn_node_running(&c.nodes[i])) continue;
+    running++;
+    mb += c.nodes[i].memory_mb;
+    vcores += c.nodes[i].vcores;
+    gpus += c.nodes[i].gpus;
+  }
+  char labels[512];
+  yarn_labels_desc(&c, labels, sizeof labels);
+  size_t off = (size_t)snprintf(
+      msg, len,
+      "yarn: ResourceManager %s (%s): %d of %d nodes RUNNING, %lld MB, %d vcores, %lld GPUs%s; "
+      "node labels: %s",
+      c.rm, c.conf_file, running, c.nnodes, mb, vcores, gpus,
+      c.gpu_type ? "" : " (no " HYARN_GPU " resource type)", labels);
+  for (int i = 0; i < c.nnodes && off < len; i++) {
+    if (i == YARN_NODES_NAMED) {
+      off += (size_t)snprintf(msg + off, len - off, "\n     and %d more nodes", c.nnodes - i);
+      break;
+    }
+    char d[512];
+    yarn_node_desc(&c.nodes[i], d, sizeof d);
+    off += (size_t)snprintf(msg + off, len - off, "\n     node %s", d);
+  }
+  hyarn_cluster_free(&c);
+  if (!running) {
+    if (off < len) snprintf(msg + off, len - off, "\n     no RUNNING NodeManager: nothing can run");
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- the client half of a managed application master ------------------ */
+
+/* `loom submit`: the coordinator runs in a container YARN starts (and
+ * starts again, up to the spec's retries + 1 attempts within the
+ * cluster's yarn.resourcemanager.am.max-attempts, if it dies). */
+int yarn_submit(const spec_job *s, const char *job_id, const char *job_dir, const char *exe,
+                backend_job *job, char *err, size_t errlen) {
+  memset(job, 0, sizeof *job);
+  loom__buf cmd;
+  loom__buf_init(&cmd, 1 << 20);
+  loom__buf_printf(&cmd, "exec ");
+  hyarn_shell_quote(&cmd, exe);
+  loom__buf_printf(&cmd, " coordinator ");
+  hyarn_shell_quote(&cmd, job_dir);
+  loom__buf_printf(&cmd, " --backend yarn >>");
+  char logp[PATH_MAX + 32];
+  jobdir_path(job_dir, JOBDIR_COORD_LOG, logp, sizeof logp);
+  hyarn_shell_quote(&cmd, logp);
+  loom__buf_printf(&cmd, " 2>&1");
+  extern char **environ;
+  int n = 0;
+  while (environ[n]) n++;
+  char **env = calloc((size_t)n + 2, sizeof *env);
+  int k = 0;
+  for (int i = 0; env && i < n; i++)
+    if (!yarn_nm_sets_itself(environ[i])) env[k++] = environ[i];
+  if (env) env[k++] = YARN_MANAGED_ENV "=1";
+  char app[64] = "", why[4096] = "";
+  int rc = env && cmd.p
+               ? hyarn_submit_managed(NULL, s->name, s->queue, cmd.p, env, YARN_AM_MB,
+                                      s->retries + 1, YARN_RPC_TIMEOUT_MS, app, why, sizeof why)
+               : LOOM_ENOMEM;
+  free(env);
+  loom__buf_free(&cmd);
+  if (rc < 0) {
+    snprintf(err, errlen, "YARN refused the application: %s", why[0] ? why : loom_strerror(rc));
+    return rc == LOOM_ERESOURCE ? rc : LOOM_EBACKEND;
+  }
+  hyarn_rms rms;
+  const char *conf = hyarn_find_rm(NULL, &rms, why, sizeof why) == 0 ? rms.conf_dir : "";
+  json_t *j = json_pack("{s:s, s:s, s:s}", "application", app, "conf_dir", conf, "job", job_id);
+  char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  rc = js ? jobdir_write(job_dir, JOBDIR_YARN_JSON, js, strlen(js), false) : LOOM_ENOMEM;
+  free(js);
+  loom__strlcpy(job->id, app, sizeof job->id);
+  job->state = BACKEND_JOB_PENDING;
+  snprintf(job->what, sizeof job->what, "YARN application %s", app);
+  if (rc < 0) snprintf(err, errlen, "cannot write yarn.json in %s (%s is submitted)", job_dir, app);
+  return rc;
+}
+
+/* The application and configuration directory of a job directory. */
+static int app_of(const char *job_dir, char *app, size_t applen, char *conf, size_t conflen) {
+  json_t *j = jobdir_read_json(job_dir, JOBDIR_YARN_JSON, 1 << 20);
+  const char *a = j ? json_string_value(json_object_get(j, "application")) : NULL;
+  const char *c = j ? json_string_value(json_object_get(j, "conf_dir")) : NULL;
+  int rc = a && *a ? 0 : LOOM_ENOENT;
+  if (rc == 0) {
+    loom__strlcpy(app, a, applen);
+    loom__strlcpy(conf, c ? c : "", conflen);
+  }
+  json_decref(j);
+  return rc;
+}
+
+int yarn_job_state(const char *job_dir, backend_job *job) {
+  memset(job, 0, sizeof *job);
+  char conf[1024], state[16], final[16], diag[256], err[1024];
+  if (app_of(job_dir, job->id, sizeof job->id, conf, sizeof conf) < 0) return LOOM_ENOENT;
+  int rc = hyarn_app_report(conf[0] ? conf : NULL, job->id, YARN_RPC_TIMEOUT_MS, state, final, diag,
+                            sizeof diag, err, sizeof err);
+  if (rc < 0) {
+    job->state = BACKEND_JOB_UNKNOWN;
+    snprintf(job->what, sizeof job->what, "YARN application %s: %.160s", job->id,
+             rc == LOOM_ENOENT ? "not known to the ResourceManager (any more)" : err);
+    return 0;
+  }
+  loom__strlcpy(job->native, state, sizeof job->native);
+  if (!strcmp(state, "RUNNING"))
+    job->state = BACKEND_JOB_RUNNING;
+  else if (!strcmp(state, "FINISHED") || !strcmp(state, "FAILED") || !strcmp(state, "KILLED"))
+    job->state = BACKEND_JOB_ENDED;
+  else
+    job->state = BACKEND_JOB_PENDING;
+  if (job->state == BACKEND_JOB_PENDING && strcmp(diag, "N/A"))
+    loom__strlcpy(job->reason, diag, sizeof job->reason);
+  snprintf(job->what, sizeof job->what, "YARN application %s is %s%s%s", job->id, state,
+           job->state == BACKEND_JOB_ENDED ? " " : "",
+           job->state == BACKEND_JOB_ENDED ? final : "");
+  return 0;
+}
+
+int yarn_cancel(const char *job_dir, char *msg, size_t msglen) {
+  char app[64], conf[1024], err[1024];
+  if (app_of(job_dir, app, sizeof app, conf, sizeof conf) < 0) {
+    snprintf(msg, msglen, "%s has no yarn.json: no YARN application to kill", job_dir);
+    return LOOM_ENOENT;
+  }
+  if (hyarn_app_kill(conf[0] ? conf : NULL, app, "killed by loom kill", YARN_RPC_TIMEOUT_MS, err,
+                     sizeof err) < 0) {
+    snprintf(msg, msglen, "killing YARN application %s: %s", app, err);
+    return LOOM_EBACKEND;
+  }
+  snprintf(msg, msglen, "killed YARN application %s", app);
+  return 0;
+}
