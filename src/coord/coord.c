@@ -610,7 +610,7 @@ static int fetch_remote_files(coord *co, char *err, size_t errlen) {
     if (!loom__fs_remote(kv->value)) continue;
     const char *base = strrchr(kv->value, '/');
     base = base && base[1] ? base + 1 : "source";
-    char *dir = loom__asprintf("%s/fetched", co->o->job_dir);
+    char *dir = jobdir_apath(co->o->job_dir, JOBDIR_FETCHED);
     char *dst = dir ? loom__asprintf("%s/%d-%s", dir, i, base) : NULL;
     char why[1024] = "out of memory";
     rc = dst ? loom__fs_mkdirs(dir, why, sizeof why) : LOOM_ENOMEM;

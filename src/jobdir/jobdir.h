@@ -34,6 +34,7 @@
   X(OUTPUT, "output", 1)             /* inference output */                                        \
   X(CKPT, "ckpt", 0)                 /* libloom's checkpoints */                                   \
   X(PS_CKPT, "ps-ckpt", 0)           /* the parameter server's */                                  \
+  X(FETCHED, "fetched", 0)           /* fetched/<n>-<name>: hdfs:// files and archives */          \
   X(SLURM_SH, "slurm.sh", 0)         /* slurm: the batch script */                                 \
   X(SLURM_JSON, "slurm.json", 0)     /* slurm: {"job_id": ...} */                                  \
   X(YARN_JSON, "yarn.json", 0)       /* yarn: {"application": ..., "conf_dir": ...} */
