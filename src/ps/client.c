@@ -2,15 +2,17 @@
  *
  * A handle holds one authenticated TCP connection per shard. Every public
  * call becomes a batch of requests (a dense variable's chunks on each
- * shard, a sparse call's keys grouped by shard) that ps_exec() drives over
- * all connections at once with poll(): it writes requests as the sockets
- * take them and reads each reply's payload straight into the caller's
- * buffer, so a pull from N shards costs one round trip, not N. Payloads are
- * cut at PS_CHUNK bytes. Replies come back in order per connection, which
- * is how they are matched to requests (and their ids checked). */
+ * shard, a sparse call's keys grouped by shard) that ps_exec() (batch.c)
+ * drives over all connections at once with poll(): it writes requests as
+ * the sockets take them and reads each reply's payload straight into the
+ * caller's buffer, so a pull from N shards costs one round trip, not N.
+ * Payloads are cut at PS_CHUNK bytes. Replies come back in order per
+ * connection, which is how they are matched to requests (and their ids
+ * checked). */
 #include "lib/lib.h"
 #include "fs/fs.h"
 #include "ps/ps.h"
+#include "ps/client_int.h"
 #include "wire/wire_tls.h"
 #include "wire/wire.h"
 #include "wire/wire_auth.h"
@@ -27,48 +29,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define PS_MAX_SHARDS 4096
-#define INFO_MAX (64u << 20)
-
-struct loom_ps_var {
-  ps_decl d;
-  uint32_t *id;      /* [nshards] the variable's id on each shard */
-  uint64_t *lo, *hi; /* [nshards] dense: the part each shard holds */
-};
-
-typedef struct {
-  int fd;
-  char addr[264];
-} ps_link;
-
-struct loom_ps {
-  loom_t *l; /* borrowed, may be NULL */
-  int nshards;
-  ps_link *links;
-  int rank, workers, mode, staleness;
-  int64_t step;
-  int timeout_ms;
-  uint64_t spin_ns; /* LOOM_PS_SPIN_US: how long a wait polls before sleeping */
-  char ckpt_dir[PS_MAX_PATH + 1];
-  uint64_t next_id;
-  int dead; /* a transport error: the streams are out of step for good */
-  loom_ps_var_t **vars;
-  int nvars, vcap;
-  pthread_mutex_t mu;
-  char errmsg[PS_MAX_ERRMSG + 128];
-  void *arena; /* sparse calls' scratch, reused (see arena()) */
-  size_t arena_cap;
-  /* ps_exec's scratch, kept from call to call so that the steady state
-   * allocates nothing: the lanes ([nshards], each with its receive
-   * stash), their poll entries and the calls' order */
-  struct ps_lane *lanes;
-  struct pollfd *pfd;
-  int *who;
-  size_t *order, order_cap;
-  struct ps_call *calls; /* dense and sparse calls, reused (see calls_get()) */
-  size_t calls_cap;
-};
-
 /* Sets the handle's (and the loom handle's) detail text. */
 static void ps_vsay(loom_ps_t *ps, int code, const char *fmt, va_list ap) LOOM__PRINTF(3, 0);
 static void ps_vsay(loom_ps_t *ps, int code, const char *fmt, va_list ap) {
@@ -76,8 +36,7 @@ static void ps_vsay(loom_ps_t *ps, int code, const char *fmt, va_list ap) {
   if (ps->l) loom__fail(ps->l, code, "%s", ps->errmsg);
 }
 
-static int ps_fail(loom_ps_t *ps, int code, const char *fmt, ...) LOOM__PRINTF(3, 4);
-static int ps_fail(loom_ps_t *ps, int code, const char *fmt, ...) {
+int ps_fail(loom_ps_t *ps, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   ps_vsay(ps, code, fmt, ap);
@@ -85,9 +44,7 @@ static int ps_fail(loom_ps_t *ps, int code, const char *fmt, ...) {
   return code;
 }
 
-/* A transport failure: the handle is unusable from now on. */
-static int ps_die(loom_ps_t *ps, int code, const char *fmt, ...) LOOM__PRINTF(3, 4);
-static int ps_die(loom_ps_t *ps, int code, const char *fmt, ...) {
+int ps_die(loom_ps_t *ps, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   ps_vsay(ps, code, fmt, ap);
@@ -100,273 +57,6 @@ const char *loom_ps_errmsg(const loom_ps_t *ps) { return ps ? ps->errmsg : ""; }
 int loom_ps_shards(const loom_ps_t *ps) { return ps ? ps->nshards : 0; }
 int64_t loom_ps_clock(const loom_ps_t *ps) { return ps ? ps->step : 0; }
 size_t loom_ps_var_size(const loom_ps_var_t *v) { return v ? (size_t)v->d.count : 0; }
-
-/* ---- the batch engine --------------------------------------------------- */
-typedef struct ps_call {
-  int shard;
-  ps_hdr h;
-  const void *p1, *p2; /* request payload: p1[n1] then p2[n2] */
-  size_t n1, n2;
-  void *dst; /* where the reply's payload goes: exactly dst_len bytes */
-  size_t dst_len;
-  bool any_len; /* INFO: any length, into a malloc'ed `alloc` */
-  char *alloc;
-  ps_hdr rep;
-  char err[PS_MAX_ERRMSG + 1];
-} ps_call;
-
-/* Bytes a lane reads ahead of what it needs: a small reply's header and
- * payload (and the next reply's header) come in one recv; a payload
- * bigger than half of it is read straight into its destination. */
-#define STASH (16u << 10)
-
-typedef struct ps_lane {
-  size_t *q, nq;   /* this shard's calls, in order */
-  size_t si, soff; /* sending q[si], soff bytes of it out */
-  unsigned char shdr[PS_HDR];
-  size_t ri, rhave; /* receiving q[ri]: header bytes, then payload */
-  unsigned char rhdr[PS_HDR];
-  bool in_payload;
-  size_t phave;
-  bool readable;        /* poll said so and no recv has come up short since */
-  unsigned char *stash; /* [STASH], read ahead: [st_off, st_len) */
-  size_t st_off, st_len;
-} ps_lane;
-
-static int lane_send(loom_ps_t *ps, ps_lane *ln, ps_call *calls, int s) {
-  while (ln->si < ln->nq) {
-    ps_call *c = &calls[ln->q[ln->si]];
-    if (ln->soff == 0) {
-      c->h.len = (uint32_t)(c->n1 + c->n2);
-      ps_hdr_put(ln->shdr, &c->h);
-    }
-    size_t total = PS_HDR + c->n1 + c->n2, off = ln->soff;
-    struct iovec iov[3];
-    int k = 0;
-    const void *seg[3] = {ln->shdr, c->p1, c->p2};
-    size_t len[3] = {PS_HDR, c->n1, c->n2};
-    for (int i = 0; i < 3; i++) {
-      if (off >= len[i]) {
-        off -= len[i];
-        continue;
-      }
-      iov[k].iov_base = (char *)seg[i] + off;
-      iov[k++].iov_len = len[i] - off;
-      off = 0;
-    }
-    ssize_t n = wire_io_sendv(ps->links[s].fd, iov, k, MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-    if (n < 0)
-      return ps_die(ps, LOOM_ECONN, "ps shard %d (%s) is gone: %s", s, ps->links[s].addr,
-                    strerror(errno));
-    ln->soff += (size_t)n;
-    if (ln->soff == total) ln->si++, ln->soff = 0;
-  }
-  return 0;
-}
-
-/* Reads into at[want]: from the stash first, then from the socket (into
- * the stash when want is small, so that what follows comes along).
- * Returns the bytes got (0: nothing now), or a transport error. */
-static ssize_t lane_read(loom_ps_t *ps, ps_lane *ln, int s, void *at, size_t want) {
-  size_t have = ln->st_len - ln->st_off;
-  if (have) {
-    size_t n = have < want ? have : want;
-    memcpy(at, ln->stash + ln->st_off, n);
-    ln->st_off += n;
-    return (ssize_t)n;
-  }
-  if (!ln->readable || want == 0) return 0;
-  bool direct = want >= STASH / 2;
-  void *into = direct ? at : ln->stash;
-  size_t ask = direct ? want : STASH;
-  for (;;) {
-    ssize_t n = wire_io_recv(ps->links[s].fd, into, ask, MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      ln->readable = false;
-      return 0;
-    }
-    if (n <= 0)
-      return ps_die(ps, LOOM_ECONN,
-                    "ps shard %d (%s) closed the connection "
-                    "(the ps task died, or refused a request as malformed)",
-                    s, ps->links[s].addr);
-    /* drained: poll before the next (TLS hands over a record at a time) */
-    if ((size_t)n < ask && !wire_io_pending(ps->links[s].fd)) ln->readable = false;
-    if (direct) return n;
-    ln->st_off = 0;
-    ln->st_len = (size_t)n;
-    return lane_read(ps, ln, s, at, want);
-  }
-}
-
-static int lane_recv(loom_ps_t *ps, ps_lane *ln, ps_call *calls, int s) {
-  while (ln->ri < ln->nq) {
-    ps_call *c = &calls[ln->q[ln->ri]];
-    void *at;
-    size_t want;
-    if (!ln->in_payload) {
-      at = ln->rhdr + ln->rhave;
-      want = PS_HDR - ln->rhave;
-    } else {
-      char *base = c->rep.rc < 0 ? c->err : c->any_len ? c->alloc : (char *)c->dst;
-      at = base + ln->phave;
-      want = c->rep.len - ln->phave;
-    }
-    ssize_t n = want ? lane_read(ps, ln, s, at, want) : 0;
-    if (n < 0) return (int)n;
-    if (want && n == 0) return 0;
-    if (!ln->in_payload) {
-      ln->rhave += (size_t)n;
-      if (ln->rhave < PS_HDR) continue;
-      ps_hdr_get(ln->rhdr, &c->rep);
-      ps_hdr *r = &c->rep;
-      bool ok = r->id == c->h.id && r->op == c->h.op;
-      if (ok && r->rc < 0)
-        ok = r->len <= PS_MAX_ERRMSG;
-      else if (ok && c->any_len)
-        ok = r->len <= INFO_MAX;
-      else if (ok)
-        ok = r->rc == 0 && r->len == c->dst_len;
-      if (!ok)
-        return ps_die(ps, LOOM_EPROTO,
-                      "ps shard %d (%s) answered %s #%llu with "
-                      "op %u #%llu rc %d and %u bytes",
-                      s, ps->links[s].addr, ps_op_name(c->h.op), (unsigned long long)c->h.id, r->op,
-                      (unsigned long long)r->id, r->rc, r->len);
-      if (r->rc == 0 && c->any_len && !(c->alloc = calloc(1, r->len + 1)))
-        return ps_die(ps, LOOM_ENOMEM, "out of memory");
-      ln->in_payload = true;
-      ln->phave = 0;
-    } else {
-      ln->phave += (size_t)n;
-    }
-    if (ln->phave == c->rep.len) {
-      if (c->rep.rc < 0) c->err[c->rep.len] = 0;
-      ln->in_payload = false;
-      ln->rhave = 0;
-      ln->ri++;
-    }
-  }
-  return 0;
-}
-
-/* The handle's lanes and poll arrays, made on first use; the order array
- * grown to n. */
-static int exec_scratch(loom_ps_t *ps, size_t n) {
-  size_t ns = (size_t)ps->nshards;
-  if (!ps->lanes) ps->lanes = calloc(ns, sizeof *ps->lanes);
-  if (!ps->pfd) ps->pfd = malloc((ns + 1) * sizeof *ps->pfd);
-  if (!ps->who) ps->who = malloc((ns + 1) * sizeof *ps->who);
-  if (!ps->lanes || !ps->pfd || !ps->who) return LOOM_ENOMEM;
-  if (n > ps->order_cap) {
-    size_t cap = n < 64 ? 64 : n;
-    size_t *o = realloc(ps->order, cap * sizeof *o);
-    if (!o) return LOOM_ENOMEM;
-    ps->order = o;
-    ps->order_cap = cap;
-  }
-  for (size_t s = 0; s < ns; s++) {
-    ps_lane *ln = &ps->lanes[s];
-    unsigned char *stash = ln->stash;
-    *ln = (ps_lane){.stash = stash};
-  }
-  return 0;
-}
-
-/* Sends every call and waits for every reply, up to the handle's timeout.
- * Returns 0 when all replies are in (each call's rep.rc says how it went),
- * or a transport error (the handle is then dead). */
-static int ps_exec(loom_ps_t *ps, ps_call *calls, size_t n) {
-  if (ps->dead) return ps->dead;
-  if (n == 0) return 0;
-  int rc = exec_scratch(ps, n);
-  if (rc < 0) return ps_fail(ps, rc, "out of memory");
-  ps_lane *lanes = ps->lanes;
-  size_t *order = ps->order;
-  struct pollfd *pfd = ps->pfd;
-  int *who = ps->who;
-  for (size_t i = 0; i < n; i++) {
-    calls[i].h.id = ++ps->next_id;
-    calls[i].h.rank = ps->rank;
-    lanes[calls[i].shard].nq++;
-  }
-  size_t at = 0;
-  for (int s = 0; s < ps->nshards; s++) {
-    ps_lane *ln = &lanes[s];
-    if (ln->nq && !ln->stash && !(ln->stash = malloc(STASH)))
-      return ps_fail(ps, LOOM_ENOMEM, "out of memory");
-    ln->q = order + at;
-    at += ln->nq;
-    ln->nq = 0;
-  }
-  for (size_t i = 0; i < n; i++) {
-    ps_lane *ln = &lanes[calls[i].shard];
-    ln->q[ln->nq++] = i;
-  }
-  uint64_t deadline = loom__now_ms() + (uint64_t)ps->timeout_ms;
-  uint64_t spin_until = ps->spin_ns ? loom__now_ns() + ps->spin_ns : 0;
-  int afd = ps->l ? loom__abort_fd(ps->l) : -1;
-  for (;;) {
-    size_t np = 0;
-    for (int s = 0; s < ps->nshards; s++) {
-      ps_lane *ln = &lanes[s];
-      if ((rc = lane_send(ps, ln, calls, s)) < 0) goto out;
-      if ((rc = lane_recv(ps, ln, calls, s)) < 0) goto out;
-      short ev = (ln->si < ln->nq ? POLLOUT : 0) | (ln->ri < ln->nq ? POLLIN : 0);
-      if (!ev) continue;
-      pfd[np] = (struct pollfd){.fd = ps->links[s].fd, .events = ev};
-      who[np++] = s;
-    }
-    if (np == 0) break;
-    if (afd >= 0) {
-      pfd[np] = (struct pollfd){.fd = afd, .events = POLLIN};
-      who[np++] = -1;
-    }
-    uint64_t now = loom__now_ms();
-    if (now >= deadline) {
-      int s = who[0];
-      rc = ps_die(ps, LOOM_ETIMEDOUT,
-                  "no reply from ps shard %d (%s) to %s within "
-                  "%d ms (LOOM_PS_TIMEOUT): is a worker stuck or gone?",
-                  s, ps->links[s].addr, ps_op_name(calls[lanes[s].q[lanes[s].ri]].h.op),
-                  ps->timeout_ms);
-      goto out;
-    }
-    uint64_t left = deadline - now;
-    int pr = ps_poll_spin(pfd, np, left > 1000 ? 1000 : (int)left, spin_until);
-    if (pr < 0 && errno != EINTR) {
-      rc = ps_die(ps, LOOM_EIO, "poll: %s", strerror(errno));
-      goto out;
-    }
-    for (size_t i = 0; pr > 0 && i < np; i++)
-      if (who[i] >= 0 && (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
-        lanes[who[i]].readable = true;
-    if (afd >= 0 && loom__aborted(ps->l)) {
-      int code = loom__aborted(ps->l);
-      rc = ps_die(ps, code, "the job's attempt is over (%s) while waiting for the ps",
-                  loom_strerror(code));
-      goto out;
-    }
-  }
-out:
-  return rc;
-}
-
-/* The first refusal among calls, as the handle's error; 0 if none. */
-static int first_refusal(loom_ps_t *ps, ps_call *calls, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (calls[i].rep.rc < 0)
-      return ps_fail(ps, calls[i].rep.rc, "ps shard %d: %s", calls[i].shard, calls[i].err);
-  return 0;
-}
-
-static int run(loom_ps_t *ps, ps_call *calls, size_t n) {
-  int rc = ps_exec(ps, calls, n);
-  return rc < 0 ? rc : first_refusal(ps, calls, n);
-}
 
 /* ---- connecting --------------------------------------------------------- */
 static int handshake(loom_ps_t *ps, int s, const char *secret) {
@@ -528,7 +218,7 @@ int loom_ps_connect(loom_t *l, const loom_ps_opts *opts, loom_ps_t **out) {
                           .count = (uint32_t)o.staleness,
                           .off = (uint64_t)o.workers};
   }
-  rc = run(ps, calls, (size_t)ps->nshards);
+  rc = ps_run(ps, calls, (size_t)ps->nshards);
   for (int s = 0; rc == 0 && s < ps->nshards; s++) {
     ps_hdr *r = &calls[s].rep;
     if (r->var != (uint32_t)s || r->count != (uint32_t)ps->nshards)
@@ -610,7 +300,7 @@ static int declare(loom_ps_t *ps, ps_decl *d, loom_ps_var_t **out) {
     calls[s].n1 = w.len;
   }
   if (rc == 0)
-    rc = run(ps, calls, (size_t)ps->nshards);
+    rc = ps_run(ps, calls, (size_t)ps->nshards);
   else
     rc = ps_fail(ps, rc, "out of memory");
   uint64_t total = 0;
@@ -782,7 +472,7 @@ static int dense_io(loom_ps_t *ps, loom_ps_var_t *v, int op, float *out, const f
   ps_call *calls = NULL;
   size_t n = 0;
   if (rc == 0) rc = dense_calls(ps, v, op, out, grad, &calls, &n);
-  if (rc == 0) rc = run(ps, calls, n);
+  if (rc == 0) rc = ps_run(ps, calls, n);
   PUBLIC_LEAVE(ps, rc);
 }
 
@@ -982,7 +672,7 @@ static int sparse_io(loom_ps_t *ps, loom_ps_var_t *v, const uint64_t *keys, size
       a += k;
     } while (a < b);
   }
-  rc = run(ps, calls, c);
+  rc = ps_run(ps, calls, c);
   if (rc == 0 && pull && !g.identity)
     for (size_t i = 0; i < n; i++) memcpy(out + i * dim, g.rows + g.pos[i] * dim, row);
 out:
@@ -1022,7 +712,7 @@ static int to_all(loom_ps_t *ps, int op, uint64_t step, const char *path, bool o
       calls[s].n1 = strlen(path);
     }
   }
-  return keep_refusals ? ps_exec(ps, calls, (size_t)n) : run(ps, calls, (size_t)n);
+  return keep_refusals ? ps_exec(ps, calls, (size_t)n) : ps_run(ps, calls, (size_t)n);
 }
 
 int loom_ps_step(loom_ps_t *ps) {
@@ -1092,7 +782,7 @@ int loom_ps_restore(loom_ps_t *ps, int64_t *step) {
     if (none == ps->nshards)
       rc = ps_fail(ps, LOOM_ENOENT, "no checkpoint in %s", ps->ckpt_dir);
     else
-      rc = first_refusal(ps, calls, (size_t)ps->nshards);
+      rc = ps_first_refusal(ps, calls, (size_t)ps->nshards);
     for (int s = 1; rc == 0 && s < ps->nshards; s++)
       if (calls[s].rep.step != calls[0].rep.step)
         rc = ps_fail(ps, LOOM_EIO,
@@ -1124,7 +814,7 @@ int loom_ps_info(loom_ps_t *ps, int shard, char **json) {
   if (rc == 0 && (!json || shard < 0 || shard >= ps->nshards))
     rc = ps_fail(ps, LOOM_EINVAL, "no shard %d (there are %d)", shard, ps->nshards);
   ps_call c = {.shard = shard, .h = {.op = PS_OP_INFO}, .any_len = true};
-  if (rc == 0) rc = run(ps, &c, 1);
+  if (rc == 0) rc = ps_run(ps, &c, 1);
   if (rc == 0) {
     *json = c.alloc;
     c.alloc = NULL;
