@@ -1,5 +1,5 @@
 /* hadoop_conf_test.c: the Hadoop configuration reader (src/hadoop/conf.c)
- * and where it finds the ResourceManager (src/hadoop/yarn.c): a table of
+ * and where it finds the ResourceManager (src/yarn/yarn.c): a table of
  * files, each with what it holds or the error (file:line) it gives; a
  * later file over an earlier one and final; ${...} expansion and its
  * loop bound; the caps; and yarn.resourcemanager.address, its hostname
@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "hadoop/conf.h"
-#include "hadoop/yarn.h"
+#include "yarn/yarn.h"
 #include "testutil.h"
 
 #include <stdlib.h>

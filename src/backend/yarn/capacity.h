@@ -5,7 +5,7 @@
 #ifndef LOOM_BACKEND_YARN_CAPACITY_H
 #define LOOM_BACKEND_YARN_CAPACITY_H
 
-#include "hadoop/yarn.h"
+#include "yarn/yarn.h"
 #include "spec/spec.h"
 
 #include <stdbool.h>

@@ -15,8 +15,8 @@
 #include "backend/yarn/yarn_int.h"
 
 #include "backend/yarn/capacity.h"
-#include "hadoop/am.h"
-#include "hadoop/yarn.h"
+#include "yarn/am.h"
+#include "yarn/yarn.h"
 #include "jobdir/jobdir.h"
 
 #include <jansson.h>

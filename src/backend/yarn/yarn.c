@@ -3,7 +3,7 @@
  * is client.c; the capacity checks are capacity.c.
  *
  * The coordinator half: the coordinator is the application master
- * (src/hadoop/am.c), unmanaged under `loom run`, managed in its container
+ * (src/yarn/am.c), unmanaged under `loom run`, managed in its container
  * under `loom submit`. A thread of its own heartbeats the scheduler
  * (allocate), asks one container a task, holds the granted ones until a
  * launch's every container is there (gang start, with a deadline), starts
@@ -13,10 +13,10 @@
  * MB (rounded up; LOOM_YARN_DEFAULT_MB when unset), gpus -> yarn.io/gpu,
  * label -> node label expression, queue -> queue ("default" when unset). */
 #include "backend/yarn/yarn_int.h"
-#include "hadoop/yarn.h"
+#include "yarn/yarn.h"
 
 #include "fs/fs.h"
-#include "hadoop/am.h"
+#include "yarn/am.h"
 #include "hadoop/conf.h"
 #include "hadoop/hdfs.h"
 #include "jobdir/jobdir.h"

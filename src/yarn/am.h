@@ -6,9 +6,9 @@
  * (registerApplicationMaster, allocate, finishApplicationMaster), and
  * containers started and stopped on their NodeManagers with the NMTokens
  * the scheduler hands out (startContainers, stopContainers). The yarn
- * backend (src/backend/yarn.c) drives it from its own thread. */
-#ifndef LOOM_HADOOP_AM_H
-#define LOOM_HADOOP_AM_H
+ * backend (src/backend/yarn/yarn.c) drives it from its own thread. */
+#ifndef LOOM_YARN_AM_H
+#define LOOM_YARN_AM_H
 
 #include "core/core.h"
 

@@ -3,9 +3,9 @@
  * structures: where the ResourceManager is (from HADOOP_CONF_DIR, as
  * Hadoop's own clients find it) and what the cluster has (nodes, their
  * resources and labels, the labels, the resource types, a queue). The
- * yarn backend (src/backend/yarn.c) is its user. */
-#ifndef LOOM_HADOOP_YARN_H
-#define LOOM_HADOOP_YARN_H
+ * yarn backend (src/backend/yarn/) is its user. */
+#ifndef LOOM_YARN_YARN_H
+#define LOOM_YARN_YARN_H
 
 #include "core/core.h"
 

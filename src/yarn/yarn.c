@@ -1,6 +1,6 @@
 /* yarn.c: the ResourceManager's address from HADOOP_CONF_DIR, and the
  * cluster as ApplicationClientProtocol tells it (see yarn.h). */
-#include "hadoop/yarn.h"
+#include "yarn/yarn.h"
 
 #include "applicationclient_protocol.pb-c.h"
 #include "hadoop/conf.h"

@@ -7,7 +7,7 @@
  * startContainers/stopContainers per NodeManager with its NMToken, and
  * finishApplicationMaster. A token's user is the attempt's id, so that is
  * the user every SASL connection names. */
-#include "hadoop/am.h"
+#include "yarn/am.h"
 
 #include "Security.pb-c.h"
 #include "applicationclient_protocol.pb-c.h"
@@ -16,7 +16,7 @@
 #include "containermanagement_protocol.pb-c.h"
 #include "hadoop/hdfs.h"
 #include "hadoop/ipc.h"
-#include "hadoop/yarn.h"
+#include "yarn/yarn.h"
 #include "yarn_service_protos.pb-c.h"
 
 #include <stdio.h>
