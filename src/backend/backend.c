@@ -1,5 +1,6 @@
 /* backend.c: the registry of backends, and facts about this machine. */
 #include "backend/backend.h"
+#include "jobdir/jobdir.h"
 
 #include <dirent.h>
 #include <sched.h>
@@ -38,11 +39,17 @@ const char *backend_names(void) {
   return names;
 }
 
+/* What the spec parser asks of the program (spec.h): the registry's names. */
+const char *spec_backend_default(void) { return backend_default()->name; }
+bool spec_backend_known(const char *name) { return backend_find(name) != NULL; }
+const char *spec_backend_names(void) { return backend_names(); }
+
 const backend_ops *backend_of_job(const char *job_dir) {
   char p[4096];
-  snprintf(p, sizeof p, "%s/spec.yaml", job_dir);
   json_error_t e;
-  json_t *j = json_load_file(p, 0, &e); /* spec.yaml is written as JSON, a subset of YAML */
+  json_t *j = jobdir_path(job_dir, JOBDIR_SPEC, p, sizeof p) < 0
+                  ? NULL
+                  : json_load_file(p, 0, &e); /* spec.yaml is written as JSON, a subset of YAML */
   const backend_ops *ops =
       j ? backend_find(json_string_value(json_object_get(j, "backend"))) : NULL;
   json_decref(j);

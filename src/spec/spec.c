@@ -6,7 +6,6 @@
  * walk the tree against the tables of known keys below. Every error says
  * where (file:line:column), what is wrong and what to do. */
 #include "spec/spec.h"
-#include "backend/backend.h" /* the registry: which backends exist */
 
 #include <errno.h>
 #include <libgen.h>
@@ -925,13 +924,14 @@ static int parse_job(ctx *c, const node *root, spec_job *s) {
                 "name '%s' is not valid: use 1-63 of a-z, 0-9, _ and -, starting "
                 "with a letter or digit",
                 s->name);
-  s->backend = strdup(backend_default()->name);
+  s->backend = strdup(spec_backend_default());
   s->restart = strdup("job");
   if (!s->backend || !s->restart) return LOOM_ENOMEM;
   if ((n = map_get(root, "backend"))) {
     if ((rc = want_str(c, n, "backend", &s->backend)) < 0) return rc;
-    if (!backend_find(s->backend))
-      return fail(c, n, "backend '%s' is not known: use one of %s", s->backend, backend_names());
+    if (!spec_backend_known(s->backend))
+      return fail(c, n, "backend '%s' is not known: use one of %s", s->backend,
+                  spec_backend_names());
   }
   if ((n = map_get(root, "queue")) && (rc = want_str(c, n, "queue", &s->queue)) < 0) return rc;
   if ((n = map_get(root, "retries")) && (rc = want_int(c, n, "retries", 0, 1000, &s->retries)) < 0)

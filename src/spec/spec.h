@@ -72,4 +72,18 @@ bool spec_retryable(const spec_job *s, int code, int sig);
 bool spec_role_is_training(const spec_job *s, const spec_role *r);
 int spec_total_tasks(const spec_job *s);
 
+/* ---- what spec asks of the program: the backends a spec may name ----
+ * spec checks the backend a spec names without knowing any cluster
+ * manager: the program that links spec defines these three (the loom
+ * command: the backend registry, src/backend/backend.c; the spec_parse
+ * fuzz harness: tests/fuzz/fuzz_backends.c), so that the arrow goes one
+ * way, backend -> spec. */
+/* The backend of a spec that names none. */
+const char *spec_backend_default(void);
+/* Whether the program has a backend called name. */
+bool spec_backend_known(const char *name);
+/* Every backend's name, ", "-separated, for the error that names an
+ * unknown one. */
+const char *spec_backend_names(void);
+
 #endif
