@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from ._find import binary
-from .errors import BackendError, CommandError, JobTimeout, SpecError
+from .errors import BackendError, CommandError, JobTimeout, LoomError, SpecError
 from .spec import Spec
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -50,7 +50,7 @@ class Result:
     """What run() returns for a job that ran: ok is exit_code == 0."""
 
     job_id: str
-    state: str                 # state.json's: succeeded, failed, killed...
+    state: str                 # loom status's: succeeded, failed, killed...
     exit_code: int             # loom run's: 0 succeeded, 1 failed
     stdout: str                # the tasks' output, [role:index] prefixed
     stderr: str                # loom's own messages (job id, root cause)
@@ -62,8 +62,8 @@ class Result:
         return self.exit_code == 0
 
     def status(self) -> Dict[str, Any]:
-        """The job's state.json now (loom status --json)."""
-        return json.loads((self.job_dir / "state.json").read_text())
+        """The job's state now (loom status --json), as status() gives it."""
+        return status(self.job_id, home=self.job_dir.parent.parent)
 
 
 def _env(home: Optional[PathLike], env: Optional[Mapping[str, str]]) -> Dict[str, str]:
@@ -224,8 +224,8 @@ class _Run:
         assert job is not None
         job_dir = _home(self.env) / "jobs" / job
         try:
-            state = json.loads((job_dir / "state.json").read_text())["state"]
-        except (OSError, ValueError, KeyError):
+            state = json.loads(_loom(["status", job, "--json"], env=self.env))["state"]
+        except (LoomError, OSError, ValueError, KeyError, TypeError):
             state = "succeeded" if rc == 0 else "failed"
         res = Result(job, state, rc, stdout, stderr, job_dir, self.argv)
         if check and rc:
@@ -268,7 +268,7 @@ def submit(spec: SpecLike, *, backend: Optional[str] = None,
 
 def status(job: str = "last", *, home: Optional[PathLike] = None,
            env: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
-    """`loom status --json JOB`: the job's state.json (job, name, state,
+    """`loom status --json JOB`: the job's state (job, name, state,
     attempt, exit_status, tasks with their states, ranks, exit codes...).
     JOB is an id, a unique prefix of one, or "last"."""
     return json.loads(_loom(["status", job, "--json"], home, env))
