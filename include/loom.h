@@ -55,6 +55,9 @@ typedef enum { LOOM_SUM, LOOM_AVG, LOOM_MAX, LOOM_MIN } loom_op;
 
 LOOM_EXPORT const char *loom_strerror(int code);
 LOOM_EXPORT const char *loom_err_name(int code);
+/* loom's version, "MAJOR.MINOR.PATCH" (the VERSION file at the top of the
+ * source tree): a static string. */
+LOOM_EXPORT const char *loom_version(void);
 
 /* Reads the task's environment (LOOM_COORD, LOOM_SECRET, LOOM_RANK, ...),
  * connects to the coordinator and authenticates. On success *l is a new

@@ -127,6 +127,16 @@ long long loom__tun(loom__tunable t) {
   return i->def;
 }
 
+bool loom__tun_internal(loom__tunable t) {
+  const loom__tun_info *i = loom__tun_info_of(t);
+  return i && !strncmp(i->doc, "internal:", 9);
+}
+
+const char *loom__tun_raw(loom__tunable t) {
+  const loom__tun_info *i = loom__tun_info_of(t);
+  return i ? getenv(i->env) : NULL;
+}
+
 const char *loom__tun_env(loom__tunable t) {
   const loom__tun_info *i = loom__tun_info_of(t);
   const char *v = i ? getenv(i->env) : NULL;

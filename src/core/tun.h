@@ -210,6 +210,14 @@ const char *loom__tun_str(loom__tunable t);
  * that makes a bad value an error (after loom__tun_check) rather than a
  * warning. */
 const char *loom__tun_env(loom__tunable t);
+/* The value of t's variable exactly as set (NULL when unset, "" when set
+ * empty), unchecked: for the rows loom sets for its own processes, whose
+ * readers give a value their own meaning. */
+const char *loom__tun_raw(loom__tunable t);
+/* Whether t is loom's word to its own processes (its doc starts with
+ * "internal:"), not a knob for users: `loom help tunables` lists it only
+ * with --all. */
+bool loom__tun_internal(loom__tunable t);
 /* Checks value v for t without reading the environment or logging: 0 with
  * the number in *out (or the word left in v); LOOM_EINVAL when v is not a
  * number, or not one of t's choices; LOOM_ERANGE when out of range. On an

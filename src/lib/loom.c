@@ -74,6 +74,8 @@ int loom__fail(loom_t *l, int code, const char *fmt, ...) {
   return code;
 }
 
+const char *loom_version(void) { return LOOM__VERSION; }
+
 const char *loom_errmsg(const loom_t *l) { return l ? l->errmsg : ""; }
 int loom_rank(const loom_t *l) { return l ? l->rank : -1; }
 int loom_world_size(const loom_t *l) { return l ? l->world : 0; }
