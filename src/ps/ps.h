@@ -1,7 +1,8 @@
 /* ps.h: the parameter server's insides, shared by the server (`loom ps`,
- * server.c), the client (client.c) and their tests: tunables, the wire
- * protocol, hashing and placement, initializers and optimizer kernels, the
- * sparse row store, the shard's state and its checkpoint files.
+ * server.c, handlers.c), the client (client.c, batch.c) and their tests:
+ * tunables, the wire protocol, hashing and placement, initializers and
+ * optimizer kernels, the sparse row store, the shard's state and its
+ * checkpoint files.
  *
  * Protocol. A TCP connection to a shard first authenticates with the
  * handshake of wire/wire_auth.h (wire_auth_ps; the server speaks first):

@@ -20,10 +20,13 @@
  * each closed LOOM_AUTH_TIMEOUT after it connected, so that idle or
  * junk connections, however many, cannot keep a worker out. Authenticated
  * connections have their own cap, LOOM_PS_MAX_CONNS. What is refused,
- * evicted or timed out is logged through a rate limiter. */
+ * evicted or timed out is logged through a rate limiter.
+ *
+ * What each request does is in handlers.c. */
 #include "ps/server.h"
 #include "lib/lib.h"
 #include "ps/ps.h"
+#include "ps/server_int.h"
 #include "core/exitcode.h"
 #include "core/fifo.h"
 #include "core/ratelog.h"
@@ -50,602 +53,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define IN_MIN (64u << 10)
-#define OUT_HIGH (256u << 10)
-#define SHRINK_AT (1u << 20)
-
-enum { DONE = 0, PARK = 1, GO = 2, CLOSE = -1 };
-
-typedef struct conn {
-  int fd;
-  bool authed, configured, closing;
-  bool parked, admitted; /* the head request waits / had its side effects */
-  int rank;
-  wire_auth_server auth; /* the handshake, until authed */
-  uint64_t deadline_ms;  /* authenticate by then */
-  char peer[64];
-  unsigned char *in; /* unread bytes: [in_off, in_len) */
-  size_t in_off, in_len, in_cap;
-  unsigned char *out; /* unsent bytes: [out_off, out_len) */
-  size_t out_off, out_len, out_cap;
-  uint64_t bar_target; /* the barrier generation it waits for, or 0 */
-  bool tls;            /* inside TLS (wire_tls.h): the link leaves the host */
-  bool tls_hs;         /* its TLS handshake is not done: nothing else moves */
-  bool tls_ww;         /* the handshake waits to write */
-  bool tls_held;       /* TLS holds bytes the socket does not show */
-  struct conn *next;
-  loom__fifo_link pa; /* in the pre-authentication queue */
-} conn;
-
-struct ps_server {
-  ps_server_cfg cfg;
-  char secret[256];
-  struct ps_tunables tun;
-  int auth_ms;
-  ps_state st;
-  ps_pool *pool; /* LOOM_PS_THREADS - 1 helpers; NULL: one thread */
-  bool configured;
-  int mode, staleness, workers;
-  uint64_t step;   /* SYNC: steps applied; else the last restored step */
-  uint64_t *clock; /* [workers]: steps each worker has ended */
-  uint64_t bar_gen, bar_arrived;
-  bool restored;
-  int restore_rc;
-  uint64_t restore_step;
-  char restore_err[PS_MAX_ERRMSG];
-  conn *conns;
-  size_t nconns;
-  loom__fifo pa; /* connections not authenticated yet, oldest first */
-  size_t nauthed, pa_max;
-  uint64_t accept_paused_until; /* out of descriptors: wait a little */
-  loom__ratelog refused;
-  bool changed; /* the step, a clock or the barrier moved */
-  char err[PS_MAX_ERRMSG];
-};
-
-static const char *MODE_NAMES[] = {"async", "sync", "bounded"};
-
-static void conn_close(ps_server *s, conn *c, const char *why);
-
-/* ---- output ------------------------------------------------------------ */
-static size_t out_pending(const conn *c) { return c->out_len - c->out_off; }
-
-static int out_room(conn *c, size_t n) {
-  if (c->out_off == c->out_len) c->out_off = c->out_len = 0;
-  if (c->out_cap - c->out_len >= n) return 0;
-  if (c->out_off) {
-    memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
-    c->out_len -= c->out_off;
-    c->out_off = 0;
-    if (c->out_cap - c->out_len >= n) return 0;
-  }
-  size_t cap = c->out_cap ? c->out_cap : 4096;
-  while (cap - c->out_len < n) cap *= 2;
-  unsigned char *p = realloc(c->out, cap);
-  if (!p) return LOOM_ENOMEM;
-  c->out = p;
-  c->out_cap = cap;
-  return 0;
-}
-
-static void conn_flush(conn *c) {
-  if (c->tls_hs) return; /* the challenge waits for TLS */
-  while (out_pending(c) && !c->closing) {
-    ssize_t n = wire_io_send(c->fd, c->out + c->out_off, out_pending(c), MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    if (n <= 0) {
-      c->closing = true;
-      return;
-    }
-    c->out_off += (size_t)n;
-  }
-  if (!out_pending(c)) {
-    c->out_off = c->out_len = 0;
-    if (c->out_cap > SHRINK_AT) {
-      free(c->out);
-      c->out = NULL;
-      c->out_cap = 0;
-    }
-  }
-}
-
-/* Queues a reply: written now as far as the socket takes it, the rest
- * copied. data may point into a variable; it is not kept. */
-static void send_reply(conn *c, ps_hdr *rep, const void *data, size_t len) {
-  unsigned char hdr[PS_HDR];
-  rep->len = (uint32_t)len;
-  ps_hdr_put(hdr, rep);
-  size_t done = 0, total = PS_HDR + len;
-  if (!out_pending(c)) {
-    struct iovec iov[2] = {{hdr, PS_HDR}, {(void *)data, len}};
-    for (;;) {
-      ssize_t n = wire_io_sendv(c->fd, iov, len ? 2 : 1, MSG_DONTWAIT);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-        c->closing = true;
-        return;
-      }
-      done = n > 0 ? (size_t)n : 0;
-      break;
-    }
-  }
-  if (done == total) return;
-  if (out_room(c, total - done) < 0) {
-    c->closing = true;
-    return;
-  }
-  if (done < PS_HDR) {
-    memcpy(c->out + c->out_len, hdr + done, PS_HDR - done);
-    c->out_len += PS_HDR - done;
-    done = PS_HDR;
-  }
-  size_t off = done - PS_HDR;
-  if (len > off) memcpy(c->out + c->out_len, (const char *)data + off, len - off);
-  c->out_len += len - off;
-}
-
-static ps_hdr reply_to(const ps_hdr *h) {
-  ps_hdr r = {.op = h->op, .var = h->var, .id = h->id, .count = h->count};
-  return r;
-}
-
-static int reply_err(conn *c, const ps_hdr *h, int rc, const char *fmt, ...) LOOM__PRINTF(4, 5);
-static int reply_err(conn *c, const ps_hdr *h, int rc, const char *fmt, ...) {
-  char msg[PS_MAX_ERRMSG];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (n < 0) n = 0;
-  if ((size_t)n >= sizeof msg) n = (int)sizeof msg - 1;
-  ps_hdr r = reply_to(h);
-  r.rc = rc;
-  loom__log(LOOM_LOG_DEBUG, "ps", "%s: %s refused: %s", c->peer, ps_op_name(h->op), msg);
-  send_reply(c, &r, msg, (size_t)n);
-  return DONE;
-}
-
-static int reply_ok(conn *c, const ps_hdr *h) {
-  ps_hdr r = reply_to(h);
-  send_reply(c, &r, NULL, 0);
-  return DONE;
-}
-
-/* ---- steps and clocks -------------------------------------------------- */
-static uint64_t min_clock(const ps_server *s) {
-  uint64_t m = UINT64_MAX;
-  for (int i = 0; i < s->workers; i++)
-    if (s->clock[i] < m) m = s->clock[i];
-  return m == UINT64_MAX ? 0 : m;
-}
-
-/* SYNC: applies every step all workers have ended. */
-static void close_steps(ps_server *s) {
-  while (min_clock(s) > s->step) {
-    ps_state_close_step(&s->st);
-    s->step++;
-    s->changed = true;
-  }
-}
-
-static uint64_t where_is(const ps_server *s, const conn *c) {
-  return c->rank >= 0 && s->clock ? s->clock[c->rank] : s->step;
-}
-
-/* ---- handlers: DONE (a reply is queued), PARK or CLOSE ----------------- */
-static int h_config(ps_server *s, conn *c, const ps_hdr *h) {
-  if (c->configured || h->len) return CLOSE;
-  int mode = h->flags, stal = (int)h->count;
-  int workers =
-      h->off ? (int)(h->off > PS_MAX_WORKERS ? PS_MAX_WORKERS + 1 : h->off) : s->cfg.world;
-  if (mode > LOOM_PS_BOUNDED || h->count > PS_MAX_STALENESS || h->off > PS_MAX_WORKERS)
-    return reply_err(c, h, LOOM_EINVAL, "bad mode, staleness or worker count");
-  if (workers < 1)
-    return reply_err(c, h, LOOM_EINVAL,
-                     "the number of workers is unknown here "
-                     "(no LOOM_WORLD_SIZE on the ps): set loom_ps_opts.workers");
-  if (h->rank < -1 || h->rank >= workers)
-    return reply_err(c, h, LOOM_EINVAL,
-                     "rank %d is not in 0..%d (or -1 for a "
-                     "process that only reads)",
-                     h->rank, workers - 1);
-  if (!s->configured) {
-    s->clock = calloc((size_t)workers, sizeof *s->clock);
-    if (!s->clock) return CLOSE;
-    for (int i = 0; i < workers; i++) s->clock[i] = s->step;
-    s->mode = mode;
-    s->staleness = stal;
-    s->workers = workers;
-    s->configured = true;
-    loom__log(LOOM_LOG_INFO, "ps", "shard %d: %s mode, %d workers, staleness %d", s->cfg.shard,
-              MODE_NAMES[mode], workers, stal);
-  } else if (mode != s->mode || workers != s->workers ||
-             (mode == LOOM_PS_BOUNDED && stal != s->staleness)) {
-    return reply_err(c, h, LOOM_ESTATE,
-                     "this ps runs in %s mode for %d workers "
-                     "(staleness %d); this worker asked for %s mode, %d workers, "
-                     "staleness %d: every worker must use the same options",
-                     MODE_NAMES[s->mode], s->workers, s->staleness, MODE_NAMES[mode], workers,
-                     stal);
-  }
-  c->configured = true;
-  c->rank = h->rank;
-  ps_hdr r = reply_to(h);
-  r.var = (uint32_t)s->cfg.shard;
-  r.count = (uint32_t)s->cfg.nshards;
-  r.off = (uint64_t)s->workers;
-  r.step = where_is(s, c);
-  r.flags = (uint16_t)s->mode;
-  send_reply(c, &r, NULL, 0);
-  return DONE;
-}
-
-static int h_declare(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *p) {
-  ps_rbuf rb = {.p = p, .len = h->len};
-  ps_decl d;
-  uint32_t id = 0;
-  int rc = ps_decl_get(&rb, &d, s->err, sizeof s->err);
-  if (rc == 0) rc = ps_state_declare(&s->st, &d, &id, s->err, sizeof s->err);
-  if (rc < 0) return reply_err(c, h, rc, "%s", s->err);
-  ps_var *v = s->st.vars[id];
-  ps_hdr r = reply_to(h);
-  r.var = id;
-  r.off = v->lo;
-  r.step = v->hi;
-  send_reply(c, &r, NULL, 0);
-  return DONE;
-}
-
-static ps_var *var_of(ps_server *s, conn *c, const ps_hdr *h, int kind) {
-  if (h->var >= s->st.nvars || s->st.vars[h->var]->d.kind != (uint32_t)kind) {
-    reply_err(c, h, LOOM_EINVAL, "no %s variable %u on shard %d",
-              kind == PS_DENSE ? "dense" : "sparse", h->var, s->cfg.shard);
-    return NULL;
-  }
-  return s->st.vars[h->var];
-}
-
-static int dense_range(ps_server *s, conn *c, const ps_hdr *h, const ps_var *v) {
-  if (h->count == 0 || (uint64_t)h->count * 4 > (uint64_t)s->tun.max_msg || h->off < v->lo ||
-      h->off > v->hi || h->count > v->hi - h->off) {
-    reply_err(c, h, LOOM_EINVAL,
-              "elements [%llu, +%u) of '%s' are not on shard "
-              "%d, which holds [%llu, %llu)",
-              (unsigned long long)h->off, h->count, v->d.name, s->cfg.shard,
-              (unsigned long long)v->lo, (unsigned long long)v->hi);
-    return -1;
-  }
-  return 0;
-}
-
-/* SYNC pushes belong to a step: the open one (GO), or a later one (PARK);
- * DONE when refused. */
-static int push_step(ps_server *s, conn *c, const ps_hdr *h) {
-  if (c->rank < 0)
-    return reply_err(c, h, LOOM_EINVAL, "in sync mode only workers (rank >= 0) push");
-  if (h->step > s->step) return PARK;
-  if (h->step < s->step)
-    return reply_err(c, h, LOOM_ESTATE,
-                     "a push for step %llu arrived after "
-                     "that step was applied (the ps is at step %llu)",
-                     (unsigned long long)h->step, (unsigned long long)s->step);
-  return GO;
-}
-
-static int full(ps_server *s, conn *c, const ps_hdr *h, int rc, const ps_var *v) {
-  if (rc == LOOM_ERANGE)
-    return reply_err(c, h, rc,
-                     "shard %d is full: LOOM_PS_MAX_MEMORY (%llu MiB) "
-                     "reached with '%s' at %llu rows; raise it or add ps tasks",
-                     s->cfg.shard, (unsigned long long)(s->st.mem.cap >> 20), v->d.name,
-                     (unsigned long long)v->rows.n);
-  return reply_err(c, h, rc, "shard %d: out of memory", s->cfg.shard);
-}
-
-static int h_pull(ps_server *s, conn *c, const ps_hdr *h) {
-  if (h->len) return CLOSE;
-  ps_var *v = var_of(s, c, h, PS_DENSE);
-  if (!v || dense_range(s, c, h, v) < 0) return DONE;
-  if (s->mode == LOOM_PS_SYNC && !(h->flags & PS_F_NOWAIT) && s->step < h->step) return PARK;
-  ps_hdr r = reply_to(h);
-  r.step = s->step;
-  r.off = h->off;
-  send_reply(c, &r, v->w + (h->off - v->lo), (size_t)h->count * sizeof(float));
-  return DONE;
-}
-
-static int h_push(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *p) {
-  if (h->len != (uint64_t)h->count * 4) return CLOSE;
-  ps_var *v = var_of(s, c, h, PS_DENSE);
-  if (!v || dense_range(s, c, h, v) < 0) return DONE;
-  const float *g = (const float *)p;
-  if (s->mode == LOOM_PS_SYNC) {
-    int r = push_step(s, c, h);
-    if (r != GO) return r;
-    int rc = ps_dense_accum(&s->st, v, h->off, g, h->count);
-    if (rc < 0) return full(s, c, h, rc, v);
-  } else {
-    ps_dense_apply(v, h->off, g, h->count, h->flags & PS_F_FIRST);
-  }
-  return reply_ok(c, h);
-}
-
-/* Every key must be this shard's: a client with another shard count or a
- * bug would otherwise split a row's history over two shards. */
-static int keys_ours(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *keys, size_t n) {
-  for (size_t i = 0; s->cfg.nshards > 1 && i < n; i++) {
-    uint64_t k;
-    memcpy(&k, keys + 8 * i, 8);
-    int home = ps_key_shard(k, s->cfg.nshards);
-    if (home != s->cfg.shard) {
-      reply_err(c, h, LOOM_EINVAL, "key %llu belongs to shard %d of %d, not %d",
-                (unsigned long long)k, home, s->cfg.nshards, s->cfg.shard);
-      return -1;
-    }
-  }
-  return 0;
-}
-
-static int h_spull(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *p) {
-  if (h->len != (uint64_t)h->count * 8) return CLOSE;
-  ps_var *v = var_of(s, c, h, PS_SPARSE);
-  if (!v) return DONE;
-  size_t n = h->count, dim = (size_t)v->d.count;
-  if ((uint64_t)n * dim * 4 > (uint64_t)s->tun.max_msg)
-    return reply_err(c, h, LOOM_EINVAL,
-                     "a pull of %zu rows of '%s' is past "
-                     "LOOM_PS_MAX_MSG: ask for fewer keys at once",
-                     n, v->d.name);
-  if (keys_ours(s, c, h, p, n) < 0) return DONE;
-  if (s->mode == LOOM_PS_SYNC && !(h->flags & PS_F_NOWAIT) && s->step < h->step) return PARK;
-  size_t bytes = n * dim * sizeof(float);
-  if (out_room(c, PS_HDR + bytes) < 0) return CLOSE;
-  ps_hdr r = reply_to(h);
-  r.step = s->step;
-  r.len = (uint32_t)bytes;
-  ps_hdr_put(c->out + c->out_len, &r);
-  unsigned char *dst = c->out + c->out_len + PS_HDR;
-  if (((uintptr_t)dst & 3) == 0) {
-    ps_sparse_read(&s->st, v, p, n, (float *)(void *)dst);
-  } else { /* behind an error text of odd length */
-    float *tmp = malloc(bytes ? bytes : 1);
-    if (!tmp) return CLOSE;
-    ps_sparse_read(&s->st, v, p, n, tmp);
-    memcpy(dst, tmp, bytes);
-    free(tmp);
-  }
-  c->out_len += PS_HDR + bytes;
-  conn_flush(c);
-  return DONE;
-}
-
-static int h_spush(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *p) {
-  ps_var *v = var_of(s, c, h, PS_SPARSE);
-  if (!v) return DONE;
-  size_t n = h->count, dim = (size_t)v->d.count;
-  if (h->len != (uint64_t)n * (8 + 4 * (uint64_t)dim)) return CLOSE;
-  if (keys_ours(s, c, h, p, n) < 0) return DONE;
-  const float *g = (const float *)(const void *)(p + 8 * n);
-  int rc;
-  if (s->mode == LOOM_PS_SYNC) {
-    int r = push_step(s, c, h);
-    if (r != GO) return r;
-    rc = ps_sparse_accum(&s->st, v, p, g, n);
-  } else {
-    rc = ps_sparse_apply(&s->st, v, p, g, n, h->flags & PS_F_FIRST);
-  }
-  if (rc < 0) return full(s, c, h, rc, v);
-  return reply_ok(c, h);
-}
-
-static int h_step(ps_server *s, conn *c, const ps_hdr *h) {
-  if (h->len) return CLOSE;
-  if (c->rank < 0) return reply_err(c, h, LOOM_EINVAL, "only workers end steps");
-  if (!c->admitted) {
-    uint64_t *ck = &s->clock[c->rank];
-    if (h->step != *ck)
-      return reply_err(c, h, LOOM_ESTATE,
-                       "rank %d ended step %llu, but this ps "
-                       "has it at step %llu (did every worker call "
-                       "loom_ps_restore? does a rank run twice?)",
-                       c->rank, (unsigned long long)h->step, (unsigned long long)*ck);
-    *ck = h->step + 1;
-    c->admitted = true;
-    s->changed = true;
-    if (s->mode == LOOM_PS_SYNC) close_steps(s);
-  }
-  uint64_t slowest = min_clock(s);
-  if (s->mode == LOOM_PS_BOUNDED && slowest + (uint64_t)s->staleness < h->step + 1) return PARK;
-  ps_hdr r = reply_to(h);
-  r.step = s->mode == LOOM_PS_SYNC ? s->step : slowest;
-  send_reply(c, &r, NULL, 0);
-  return DONE;
-}
-
-static int h_barrier(ps_server *s, conn *c, const ps_hdr *h) {
-  if (h->len) return CLOSE;
-  if (c->rank < 0) return reply_err(c, h, LOOM_EINVAL, "only workers join barriers");
-  if (!c->admitted) {
-    c->admitted = true;
-    c->bar_target = s->bar_gen + 1;
-    if (++s->bar_arrived >= (uint64_t)s->workers) {
-      s->bar_gen++;
-      s->bar_arrived = 0;
-      s->changed = true;
-    }
-  }
-  if (s->bar_gen < c->bar_target) return PARK;
-  c->bar_target = 0;
-  return reply_ok(c, h);
-}
-
-/* The directory in a SAVE, COMMIT or RESTORE payload, NUL-terminated: an
- * absolute path or an hdfs:// URL. */
-static int dir_of(const ps_hdr *h, const unsigned char *p, char *dir) {
-  if (h->len < 2 || h->len > PS_MAX_PATH || memchr(p, 0, h->len)) return -1;
-  if (p[0] != '/' && (h->len < 8 || memcmp(p, "hdfs://", 7))) return -1;
-  memcpy(dir, p, h->len);
-  dir[h->len] = 0;
-  return 0;
-}
-
-static int h_save(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *p) {
-  char dir[PS_MAX_PATH + 1];
-  if (dir_of(h, p, dir) < 0) return CLOSE;
-  if (s->mode == LOOM_PS_SYNC) {
-    if (h->step > s->step) return PARK;
-    if (h->step < s->step)
-      return reply_err(c, h, LOOM_ESTATE,
-                       "cannot save step %llu: shard %d is "
-                       "already at step %llu",
-                       (unsigned long long)h->step, s->cfg.shard, (unsigned long long)s->step);
-  }
-  uint64_t t0 = loom__now_ms();
-  int rc = ps_ckpt_write(&s->st, dir, h->step, s->err, sizeof s->err);
-  if (rc < 0) return reply_err(c, h, rc, "shard %d: %s", s->cfg.shard, s->err);
-  loom__log(LOOM_LOG_INFO, "ps", "shard %d saved step %llu in %llu ms", s->cfg.shard,
-            (unsigned long long)h->step, (unsigned long long)(loom__now_ms() - t0));
-  return reply_ok(c, h);
-}
-
-static int h_commit(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *p) {
-  char dir[PS_MAX_PATH + 1];
-  if (dir_of(h, p, dir) < 0) return CLOSE;
-  if (h->count != (uint32_t)s->cfg.nshards)
-    return reply_err(c, h, LOOM_EINVAL, "commit for %u shards; there are %d", h->count,
-                     s->cfg.nshards);
-  int rc =
-      ps_ckpt_commit(dir, h->step, s->cfg.nshards, (int)s->tun.ckpt_keep, s->err, sizeof s->err);
-  if (rc < 0) return reply_err(c, h, rc, "%s", s->err);
-  return reply_ok(c, h);
-}
-
-/* Two phases, so that a checkpoint loads everywhere or nowhere: CHECK
- * resolves the step and verifies this shard's files (state untouched), then
- * a plain RESTORE of that step loads. A shard loads at most once per
- * `latest` in its life: later requests (a late worker's) get the first
- * outcome, so they cannot rewind the others. */
-static int h_restore(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *p) {
-  char dir[PS_MAX_PATH + 1];
-  if (dir_of(h, p, dir) < 0) return CLOSE;
-  ps_hdr r = reply_to(h);
-  bool cached = s->restored && (h->step == PS_STEP_LATEST || h->step == s->restore_step);
-  if (h->flags & PS_F_CHECK) {
-    if (cached && s->restore_rc < 0)
-      return reply_err(c, h, s->restore_rc, "shard %d: %s", s->cfg.shard, s->restore_err);
-    uint64_t step = cached ? s->restore_step : h->step;
-    int rc = step == PS_STEP_LATEST ? ps_ckpt_latest(dir, &step) : 0;
-    if (rc == LOOM_ENOENT) { /* nothing to restore: that is the outcome */
-      snprintf(s->restore_err, sizeof s->restore_err, "no checkpoint in %.400s", dir);
-      s->restored = true;
-      s->restore_rc = rc;
-      s->restore_step = PS_STEP_LATEST;
-      return reply_err(c, h, rc, "shard %d: %s", s->cfg.shard, s->restore_err);
-    }
-    if (rc < 0)
-      return reply_err(c, h, rc, "shard %d: cannot read %.400s/LATEST", s->cfg.shard, dir);
-    if (!cached && (rc = ps_ckpt_verify(&s->st, dir, step, s->err, sizeof s->err)) < 0)
-      return reply_err(c, h, rc, "shard %d: %s", s->cfg.shard, s->err);
-    r.step = step;
-    send_reply(c, &r, NULL, 0);
-    return DONE;
-  }
-  if (!cached) {
-    uint64_t step = h->step, t0 = loom__now_ms();
-    int rc = step == PS_STEP_LATEST ? ps_ckpt_latest(dir, &step) : 0;
-    if (rc == 0)
-      rc = ps_ckpt_load(&s->st, dir, step, s->restore_err, sizeof s->restore_err);
-    else
-      snprintf(s->restore_err, sizeof s->restore_err, "no checkpoint in %.400s", dir);
-    if (rc == 0) {
-      s->step = step;
-      for (int i = 0; s->clock && i < s->workers; i++) s->clock[i] = step;
-      s->changed = true;
-      loom__log(LOOM_LOG_INFO, "ps", "shard %d restored step %llu in %llu ms", s->cfg.shard,
-                (unsigned long long)step, (unsigned long long)(loom__now_ms() - t0));
-    }
-    s->restored = true;
-    s->restore_rc = rc;
-    s->restore_step = step;
-  }
-  if (s->restore_rc < 0)
-    return reply_err(c, h, s->restore_rc, "shard %d: %s", s->cfg.shard, s->restore_err);
-  r.step = where_is(s, c);
-  send_reply(c, &r, NULL, 0);
-  return DONE;
-}
-
-static int h_info(ps_server *s, conn *c, const ps_hdr *h) {
-  if (h->len) return CLOSE;
-  json_t *vars = json_array();
-  for (uint32_t i = 0; i < s->st.nvars; i++) {
-    ps_var *v = s->st.vars[i];
-    json_array_append_new(vars, json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "name", v->d.name,
-                                          "kind", v->d.kind == PS_DENSE ? "dense" : "sparse",
-                                          "size", (json_int_t)v->d.count, "lo", (json_int_t)v->lo,
-                                          "hi", (json_int_t)v->hi, "rows", (json_int_t)v->rows.n,
-                                          "t", (json_int_t)v->t));
-  }
-  json_t *clocks = json_array();
-  for (int i = 0; s->clock && i < s->workers && i < 256; i++)
-    json_array_append_new(clocks, json_integer((json_int_t)s->clock[i]));
-  json_t *j = json_pack("{s:i, s:i, s:s, s:i, s:i, s:I, s:I, s:o, s:I, s:I, s:I, s:o}", "shard",
-                        s->cfg.shard, "shards", s->cfg.nshards, "mode",
-                        s->configured ? MODE_NAMES[s->mode] : "unset", "staleness", s->staleness,
-                        "workers", s->workers, "step", (json_int_t)s->step, "slowest",
-                        (json_int_t)(s->clock ? min_clock(s) : 0), "clocks", clocks, "bytes",
-                        (json_int_t)s->st.mem.used, "max_bytes", (json_int_t)s->st.mem.cap,
-                        "connections", (json_int_t)s->nconns, "vars", vars);
-  char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
-  json_decref(j);
-  if (!js) return CLOSE;
-  ps_hdr r = reply_to(h);
-  send_reply(c, &r, js, strlen(js));
-  free(js);
-  return DONE;
-}
-
-static int dispatch(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *p) {
-  if (h->op == PS_OP_CONFIG) return h_config(s, c, h);
-  if (!c->configured) {
-    conn_close(s, c, "a request before the connection's configuration");
-    return CLOSE;
-  }
-  switch (h->op) {
-  case PS_OP_DECLARE:
-    return h_declare(s, c, h, p);
-  case PS_OP_PULL:
-    return h_pull(s, c, h);
-  case PS_OP_PUSH:
-    return h_push(s, c, h, p);
-  case PS_OP_SPULL:
-    return h_spull(s, c, h, p);
-  case PS_OP_SPUSH:
-    return h_spush(s, c, h, p);
-  case PS_OP_STEP:
-    return h_step(s, c, h);
-  case PS_OP_BARRIER:
-    return h_barrier(s, c, h);
-  case PS_OP_SAVE:
-    return h_save(s, c, h, p);
-  case PS_OP_COMMIT:
-    return h_commit(s, c, h, p);
-  case PS_OP_RESTORE:
-    return h_restore(s, c, h, p);
-  case PS_OP_INFO:
-    return h_info(s, c, h);
-  default:
-    return CLOSE;
-  }
-}
-
 /* ---- connections ------------------------------------------------------- */
 #define REFUSED "refused connections"
 
 /* Closes c once this turn of the loop is over. A connection that never
  * authenticated is anyone's: its warning goes through the rate limiter. */
-static void conn_close(ps_server *s, conn *c, const char *why) {
+void ps_conn_close(ps_server *s, conn *c, const char *why) {
   if (!c->closing && why) {
     if (c->authed)
       loom__log(LOOM_LOG_WARN, "ps", "shard %d: closing the connection from %s: %s", s->cfg.shard,
@@ -666,7 +79,7 @@ static void pa_make_room(ps_server *s) {
     char why[96];
     snprintf(why, sizeof why, "evicted: LOOM_PREAUTH_MAX (%zu) connections wait to authenticate",
              s->pa_max);
-    conn_close(s, old, old->closing ? NULL : why);
+    ps_conn_close(s, old, old->closing ? NULL : why);
   }
 }
 
@@ -682,23 +95,23 @@ static bool authenticate(ps_server *s, conn *c) {
   if (rc < 0) {
     char why[160];
     snprintf(why, sizeof why, "authentication failed: %s", c->auth.why);
-    conn_close(s, c, why);
+    ps_conn_close(s, c, why);
     return false;
   }
   if (s->nauthed >= (size_t)s->tun.max_conns) {
     char why[96];
     snprintf(why, sizeof why, "LOOM_PS_MAX_CONNS (%lld) authenticated connections open",
              s->tun.max_conns);
-    conn_close(s, c, why);
+    ps_conn_close(s, c, why);
     return false;
   }
-  if (out_room(c, plen) < 0) {
-    conn_close(s, c, "out of memory");
+  if (ps_out_room(c, plen) < 0) {
+    ps_conn_close(s, c, "out of memory");
     return false;
   }
   memcpy(c->out + c->out_len, proof, plen);
   c->out_len += plen;
-  conn_flush(c);
+  ps_conn_flush(c);
   loom__fifo_remove(&s->pa, &c->pa);
   c->authed = true;
   s->nauthed++;
@@ -713,7 +126,7 @@ static void conn_work(ps_server *s, conn *c) {
       if (avail == 0 || !authenticate(s, c)) return;
       continue;
     }
-    if (out_pending(c) > OUT_HIGH || avail < PS_HDR) return;
+    if (ps_out_pending(c) > OUT_HIGH || avail < PS_HDR) return;
     if ((uintptr_t)(c->in + c->in_off) & 7) { /* keep payloads aligned */
       memmove(c->in, c->in + c->in_off, avail);
       c->in_off = 0;
@@ -725,11 +138,11 @@ static void conn_work(ps_server *s, conn *c) {
     if (h.op == 0 || h.op >= PS_OP__END || h.rc != 0 || h.len > (uint64_t)s->tun.max_msg) {
       char why[96];
       snprintf(why, sizeof why, "bad request header (op %u, %u bytes)", h.op, h.len);
-      conn_close(s, c, why);
+      ps_conn_close(s, c, why);
       return;
     }
     if (avail < PS_HDR + (size_t)h.len) return;
-    int r = dispatch(s, c, &h, p + PS_HDR);
+    int r = ps_dispatch(s, c, &h, p + PS_HDR);
     if (r == PARK) {
       c->parked = true;
       return;
@@ -737,7 +150,7 @@ static void conn_work(ps_server *s, conn *c) {
     if (r == CLOSE) {
       char why[96];
       snprintf(why, sizeof why, "malformed %s request", ps_op_name(h.op));
-      conn_close(s, c, why);
+      ps_conn_close(s, c, why);
       return;
     }
     c->in_off += PS_HDR + h.len;
@@ -771,7 +184,7 @@ static void conn_read(ps_server *s, conn *c) {
     if (c->in_cap < want) {
       unsigned char *p = realloc(c->in, want);
       if (!p) {
-        conn_close(s, c, "out of memory");
+        ps_conn_close(s, c, "out of memory");
         return;
       }
       c->in = p;
@@ -784,7 +197,7 @@ static void conn_read(ps_server *s, conn *c) {
     ssize_t n = wire_io_recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) {
-      conn_close(s, c, NULL); /* the client went away: not worth a warning */
+      ps_conn_close(s, c, NULL); /* the client went away: not worth a warning */
       return;
     }
     c->in_len += (size_t)n;
@@ -798,10 +211,10 @@ static void conn_tls_step(ps_server *s, conn *c) {
   if (rc < 0) {
     char msg[260];
     snprintf(msg, sizeof msg, "TLS: %s", why);
-    conn_close(s, c, msg);
+    ps_conn_close(s, c, msg);
   } else if (rc == 1) {
     c->tls_hs = false;
-    conn_flush(c); /* the challenge */
+    ps_conn_flush(c); /* the challenge */
   }
 }
 
@@ -827,7 +240,8 @@ static void conn_accept(ps_server *s) {
         /* The oldest waiting connection gives its descriptor back at the
          * end of this turn; until then the listener rests. */
         pa_make_room(s);
-        if (s->pa.n) conn_close(s, loom__fifo_oldest(&s->pa), "evicted: out of file descriptors");
+        if (s->pa.n)
+          ps_conn_close(s, loom__fifo_oldest(&s->pa), "evicted: out of file descriptors");
         s->accept_paused_until = loom__now_ms() + 50;
         loom__ratelog_warn(&s->refused, "ps", REFUSED, "?",
                            "shard %d: cannot accept a connection: %s", s->cfg.shard,
@@ -859,21 +273,21 @@ static void conn_accept(ps_server *s) {
     unsigned char ch[WIRE_AUTH_MSG_MAX];
     size_t chlen;
     if (wire_auth_server_start(&c->auth, &wire_auth_ps, s->secret, NULL, 0, ch, &chlen) < 0 ||
-        out_room(c, chlen) < 0) {
-      conn_close(s, c, "out of memory or randomness");
+        ps_out_room(c, chlen) < 0) {
+      ps_conn_close(s, c, "out of memory or randomness");
       continue;
     }
     memcpy(c->out, ch, chlen);
     c->out_len = chlen;
     if (wire_tls_wanted(fd)) {
       if (wire_io_attach(fd, true, s->secret, wire_auth_ps.label) < 0) {
-        conn_close(s, c, "TLS could not start");
+        ps_conn_close(s, c, "TLS could not start");
         continue;
       }
       c->tls = c->tls_hs = true;
       continue; /* the client speaks first */
     }
-    conn_flush(c);
+    ps_conn_flush(c);
   }
 }
 
@@ -903,7 +317,7 @@ int loom__ps_server_feed(ps_server *s, int fd, const void *data, size_t n) {
     s->nauthed++;
   }
   if (c->closing) return 0;
-  conn_flush(c);
+  ps_conn_flush(c);
   if (c->in_off) {
     memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
     c->in_len -= c->in_off;
@@ -1014,9 +428,9 @@ int loom__ps_server_run(ps_server *s) {
     for (conn *c = s->conns; c; c = c->next) {
       short ev = 0;
       /* a parked connection reads on until its buffer is full */
-      if (out_pending(c) <= OUT_HIGH && (!c->parked || c->in_len - c->in_off < c->in_cap))
+      if (ps_out_pending(c) <= OUT_HIGH && (!c->parked || c->in_len - c->in_off < c->in_cap))
         ev |= POLLIN;
-      if (out_pending(c)) ev |= POLLOUT;
+      if (ps_out_pending(c)) ev |= POLLOUT;
       if (c->tls_hs) ev = c->tls_ww ? POLLOUT : POLLIN;
       c->tls_held = c->tls && !c->tls_hs && (ev & POLLIN) && wire_io_pending(c->fd);
       if (c->tls_held) timeout = 0;
@@ -1048,7 +462,7 @@ int loom__ps_server_run(ps_server *s) {
         conn_tls_step(s, c);
         continue;
       }
-      if (re & POLLOUT) conn_flush(c);
+      if (re & POLLOUT) ps_conn_flush(c);
       if (re & (POLLIN | POLLHUP | POLLERR)) conn_read(s, c);
       conn_work(s, c);
     }
@@ -1056,7 +470,7 @@ int loom__ps_server_run(ps_server *s) {
     /* the queue is in order of arrival: the expired are at its head */
     conn *old;
     while ((old = loom__fifo_oldest(&s->pa)) && now >= old->deadline_ms)
-      conn_close(s, old, "did not authenticate in time");
+      ps_conn_close(s, old, "did not authenticate in time");
     loom__ratelog_tick(&s->refused, "ps", REFUSED);
     unpark(s);
     for (conn **pp = &s->conns; *pp;) {
