@@ -11,7 +11,8 @@
 # input, out of memory) stops that harness with its input saved in
 # build-fuzz/artifacts/<name>/ and the log's end on stderr; the run then
 # stops with exit 1, or with KEEP_GOING=1 goes on to the next harness and
-# exits 1 at the end. Exit 2: cannot build or run at all.
+# exits 1 at the end. Exit 2: cannot build or run at all. JOBS=N (default
+# 1) runs N harnesses at a time, each still for SECONDS (CI: one a core).
 #   tests/fuzz/run.sh [HARNESS ...]    (default: every harness, as below)
 # bench/fuzz/run.sh and tests/fuzz/ci.sh run this.
 set -euo pipefail
@@ -31,12 +32,13 @@ done
 command -v clang >/dev/null || { echo "run.sh: needs clang (apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_FUZZ=ON >/dev/null || exit 2
 cmake --build build-fuzz -j2 --target $(printf '%s_fuzz ' "${names[@]}") >/dev/null || exit 2
-failed=0
-for n in "${names[@]}"; do
+JOBS=${JOBS:-1}
+# One harness: its line on stdout, exit 1 on a finding.
+run_one() {
+  local n=$1
   mkdir -p build-fuzz/corpus/$n build-fuzz/artifacts/$n
-  log=build-fuzz/$n.log
+  local log=build-fuzz/$n.log t0 t1 runs secs crashes rc=0
   t0=$EPOCHREALTIME
-  rc=0
   (cd build-fuzz && ./tests/fuzz/${n}_fuzz -max_total_time=$SECONDS_EACH -runs=$RUNS \
      -max_len=20000 -timeout=60 -print_final_stats=1 -artifact_prefix=artifacts/$n/ \
      corpus/$n ../tests/fuzz/corpus/$n) >$log 2>&1 || rc=$?
@@ -49,8 +51,21 @@ for n in "${names[@]}"; do
   if [ $rc -ne 0 ]; then
     tail -40 $log >&2
     echo "run.sh: $n found something (exit $rc); input in build-fuzz/artifacts/$n/, log $log" >&2
-    failed=1
-    [ "$KEEP_GOING" = 1 ] || exit 1
+    return 1
   fi
+}
+failed=0
+running=0
+for n in "${names[@]}"; do
+  if [ "$running" -ge "$JOBS" ]; then
+    wait -n || { failed=1; [ "$KEEP_GOING" = 1 ] || { wait; exit 1; }; }
+    running=$((running - 1))
+  fi
+  run_one "$n" &
+  running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || failed=1
+  running=$((running - 1))
 done
 exit $failed
