@@ -72,7 +72,7 @@ class JobTimeout(CommandError):
         self.job_id = job_id
 
 
-class NotFound(LoomError, ImportError):
+class NotFound(LoomError, ImportError):  # type: ignore[misc]  # ImportError.name is unused
     """No `loom` binary or libloom.so was found; the message lists where
     the package looked and how to fix it (set LOOM_BIN / LOOM_LIBRARY, or
     build loom). An ImportError too, as a missing libloom was before."""

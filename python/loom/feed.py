@@ -77,13 +77,18 @@ class Feed:
         self.loom = Loom() if loom is None else loom
         h = ctypes.c_void_p()
         check(lib.loom_feed_open(self.loom.handle, ctypes.byref(h)), self.loom.handle)
-        self._f = h
+        self._f: Optional[ctypes.c_void_p] = h
         self._rec = Record()
         self._n = ctypes.c_size_t()
-        self._buf = self._cbuf = None
-        self._sizes = self._csizes = None
-        self._np_sizes = self._np_sizes_p = None
-        self._offs = self._coffs = None  # read_offsets' n + 1 offsets (uint64)
+        # buffers made on first use (bytearray, array, numpy): typed Any
+        self._buf: Any = None
+        self._cbuf: Any = None
+        self._sizes: Any = None
+        self._csizes: Any = None
+        self._np_sizes: Any = None
+        self._np_sizes_p: Any = None
+        self._offs: Any = None  # read_offsets' n + 1 offsets (uint64)
+        self._coffs: Any = None
         self._nref = ctypes.byref(self._n)
         self._marshal = _MARSHAL  # batch() by marshal.loads, else by the offsets
 
@@ -256,9 +261,8 @@ class Feed:
             b = self.batch(n)
             if b is END:
                 return
-            if b is EPOCH:
-                continue
-            yield b
+            if isinstance(b, list):  # else EPOCH: skipped
+                yield b
 
     # -- output and state ------------------------------------------------------
     def write(self, data: Union[bytes, bytearray, memoryview, str]) -> None:

@@ -832,8 +832,8 @@ def _feed_run(spark: Any, df: Any, spec: SpecLike, d: str, feed: Dict[str, Any],
         width = _record_width(df)
         if width == 0:
             raise ValueError(f"{what}: the DataFrame has no rows")
-        f = {**feed, "input": [f"{d}/part-*.rec"], "format": f"fixed:{width}",
-             "follow": f"{d}/_DONE"}
+        f: Dict[str, Any] = {**feed, "input": [f"{d}/part-*.rec"],
+                             "format": f"fixed:{width}", "follow": f"{d}/_DONE"}
         if consume:
             f["consume"] = True
         sp = _Spiller(sc, df, d, width, ahead if consume else 0, stall)

@@ -13,7 +13,7 @@ from .errors import NotInTask
 def _int(env: Mapping[str, str], key: str) -> Optional[int]:
     v = env.get(key)
     try:
-        return int(v) if v not in (None, "") else None
+        return int(v) if v else None
     except ValueError:
         return None
 
