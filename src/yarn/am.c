@@ -6,56 +6,23 @@
  * asks as a table of outstanding requests keyed by allocation id),
  * startContainers/stopContainers per NodeManager with its NMToken, and
  * finishApplicationMaster. A token's user is the attempt's id, so that is
- * the user every SASL connection names. */
-#include "yarn/am.h"
+ * the user every SASL connection names. A managed application master
+ * (hyarn_am_attach) reads its AMRMToken from the credentials file
+ * (creds.c); the ResourceManager's client calls are submit.c's. */
+#include "yarn/am_int.h"
 
 #include "Security.pb-c.h"
 #include "applicationclient_protocol.pb-c.h"
-#include "core/bytes.h"
 #include "applicationmaster_protocol.pb-c.h"
 #include "containermanagement_protocol.pb-c.h"
 #include "hadoop/hdfs.h"
-#include "hadoop/ipc.h"
-#include "yarn/yarn.h"
+#include "yarn/creds.h"
 #include "yarn_service_protos.pb-c.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define ACP "org.apache.hadoop.yarn.api.ApplicationClientProtocolPB"
-#define AMP "org.apache.hadoop.yarn.api.ApplicationMasterProtocolPB"
-#define CMP "org.apache.hadoop.yarn.api.ContainerManagementProtocolPB"
-
-typedef struct {
-  uint8_t *id, *pw;
-  size_t idlen, pwlen;
-} token;
-
-typedef struct {
-  char node[300];
-  token tok;
-} nmtoken;
-
-struct hyarn_am {
-  hyarn_rms rms;
-  int rmi; /* the ResourceManager that took the application */
-  char user[128];
-  int timeout_ms;
-  int64_t cluster_ts;
-  int32_t app_seq, attempt;
-  char app_id[64], attempt_id[80], tracking[600];
-  token amrm;
-  int32_t response_id;
-  hipc_client *sched;
-  nmtoken *nm;
-  int nnm, capnm;
-  int64_t max_mb;
-  int max_vcores;
-  bool registered, finished;
-  int rolls; /* AMRMTokens the RM rolled over */
-};
 
 static void token_free(token *t) {
   free(t->id);
@@ -85,22 +52,6 @@ static hsasl_token sasl_of(const token *t) {
   return (hsasl_token){t->id, t->idlen, t->pw, t->pwlen};
 }
 
-/* Copies s from the cluster into out: printable ASCII, newlines kept as
- * "; ", cut to outlen. */
-static void printable(char *out, size_t outlen, const char *s) {
-  size_t n = 0;
-  for (; s && *s && n + 1 < outlen; s++) {
-    char c = *s;
-    if (c == '\n') {
-      if (n + 3 >= outlen) break;
-      out[n++] = ';';
-      c = ' ';
-    }
-    out[n++] = (c >= 0x20 && c < 0x7f) ? c : '?';
-  }
-  out[n] = 0;
-}
-
 static void container_id_str(const Hadoop__Yarn__ContainerIdProto *c, char *out, size_t len) {
   const Hadoop__Yarn__ApplicationAttemptIdProto *a = c ? c->app_attempt_id : NULL;
   const Hadoop__Yarn__ApplicationIdProto *app = a ? a->application_id : c ? c->app_id : NULL;
@@ -117,16 +68,6 @@ static void app_id_proto(const hyarn_am *am, Hadoop__Yarn__ApplicationIdProto *p
   p->has_id = p->has_cluster_timestamp = 1;
   p->id = am->app_seq;
   p->cluster_timestamp = am->cluster_ts;
-}
-
-/* A connection to the ResourceManager's client protocol (SIMPLE). */
-static int rm_connect(hyarn_am *am, hipc_client **rpc, char *err, size_t errlen) {
-  char peer[700];
-  const int i = am->rmi;
-  snprintf(peer, sizeof peer, "the ResourceManager at %s:%d", am->rms.rm[i].host,
-           am->rms.rm[i].port);
-  return hipc_connect(am->rms.rm[i].host, am->rms.rm[i].port, peer, ACP, am->user, am->timeout_ms,
-                      rpc, err, errlen);
 }
 
 /* (Re)connects to the scheduler with the current AMRMToken. */
@@ -156,75 +97,14 @@ static int sched_call(hyarn_am *am, const char *method, const ProtobufCMessage *
   return rc;
 }
 
-static const char *app_state(Hadoop__Yarn__YarnApplicationStateProto s) {
-  static const char *const n[] = {"?",       "NEW",      "NEW_SAVING", "SUBMITTED", "ACCEPTED",
-                                  "RUNNING", "FINISHED", "FAILED",     "KILLED"};
-  return s >= 1 && s <= 8 ? n[s] : "?";
-}
-
-/* getNewApplication, then submitApplication of an application named name
- * in queue (NULL: "default") whose AM container runs clc with memory_mb
- * and 1 vcore, or, unmanaged, whose AM is the caller's process. *aid gets
- * the id as soon as the RM gave one (has_id set), so that a failed submit
- * can still be named and killed. */
-static int new_and_submit(hipc_client *rpc, int timeout_ms, const char *name, const char *queue,
-                          Hadoop__Yarn__ContainerLaunchContextProto *clc, int64_t memory_mb,
-                          bool unmanaged, int max_attempts, Hadoop__Yarn__ApplicationIdProto *aid,
-                          char *err, size_t errlen) {
-  hadoop__yarn__application_id_proto__init(aid);
-  ProtobufCMessage *resp = NULL;
-  Hadoop__Yarn__GetNewApplicationRequestProto nreq =
-      HADOOP__YARN__GET_NEW_APPLICATION_REQUEST_PROTO__INIT;
-  int rc = hipc_call(rpc, "getNewApplication", &nreq.base,
-                     &hadoop__yarn__get_new_application_response_proto__descriptor, &resp,
-                     timeout_ms, err, errlen);
-  if (rc < 0) return rc;
-  Hadoop__Yarn__GetNewApplicationResponseProto *nr = (void *)resp;
-  if (nr->application_id) {
-    aid->has_id = aid->has_cluster_timestamp = 1;
-    aid->id = nr->application_id->id;
-    aid->cluster_timestamp = nr->application_id->cluster_timestamp;
-  }
-  protobuf_c_message_free_unpacked(resp, NULL);
-  if (!aid->has_id) {
-    snprintf(err, errlen, "getNewApplication: the ResourceManager gave no application id");
-    return LOOM_EPROTO;
-  }
-  Hadoop__Yarn__ResourceProto res = HADOOP__YARN__RESOURCE_PROTO__INIT;
-  res.has_memory = res.has_virtual_cores = 1;
-  res.memory = memory_mb;
-  res.virtual_cores = 1;
-  Hadoop__Yarn__ApplicationSubmissionContextProto ctx =
-      HADOOP__YARN__APPLICATION_SUBMISSION_CONTEXT_PROTO__INIT;
-  ctx.application_id = aid;
-  ctx.application_name = (char *)name;
-  ctx.queue = (char *)(queue ? queue : "default");
-  ctx.am_container_spec = clc;
-  ctx.has_unmanaged_am = ctx.unmanaged_am = unmanaged;
-  ctx.has_maxappattempts = 1;
-  ctx.maxappattempts = max_attempts;
-  ctx.resource = &res;
-  ctx.applicationtype = "LOOM";
-  Hadoop__Yarn__SubmitApplicationRequestProto sreq =
-      HADOOP__YARN__SUBMIT_APPLICATION_REQUEST_PROTO__INIT;
-  sreq.application_submission_context = &ctx;
-  rc = hipc_call(rpc, "submitApplication", &sreq.base,
-                 &hadoop__yarn__submit_application_response_proto__descriptor, &resp, timeout_ms,
-                 err, errlen);
-  if (rc == 0) protobuf_c_message_free_unpacked(resp, NULL);
-  return rc;
-}
-
-static int force_kill(hipc_client *rpc, Hadoop__Yarn__ApplicationIdProto *aid, const char *why,
-                      int timeout_ms, char *err, size_t errlen);
-
 /* Submits as an unmanaged AM and waits for the AMRMToken. */
 static int submit(hyarn_am *am, hipc_client *rpc, const char *name, const char *queue, char *err,
                   size_t errlen) {
   Hadoop__Yarn__ContainerLaunchContextProto clc =
       HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
   Hadoop__Yarn__ApplicationIdProto aid;
-  int rc = new_and_submit(rpc, am->timeout_ms, name, queue, &clc, 64, true, 1, &aid, err, errlen);
+  int rc =
+      hyarn__new_and_submit(rpc, am->timeout_ms, name, queue, &clc, 64, true, 1, &aid, err, errlen);
   if (aid.has_id) {
     am->cluster_ts = aid.cluster_timestamp;
     am->app_seq = aid.id;
@@ -248,15 +128,15 @@ static int submit(hyarn_am *am, hipc_client *rpc, const char *name, const char *
         ((Hadoop__Yarn__GetApplicationReportResponseProto *)resp)->application_report;
     rc = 1;
     if (r) {
-      last = app_state(r->yarn_application_state);
+      last = hyarn__app_state(r->yarn_application_state);
       if (r->yarn_application_state >= HADOOP__YARN__YARN_APPLICATION_STATE_PROTO__FINISHED) {
         char d[1024];
-        printable(d, sizeof d, r->diagnostics);
+        hyarn__printable(d, sizeof d, r->diagnostics);
         snprintf(err, errlen, "YARN ended %s before it started: %s: %s", am->app_id, last, d);
         rc = LOOM_ERESOURCE;
       } else if (r->am_rm_token && r->currentapplicationattemptid) {
         am->attempt = r->currentapplicationattemptid->attemptid;
-        printable(am->tracking, sizeof am->tracking, r->trackingurl);
+        hyarn__printable(am->tracking, sizeof am->tracking, r->trackingurl);
         rc = token_set(&am->amrm, r->am_rm_token);
       }
     }
@@ -317,7 +197,7 @@ int hyarn_am_start(const char *conf_dir, const char *name, const char *queue, in
   char why[4096] = "";
   /* with HA, the first ResourceManager that answers as active */
   for (am->rmi = 0; am->rmi < am->rms.n; am->rmi++) {
-    rc = rm_connect(am, &rpc, why, sizeof why);
+    rc = hyarn__rm_connect(am, &rpc, why, sizeof why);
     if (rc == 0) rc = submit(am, rpc, name, queue, why, sizeof why);
     bool standby = rc < 0 && rpc && strstr(hipc_exception(rpc), "StandbyException");
     bool unreachable = rc == LOOM_ECONN || rc == LOOM_ETIMEDOUT;
@@ -479,7 +359,7 @@ int hyarn_am_allocate(hyarn_am *am, const hyarn_ask *asks, int nasks,
     if (!c->id || !c->nodeid || !c->nodeid->host || !c->container_token) continue;
     o->alloc_id = c->has_allocation_request_id ? c->allocation_request_id : -1;
     container_id_str(c->id, o->id, sizeof o->id);
-    printable(o->host, sizeof o->host, c->nodeid->host);
+    hyarn__printable(o->host, sizeof o->host, c->nodeid->host);
     o->port = c->nodeid->port;
     snprintf(o->node, sizeof o->node, "%s:%d", c->nodeid->host, c->nodeid->port);
     if (c->resource) {
@@ -497,7 +377,7 @@ int hyarn_am_allocate(hyarn_am *am, const hyarn_ask *asks, int nasks,
     hyarn_done *d = &res->done[res->ndone++];
     container_id_str(s->container_id, d->id, sizeof d->id);
     d->exit_status = s->has_exit_status ? s->exit_status : -1000;
-    printable(d->diagnostics, sizeof d->diagnostics, s->diagnostics);
+    hyarn__printable(d->diagnostics, sizeof d->diagnostics, s->diagnostics);
   }
   protobuf_c_message_free_unpacked(resp, NULL);
   return 0;
@@ -543,25 +423,18 @@ static int nm_connect(hyarn_am *am, const hyarn_container *c, hipc_client **rpc,
 
 static void exception_text(const Hadoop__Yarn__SerializedExceptionProto *e, char *out, size_t len) {
   char m[1024];
-  printable(m, sizeof m, e ? e->message : NULL);
+  hyarn__printable(m, sizeof m, e ? e->message : NULL);
   snprintf(out, len, "%s%s%s", e && e->class_name ? e->class_name : "an error", m[0] ? ": " : "",
            m);
 }
 
-/* A container's environment as the NodeManager takes it. */
-typedef struct {
-  Hadoop__Yarn__StringStringMapProto *kv, **kvp;
-  char **keys, **vals;
-  size_t n;
-} clc_env;
-
-static void clc_env_free(clc_env *e) {
+void hyarn__clc_env_free(hyarn__clc_env *e) {
   for (size_t i = 0; e->keys && e->vals && i < e->n; i++) free(e->keys[i]), free(e->vals[i]);
   free(e->keys), free(e->vals), free(e->kv), free(e->kvp);
   memset(e, 0, sizeof *e);
 }
 
-static int clc_env_make(clc_env *e, char *const *env) {
+int hyarn__clc_env_make(hyarn__clc_env *e, char *const *env) {
   memset(e, 0, sizeof *e);
   int nenv = 0;
   while (env && env[nenv]) nenv++;
@@ -570,7 +443,7 @@ static int clc_env_make(clc_env *e, char *const *env) {
   e->keys = calloc((size_t)nenv + 1, sizeof *e->keys);
   e->vals = calloc((size_t)nenv + 1, sizeof *e->vals);
   if (!e->kv || !e->kvp || !e->keys || !e->vals) {
-    clc_env_free(e);
+    hyarn__clc_env_free(e);
     return LOOM_ENOMEM;
   }
   for (int i = 0; i < nenv; i++) {
@@ -578,7 +451,7 @@ static int clc_env_make(clc_env *e, char *const *env) {
     if (!eq || eq == env[i]) continue;
     size_t n = e->n;
     if (!(e->keys[n] = strndup(env[i], (size_t)(eq - env[i])))) {
-      clc_env_free(e);
+      hyarn__clc_env_free(e);
       return LOOM_ENOMEM;
     }
     /* The NodeManager writes `export K="V"` into launch_container.sh
@@ -597,7 +470,7 @@ static int clc_env_make(clc_env *e, char *const *env) {
     loom__buf_add(&v, "", 1);
     if (!v.p) {
       free(e->keys[n]);
-      clc_env_free(e);
+      hyarn__clc_env_free(e);
       return LOOM_ENOMEM;
     }
     e->vals[n] = v.p;
@@ -618,8 +491,8 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
     snprintf(err, errlen, "container %s: its record does not decode", c->id);
     return LOOM_EBACKEND;
   }
-  clc_env ce;
-  int rc = clc_env_make(&ce, env);
+  hyarn__clc_env ce;
+  int rc = hyarn__clc_env_make(&ce, env);
   Hadoop__Yarn__ContainerLaunchContextProto clc =
       HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
   clc.n_environment = ce.n;
@@ -698,7 +571,7 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
   if (rc < 0)
     snprintf(err, errlen, "container %s on %s: %s", c->id, c->node,
              why[0] ? why : loom_strerror(rc));
-  clc_env_free(&ce);
+  hyarn__clc_env_free(&ce);
   for (int i = 0; url && i < nres; i++)
     if (url[i].scheme && !strcmp(url[i].scheme, "hdfs")) free(url[i].host), free(url[i].file);
   free(lr), free(lrp), free(lv), free(url);
@@ -783,8 +656,8 @@ void hyarn_am_free(hyarn_am *am, bool kill) {
     char err[1024];
     Hadoop__Yarn__ApplicationIdProto aid;
     app_id_proto(am, &aid);
-    if (rm_connect(am, &rpc, err, sizeof err) < 0 ||
-        force_kill(rpc, &aid, "killed by loom", am->timeout_ms, err, sizeof err) < 0)
+    if (hyarn__rm_connect(am, &rpc, err, sizeof err) < 0 ||
+        hyarn__force_kill(rpc, &aid, "killed by loom", am->timeout_ms, err, sizeof err) < 0)
       loom__log(LOOM_LOG_WARN, "hadoop", "%s", err);
     hipc_close(rpc);
   }
@@ -793,132 +666,6 @@ void hyarn_am_free(hyarn_am *am, bool kill) {
   free(am->nm);
   token_free(&am->amrm);
   free(am);
-}
-
-void hyarn_shell_quote(loom__buf *b, const char *s) {
-  loom__buf_add(b, "'", 1);
-  for (; *s; s++) {
-    if (*s == '\'')
-      loom__buf_add(b, "'\\''", 4);
-    else
-      loom__buf_add(b, s, 1);
-  }
-  loom__buf_add(b, "'", 1);
-}
-
-/* ---- credentials files ------------------------------------------------- */
-
-/* Hadoop's WritableUtils VInt/VLong: one byte for -112..127, else a
- * length byte and up to 8 big-endian bytes (negated for negatives). 0
- * with *v, or -1 when it runs past the end. */
-static int read_vlong(const uint8_t *b, size_t len, size_t *at, int64_t *v) {
-  if (*at >= len) return -1;
-  int8_t first = (int8_t)b[(*at)++];
-  if (first >= -112) {
-    *v = first;
-    return 0;
-  }
-  int n = first < -120 ? -120 - first : -112 - first; /* the bytes that follow */
-  if (n < 1 || n > 8 || len - *at < (size_t)n) return -1;
-  uint64_t u = 0;
-  for (int i = 0; i < n; i++) u = (u << 8) | b[(*at)++];
-  *v = first < -120 ? (int64_t)~u : (int64_t)u;
-  return 0;
-}
-
-/* A VInt length then that many bytes: *p points into b. */
-static int read_bytes(const uint8_t *b, size_t len, size_t *at, const uint8_t **p, size_t *n) {
-  int64_t l;
-  if (read_vlong(b, len, at, &l) < 0 || l < 0 || (uint64_t)l > len - *at) return -1;
-  *p = b + *at;
-  *n = (size_t)l;
-  *at += (size_t)l;
-  return 0;
-}
-
-static int cred_take(hyarn_cred_token *out, const uint8_t *id, size_t idl, const uint8_t *pw,
-                     size_t pwl, const uint8_t *kind, size_t kl, const uint8_t *svc, size_t sl) {
-  memset(out, 0, sizeof *out);
-  out->identifier = malloc(idl ? idl : 1);
-  out->password = malloc(pwl ? pwl : 1);
-  if (!out->identifier || !out->password) {
-    hyarn_cred_token_free(out);
-    return LOOM_ENOMEM;
-  }
-  /* an empty field may come as NULL (protobuf-c's unpacking) */
-  if (idl) memcpy(out->identifier, id, idl);
-  if (pwl) memcpy(out->password, pw, pwl);
-  out->identifier_len = idl;
-  out->password_len = pwl;
-  snprintf(out->kind, sizeof out->kind, "%.*s", (int)(kl < 127 ? kl : 127), (const char *)kind);
-  snprintf(out->service, sizeof out->service, "%.*s", (int)(sl < 255 ? sl : 255),
-           (const char *)svc);
-  return 0;
-}
-
-int hyarn_creds_find(const uint8_t *buf, size_t len, const char *kind, hyarn_cred_token *out,
-                     char *err, size_t errlen) {
-  memset(out, 0, sizeof *out);
-  if (len < 5 || memcmp(buf, "HDTS", 4) != 0) {
-    snprintf(err, errlen, "not a Hadoop credentials file (it does not start with HDTS)");
-    return LOOM_EPROTO;
-  }
-  size_t at = 5;
-  if (buf[4] == 1) { /* PROTOBUF: a delimited CredentialsProto */
-    uint32_t ml;
-    size_t vn = loom__varint_get32(buf + at, len - at, &ml);
-    if (!vn || ml > len - at - vn) {
-      snprintf(err, errlen, "the credentials' length is past the file's end");
-      return LOOM_EPROTO;
-    }
-    Hadoop__Common__CredentialsProto *c =
-        hadoop__common__credentials_proto__unpack(NULL, ml, buf + at + vn);
-    if (!c) {
-      snprintf(err, errlen, "the credentials are not a CredentialsProto");
-      return LOOM_EPROTO;
-    }
-    int rc = LOOM_ENOENT;
-    for (size_t i = 0; i < c->n_tokens && rc == LOOM_ENOENT; i++) {
-      const Hadoop__Common__TokenProto *t = c->tokens[i]->token;
-      if (t && t->kind && !strcmp(t->kind, kind))
-        rc = cred_take(out, t->identifier.data, t->identifier.len, t->password.data,
-                       t->password.len, (const uint8_t *)t->kind, strlen(t->kind),
-                       (const uint8_t *)t->service, strlen(t->service));
-    }
-    protobuf_c_message_free_unpacked(&c->base, NULL);
-    if (rc == LOOM_ENOENT) snprintf(err, errlen, "no %s token in the credentials", kind);
-    return rc;
-  }
-  if (buf[4] != 0) {
-    snprintf(err, errlen, "credentials format %d is not known (0 WRITABLE, 1 PROTOBUF)", buf[4]);
-    return LOOM_EPROTO;
-  }
-  int64_t count;
-  if (read_vlong(buf, len, &at, &count) < 0 || count < 0 || count > 1 << 20) {
-    snprintf(err, errlen, "the credentials' token count is malformed");
-    return LOOM_EPROTO;
-  }
-  for (int64_t i = 0; i < count; i++) {
-    const uint8_t *alias, *id, *pw, *k, *svc;
-    size_t al, idl, pwl, kl, sl;
-    if (read_bytes(buf, len, &at, &alias, &al) < 0 || read_bytes(buf, len, &at, &id, &idl) < 0 ||
-        read_bytes(buf, len, &at, &pw, &pwl) < 0 || read_bytes(buf, len, &at, &k, &kl) < 0 ||
-        read_bytes(buf, len, &at, &svc, &sl) < 0) {
-      snprintf(err, errlen, "token %lld of the credentials runs past the file's end",
-               (long long)i + 1);
-      return LOOM_EPROTO;
-    }
-    if (kl == strlen(kind) && !memcmp(k, kind, kl))
-      return cred_take(out, id, idl, pw, pwl, k, kl, svc, sl);
-  }
-  snprintf(err, errlen, "no %s token among the credentials' %lld", kind, (long long)count);
-  return LOOM_ENOENT;
-}
-
-void hyarn_cred_token_free(hyarn_cred_token *t) {
-  free(t->identifier);
-  free(t->password);
-  memset(t, 0, sizeof *t);
 }
 
 /* ---- the managed application master ------------------------------------- */
@@ -995,129 +742,4 @@ int hyarn_am_attach(const char *conf_dir, int timeout_ms, hyarn_am **out, char *
   }
   *out = am;
   return 0;
-}
-
-/* ---- the client of a managed application ------------------------------- */
-
-/* A client connection to the first ResourceManager that answers. */
-static int client_connect(const char *conf_dir, int timeout_ms, hyarn_am *am, hipc_client **rpc,
-                          char *err, size_t errlen) {
-  memset(am, 0, sizeof *am);
-  am->timeout_ms = timeout_ms;
-  hyarn_user(am->user, sizeof am->user);
-  int rc = hyarn_find_rm(conf_dir, &am->rms, err, errlen);
-  if (rc < 0) return LOOM_EBACKEND;
-  for (am->rmi = 0; am->rmi < am->rms.n; am->rmi++)
-    if ((rc = rm_connect(am, rpc, err, errlen)) == 0) return 0;
-  return LOOM_EBACKEND;
-}
-
-static int parse_app_id(const char *s, Hadoop__Yarn__ApplicationIdProto *p) {
-  long long ts;
-  int id, n = 0;
-  if (sscanf(s, "application_%lld_%d%n", &ts, &id, &n) != 2 || s[n]) return -1;
-  hadoop__yarn__application_id_proto__init(p);
-  p->has_id = p->has_cluster_timestamp = 1;
-  p->id = id;
-  p->cluster_timestamp = ts;
-  return 0;
-}
-
-int hyarn_submit_managed(const char *conf_dir, const char *name, const char *queue,
-                         const char *command, char *const *env, int64_t memory_mb, int max_attempts,
-                         int timeout_ms, char app_id[64], char *err, size_t errlen) {
-  hyarn_am am;
-  hipc_client *rpc = NULL;
-  app_id[0] = 0;
-  int rc = client_connect(conf_dir, timeout_ms, &am, &rpc, err, errlen);
-  if (rc < 0) return rc;
-  clc_env ce;
-  rc = clc_env_make(&ce, env);
-  if (rc == 0) {
-    Hadoop__Yarn__ContainerLaunchContextProto clc =
-        HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
-    clc.n_environment = ce.n;
-    clc.environment = ce.kvp;
-    char *cmds[] = {(char *)command};
-    clc.n_command = 1;
-    clc.command = cmds;
-    Hadoop__Yarn__ApplicationIdProto aid;
-    rc = new_and_submit(rpc, timeout_ms, name, queue, &clc, memory_mb, false, max_attempts, &aid,
-                        err, errlen);
-    if (aid.has_id)
-      snprintf(app_id, 64, "application_%lld_%04d", (long long)aid.cluster_timestamp, aid.id);
-    clc_env_free(&ce);
-  }
-  hipc_close(rpc);
-  if (rc == LOOM_EPEER && strstr(err, "InvalidResourceRequest")) return LOOM_ERESOURCE;
-  return rc < 0 ? LOOM_EBACKEND : 0;
-}
-
-/* A client connection for the application app_id: its id in *aid. */
-static int app_client(const char *conf_dir, const char *app_id, int timeout_ms,
-                      Hadoop__Yarn__ApplicationIdProto *aid, hipc_client **rpc, char *err,
-                      size_t errlen) {
-  *rpc = NULL;
-  if (parse_app_id(app_id, aid) < 0) {
-    snprintf(err, errlen, "'%.80s' is not a YARN application id", app_id);
-    return LOOM_EBACKEND;
-  }
-  hyarn_am am;
-  return client_connect(conf_dir, timeout_ms, &am, rpc, err, errlen);
-}
-
-/* forceKillApplication of aid over rpc. */
-static int force_kill(hipc_client *rpc, Hadoop__Yarn__ApplicationIdProto *aid, const char *why,
-                      int timeout_ms, char *err, size_t errlen) {
-  Hadoop__Yarn__KillApplicationRequestProto req =
-      HADOOP__YARN__KILL_APPLICATION_REQUEST_PROTO__INIT;
-  req.application_id = aid;
-  req.diagnostics = (char *)why;
-  ProtobufCMessage *resp = NULL;
-  int rc = hipc_call(rpc, "forceKillApplication", &req.base,
-                     &hadoop__yarn__kill_application_response_proto__descriptor, &resp, timeout_ms,
-                     err, errlen);
-  if (rc == 0) protobuf_c_message_free_unpacked(resp, NULL);
-  return rc;
-}
-
-int hyarn_app_report(const char *conf_dir, const char *app_id, int timeout_ms, char state[16],
-                     char final[16], char *diag, size_t diaglen, char *err, size_t errlen) {
-  static const char *const fin[] = {"UNDEFINED", "SUCCEEDED", "FAILED", "KILLED", "ENDED"};
-  state[0] = final[0] = 0;
-  if (diaglen) diag[0] = 0;
-  Hadoop__Yarn__ApplicationIdProto aid;
-  hipc_client *rpc;
-  int rc = app_client(conf_dir, app_id, timeout_ms, &aid, &rpc, err, errlen);
-  if (rc < 0) return rc;
-  Hadoop__Yarn__GetApplicationReportRequestProto rreq =
-      HADOOP__YARN__GET_APPLICATION_REPORT_REQUEST_PROTO__INIT;
-  rreq.application_id = &aid;
-  ProtobufCMessage *resp = NULL;
-  rc = hipc_call(rpc, "getApplicationReport", &rreq.base,
-                 &hadoop__yarn__get_application_report_response_proto__descriptor, &resp,
-                 timeout_ms, err, errlen);
-  if (rc == LOOM_EPEER && strstr(hipc_exception(rpc), "ApplicationNotFound")) rc = LOOM_ENOENT;
-  hipc_close(rpc);
-  if (rc < 0) return rc == LOOM_ENOENT ? rc : LOOM_EBACKEND;
-  Hadoop__Yarn__ApplicationReportProto *r =
-      ((Hadoop__Yarn__GetApplicationReportResponseProto *)resp)->application_report;
-  if (r) {
-    loom__strlcpy(state, app_state(r->yarn_application_state), 16);
-    int f = r->has_final_application_status ? (int)r->final_application_status : 0;
-    loom__strlcpy(final, f >= 0 && f <= 4 ? fin[f] : "?", 16);
-    if (diaglen) printable(diag, diaglen, r->diagnostics);
-  }
-  protobuf_c_message_free_unpacked(resp, NULL);
-  return r ? 0 : LOOM_ENOENT;
-}
-
-int hyarn_app_kill(const char *conf_dir, const char *app_id, const char *why, int timeout_ms,
-                   char *err, size_t errlen) {
-  Hadoop__Yarn__ApplicationIdProto aid;
-  hipc_client *rpc;
-  int rc = app_client(conf_dir, app_id, timeout_ms, &aid, &rpc, err, errlen);
-  if (rc == 0) rc = force_kill(rpc, &aid, why, timeout_ms, err, errlen);
-  hipc_close(rpc);
-  return rc < 0 ? LOOM_EBACKEND : 0;
 }

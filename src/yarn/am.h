@@ -113,31 +113,10 @@ int hyarn_am_finish(hyarn_am *am, int status, const char *diagnostics, char *err
  * not possible), then frees am. NULL is a no-op. */
 void hyarn_am_free(hyarn_am *am, bool kill);
 
-/* Single-quotes s for a POSIX shell into b. */
-void hyarn_shell_quote(loom__buf *b, const char *s);
-
 /* ---- the managed application master (inside its YARN container) ------ */
 
-/* A token found in a Hadoop credentials file. */
-typedef struct {
-  uint8_t *identifier, *password;
-  size_t identifier_len, password_len;
-  char kind[128], service[256];
-} hyarn_cred_token;
-
-/* Finds the first token of kind ("YARN_AM_RM_TOKEN") in the bytes of a
- * credentials file (Hadoop's Credentials: "HDTS", a format byte, then
- * the WRITABLE layout with Hadoop's VInts, or a delimited
- * CredentialsProto). Returns 0 with *out (hyarn_cred_token_free),
- * LOOM_ENOENT when no token of that kind is there, or LOOM_EPROTO with
- * err saying what is malformed. Every length is checked against what is
- * left. */
-int hyarn_creds_find(const uint8_t *buf, size_t len, const char *kind, hyarn_cred_token *out,
-                     char *err, size_t errlen);
-void hyarn_cred_token_free(hyarn_cred_token *t);
-
 /* In the AM container YARN started: the attempt from CONTAINER_ID, the
- * AMRMToken from the file HADOOP_TOKEN_FILE_LOCATION names; registers
+ * AMRMToken from the file HADOOP_TOKEN_FILE_LOCATION names (creds.h); registers
  * with the scheduler. Returns 0 with *out, or LOOM_EBACKEND (err). */
 int hyarn_am_attach(const char *conf_dir, int timeout_ms, hyarn_am **out, char *err, size_t errlen);
 /* The attempt number (1, 2, ...) of this application master. */
@@ -146,21 +125,4 @@ int hyarn_am_attempt(const hyarn_am *am);
  * time the scheduler connection authenticates again with the new one). */
 int hyarn_am_token_rolls(const hyarn_am *am);
 
-/* ---- the client of a managed application --------------------------------- */
-
-/* Submits an application whose AM container runs command (for the
- * NodeManager's shell) with env, memory_mb and 1 vcore, up to
- * max_attempts attempts. app_id gets its id (64 bytes). Returns 0,
- * LOOM_ERESOURCE (the RM refused the request: err) or LOOM_EBACKEND. */
-int hyarn_submit_managed(const char *conf_dir, const char *name, const char *queue,
-                         const char *command, char *const *env, int64_t memory_mb, int max_attempts,
-                         int timeout_ms, char app_id[64], char *err, size_t errlen);
-/* An application's state word ("ACCEPTED", "RUNNING", "FINISHED",
- * "FAILED", "KILLED"), final status ("SUCCEEDED", ...) and diagnostics.
- * Returns 0, LOOM_ENOENT (the RM does not know it) or LOOM_EBACKEND. */
-int hyarn_app_report(const char *conf_dir, const char *app_id, int timeout_ms, char state[16],
-                     char final[16], char *diag, size_t diaglen, char *err, size_t errlen);
-/* Kills an application. 0 or LOOM_EBACKEND. */
-int hyarn_app_kill(const char *conf_dir, const char *app_id, const char *why, int timeout_ms,
-                   char *err, size_t errlen);
 #endif

@@ -1,10 +1,10 @@
 /* hadoop_creds_fuzz.c: libFuzzer harness for the Hadoop credentials-file
- * reader (src/yarn/am.c, hyarn_creds_find): the file a NodeManager
+ * reader (src/yarn/creds.c, hyarn_creds_find): the file a NodeManager
  * writes into a managed application master's container, both formats
  * (WRITABLE with Hadoop's VInts, and the delimited CredentialsProto).
  * Aborts when a token is returned whose lengths reach past the input, or
  * when a failure says nothing. */
-#include "yarn/am.h"
+#include "yarn/creds.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * own example (section 4: user chris, password secret), the challenge
  * parser on what Hadoop's servers send and on what it must refuse, the
  * response's fields as Hadoop's DigestMD5Server reads them, the server's
- * proof; and the credentials-file reader (src/yarn/am.c) on both
+ * proof; and the credentials-file reader (src/yarn/creds.c) on both
  * formats, Hadoop's VInts at their edges, and truncations. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 
 #include "Security.pb-c.h"
 #include "core/bytes.h"
-#include "yarn/am.h"
+#include "yarn/creds.h"
 #include "hadoop/sasl.h"
 
 #include <stdlib.h>

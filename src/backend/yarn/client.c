@@ -15,7 +15,7 @@
 #include "backend/yarn/yarn_int.h"
 
 #include "backend/yarn/capacity.h"
-#include "yarn/am.h"
+#include "yarn/submit.h"
 #include "yarn/yarn.h"
 #include "jobdir/jobdir.h"
 

@@ -17,6 +17,7 @@
 
 #include "fs/fs.h"
 #include "yarn/am.h"
+#include "yarn/submit.h"
 #include "hadoop/conf.h"
 #include "hadoop/hdfs.h"
 #include "jobdir/jobdir.h"
