@@ -9,7 +9,7 @@
 #include "jobdir/jobdir.h"
 #include "wire/wire.h"
 #include "wire/wire_msg.h"
-#include "wire/wire_uv.h"
+#include "wireuv/wire_uv.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>

@@ -14,7 +14,7 @@
 #include "wire/wire.h"
 #include "wire/wire_auth.h"
 #include "wire/wire_msg.h"
-#include "wire/wire_uv.h"
+#include "wireuv/wire_uv.h"
 
 #include <stdio.h>
 #include <uv.h>

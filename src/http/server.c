@@ -35,8 +35,8 @@
 #include "jobdir/jobdir.h"
 #include "core/fifo.h"
 #include "core/ratelog.h"
-#include "wire/wire_tls_cert.h"
-#include "wire/wire_uv.h"
+#include "http/tls_cert.h"
+#include "wireuv/wire_uv.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -67,7 +67,7 @@ struct http_server {
   uv_timer_t tick; /* reports a flood of refusals that stopped */
   int handles;     /* the listener, the tick, each connection, each rejected socket: freed at 0 */
   uint64_t clock;
-  wire_tls_cert *cert;        /* HTTPS: the certificate, or NULL for plain HTTP */
+  http_tls_cert *cert;        /* HTTPS: the certificate, or NULL for plain HTTP */
   char slab[WIRE_READ_CHUNK]; /* HTTPS: ciphertext as read, before TLS */
 };
 
@@ -97,7 +97,7 @@ static void server_release(http_server *s) {
   for (size_t i = 0; i < HTTP_MAX_JOBS; i++) http__job_free(s->jobs[i]);
   for (size_t i = 0; i < s->nonly; i++) free(s->only[i]);
   free(s->only);
-  wire_tls_cert_free(s->cert);
+  http_tls_cert_free(s->cert);
   free(s);
 }
 
@@ -678,7 +678,7 @@ static void on_listener_closed(uv_handle_t *h) { server_release(h->data); }
 
 /* The HTTPS settings: *out NULL for plain HTTP. bind NULL: only checks
  * them (a self-signed certificate is made for the address bound). */
-static int tls_config(const char *bind, wire_tls_cert **out, char *err, size_t errlen) {
+static int tls_config(const char *bind, http_tls_cert **out, char *err, size_t errlen) {
   const char *cert = loom__tun_str(LOOM_TUN_DASHBOARD_CERT);
   const char *key = loom__tun_str(LOOM_TUN_DASHBOARD_KEY);
   *out = NULL;
@@ -691,7 +691,7 @@ static int tls_config(const char *bind, wire_tls_cert **out, char *err, size_t e
     return LOOM_EINVAL;
   }
   if (strcmp(cert, "self-signed") != 0)
-    return wire_tls_cert_load("LOOM_DASHBOARD_CERT", cert, "LOOM_DASHBOARD_KEY", key, out, err,
+    return http_tls_cert_load("LOOM_DASHBOARD_CERT", cert, "LOOM_DASHBOARD_KEY", key, out, err,
                               errlen);
   if (key[0]) {
     snprintf(err, errlen,
@@ -718,13 +718,13 @@ static int tls_config(const char *bind, wire_tls_cert **out, char *err, size_t e
       names[n++] = host;
   }
   names[n++] = "localhost";
-  return wire_tls_cert_self_signed(names, n, out, err, errlen);
+  return http_tls_cert_self_signed(names, n, out, err, errlen);
 }
 
 int http_tls_check(char *err, size_t errlen) {
-  wire_tls_cert *c = NULL;
+  http_tls_cert *c = NULL;
   int rc = tls_config(NULL, &c, err, errlen);
-  wire_tls_cert_free(c);
+  http_tls_cert_free(c);
   return rc;
 }
 

@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "wire/wire_uv.h"
+#include "wireuv/wire_uv.h"
 
 /* An owner that counts its releases. */
 typedef struct {

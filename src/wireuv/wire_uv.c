@@ -1,7 +1,7 @@
 /* wire_uv.c: writes on a libuv stream whose request and bytes live until
  * libuv calls back, shared by the coordinator and the agent so that each
  * does not keep its own copy of the request bookkeeping. */
-#include "wire/wire_uv.h"
+#include "wireuv/wire_uv.h"
 
 #include <limits.h>
 #include <stdlib.h>

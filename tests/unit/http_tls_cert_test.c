@@ -1,4 +1,4 @@
-/* wire_tls_cert_test.c: the dashboard's certificates. A self-signed one:
+/* http_tls_cert_test.c: the dashboard's certificates. A self-signed one:
  * its fingerprint's format and that it is the SHA-256 of its DER, X.509
  * v3 with the names as subjectAltName, a year, a random serial, and a
  * memory session of it (wire_tls_mem_new_ctx) that an OpenSSL client
@@ -21,7 +21,7 @@
 
 #include "testutil.h"
 #include "wire/wire_tls.h"
-#include "wire/wire_tls_cert.h"
+#include "http/tls_cert.h"
 
 static char *dir; /* the pairs made with the openssl command */
 
@@ -72,7 +72,7 @@ static void assert_fp_format(const char *fp) {
 
 /* The SHA-256 of the context's leaf DER, formatted here, not by the code
  * under test. */
-static void der_fp(const wire_tls_cert *c, char out[WIRE_TLS_FP_LEN]) {
+static void der_fp(const http_tls_cert *c, char out[HTTP_TLS_FP_LEN]) {
   X509 *x = SSL_CTX_get0_certificate(c->ssl_ctx);
   assert_non_null(x);
   unsigned char *der = NULL;
@@ -89,7 +89,7 @@ static void der_fp(const wire_tls_cert *c, char out[WIRE_TLS_FP_LEN]) {
  * server's own certificate and checks host (an IP or a DNS name) against
  * a wire_tls memory session of c; then "ping" one way. Returns 1 when the
  * handshake and the verification passed, 0 when the client refused. */
-static int handshake(const wire_tls_cert *c, const char *host, int max_version) {
+static int handshake(const http_tls_cert *c, const char *host, int max_version) {
   SSL_CTX *cc = SSL_CTX_new(TLS_client_method());
   assert_non_null(cc);
   if (max_version) SSL_CTX_set_max_proto_version(cc, max_version);
@@ -148,13 +148,13 @@ static int handshake(const wire_tls_cert *c, const char *host, int max_version) 
 static void test_self_signed(void **state) {
   (void)state;
   const char *names[] = {"127.0.0.1", "localhost"};
-  wire_tls_cert *c = NULL, *c2 = NULL;
+  http_tls_cert *c = NULL, *c2 = NULL;
   char err[512] = "";
-  assert_int_equal(wire_tls_cert_self_signed(names, 2, &c, err, sizeof err), 0);
+  assert_int_equal(http_tls_cert_self_signed(names, 2, &c, err, sizeof err), 0);
   assert_non_null(c);
   assert_true(c->self_signed);
   assert_fp_format(c->fingerprint);
-  char want[WIRE_TLS_FP_LEN];
+  char want[HTTP_TLS_FP_LEN];
   der_fp(c, want);
   assert_string_equal(c->fingerprint, want);
 
@@ -178,7 +178,7 @@ static void test_self_signed(void **state) {
   assert_int_equal(ASN1_STRING_type(serial), V_ASN1_INTEGER);
 
   /* another one: another key, serial and fingerprint */
-  assert_int_equal(wire_tls_cert_self_signed(names, 2, &c2, err, sizeof err), 0);
+  assert_int_equal(http_tls_cert_self_signed(names, 2, &c2, err, sizeof err), 0);
   assert_string_not_equal(c->fingerprint, c2->fingerprint);
   assert_int_not_equal(
       ASN1_INTEGER_cmp(X509_get0_serialNumber(x),
@@ -192,29 +192,29 @@ static void test_self_signed(void **state) {
   assert_int_equal(handshake(c, "10.0.0.1", 0), 0);
   /* and not the other one's */
   assert_int_equal(handshake(c2, "127.0.0.1", 0), 1);
-  wire_tls_cert_free(c);
-  wire_tls_cert_free(c2);
+  http_tls_cert_free(c);
+  http_tls_cert_free(c2);
 
   /* IPv6 and a host name; a name that is neither */
   const char *v6[] = {"::1", "node-7.example"};
-  assert_int_equal(wire_tls_cert_self_signed(v6, 2, &c, err, sizeof err), 0);
+  assert_int_equal(http_tls_cert_self_signed(v6, 2, &c, err, sizeof err), 0);
   x = SSL_CTX_get0_certificate(c->ssl_ctx);
   assert_int_equal(X509_check_ip_asc(x, "::1", 0), 1);
   assert_int_equal(X509_check_host(x, "node-7.example", 0, 0, NULL), 1);
-  wire_tls_cert_free(c);
+  http_tls_cert_free(c);
   const char *bad[] = {"a b"};
-  assert_int_equal(wire_tls_cert_self_signed(bad, 1, &c, err, sizeof err), LOOM_EINVAL);
+  assert_int_equal(http_tls_cert_self_signed(bad, 1, &c, err, sizeof err), LOOM_EINVAL);
   assert_null(c);
   assert_non_null(strstr(err, "'a b' is neither an IP address nor a DNS name"));
-  wire_tls_cert_free(NULL);
+  http_tls_cert_free(NULL);
 }
 
 static void test_load_pair(void **state) {
   (void)state;
   char *crt = path("a.crt"), *key = path("a.key"), *both = path("both.pem"), *fpf = path("a.fp");
-  wire_tls_cert *c = NULL;
+  http_tls_cert *c = NULL;
   char err[1024] = "";
-  int rc = wire_tls_cert_load("CERT", crt, "KEY", key, &c, err, sizeof err);
+  int rc = http_tls_cert_load("CERT", crt, "KEY", key, &c, err, sizeof err);
   assert_int_equal(rc, 0);
   assert_false(c->self_signed);
   assert_fp_format(c->fingerprint);
@@ -227,22 +227,22 @@ static void test_load_pair(void **state) {
   free(txt);
   assert_int_equal(handshake(c, "127.0.0.1", 0), 1);
   assert_int_equal(handshake(c, "localhost", TLS1_2_VERSION), 1);
-  char fp[WIRE_TLS_FP_LEN];
+  char fp[HTTP_TLS_FP_LEN];
   loom__strlcpy(fp, c->fingerprint, sizeof fp);
-  wire_tls_cert_free(c);
+  http_tls_cert_free(c);
 
   /* the key in the certificate's file: no key path */
-  assert_int_equal(wire_tls_cert_load("CERT", both, "KEY", "", &c, err, sizeof err), 0);
+  assert_int_equal(http_tls_cert_load("CERT", both, "KEY", "", &c, err, sizeof err), 0);
   assert_string_equal(c->fingerprint, fp);
-  wire_tls_cert_free(c);
-  assert_int_equal(wire_tls_cert_load("CERT", both, "KEY", NULL, &c, err, sizeof err), 0);
-  wire_tls_cert_free(c);
+  http_tls_cert_free(c);
+  assert_int_equal(http_tls_cert_load("CERT", both, "KEY", NULL, &c, err, sizeof err), 0);
+  http_tls_cert_free(c);
 
   /* RSA */
   char *rcrt = path("r.crt"), *rkey = path("r.key");
-  assert_int_equal(wire_tls_cert_load("CERT", rcrt, "KEY", rkey, &c, err, sizeof err), 0);
+  assert_int_equal(http_tls_cert_load("CERT", rcrt, "KEY", rkey, &c, err, sizeof err), 0);
   assert_int_equal(handshake(c, "127.0.0.1", TLS1_2_VERSION), 0); /* no IP in that one */
-  wire_tls_cert_free(c);
+  http_tls_cert_free(c);
   free(rcrt);
   free(rkey);
   free(crt);
@@ -274,9 +274,9 @@ static void test_refused(void **state) {
     const char *cn = refused[i].cert, *kn = refused[i].key;
     char *cp = cn[0] == '/' ? strdup(cn) : path(cn);
     char *kp = kn[0] == '/' || !kn[0] ? strdup(kn) : path(kn);
-    wire_tls_cert *c = (wire_tls_cert *)1;
+    http_tls_cert *c = (http_tls_cert *)1;
     char err[1024] = "";
-    int rc = wire_tls_cert_load("CERT", cp, "KEY", kp, &c, err, sizeof err);
+    int rc = http_tls_cert_load("CERT", cp, "KEY", kp, &c, err, sizeof err);
     if (rc != LOOM_EINVAL || !strstr(err, refused[i].says))
       fail_msg("case %zu (%s, %s): rc %d, message '%s', wanted '%s'", i, cn, kn, rc, err,
                refused[i].says);

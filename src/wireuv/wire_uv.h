@@ -1,9 +1,10 @@
 /* wire_uv.h: frames written on a libuv stream, for the loom command's
  * event-loop processes (the coordinator and the agent). A write owns its
- * request and lets go of its bytes when libuv is done with them. Only the
- * loom command compiles wire_uv.c: libloom does not use libuv. */
-#ifndef LOOM_WIRE_UV_H
-#define LOOM_WIRE_UV_H
+ * request and lets go of its bytes when libuv is done with them. A folder
+ * of its own (src/wireuv/, over wire/): only the loom command links it,
+ * libloom does not use libuv. */
+#ifndef LOOM_WIREUV_WIRE_UV_H
+#define LOOM_WIREUV_WIRE_UV_H
 
 #include "wire/wire.h"
 #include "wire/wire_tls.h"

@@ -1,6 +1,6 @@
-/* wire_tls_cert.c: a server certificate and its OpenSSL context, the
- * user's or self-signed (wire_tls_cert.h). */
-#include "wire/wire_tls_cert.h"
+/* tls_cert.c: a server certificate and its OpenSSL context, the
+ * user's or self-signed (tls_cert.h). */
+#include "http/tls_cert.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -28,7 +28,7 @@ static const char *ossl_reason(char *buf, size_t len) {
   return buf;
 }
 
-void wire_tls_cert_fingerprint(const unsigned char *der, size_t len, char out[WIRE_TLS_FP_LEN]) {
+void http_tls_cert_fingerprint(const unsigned char *der, size_t len, char out[HTTP_TLS_FP_LEN]) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   if (!EVP_Digest(der, len, md, &n, EVP_sha256(), NULL) || n != 32) {
@@ -44,12 +44,12 @@ void wire_tls_cert_fingerprint(const unsigned char *der, size_t len, char out[WI
 }
 
 /* The fingerprint of the context's leaf certificate. */
-static int leaf_fingerprint(SSL_CTX *ctx, char out[WIRE_TLS_FP_LEN]) {
+static int leaf_fingerprint(SSL_CTX *ctx, char out[HTTP_TLS_FP_LEN]) {
   X509 *x = SSL_CTX_get0_certificate(ctx);
   unsigned char *der = NULL;
   int n = x ? i2d_X509(x, &der) : -1;
   if (n <= 0) return LOOM_EIO;
-  wire_tls_cert_fingerprint(der, (size_t)n, out);
+  http_tls_cert_fingerprint(der, (size_t)n, out);
   OPENSSL_free(der);
   return out[0] ? 0 : LOOM_EIO;
 }
@@ -69,8 +69,8 @@ static SSL_CTX *server_ctx(void) {
   return c;
 }
 
-static int cert_new(SSL_CTX *ctx, bool self_signed, wire_tls_cert **out, char *err, size_t errlen) {
-  wire_tls_cert *c = calloc(1, sizeof *c);
+static int cert_new(SSL_CTX *ctx, bool self_signed, http_tls_cert **out, char *err, size_t errlen) {
+  http_tls_cert *c = calloc(1, sizeof *c);
   if (!c) {
     SSL_CTX_free(ctx);
     snprintf(err, errlen, "out of memory");
@@ -79,7 +79,7 @@ static int cert_new(SSL_CTX *ctx, bool self_signed, wire_tls_cert **out, char *e
   c->ssl_ctx = ctx;
   c->self_signed = self_signed;
   if (leaf_fingerprint(ctx, c->fingerprint) < 0) {
-    wire_tls_cert_free(c);
+    http_tls_cert_free(c);
     snprintf(err, errlen, "cannot take the certificate's fingerprint");
     return LOOM_EIO;
   }
@@ -87,7 +87,7 @@ static int cert_new(SSL_CTX *ctx, bool self_signed, wire_tls_cert **out, char *e
   return 0;
 }
 
-void wire_tls_cert_free(wire_tls_cert *c) {
+void http_tls_cert_free(http_tls_cert *c) {
   if (!c) return;
   SSL_CTX_free(c->ssl_ctx);
   free(c);
@@ -117,8 +117,8 @@ static BIO *open_pem(const char *var, const char *path, char *err, size_t errlen
   return b;
 }
 
-int wire_tls_cert_load(const char *cert_var, const char *cert_path, const char *key_var,
-                       const char *key_path, wire_tls_cert **out, char *err, size_t errlen) {
+int http_tls_cert_load(const char *cert_var, const char *cert_path, const char *key_var,
+                       const char *key_path, http_tls_cert **out, char *err, size_t errlen) {
   char why[160];
   *out = NULL;
   bool key_apart = key_path && *key_path;
@@ -215,7 +215,7 @@ static bool random_serial(X509 *x) {
   return ok;
 }
 
-int wire_tls_cert_self_signed(const char *const *names, size_t n, wire_tls_cert **out, char *err,
+int http_tls_cert_self_signed(const char *const *names, size_t n, http_tls_cert **out, char *err,
                               size_t errlen) {
   *out = NULL;
   char why[160];

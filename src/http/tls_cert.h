@@ -1,4 +1,4 @@
-/* wire_tls_cert.h: a certificate for a TLS server that browsers talk to
+/* tls_cert.h: a certificate for a TLS server that browsers talk to
  * (the dashboard under HTTPS), as an OpenSSL server context that
  * wire_tls_mem_new_ctx() makes sessions of.
  *
@@ -13,8 +13,8 @@
  * suites only (ECDHE with AES-GCM or ChaCha20-Poly1305 for 1.2), no
  * renegotiation. The private key is never logged or put in a message. Only
  * the loom command compiles this file: libloom serves no certificate. */
-#ifndef LOOM_WIRE_TLS_CERT_H
-#define LOOM_WIRE_TLS_CERT_H
+#ifndef LOOM_HTTP_TLS_CERT_H
+#define LOOM_HTTP_TLS_CERT_H
 
 #include "core/core.h"
 
@@ -22,35 +22,35 @@
 #include <stddef.h>
 
 /* "AB:CD:...": 32 bytes as two hex digits each, ':' between, and NUL. */
-#define WIRE_TLS_FP_LEN (32 * 3)
+#define HTTP_TLS_FP_LEN (32 * 3)
 
 typedef struct {
   void *ssl_ctx; /* SSL_CTX *, owned: give it to wire_tls_mem_new_ctx() */
   bool self_signed;
-  char fingerprint[WIRE_TLS_FP_LEN]; /* SHA-256 of the certificate's DER */
-} wire_tls_cert;
+  char fingerprint[HTTP_TLS_FP_LEN]; /* SHA-256 of the certificate's DER */
+} http_tls_cert;
 
 /* Loads the PEM certificate chain in cert_path (leaf first) and the PEM
  * private key in key_path (NULL or "": from cert_path too), and checks
  * that the key is the leaf's. cert_var and key_var name where the paths
  * came from, for messages ("LOOM_DASHBOARD_CERT"). Returns 0 with *out
- * (free it with wire_tls_cert_free), or LOOM_EINVAL (cannot read, not PEM,
+ * (free it with http_tls_cert_free), or LOOM_EINVAL (cannot read, not PEM,
  * the key does not match: err says which file and OpenSSL's reason),
  * LOOM_ENOMEM, LOOM_EIO (OpenSSL refused to make a context). */
-int wire_tls_cert_load(const char *cert_var, const char *cert_path, const char *key_var,
-                       const char *key_path, wire_tls_cert **out, char *err, size_t errlen);
+int http_tls_cert_load(const char *cert_var, const char *cert_path, const char *key_var,
+                       const char *key_path, http_tls_cert **out, char *err, size_t errlen);
 
 /* Makes a self-signed certificate and its key for names[0..n) (IP
  * addresses or DNS names; at least one). Returns 0 with *out, LOOM_EINVAL
  * (a name that fits neither), LOOM_ENOMEM or LOOM_EIO, with err filled. */
-int wire_tls_cert_self_signed(const char *const *names, size_t n, wire_tls_cert **out, char *err,
+int http_tls_cert_self_signed(const char *const *names, size_t n, http_tls_cert **out, char *err,
                               size_t errlen);
 
 /* Frees c and its context (sessions made from it keep their own
  * reference). NULL is fine. */
-void wire_tls_cert_free(wire_tls_cert *c);
+void http_tls_cert_free(http_tls_cert *c);
 
 /* The SHA-256 fingerprint of der[0..len) as "AB:CD:..." into out. */
-void wire_tls_cert_fingerprint(const unsigned char *der, size_t len, char out[WIRE_TLS_FP_LEN]);
+void http_tls_cert_fingerprint(const unsigned char *der, size_t len, char out[HTTP_TLS_FP_LEN]);
 
 #endif
