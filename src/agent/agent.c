@@ -4,26 +4,17 @@
  * authenticate, register, prepare); from the moment it waits for the
  * cluster spec a libuv loop drives the coordinator connection, the user's
  * processes, their output pipes, signals and timers. */
-#include "agent/agent.h"
+#include "agent/agent_int.h"
 #include "fs/fs.h"
 #include "jobdir/jobdir.h"
-#include "wire/wire.h"
-#include "wire/wire_msg.h"
-#include "wireuv/wire_uv.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
-#include <ifaddrs.h>
-#include <libgen.h>
 #include <limits.h>
-#include <linux/inet_diag.h>
-#include <linux/netlink.h>
-#include <linux/sock_diag.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,57 +29,7 @@
 
 #define MAX_PROCS 1024
 
-typedef struct agent agent;
-
-typedef struct {
-  uv_pipe_t pipe;
-  agent *a;
-  int proc, stream;
-  loom__buf line; /* bytes read but not sent: at most one line of LOOM_MAX_LOG_LINE */
-  bool open;
-  bool cutting; /* the rest of an over-long line is being dropped */
-} outpipe;
-
-typedef struct {
-  uv_process_t proc;
-  agent *a;
-  int local;
-  int pid;
-  uint64_t stopped_since; /* when it was first seen stopped; 0 if running */
-  bool running, spawned;
-  outpipe out[2];
-} uproc;
-
-struct agent {
-  uv_loop_t loop;
-  uv_tcp_t conn;
-  uv_timer_t hb, grace, drain, linger, porthold;
-  uint64_t porthold_ms; /* the port watch's next interval */
-  uv_signal_t sigs[3];
-  wire_reader rd;
-  json_t *assign; /* the ASSIGN frame's JSON, which as borrows from */
-  wire_assign as; /* what to run */
-  char task[96], host[256], secret[160], cgroup[1024];
-  char tmpdir[PATH_MAX];    /* the task's TMPDIR, removed when it ends; "" if none */
-  char start_cwd[PATH_MAX]; /* where the agent started (a YARN container's directory) */
-  cg_kind cgkind;           /* how cgroup (if set) limits memory */
-  int attempt, port, reserve_fd, nprocs, running, open_pipes;
-  uproc *procs;
-  uint64_t last_rx, last_usage, cpu_ticks, started_ms;
-  double usage_t0;
-  bool started, stopping, exited_sent, conn_open, have_fail;
-  bool out_paused; /* the tasks' output is not read: the coordinator is behind */
-  bool lingering;  /* sent everything; waiting for the coordinator to close */
-  bool saw_inuse;  /* the task said "Address already in use" while its port was held */
-  bool any;        /* registered with attempt "any": started by the cluster manager (Spark) */
-  int fail_code, fail_sig;
-  char lost_reason[160];
-  int exit_status;
-  wire_tls *tls; /* the coordinator link's TLS, when it leaves the host */
-};
-
-static void agent_log(const char *fmt, ...) LOOM__PRINTF(1, 2);
-static void agent_log(const char *fmt, ...) {
+void agent_log(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fputs("loom agent: ", stderr);
@@ -242,7 +183,7 @@ static void stop_procs(agent *a, uint64_t grace_ms) {
   }
 }
 
-static void maybe_finish(agent *a) {
+void agent_maybe_finish(agent *a) {
   if (a->running > 0 || a->open_pipes > 0) return;
   uv_timer_stop(&a->grace);
   uv_timer_stop(&a->drain);
@@ -282,157 +223,7 @@ static void coordinator_lost(agent *a, const char *why) {
   }
 }
 
-/* ---- output ----------------------------------------------------------
- * Each line a task prints reaches the coordinator, in order, and none is
- * dropped. When the connection to the coordinator has more than
- * OUT_HIGH bytes queued, the agent stops reading its tasks' pipes (the
- * tasks then block in write(2)) until the queue is under OUT_LOW again:
- * back-pressure instead of loss. A line longer than LOOM_MAX_LOG_LINE is
- * cut there and marked; the rest of it, up to its newline, is dropped. */
-#define OUT_HIGH (4u << 20)
-#define OUT_LOW (1u << 20)
-
-static void out_alloc(uv_handle_t *h, size_t size, uv_buf_t *buf);
-static void out_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
-
-static void out_pause(agent *a, bool pause) {
-  if (a->out_paused == pause) return;
-  a->out_paused = pause;
-  for (int i = 0; i < a->nprocs; i++)
-    for (int k = 0; k < 2; k++) {
-      outpipe *o = &a->procs[i].out[k];
-      if (!o->open) continue;
-      if (pause)
-        uv_read_stop((uv_stream_t *)&o->pipe);
-      else
-        uv_read_start((uv_stream_t *)&o->pipe, out_alloc, out_read);
-    }
-}
-
-typedef struct {
-  agent *a;
-  unsigned char *buf;
-} logw;
-
-static void log_written(void *owner) {
-  logw *w = owner;
-  agent *a = w->a;
-  free(w->buf);
-  free(w);
-  if (a->out_paused &&
-      (!a->conn_open || uv_stream_get_write_queue_size((uv_stream_t *)&a->conn) < OUT_LOW))
-    out_pause(a, false);
-}
-
-static void send_log(outpipe *o, const void *p, size_t n, const char *mark) {
-  agent *a = o->a;
-  /* a bind refused while we hold the port: said if the task then fails */
-  if (a->reserve_fd >= 0 && !a->saw_inuse && memmem(p, n, "ddress already in use", 21))
-    a->saw_inuse = true;
-  if (!a->conn_open) return;
-  loom__buf b;
-  loom__buf_init(&b, n + 256);
-  loom__buf_add(&b, p, n);
-  if (mark) loom__buf_printf(&b, "%s\n", mark);
-  logw *w = malloc(sizeof *w);
-  size_t len;
-  wire_msg m = {.type = WIRE_LOG,
-                .u.log = {.stream = o->stream, .proc = o->proc},
-                .blob = (const unsigned char *)b.p,
-                .blob_len = b.len};
-  if (!w || wire_msg_encode(&m, &w->buf, &len) < 0) {
-    agent_log("%s: out of memory sending %zu bytes of output", a->task, n);
-    free(w);
-  } else {
-    w->a = a;
-    wire_uv_write_tls((uv_stream_t *)&a->conn, a->tls, w->buf, len, log_written, w);
-    if (uv_stream_get_write_queue_size((uv_stream_t *)&a->conn) > OUT_HIGH) out_pause(a, true);
-  }
-  loom__buf_free(&b);
-}
-
-/* Sends the whole lines held; at the end (all), what is left as well. */
-static void flush_lines(outpipe *o, bool all) {
-  size_t cut = 0;
-  for (size_t i = o->line.len; i > 0; i--)
-    if (o->line.p[i - 1] == '\n') {
-      cut = i;
-      break;
-    }
-  if (cut) {
-    send_log(o, o->line.p, cut, NULL);
-    loom__buf_consume(&o->line, cut);
-  }
-  size_t maxl = o->line.max;
-  if (o->line.len >= maxl) { /* one line, as long as allowed, and no end yet */
-    char mark[96];
-    snprintf(mark, sizeof mark, " [loom: line cut at %zu bytes (LOOM_MAX_LOG_LINE)]", maxl);
-    send_log(o, o->line.p, o->line.len, mark);
-    loom__buf_consume(&o->line, o->line.len);
-    o->cutting = true;
-  } else if (all && o->line.len) {
-    send_log(o, o->line.p, o->line.len, NULL);
-    loom__buf_consume(&o->line, o->line.len);
-  }
-}
-
-static void pipe_closed(uv_handle_t *h) {
-  outpipe *o = h->data;
-  loom__buf_free(&o->line);
-  o->a->open_pipes--;
-  maybe_finish(o->a);
-}
-
-static void close_pipe(outpipe *o) {
-  if (!o->open) return;
-  o->open = false;
-  flush_lines(o, true);
-  uv_close((uv_handle_t *)&o->pipe, pipe_closed);
-}
-
-static void out_alloc(uv_handle_t *h, size_t size, uv_buf_t *buf) {
-  static char slab[65536];
-  *buf = uv_buf_init(slab, sizeof slab);
-}
-
-static void out_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
-  outpipe *o = s->data;
-  if (n < 0) {
-    close_pipe(o);
-    return;
-  }
-  const char *p = buf->base, *end = buf->base + n;
-  while (p < end) {
-    if (o->cutting) { /* drop the rest of a line already cut */
-      const char *nl = memchr(p, '\n', (size_t)(end - p));
-      if (!nl) break;
-      p = nl + 1;
-      o->cutting = false;
-      continue;
-    }
-    size_t room = o->line.max - o->line.len, take = (size_t)(end - p);
-    if (take > room) take = room;
-    loom__buf_add(&o->line, p, take);
-    p += take;
-    flush_lines(o, false);
-  }
-}
-
-/* Pipes held open by a command's own children must not keep the task
- * alive after its processes ended. */
-static void drain_expired(uv_timer_t *t) {
-  agent *a = t->data;
-  if (a->out_paused && a->conn_open) { /* output still held back: wait for it */
-    uv_timer_start(&a->drain, drain_expired, 100, 0);
-    return;
-  }
-  for (int i = 0; i < a->nprocs; i++)
-    for (int k = 0; k < 2; k++) close_pipe(&a->procs[i].out[k]);
-}
-
 static void proc_closed(uv_handle_t *h) {}
-
-static void release_port(agent *a, const char *why);
 
 static void proc_exited(uv_process_t *p, int64_t status, int sig) {
   uproc *u = p->data;
@@ -453,238 +244,13 @@ static void proc_exited(uv_process_t *p, int64_t status, int sig) {
     if (a->running > 0) stop_procs(a, (uint64_t)loom__tun(LOOM_TUN_STOP_GRACE_MS));
   }
   if (a->running == 0) {
-    release_port(a, "the task ended");
-    uv_timer_start(&a->drain, drain_expired, 500, 0);
+    agent_release_port(a, "the task ended");
+    uv_timer_start(&a->drain, agent_drain_expired, 500, 0);
   }
-  maybe_finish(a);
-}
-
-/* ---- holding the reserved port ------------------------------------------ */
-/* The reservation is a bound, never listening socket with SO_REUSEADDR and
- * SO_REUSEPORT: the kernel gives its port to no bind(0) (the usual way a
- * program picks a "free" port, and the race TensorFlow #21492 describes),
- * and no plain bind of it succeeds, while the task's own bind (gRPC sets
- * SO_REUSEPORT, most servers SO_REUSEADDR) does. It is let go once a socket
- * in this network namespace listens on the port (the task has it), when
- * the task ends, or, with LOOM_PORT_HOLD=start, just before the command
- * starts. */
-
-/* Whether a TCP socket of this network namespace listens on `port`: 1 yes,
- * 0 no, -1 when the kernel cannot be asked. Asks sock_diag for listening
- * sockets only (the kernel walks its listening table, not every
- * connection: /proc/net/tcp took milliseconds on a host with a thousand
- * sockets, and a few such reads held up each short task's end). */
-static int port_listened(int port) {
-  int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-  if (fd < 0) return -1;
-  struct timeval tv = {.tv_sec = 1};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  int found = 0;
-  static const int families[] = {AF_INET, AF_INET6};
-  for (size_t f = 0; f < 2 && found == 0; f++) {
-    struct {
-      struct nlmsghdr nh;
-      struct inet_diag_req_v2 r;
-    } req = {.nh = {.nlmsg_len = sizeof req,
-                    .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-                    .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP},
-             .r = {.sdiag_family = (uint8_t)families[f],
-                   .sdiag_protocol = IPPROTO_TCP,
-                   .idiag_states = 1u << TCP_LISTEN}};
-    if (send(fd, &req, sizeof req, 0) != (ssize_t)sizeof req) {
-      found = -1;
-      break;
-    }
-    for (bool done = false; !done;) {
-      long buf[2048]; /* aligned for nlmsghdr */
-      ssize_t n = recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) {
-        found = -1;
-        break;
-      }
-      /* each message checked against what is left before it is read */
-      size_t left = (size_t)n;
-      for (struct nlmsghdr *h = (struct nlmsghdr *)buf;
-           left >= sizeof *h && h->nlmsg_len >= sizeof *h && h->nlmsg_len <= left;
-           left -= NLMSG_ALIGN(h->nlmsg_len) < left ? NLMSG_ALIGN(h->nlmsg_len) : left,
-                           h = (struct nlmsghdr *)((char *)h + NLMSG_ALIGN(h->nlmsg_len))) {
-        if (h->nlmsg_type == NLMSG_DONE) {
-          done = true;
-          break;
-        }
-        if (h->nlmsg_type == NLMSG_ERROR) {
-          found = -1;
-          done = true;
-          break;
-        }
-        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(struct inet_diag_msg))) continue;
-        const struct inet_diag_msg *m = NLMSG_DATA(h);
-        if (ntohs(m->id.idiag_sport) == port) found = 1; /* read on to the end */
-      }
-      if (found < 0) break;
-    }
-  }
-  close(fd);
-  return found;
-}
-
-static void release_port(agent *a, const char *why) {
-  if (a->reserve_fd < 0) return;
-  close(a->reserve_fd);
-  a->reserve_fd = -1;
-  uv_timer_stop(&a->porthold);
-  if (getenv("LOOM_DEBUG")) agent_log("%s: port %d let go: %s", a->task, a->port, why);
-}
-
-/* Looks for the task's listener every 10 ms at first, then less often (at
- * most every 500 ms): a server binds early, a task that never listens
- * costs a file read a half-second. */
-static void porthold_tick(uv_timer_t *t) {
-  agent *a = t->data;
-  if (a->reserve_fd < 0) return;
-  if (a->running == 0) {
-    release_port(a, "the task ended");
-    return;
-  }
-  int l = port_listened(a->port);
-  if (l != 0) { /* listening, or no way to tell: then holding it helps nothing */
-    release_port(a, l > 0 ? "the task listens on it" : "sock_diag cannot be asked");
-    return;
-  }
-  a->porthold_ms = a->porthold_ms * 2 > 500 ? 500 : a->porthold_ms * 2;
-  uv_timer_start(&a->porthold, porthold_tick, a->porthold_ms, 0);
+  agent_maybe_finish(a);
 }
 
 /* ---- starting the command --------------------------------------------- */
-typedef struct {
-  char **v;
-  int n, cap;
-} envv;
-
-static void env_set(envv *e, const char *k, const char *val) {
-  size_t kl = strlen(k);
-  for (int i = 0; i < e->n; i++)
-    if (!strncmp(e->v[i], k, kl) && e->v[i][kl] == '=') {
-      free(e->v[i]);
-      e->v[i] = loom__asprintf("%s=%s", k, val);
-      return;
-    }
-  if (e->n + 2 > e->cap) {
-    e->cap = e->cap ? e->cap * 2 : 64;
-    e->v = realloc(e->v, (size_t)e->cap * sizeof *e->v);
-  }
-  e->v[e->n++] = loom__asprintf("%s=%s", k, val);
-  e->v[e->n] = NULL;
-}
-
-static void env_setf(envv *e, const char *k, const char *fmt, ...) LOOM__PRINTF(3, 4);
-static void env_setf(envv *e, const char *k, const char *fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  env_set(e, k, buf);
-}
-
-static void env_free(envv *e) {
-  for (int i = 0; i < e->n; i++) free(e->v[i]);
-  free(e->v);
-}
-
-static const char *const STRIP[] = {
-    "RANK",         "WORLD_SIZE",   "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-    "MASTER_PORT",  "TF_CONFIG",    "LOOM_RANK",  "LOOM_WORLD_SIZE",  "LOOM_LOCAL_RANK",
-    "LOOM_CLUSTER", "LOOM_ROLE",    "LOOM_INDEX", "LOOM__PPID",       "LOOM__CPUS",
-    "LOOM__MEM",    "LOOM__CGROUP", NULL};
-
-static void build_env(agent *a, envv *e, int local, const wire_cluster *cl, const char *cluster_s,
-                      const json_t *tf_cluster) {
-  extern char **environ;
-  memset(e, 0, sizeof *e);
-  for (char **p = environ; *p; p++) {
-    bool skip = false;
-    for (int s = 0; STRIP[s] && !skip; s++) {
-      size_t l = strlen(STRIP[s]);
-      skip = !strncmp(*p, STRIP[s], l) && (*p)[l] == '=';
-    }
-    if (skip) continue;
-    const char *eq = strchr(*p, '=');
-    if (!eq) continue;
-    char *k = strndup(*p, (size_t)(eq - *p));
-    env_set(e, k, eq + 1);
-    free(k);
-  }
-  /* `loom` itself on the PATH, so `command: loom ps` works wherever the
-   * binary is installed */
-  char self[PATH_MAX];
-  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (sl > 0) {
-    self[sl] = 0;
-    char *slash = strrchr(self, '/');
-    if (slash) *slash = 0;
-    const char *path = getenv("PATH");
-    char *np = loom__asprintf("%s:%s", self, path && *path ? path : "/usr/bin:/bin");
-    if (np) env_set(e, "PATH", np);
-    free(np);
-  }
-  const char *key;
-  json_t *v;
-  json_object_foreach(a->as.env, key, v) env_set(e, key, json_string_value(v));
-  if (a->tmpdir[0]) env_set(e, "TMPDIR", a->tmpdir);
-  const wire_assign *as = &a->as;
-  const char *role = as->role;
-  int index = (int)as->index;
-  int procs = a->nprocs;
-  env_set(e, "LOOM_ROLE", role);
-  env_setf(e, "LOOM_INDEX", "%d", index);
-  env_set(e, "LOOM_TASK", a->task);
-  env_setf(e, "LOOM_ATTEMPT", "%d", a->attempt);
-  env_set(e, "LOOM_JOB_ID", as->job_id);
-  env_set(e, "LOOM_JOB_DIR", as->job_dir);
-  env_set(e, "LOOM_HOST", a->host);
-  env_setf(e, "LOOM_PORT", "%d", a->port);
-  char *tbd = jobdir_apath(as->job_dir, JOBDIR_TENSORBOARD);
-  if (tbd) env_set(e, "LOOM_TENSORBOARD_DIR", tbd);
-  free(tbd);
-  env_set(e, "LOOM_CLUSTER", cluster_s);
-  env_setf(e, "LOOM_LOCAL_RANK", "%d", local);
-  env_setf(e, "LOCAL_RANK", "%d", local);
-  env_setf(e, "LOCAL_WORLD_SIZE", "%d", procs);
-  /* a task joining a running elastic job gets its rank in the CLUSTER */
-  bool rejoin = cl->has_rank_base;
-  int rank_base = (int)(rejoin ? cl->rank_base : as->rank_base);
-  int world = (int)(rejoin ? cl->world_size : as->world_size);
-  env_setf(e, "LOOM_WORLD_SIZE", "%d", world); /* every role: ps shards count workers */
-  env_setf(e, "LOOM_GENERATION", "%lld", (long long)cl->generation);
-  if (as->training) {
-    int rank = rank_base + local;
-    env_setf(e, "LOOM_RANK", "%d", rank);
-    env_setf(e, "RANK", "%d", rank);
-    env_setf(e, "WORLD_SIZE", "%d", world);
-    env_setf(e, "GROUP_RANK", "%d", rank_base / (procs ? procs : 1));
-    if (cl->master_addr) env_set(e, "MASTER_ADDR", cl->master_addr);
-    if (cl->has_master_port) env_setf(e, "MASTER_PORT", "%d", (int)cl->master_port);
-  }
-  /* TF_CONFIG: the cluster without evaluator/tensorboard, and this task. */
-  json_t *tf =
-      json_pack("{s:O, s:{s:s, s:i}}", "cluster", tf_cluster, "task", "type", role, "index", index);
-  char *tfs = tf ? json_dumps(tf, JSON_COMPACT) : NULL;
-  if (tfs) env_set(e, "TF_CONFIG", tfs);
-  free(tfs);
-  json_decref(tf);
-  const char *gpus = as->gpus;
-  if (*gpus) env_set(e, "CUDA_VISIBLE_DEVICES", gpus);
-  env_setf(e, "LOOM__PPID", "%d", (int)getpid());
-  const char *cpus = as->cpus;
-  if (*cpus) env_set(e, "LOOM__CPUS", cpus);
-  int64_t mem = as->memory;
-  if (a->cgroup[0])
-    env_set(e, "LOOM__CGROUP", a->cgroup);
-  else if (mem > 0)
-    env_setf(e, "LOOM__MEM", "%lld", (long long)mem);
-}
-
 /* Memory: a cgroup per task where this machine lets us make one (see
  * cgroup.c), else an rlimit on each process's data segment. */
 static void make_cgroup(agent *a) {
@@ -746,7 +312,7 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
     u->a = a;
     u->local = i;
     envv e;
-    build_env(a, &e, i, cl, cluster_s, tf_cluster);
+    agent_build_env(a, &e, i, cl, cluster_s, tf_cluster);
     uv_stdio_container_t stdio[3];
     stdio[0].flags = UV_IGNORE;
     for (int s = 0; s < 2; s++) {
@@ -772,11 +338,11 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
                                 .stdio = stdio};
     u->proc.data = u;
     int r = uv_spawn(&a->loop, &u->proc, &opt);
-    env_free(&e);
+    agent_env_free(&e);
     if (r < 0) {
       agent_log("%s: cannot start process %d: %s", a->task, i, uv_strerror(r));
       uv_close((uv_handle_t *)&u->proc, proc_closed);
-      for (int s = 0; s < 2; s++) close_pipe(&u->out[s]);
+      for (int s = 0; s < 2; s++) agent_close_pipe(&u->out[s]);
       rc = LOOM_EIO;
       break;
     }
@@ -784,12 +350,13 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
     u->running = u->spawned = true;
     a->running++;
     json_array_append_new(pids, json_integer(u->pid));
-    for (int s = 0; s < 2; s++) uv_read_start((uv_stream_t *)&u->out[s].pipe, out_alloc, out_read);
+    for (int s = 0; s < 2; s++)
+      uv_read_start((uv_stream_t *)&u->out[s].pipe, agent_out_alloc, agent_out_read);
   }
   free(args);
   if (a->reserve_fd >= 0 && a->running > 0) {
     a->porthold_ms = 10;
-    uv_timer_start(&a->porthold, porthold_tick, a->porthold_ms, 0);
+    uv_timer_start(&a->porthold, agent_porthold_tick, a->porthold_ms, 0);
   }
   send_msg(a, &(wire_msg){.type = WIRE_STARTED, .u.started.pids = pids});
   json_decref(pids);
@@ -862,7 +429,7 @@ static void on_msg(agent *a, wire_frame *f) {
       a->fail_code = 126;
       stop_procs(a, 0);
     }
-    maybe_finish(a);
+    agent_maybe_finish(a);
     break;
   }
   case WIRE_STOP: {
@@ -874,7 +441,7 @@ static void on_msg(agent *a, wire_frame *f) {
       break;
     }
     stop_procs(a, g > 0 ? (uint64_t)g : 1000);
-    maybe_finish(a);
+    agent_maybe_finish(a);
     break;
   }
   default: /* HEARTBEAT */
@@ -1062,260 +629,6 @@ static void on_signal(uv_signal_t *h, int sig) {
 }
 
 /* ---- before the loop: reserve, register, prepare ---------------------------- */
-/* The IPv4 address of interface name into ip. When it has none (or there
- * is no such interface) err says so, naming it. */
-static int iface_addr(const char *name, char *ip, size_t iplen, char *err, size_t errlen) {
-  struct ifaddrs *ifs;
-  if (getifaddrs(&ifs) < 0) {
-    snprintf(err, errlen, "LOOM_IFACE=%s: cannot list this host's interfaces: %s", name,
-             strerror(errno));
-    return LOOM_EIO;
-  }
-  bool exists = false;
-  int rc = LOOM_ENOENT;
-  for (struct ifaddrs *i = ifs; i && rc < 0; i = i->ifa_next) {
-    if (strcmp(i->ifa_name, name)) continue;
-    exists = true;
-    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-        inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)iplen))
-      rc = 0;
-  }
-  freeifaddrs(ifs);
-  if (rc < 0)
-    snprintf(err, errlen, "LOOM_IFACE=%s: %s", name,
-             exists ? "the interface has no IPv4 address"
-                    : "no such interface on this host (`ip -brief address` lists them)");
-  return rc;
-}
-
-/* The name of the interface that holds IPv4 address ip, or "" */
-static void iface_of(const char *ip, char *name, size_t len) {
-  struct ifaddrs *ifs;
-  char buf[INET_ADDRSTRLEN];
-  name[0] = 0;
-  if (getifaddrs(&ifs) < 0) return;
-  for (struct ifaddrs *i = ifs; i && !name[0]; i = i->ifa_next)
-    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-        inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, buf, sizeof buf) &&
-        !strcmp(buf, ip))
-      loom__strlcpy(name, i->ifa_name, len);
-  freeifaddrs(ifs);
-}
-
-/* Chooses the address this task is published at in the cluster spec (and
- * its LOOM_HOST): LOOM_HOST when the backend or the user set it; else the
- * IPv4 address of the interface LOOM_IFACE names; else the address of the
- * interface that routes to the coordinator, which is the local address of
- * the connection to it (what a UDP socket connected to the coordinator
- * would tell, on the connection itself). That is a loopback address only
- * when the coordinator is on loopback (one host). why gets the reason,
- * for the log and the "registered" event. When LOOM_IFACE names no usable
- * interface, err says so and the routed address is chosen meanwhile: the
- * caller fails the task with err. fd is the coordinator connection. */
-static int choose_host(agent *a, int fd, char *why, size_t whylen, char *err, size_t errlen) {
-  const char *h = getenv("LOOM_HOST");
-  if (h && *h) {
-    loom__strlcpy(a->host, h, sizeof a->host);
-    snprintf(why, whylen, "LOOM_HOST names it");
-    return 0;
-  }
-  const char *iface = loom__tun_str(LOOM_TUN_IFACE);
-  int rc = 0;
-  if (*iface) {
-    char ip[INET_ADDRSTRLEN];
-    rc = iface_addr(iface, ip, sizeof ip, err, errlen);
-    if (rc == 0) {
-      loom__strlcpy(a->host, ip, sizeof a->host);
-      snprintf(why, whylen, "LOOM_IFACE names the interface %s", iface);
-      return 0;
-    }
-  }
-  struct sockaddr_storage me, peer;
-  socklen_t ml = sizeof me, pl = sizeof peer;
-  char mine[INET_ADDRSTRLEN], coord[INET_ADDRSTRLEN], ifn[64];
-  if (getsockname(fd, (struct sockaddr *)&me, &ml) < 0 || me.ss_family != AF_INET ||
-      getpeername(fd, (struct sockaddr *)&peer, &pl) < 0 || peer.ss_family != AF_INET ||
-      !inet_ntop(AF_INET, &((struct sockaddr_in *)&me)->sin_addr, mine, sizeof mine) ||
-      !inet_ntop(AF_INET, &((struct sockaddr_in *)&peer)->sin_addr, coord, sizeof coord)) {
-    if (gethostname(a->host, sizeof a->host) < 0)
-      loom__strlcpy(a->host, "localhost", sizeof a->host);
-    snprintf(why, whylen, "this host's name: the coordinator connection is not IPv4");
-    return rc;
-  }
-  loom__strlcpy(a->host, mine, sizeof a->host);
-  iface_of(mine, ifn, sizeof ifn);
-  if (!strncmp(coord, "127.", 4))
-    snprintf(why, whylen, "the coordinator is on loopback at %s: every task is on this host",
-             coord);
-  else
-    snprintf(why, whylen, "%s%sthe interface that reaches the coordinator at %s", ifn,
-             ifn[0] ? ", " : "", coord);
-  return rc;
-}
-
-/* Binds the reservation socket (see "holding the reserved port") to port
- * (0: any free one); -1 when that fails. */
-static int reserve_bind(const char *host, int port) {
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_ANY);
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  int one = 1; /* both, so that the task can bind it while we hold it */
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-/* A restarted task asks for the port it had (LOOM_PREV_PORT, from the
- * coordinator), so that peers holding its old address find it again; any
- * free port when that one is taken. */
-static int reserve_port(agent *a) {
-  long long prev = 0;
-  const char *pv = getenv("LOOM_PREV_PORT");
-  int fd = -1;
-  if (pv && loom__parse_int(pv, 1, 65535, &prev) < 0) prev = 0;
-  unsetenv("LOOM_PREV_PORT"); /* the coordinator's word to us, not the task's */
-  if (prev) {
-    fd = reserve_bind(a->host, (int)prev);
-    if (fd < 0)
-      agent_log("%s: port %lld, this task's before its restart, is taken (%s); another one "
-                "is published",
-                a->task, prev, strerror(errno));
-  }
-  if (fd < 0) fd = reserve_bind(a->host, 0);
-  struct sockaddr_in sa;
-  socklen_t len = sizeof sa;
-  if (fd < 0 || getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
-    if (fd >= 0) close(fd);
-    return LOOM_EIO;
-  }
-  a->reserve_fd = fd;
-  a->port = ntohs(sa.sin_port);
-  return 0;
-}
-
-/* Runs tar -C dir -xf file (gzip or not: tar tells), or unzip -q -o file
- * -d dir; 0 when it exited 0. */
-static int unpack(const char *file, const char *dir) {
-  size_t n = strlen(file);
-  bool zip = n > 4 && !strcmp(file + n - 4, ".zip");
-  int wst = -1;
-  pid_t pid = loom__mkdir_p(dir, 0755) == 0 ? fork() : -1;
-  if (pid == 0) {
-    if (zip)
-      execlp("unzip", "unzip", "-q", "-o", file, "-d", dir, (char *)NULL);
-    else
-      execlp("tar", "tar", "-C", dir, "-xf", file, (char *)NULL);
-    _exit(127);
-  }
-  if (pid > 0)
-    while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
-    }
-  return pid > 0 && WIFEXITED(wst) && WEXITSTATUS(wst) == 0 ? 0 : -1;
-}
-
-static int place_files(agent *a, const char *wd, char *err, size_t errlen) {
-  const char *target;
-  json_t *src;
-  json_object_foreach(a->as.files, target, src) {
-    char *dst = loom__asprintf("%s/%s", wd, target);
-    if (!dst) return LOOM_ENOMEM;
-    char dir[PATH_MAX];
-    loom__strlcpy(dir, dst, sizeof dir);
-    loom__mkdir_p(dirname(dir), 0755);
-    struct stat st;
-    if (lstat(dst, &st) == 0 && S_ISLNK(st.st_mode)) unlink(dst);
-    const char *tar = json_string_value(json_object_get(src, "tar"));
-    const char *arch = json_string_value(json_object_get(src, "archive"));
-    const char *cwd = json_string_value(json_object_get(src, "cwd"));
-    if (tar || arch) {
-      /* a directory staged as a tar on this node, or an archive of the
-       * spec's archives: unpacked in place */
-      if (unpack(tar ? tar : arch, dst) < 0) {
-        snprintf(err, errlen, "cannot unpack %s.%s from %s into %s", tar ? "files" : "archives",
-                 target, tar ? tar : arch, dst);
-        free(dst);
-        return LOOM_EIO;
-      }
-      free(dst);
-      continue;
-    }
-    if (cwd) {
-      /* localized by the cluster manager into the directory the agent
-       * started in (YARN's LocalResources: files, and archives it
-       * unpacked) */
-      char *p = strchr(cwd, '/') ? NULL : loom__asprintf("%s/%s", a->start_cwd, cwd);
-      int rc = -1;
-      if (p && (symlink(p, dst) == 0 || errno == EEXIST)) rc = 0;
-      if (rc < 0)
-        snprintf(err, errlen, "cannot place files.%s at %s from %s", target, dst, p ? p : cwd);
-      free(p);
-      free(dst);
-      if (rc < 0) return LOOM_EIO;
-      continue;
-    }
-    if (!json_is_string(src)) {
-      snprintf(err, errlen, "files.%s: malformed source from the coordinator", target);
-      free(dst);
-      return LOOM_EPROTO;
-    }
-    if (symlink(json_string_value(src), dst) < 0 && errno != EEXIST) {
-      snprintf(err, errlen, "cannot place files.%s at %s: %s", target, dst, strerror(errno));
-      free(dst);
-      return LOOM_EIO;
-    }
-    free(dst);
-  }
-  return 0;
-}
-
-/* A command given as a path that does not exist is known before anything
- * starts: report it now rather than after the rendezvous. */
-static int check_command(agent *a, const char *wd, char *err, size_t errlen) {
-  const char *shell = a->as.shell;
-  char first[PATH_MAX] = "";
-  if (shell) {
-    const char *p = shell;
-    while (*p == ' ' || *p == '\t') p++;
-    size_t n = strcspn(p, " \t\n;&|<>()$`\"'\\*?[]{}=");
-    if (n == 0 || n >= sizeof first || (p[n] && !strchr(" \t\n", p[n]))) return 0;
-    memcpy(first, p, n);
-    first[n] = 0;
-    if (!strchr(first, '/')) return 0; /* builtins and PATH: the shell decides */
-  } else {
-    const char *a0 = json_string_value(json_array_get(a->as.argv, 0));
-    if (!a0) return LOOM_EPROTO;
-    loom__strlcpy(first, a0, sizeof first);
-  }
-  char path[PATH_MAX * 2];
-  if (strchr(first, '/')) {
-    if (first[0] == '/')
-      snprintf(path, sizeof path, "%s", first);
-    else
-      snprintf(path, sizeof path, "%s/%s", wd, first);
-    if (access(path, X_OK) == 0) return 0;
-    snprintf(err, errlen, "command not found: %s (%s in %s)", first,
-             access(path, F_OK) == 0 ? "not executable" : "no such file", wd);
-    return access(path, F_OK) == 0 ? 126 : 127;
-  }
-  const char *pathenv = getenv("PATH");
-  char *copy = strdup(pathenv ? pathenv : "/usr/bin:/bin"), *save = NULL;
-  for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-    snprintf(path, sizeof path, "%s/%s", *d ? d : ".", first);
-    if (access(path, X_OK) == 0) {
-      free(copy);
-      return 0;
-    }
-  }
-  free(copy);
-  snprintf(err, errlen, "command not found: %s (not in PATH)", first);
-  return 127;
-}
-
 int agent_main(void) {
   const char *coord = getenv("LOOM_COORD"), *secret = getenv("LOOM_SECRET");
   const char *task = getenv("LOOM_TASK"), *att = getenv("LOOM_ATTEMPT");
@@ -1371,12 +684,12 @@ int agent_main(void) {
               why[0] ? why : loom_strerror(rc));
     goto out;
   }
-  bool iface_bad = choose_host(a, fd, why, sizeof why, iface_err, sizeof iface_err) < 0;
+  bool iface_bad = agent_choose_host(a, fd, why, sizeof why, iface_err, sizeof iface_err) < 0;
   if (iface_bad)
     agent_log("%s: %s", task, iface_err);
   else
     loom__log(LOOM_LOG_INFO, "agent", "%s: advertising %s (%s)", task, a->host, why);
-  if ((rc = reserve_port(a)) < 0) {
+  if ((rc = agent_reserve_port(a)) < 0) {
     agent_log("%s: cannot reserve a port: %s", task, strerror(errno));
     goto out;
   }
@@ -1457,8 +770,8 @@ int agent_main(void) {
     snprintf(err, sizeof err, "cannot create the working directory %s: %s", wd, strerror(errno));
     code = 1;
   }
-  if (!code && place_files(a, wd, err, sizeof err) < 0) code = 1;
-  if (!code) code = check_command(a, wd, err, sizeof err);
+  if (!code && agent_place_files(a, wd, err, sizeof err) < 0) code = 1;
+  if (!code) code = agent_check_command(a, wd, err, sizeof err);
   if (code) {
     wire_msg_send(fd, &(wire_msg){.type = WIRE_FAIL, .u.fail = {.reason = err, .code = code}});
     status = 0;
