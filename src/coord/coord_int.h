@@ -8,7 +8,7 @@
 #include "backend/backend.h"
 #include "core/fifo.h"
 #include "core/ratelog.h"
-#include "feed/dispatch.h"
+#include "coord/feed_dispatch.h"
 #include "http/http.h"
 #include "jobdir/jobdir.h"
 #include "wire/wire.h"

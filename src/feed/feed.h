@@ -3,11 +3,10 @@
  * fmt_idx.c, fmt_fixed.c), making splits of the input (split.c), CRC32C
  * (crc32c.c), the shuffle's random numbers, the feed's tunables and the
  * wire messages between libloom's client (client.c) and the coordinator's
- * dispatcher (dispatch.c).
+ * dispatcher (src/coord/feed_dispatch.c).
  *
- * Everything here except dispatch*.c lives in libloom; the loom command
- * links libloom, so the dispatcher uses the same format and split code as
- * the readers do. */
+ * Everything here lives in libloom; the loom command links libloom, so the
+ * dispatcher uses the same format and split code as the readers do. */
 #ifndef LOOM_FEED_FEED_H
 #define LOOM_FEED_FEED_H
 

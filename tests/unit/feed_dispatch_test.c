@@ -1,5 +1,5 @@
 /* feed_dispatch_test.c: the coordinator's split dispatcher, driven through
- * its contract (dispatch.h) with fake connections: leases, commits by
+ * its contract (coord/feed_dispatch.h) with fake connections: leases, commits by
  * rename, a stale holder's DONE refused after its lease expired, leases
  * back from dead tasks and closed connections, the epoch barrier with
  * deferred requests, reproducible shuffles, whole-job attempts,
@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "feed/dispatch.c"
+#include "coord/feed_dispatch.c"
 
 static char dir[64];
 

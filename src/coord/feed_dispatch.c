@@ -1,5 +1,5 @@
-/* dispatch.c: the coordinator's side of the data feed (contract in
- * dispatch.h). It owns the job's splits and hands them out as leases:
+/* feed_dispatch.c: the coordinator's side of the data feed (contract in
+ * feed_dispatch.h). It owns the job's splits and hands them out as leases:
  *
  * - An epoch is every split once, in order 0..n-1, or in a permutation drawn
  *   from (seed, epoch) when the spec shuffles. Splits wait in a queue; a
@@ -30,7 +30,7 @@
  *
  * Everything runs on the coordinator's loop thread and never blocks but for
  * small file-system calls (rename, unlink) at commit and take-back. */
-#include "feed/dispatch.h"
+#include "coord/feed_dispatch.h"
 #include "feed/feed.h"
 
 #include <dirent.h>

@@ -1,4 +1,4 @@
-/* dispatch.h: the coordinator's side of the data feed: it makes splits of
+/* feed_dispatch.h: the coordinator's side of the data feed: it makes splits of
  * the spec's `feed:` input, leases each to whichever task asks, takes it
  * back when the task finishes it (committing the split's output), and
  * leases it again when its task is gone or its lease expires.
@@ -9,8 +9,8 @@
  * for the file-system calls of committing and taking back a split's
  * output (a rename, an unlink: on HDFS one NameNode call each,
  * milliseconds, bounded by HDFS_TIMEOUT_MS). */
-#ifndef LOOM_FEED_DISPATCH_H
-#define LOOM_FEED_DISPATCH_H
+#ifndef LOOM_COORD_FEED_DISPATCH_H
+#define LOOM_COORD_FEED_DISPATCH_H
 
 #include "wire/wire.h"
 
