@@ -1,6 +1,6 @@
 /* client.c: a task's side of the data feed (include/loom/feed.h).
  *
- * Two threads per feed. The reader thread leases splits from the
+ * Two threads per feed. The reader thread (reader.c) leases splits from the
  * coordinator's dispatcher (several at once when they are small), renews
  * its leases, reads each split's bytes with pread into chunks (recycled,
  * so their pages stay mapped), parses the records of each chunk (checking
@@ -20,9 +20,7 @@
  * under mu; the consumer's position (cur, retired, cur_sp, writer) is the
  * consumer's alone; a split (fsplit) is created by the reader thread and
  * freed by the consumer once finished, or by close. */
-#include "feed/feed.h"
-#include "lib/lib.h"
-#include "loom/feed.h"
+#include "feed/client_int.h"
 #include "wire/wire.h"
 
 #include <errno.h>
@@ -35,87 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POOL_MAX 64
-#define WBUF (1 << 20)
-#define LEASE_WAIT_MS 1000 /* longest one LEASE request is held */
-#define CALL_MARGIN_MS 10000
-
-enum { K_DATA, K_SPLIT_END, K_END, K_ERROR };
-enum { BOUNDARY = 100 }; /* internal: the current split has no more records */
-
-typedef struct fsplit {
-  uint64_t lease, rseed;
-  uint32_t split;
-  int epoch;
-  bool shuffle, stale;
-  char *path, *tmp;
-  uint64_t off, len, rec;
-  uint64_t records;         /* handed out by the consumer */
-  struct fsplit *next;      /* the held list */
-  struct fsplit *next_read; /* the reader thread's list to read */
-} fsplit;
-
-typedef struct chunk {
-  int kind;
-  fsplit *sp;
-  unsigned char *buf;
-  size_t cap, len;
-  feed_recs recs;
-  uint32_t *order; /* shuffled order of recs, or NULL */
-  size_t order_cap, pos;
-  int err;
-  char *msg;
-  struct chunk *next;
-} chunk;
-
-struct loom_feed {
-  loom_t *l;
-  feed_format fmt;
-  int epochs;
-  long nsplits; /* at open; a growing input's grow */
-  bool output, growing;
-  uint64_t lease_ms, readahead, chunk_bytes, max_record, wait_ms, ahead;
-
-  pthread_t thread;
-  bool thread_started;
-  pthread_mutex_t mu;
-  pthread_cond_t cv_data, cv_room; /* queue not empty; room to read ahead */
-  chunk *qhead, *qtail;
-  size_t queued; /* bytes in chunks not yet recycled */
-  chunk *pool;
-  int npool;
-  fsplit *held; /* leased and not finished */
-  size_t nheld;
-  bool stop;
-  uint64_t beat; /* when the reader thread last went round its loop */
-
-  /* reader thread only */
-  fsplit *toread, *toread_tail;
-  bool ended;
-  loom__rfile *rf; /* the input file being read */
-  char *rpath;
-  uint64_t last_renew, last_split_len;
-
-  /* consumer only */
-  chunk *cur, *retired;
-  fsplit *cur_sp, *skip_sp;
-  int epoch;
-  bool epoch_known;
-  int sticky; /* END or an error, repeated */
-  char sticky_msg[1024];
-  int first_err;
-  /* the output of cur_sp's split */
-  fsplit *w_sp;
-  int w_fd;
-  char *w_local; /* the local file an hdfs:// output is written to first */
-  bool w_err;
-  unsigned char *wbuf;
-  size_t wlen;
-  loom_feed_stats st;
-};
-
 /* ---- time and waiting --------------------------------------------------- */
-static void wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t ms) {
+void loom__feed_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t ms) {
   struct timespec ts = loom__deadline(CLOCK_REALTIME, ms);
   pthread_cond_timedwait(cv, mu, &ts);
 }
@@ -132,7 +51,7 @@ static void chunk_free(chunk *c) {
 
 /* A chunk from the pool (with at least cap bytes when cap > 0) or a new
  * one. Called without mu. */
-static chunk *chunk_get(loom_feed_t *f, int kind, size_t cap) {
+chunk *loom__feed_chunk_get(loom_feed_t *f, int kind, size_t cap) {
   chunk *c = NULL;
   if (kind == K_DATA) {
     pthread_mutex_lock(&f->mu);
@@ -168,7 +87,7 @@ static chunk *chunk_get(loom_feed_t *f, int kind, size_t cap) {
 
 /* Gives a chunk back to the pool (the consumer is done with its records).
  * Called with mu held. */
-static void chunk_put_locked(loom_feed_t *f, chunk *c) {
+void loom__feed_chunk_put_locked(loom_feed_t *f, chunk *c) {
   if (c->kind == K_DATA) {
     f->queued -= c->len;
     pthread_cond_signal(&f->cv_room);
@@ -196,15 +115,14 @@ static void push_locked(loom_feed_t *f, chunk *c) {
   pthread_cond_signal(&f->cv_data);
 }
 
-static void push(loom_feed_t *f, chunk *c) {
+void loom__feed_push(loom_feed_t *f, chunk *c) {
   pthread_mutex_lock(&f->mu);
   push_locked(f, c);
   pthread_mutex_unlock(&f->mu);
 }
 
 /* Queues an error for the consumer and stops reading. */
-static void push_error(loom_feed_t *f, int err, const char *fmt, ...) LOOM__PRINTF(3, 4);
-static void push_error(loom_feed_t *f, int err, const char *fmt, ...) {
+void loom__feed_push_error(loom_feed_t *f, int err, const char *fmt, ...) {
   chunk *c = calloc(1, sizeof *c);
   char msg[1024];
   va_list ap;
@@ -216,10 +134,10 @@ static void push_error(loom_feed_t *f, int err, const char *fmt, ...) {
   c->kind = K_ERROR;
   c->err = err;
   c->msg = strdup(msg);
-  push(f, c);
+  loom__feed_push(f, c);
 }
 
-static void fsplit_free(fsplit *sp) {
+void loom__feed_split_free(fsplit *sp) {
   if (!sp) return;
   free(sp->path);
   free(sp->tmp);
@@ -227,7 +145,7 @@ static void fsplit_free(fsplit *sp) {
 }
 
 /* Removes sp from the held list (under mu). */
-static void held_remove_locked(loom_feed_t *f, fsplit *sp) {
+void loom__feed_held_remove_locked(loom_feed_t *f, fsplit *sp) {
   for (fsplit **pp = &f->held; *pp; pp = &(*pp)->next) {
     if (*pp == sp) {
       *pp = sp->next;
@@ -237,355 +155,6 @@ static void held_remove_locked(loom_feed_t *f, fsplit *sp) {
   }
 }
 
-/* ---- the reader thread -------------------------------------------------- */
-static json_t *held_ids_locked(loom_feed_t *f) {
-  json_t *a = json_array();
-  int n = 0;
-  for (fsplit *sp = f->held; sp && n < FEED_MAX_LIST; sp = sp->next, n++)
-    json_array_append_new(a, json_integer((json_int_t)sp->lease));
-  return a;
-}
-
-/* Renews every held lease when a third of the lease time has passed. */
-static void maybe_renew(loom_feed_t *f) {
-  uint64_t now = loom__now_ms();
-  if (now - f->last_renew < f->lease_ms / 3) return;
-  f->last_renew = now;
-  pthread_mutex_lock(&f->mu);
-  json_t *ids = f->held ? held_ids_locked(f) : NULL;
-  pthread_mutex_unlock(&f->mu);
-  if (!ids) return;
-  json_t *rep = NULL;
-  int rc = loom__call(f->l, FEED_MSG_RENEW, json_pack("{s:o}", "leases", ids), NULL, 0,
-                      (int)(f->lease_ms / 3 + CALL_MARGIN_MS), &rep, NULL, NULL);
-  json_t *stale = rc == 0 ? json_object_get(rep, "stale") : NULL;
-  if (json_array_size(stale)) {
-    pthread_mutex_lock(&f->mu);
-    size_t i;
-    json_t *v;
-    json_array_foreach(stale, i, v) {
-      for (fsplit *sp = f->held; sp; sp = sp->next)
-        if ((json_int_t)sp->lease == json_integer_value(v)) sp->stale = true;
-    }
-    pthread_mutex_unlock(&f->mu);
-    loom__log(LOOM_LOG_WARN, "feed",
-              "%zu of this task's leases were taken back (a pause "
-              "longer than the lease time?)",
-              json_array_size(stale));
-  }
-  json_decref(rep);
-}
-
-/* Waits until the queue has room to read ahead (and, with for_lease, until
- * this reader holds fewer than ahead + 1 splits); false when stopping. */
-static bool wait_room_for(loom_feed_t *f, bool for_lease) {
-  for (;;) {
-    pthread_mutex_lock(&f->mu);
-    bool stop = f->stop, room = f->queued < f->readahead && (!for_lease || f->nheld < f->ahead + 1);
-    if (!stop && !room) wait_ms(&f->cv_room, &f->mu, f->lease_ms / 6 + 1);
-    stop = f->stop;
-    room = f->queued < f->readahead && (!for_lease || f->nheld < f->ahead + 1);
-    pthread_mutex_unlock(&f->mu);
-    if (stop) return false;
-    __atomic_store_n(&f->beat, loom__now_ms(), __ATOMIC_RELAXED);
-    maybe_renew(f);
-    if (room) return true;
-  }
-}
-
-static bool wait_room(loom_feed_t *f) { return wait_room_for(f, false); }
-
-static bool stopping(loom_feed_t *f) {
-  pthread_mutex_lock(&f->mu);
-  bool s = f->stop;
-  pthread_mutex_unlock(&f->mu);
-  return s;
-}
-
-/* The input file path, open (the one open already when it is that one).
- * NULL with err set on failure. */
-static loom__rfile *open_file(loom_feed_t *f, const char *path, char *err, size_t errlen) {
-  if (f->rf && f->rpath && !strcmp(f->rpath, path)) return f->rf;
-  loom__rfile_close(f->rf);
-  f->rf = NULL;
-  free(f->rpath);
-  f->rpath = NULL;
-  if (loom__rfile_open(path, &f->rf, err, errlen) == 0 && !(f->rpath = strdup(path))) {
-    loom__rfile_close(f->rf);
-    f->rf = NULL;
-    snprintf(err, errlen, "out of memory");
-  }
-  return f->rf;
-}
-
-/* Asks for more splits; returns false when stopping or over. */
-static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
-  size_t room, nheld;
-  pthread_mutex_lock(&f->mu);
-  room = f->queued < f->readahead ? f->readahead - f->queued : 0;
-  nheld = f->nheld;
-  pthread_mutex_unlock(&f->mu);
-  /* as many as fit in the read-ahead, up to the one being consumed and
-   * `ahead` more: holding more would starve other tasks at an epoch's end */
-  uint64_t per = f->last_split_len ? f->last_split_len : f->chunk_bytes;
-  json_int_t max = (json_int_t)(room / (per ? per : 1));
-  json_int_t slots = (json_int_t)(f->ahead + 1) - (json_int_t)nheld;
-  if (max > slots) max = slots;
-  if (max > FEED_MAX_BATCH_LEASES) max = FEED_MAX_BATCH_LEASES;
-  if (max < 1) max = 1;
-  int wait = (int)(f->lease_ms / 3 < LEASE_WAIT_MS ? f->lease_ms / 3 : LEASE_WAIT_MS);
-  json_t *rep = NULL;
-  int rc = loom__call(f->l, FEED_MSG_LEASE, json_pack("{s:I, s:i}", "max", max, "wait_ms", wait),
-                      NULL, 0, wait + CALL_MARGIN_MS, &rep, NULL, NULL);
-  if (rc == LOOM_ETIMEDOUT) {
-    /* other tasks' leases are alive (renewed): they are making progress */
-    if (json_integer_value(json_object_get(rep, "leased")) > 0) *idle_since = loom__now_ms();
-    if (loom__now_ms() - *idle_since > f->wait_ms) {
-      const char *m = json_string_value(json_object_get(rep, "msg"));
-      push_error(f, LOOM_ETIMEDOUT,
-                 "no split of the feed became free within %llu ms "
-                 "(LOOM_FEED_WAIT_MS), and no task holds one: %s",
-                 (unsigned long long)f->wait_ms, m ? m : "the coordinator is not answering");
-      json_decref(rep);
-      return false;
-    }
-    json_decref(rep);
-    return true;
-  }
-  if (rc < 0) {
-    const char *m = json_string_value(json_object_get(rep, "msg"));
-    push_error(f, rc, "the feed's coordinator refused a lease: %s",
-               m                                         ? m
-               : rc == LOOM_EABORTED || rc == LOOM_ECONN ? loom_errmsg(f->l)
-                                                         : loom_strerror(rc));
-    json_decref(rep);
-    return false;
-  }
-  *idle_since = loom__now_ms();
-  if (json_is_true(json_object_get(rep, "end"))) {
-    json_decref(rep);
-    chunk *c = calloc(1, sizeof *c);
-    f->ended = true;
-    if (c) {
-      c->kind = K_END;
-      push(f, c);
-    }
-    return false;
-  }
-  json_t *arr = json_object_get(rep, "splits");
-  size_t i;
-  json_t *j;
-  bool ok = json_is_array(arr) && json_array_size(arr) > 0;
-  json_array_foreach(arr, i, j) {
-    fsplit *sp = calloc(1, sizeof *sp);
-    json_int_t v[6];
-    static const char *const keys[6] = {"lease", "split", "epoch", "off", "len", "rec"};
-    static const json_int_t hi[6] = {LLONG_MAX,           UINT32_MAX,          1000000,
-                                     (json_int_t)1 << 62, (json_int_t)1 << 62, (json_int_t)1 << 40};
-    bool good = sp && json_is_string(json_object_get(j, "path"));
-    for (int k = 0; k < 6 && good; k++) {
-      json_t *x = json_object_get(j, keys[k]);
-      good = json_is_integer(x) && json_integer_value(x) >= 0 && json_integer_value(x) <= hi[k];
-      if (good) v[k] = json_integer_value(x);
-    }
-    if (!good || v[4] == 0 || (v[1] >= f->nsplits && !f->growing) || v[2] >= f->epochs) {
-      free(sp);
-      ok = false;
-      break;
-    }
-    json_t *path = json_object_get(j, "path");
-    sp->lease = (uint64_t)v[0];
-    sp->split = (uint32_t)v[1];
-    sp->epoch = (int)v[2];
-    sp->off = (uint64_t)v[3];
-    sp->len = (uint64_t)v[4];
-    sp->rec = (uint64_t)v[5];
-    json_t *rs = json_object_get(j, "rseed");
-    sp->shuffle = json_is_integer(rs);
-    sp->rseed = (uint64_t)json_integer_value(rs);
-    sp->path = strdup(json_string_value(path));
-    const char *tmp = json_string_value(json_object_get(j, "tmp"));
-    sp->tmp = tmp ? strdup(tmp) : NULL;
-    pthread_mutex_lock(&f->mu);
-    sp->next = f->held;
-    f->held = sp;
-    f->nheld++;
-    pthread_mutex_unlock(&f->mu);
-    if (!sp->path || (tmp && !sp->tmp)) {
-      ok = false;
-      break;
-    }
-    /* to read, in the order leased; the kernel starts reading it now */
-    if (!loom__fs_remote(sp->path)) {
-      bool same = f->rf && f->rpath && !strcmp(f->rpath, sp->path);
-      int fd = same ? -1 : open(sp->path, O_RDONLY | O_CLOEXEC);
-      if (same) loom__rfile_advise(f->rf, sp->off, sp->len, false);
-      if (fd >= 0) posix_fadvise(fd, (off_t)sp->off, (off_t)sp->len, POSIX_FADV_WILLNEED);
-      if (fd >= 0) close(fd);
-    }
-    if (f->toread_tail)
-      f->toread_tail->next_read = sp;
-    else
-      f->toread = sp;
-    f->toread_tail = sp;
-    f->last_split_len = sp->len;
-  }
-  json_decref(rep);
-  if (!ok) {
-    push_error(f, LOOM_EPROTO, "a malformed lease from the feed's coordinator");
-    return false;
-  }
-  return true;
-}
-
-static void recycle(loom_feed_t *f, chunk *c) {
-  pthread_mutex_lock(&f->mu);
-  chunk_put_locked(f, c);
-  pthread_mutex_unlock(&f->mu);
-}
-
-/* Reads, parses and queues one split, then its end marker. On an error
- * queues the error (which stops the reader) and returns false. */
-static bool read_split(loom_feed_t *f, fsplit *sp) {
-  const feed_format_ops *ops = loom__feed_format_ops(&f->fmt);
-  char msg[1024] = "";
-  feed_parse_ctx ctx = {
-      .path = sp->path, .rec = sp->rec ? sp->rec : f->fmt.rec, .err = msg, .errlen = sizeof msg};
-  char why[1024];
-  loom__rfile *rf = open_file(f, sp->path, why, sizeof why);
-  if (!rf) {
-    push_error(f, LOOM_EIO, "feed input %s: cannot open: %s", sp->path, why);
-    return false;
-  }
-  if (ctx.rec > f->max_record) {
-    push_error(f, LOOM_ERANGE,
-               "feed input %s: records of %llu bytes are larger than %llu "
-               "(LOOM_FEED_MAX_RECORD)",
-               sp->path, (unsigned long long)ctx.rec, (unsigned long long)f->max_record);
-    return false;
-  }
-  loom__rfile_advise(rf, sp->off, sp->len, true);
-  uint64_t pos = sp->off, end = sp->off + sp->len;
-  size_t base_cap = (size_t)f->chunk_bytes;
-  if (ctx.rec && ctx.rec <= base_cap) base_cap = base_cap / ctx.rec * ctx.rec;
-  if (ctx.rec > base_cap) base_cap = (size_t)ctx.rec;
-  size_t cap = base_cap;
-  if (sp->shuffle) {
-    if (sp->len > f->max_record) {
-      push_error(f, LOOM_ERANGE,
-                 "feed input %s: a split of %llu bytes is too large to shuffle "
-                 "in memory (LOOM_FEED_MAX_RECORD is %llu): lower LOOM_FEED_SPLIT_BYTES",
-                 sp->path, (unsigned long long)sp->len, (unsigned long long)f->max_record);
-      return false;
-    }
-    cap = (size_t)sp->len;
-  }
-  while (pos < end) {
-    if (!wait_room(f)) return true; /* stopping */
-    size_t want = end - pos < cap ? (size_t)(end - pos) : cap;
-    chunk *c = chunk_get(f, K_DATA, cap);
-    if (!c) {
-      push_error(f, LOOM_ENOMEM, "out of memory for a %zu-byte read-ahead chunk", cap);
-      return false;
-    }
-    size_t got = 0;
-    int rrc = loom__rfile_pread(rf, c->buf, want, pos, &got, why, sizeof why);
-    if (rrc < 0 || got != want) {
-      push_error(f, LOOM_EIO, "feed input %s: cannot read %zu bytes at offset %llu: %s", sp->path,
-                 want, (unsigned long long)pos,
-                 rrc < 0 ? why : "the file is shorter than when the job began");
-      recycle(f, c);
-      return false;
-    }
-    bool eof = pos + want == end;
-    size_t used = 0;
-    ctx.base = pos;
-    int rc = ops->parse(c->buf, want, eof, &ctx, &c->recs, &used);
-    if (rc < 0) {
-      push_error(f, rc, "%s", msg[0] ? msg : loom_strerror(rc));
-      recycle(f, c);
-      return false;
-    }
-    if (c->recs.n == 0) { /* a record larger than the chunk */
-      recycle(f, c);
-      if (eof || cap >= f->max_record + 16) {
-        push_error(f, LOOM_ERANGE,
-                   "feed input %s: offset %llu: a record larger than %llu bytes "
-                   "(LOOM_FEED_MAX_RECORD)",
-                   sp->path, (unsigned long long)pos, (unsigned long long)f->max_record);
-        return false;
-      }
-      cap = cap * 2 < f->max_record + 16 ? cap * 2 : (size_t)f->max_record + 16;
-      continue;
-    }
-    if (sp->shuffle) {
-      if (c->order_cap < c->recs.n) {
-        free(c->order);
-        c->order_cap = 0;
-        if (!(c->order = malloc(c->recs.n * sizeof *c->order))) {
-          recycle(f, c);
-          push_error(f, LOOM_ENOMEM, "out of memory to shuffle %zu records", c->recs.n);
-          return false;
-        }
-        c->order_cap = c->recs.n;
-      }
-      for (size_t i = 0; i < c->recs.n; i++) c->order[i] = (uint32_t)i;
-      loom__feed_permute(c->order, c->recs.n, sp->rseed);
-    } else if (c->order) {
-      free(c->order);
-      c->order = NULL;
-      c->order_cap = 0;
-    }
-    c->sp = sp;
-    c->len = used;
-    push(f, c);
-    pos += used;
-    cap = sp->shuffle ? cap : base_cap;
-  }
-  chunk *e = chunk_get(f, K_SPLIT_END, 0);
-  if (!e) {
-    push_error(f, LOOM_ENOMEM, "out of memory");
-    return false;
-  }
-  e->sp = sp;
-  push(f, e);
-  return true;
-}
-
-static void *reader_main(void *arg) {
-  loom_feed_t *f = arg;
-  uint64_t idle_since = loom__now_ms();
-  while (!stopping(f)) {
-    __atomic_store_n(&f->beat, loom__now_ms(), __ATOMIC_RELAXED);
-    maybe_renew(f);
-    if (f->ended) {
-      pthread_mutex_lock(&f->mu);
-      if (!f->stop) wait_ms(&f->cv_room, &f->mu, f->lease_ms / 6 + 1);
-      pthread_mutex_unlock(&f->mu);
-      continue;
-    }
-    if (!f->toread) {
-      if (wait_room_for(f, true)) lease_more(f, &idle_since);
-      continue;
-    }
-    fsplit *sp = f->toread;
-    f->toread = sp->next_read;
-    if (!f->toread) f->toread_tail = NULL;
-    pthread_mutex_lock(&f->mu);
-    bool stale = sp->stale;
-    if (stale) held_remove_locked(f, sp);
-    pthread_mutex_unlock(&f->mu);
-    if (stale) {
-      fsplit_free(sp); /* taken back before we began it: someone else reads it */
-      continue;
-    }
-    read_split(f, sp);
-  }
-  loom__rfile_close(f->rf);
-  f->rf = NULL;
-  return NULL;
-}
-
 /* ---- the consumer ------------------------------------------------------- */
 static void release_retired(loom_feed_t *f) {
   if (!f->retired) return;
@@ -593,7 +162,7 @@ static void release_retired(loom_feed_t *f) {
   while (f->retired) {
     chunk *c = f->retired;
     f->retired = c->next;
-    chunk_put_locked(f, c);
+    loom__feed_chunk_put_locked(f, c);
   }
   pthread_mutex_unlock(&f->mu);
 }
@@ -611,7 +180,7 @@ static int wait_head(loom_feed_t *f, chunk **out) {
       rc = LOOM_ETIMEDOUT;
       break;
     }
-    wait_ms(&f->cv_data, &f->mu, 1000);
+    loom__feed_wait_ms(&f->cv_data, &f->mu, 1000);
   }
   *out = f->qhead;
   pthread_mutex_unlock(&f->mu);
@@ -707,11 +276,11 @@ static void release_leases(loom_feed_t *f, json_t *ids) {
 
 static void forget_split(loom_feed_t *f, fsplit *sp) {
   pthread_mutex_lock(&f->mu);
-  held_remove_locked(f, sp);
+  loom__feed_held_remove_locked(f, sp);
   pthread_cond_signal(&f->cv_room);
   pthread_mutex_unlock(&f->mu);
   if (f->cur_sp == sp) f->cur_sp = NULL;
-  fsplit_free(sp);
+  loom__feed_split_free(sp);
 }
 
 /* Removes a split's temporary output (local or on HDFS). */
@@ -786,7 +355,7 @@ static int ensure(loom_feed_t *f, bool stop_at_split) {
     switch (h->kind) {
     case K_DATA:
       if (h->sp == f->skip_sp) {
-        recycle(f, h);
+        loom__feed_recycle(f, h);
         continue;
       }
       if (h->sp != f->cur_sp) { /* a new split */
@@ -795,7 +364,7 @@ static int ensure(loom_feed_t *f, bool stop_at_split) {
         pthread_mutex_unlock(&f->mu);
         if (stale) { /* taken back before we began it: skip it whole */
           f->skip_sp = h->sp;
-          recycle(f, h);
+          loom__feed_recycle(f, h);
           continue;
         }
         f->cur_sp = h->sp;
@@ -811,7 +380,7 @@ static int ensure(loom_feed_t *f, bool stop_at_split) {
       continue;
     case K_SPLIT_END: {
       fsplit *sp = h->sp;
-      recycle(f, h);
+      loom__feed_recycle(f, h);
       if (sp == f->skip_sp) {
         f->skip_sp = NULL;
         forget_split(f, sp);
@@ -1013,7 +582,7 @@ static void feed_free(loom_feed_t *f) {
   chunk_free(f->cur);
   for (fsplit *sp = f->held, *n; sp; sp = n) {
     n = sp->next;
-    fsplit_free(sp);
+    loom__feed_split_free(sp);
   }
   free(f->rpath);
   free(f->wbuf);
@@ -1075,7 +644,7 @@ int loom_feed_open(loom_t *l, loom_feed_t **out) {
   if (f->max_record > UINT32_MAX - 64) f->max_record = UINT32_MAX - 64;
   if (f->chunk_bytes > f->max_record) f->chunk_bytes = f->max_record;
   f->last_renew = f->beat = loom__now_ms();
-  if (pthread_create(&f->thread, NULL, reader_main, f) != 0) {
+  if (pthread_create(&f->thread, NULL, loom__feed_reader_main, f) != 0) {
     feed_free(f);
     return loom__fail(l, LOOM_EIO, "cannot start the feed's reader thread");
   }
@@ -1105,11 +674,11 @@ int loom_feed_close(loom_feed_t *f) {
   }
   /* every split not finished goes back, in batches the wire allows */
   while (f->held) {
-    json_t *ids = held_ids_locked(f);
+    json_t *ids = loom__feed_held_ids_locked(f);
     for (int k = 0; k < FEED_MAX_LIST && f->held; k++) {
       fsplit *sp = f->held;
       f->held = sp->next;
-      fsplit_free(sp);
+      loom__feed_split_free(sp);
     }
     release_leases(f, ids);
   }
