@@ -654,7 +654,7 @@ int agent_main(void) {
     fprintf(stderr, "loom agent: LOOM_ATTEMPT=%s: not a number 0..%d or \"any\"\n", att, 1 << 30);
     return 2;
   }
-  const char *fs = getenv("LOOM_FENCE");
+  const char *fs = loom__tun_raw(LOOM_TUN_FENCE);
   if (fs && *fs && loom__parse_int(fs, 0, LLONG_MAX, &fence) < 0) {
     fprintf(stderr, "loom agent: LOOM_FENCE=%s: not a number 0..%lld\n", fs, LLONG_MAX);
     return 2;
@@ -673,7 +673,7 @@ int agent_main(void) {
    * coordinator listened before, so a refused connection means it is gone
    * (the job is over), not that it is still starting: one try */
   int dial_ms = (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS);
-  const char *respawn = getenv("LOOM_RESPAWN");
+  const char *respawn = loom__tun_raw(LOOM_TUN_RESPAWN);
   if (respawn && !strcmp(respawn, "1")) dial_ms = 0;
   int rc = wire_dial(coord, dial_ms, &fd);
   if (rc == 0)

@@ -49,13 +49,13 @@ int agent_exec_main(int argc, char **argv) {
   }
   char **cmd = argv + i + 1;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  const char *ppid = getenv("LOOM__PPID");
+  const char *ppid = loom__tun_raw(LOOM_TUN_EXEC_PPID);
   if (ppid && atoi(ppid) != (int)getppid()) return 126; /* the agent is already gone */
-  const char *cpus = getenv("LOOM__CPUS");
+  const char *cpus = loom__tun_raw(LOOM_TUN_EXEC_CPUS);
   if (cpus && *cpus && set_cpus(cpus) < 0)
     fprintf(stderr, "loom: cannot set CPU affinity to %s: %s\n", cpus, strerror(errno));
-  const char *cg = getenv("LOOM__CGROUP");
-  const char *mem = getenv("LOOM__MEM");
+  const char *cg = loom__tun_raw(LOOM_TUN_EXEC_CGROUP);
+  const char *mem = loom__tun_raw(LOOM_TUN_EXEC_MEM);
   if (cg && *cg) {
     if (join_cgroup(cg) < 0) {
       fprintf(stderr, "loom: cannot join the memory cgroup %s: %s\n", cg, strerror(errno));

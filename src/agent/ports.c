@@ -91,7 +91,7 @@ void agent_release_port(agent *a, const char *why) {
   close(a->reserve_fd);
   a->reserve_fd = -1;
   uv_timer_stop(&a->porthold);
-  if (getenv("LOOM_DEBUG")) agent_log("%s: port %d let go: %s", a->task, a->port, why);
+  if (loom__tun_raw(LOOM_TUN_DEBUG)) agent_log("%s: port %d let go: %s", a->task, a->port, why);
 }
 
 /* Looks for the task's listener every 10 ms at first, then less often (at
@@ -227,7 +227,7 @@ static int reserve_bind(const char *host, int port) {
  * free port when that one is taken. */
 int agent_reserve_port(agent *a) {
   long long prev = 0;
-  const char *pv = getenv("LOOM_PREV_PORT");
+  const char *pv = loom__tun_raw(LOOM_TUN_PREV_PORT);
   int fd = -1;
   if (pv && loom__parse_int(pv, 1, 65535, &prev) < 0) prev = 0;
   unsetenv("LOOM_PREV_PORT"); /* the coordinator's word to us, not the task's */

@@ -22,7 +22,7 @@
 #define SPARK_ENV "LOOM_SPARK"
 
 static int spark_check(const spec_job *s, char *err, size_t errlen) {
-  const char *v = getenv(SPARK_ENV);
+  const char *v = loom__tun_raw(LOOM_TUN_SPARK);
   if (!v || !*v) {
     snprintf(err, errlen,
              "a Spark job starts from its Spark driver, in Python: "
@@ -86,7 +86,7 @@ static int spark_check(const spec_job *s, char *err, size_t errlen) {
  * maxFailures - 1. Spark itself never retries a barrier task alone (it
  * relaunches the stage), so loom's own policy is what applies it. */
 static int spark_defaults(spec_job *s, char *note, size_t notelen) {
-  const char *v = getenv(SPARK_ENV);
+  const char *v = loom__tun_raw(LOOM_TUN_SPARK);
   json_t *j = v ? json_loads(v, 0, NULL) : NULL;
   json_int_t mf = 0;
   if (!j || json_unpack(j, "{s:I}", "max_failures", &mf) < 0 || mf < 1 || mf > 1001 ||

@@ -128,10 +128,15 @@ static void tun_cells(const loom__tun_info *i, char *def, size_t dlen, char *ran
   snprintf(range, rlen, "%s..%s", lo, hi);
 }
 
-/* s as a Markdown table cell: a bar would end the cell. */
+/* s as a Markdown table cell: a bar would end the cell, a star start
+ * emphasis, <role> be taken for HTML. */
 static void md_cell(const char *s) {
   for (; *s; s++) {
-    if (*s == '|') putchar('\\');
+    if (*s == '<' || *s == '>') {
+      fputs(*s == '<' ? "&lt;" : "&gt;", stdout);
+      continue;
+    }
+    if (*s == '|' || *s == '*') putchar('\\');
     putchar(*s);
   }
 }

@@ -8,10 +8,13 @@
  *
  * A value that is not a number, or out of its range, or not one of its
  * choices, is reported once per process as a warning that names the
- * variable, the value and the range, and the default is used. The
- * variables that are not tunables (loom's home, LOOM_LOG, LOOM_SECRET,
- * LOOM_COORD, and what the coordinator hands each task) are read where
- * they are used. */
+ * variable, the value and the range, and the default is used. Rows whose
+ * doc starts "internal:" are what loom sets for its own processes (the
+ * coordinator for an agent, an agent for `loom __exec`): their readers
+ * take the value as set (loom__tun_raw) and give it their own meaning;
+ * `loom help tunables` lists them only with --all. The variables that are
+ * not tunables (loom's home, LOOM_LOG, LOOM_SECRET, LOOM_COORD, and what
+ * the coordinator hands each task) are read where they are used. */
 #ifndef LOOM_CORE_TUN_H
 #define LOOM_CORE_TUN_H
 
@@ -168,7 +171,43 @@
     "value in between goes later); 0: every one; -1: none")                                        \
   N(SUMMARY_UPLOAD_MS, "LOOM_SUMMARY_UPLOAD_MS", 10000, 100, 3600000, MS,                          \
     "a summary writer in an hdfs:// directory copies its event file there this often (and at "     \
-    "close)")
+    "close)")                                                                                      \
+  W(SUMMARY_DIR, "LOOM_SUMMARY_DIR", "", NULL,                                                     \
+    "a task's default summary run directory is <this>/<role>-<index> (a path or hdfs:// URL, "     \
+    "e.g. in the spec's env; default: tensorboard/ in the job directory)")                         \
+  /* ---- debugging ---- */                                                                        \
+  W(DEBUG, "LOOM_DEBUG", "", NULL,                                                                 \
+    "agents: when set (to anything), also say when and why a task's reserved port is let go")      \
+  /* ---- internal: what loom sets for its own processes, read as set (loom__tun_raw) ---- */      \
+  N(PREV_PORT, "LOOM_PREV_PORT", 0, 0, 65535, COUNT,                                               \
+    "internal: coordinator to a restarted task's agent: the port the task had, asked for again "   \
+    "(unset, 0 or not a port: any)")                                                               \
+  W(FENCE, "LOOM_FENCE", "", NULL,                                                                 \
+    "internal: loom.spark to an agent Spark started: the launch (a number) it belongs to")         \
+  W(RESPAWN, "LOOM_RESPAWN", "", NULL,                                                             \
+    "internal: loom.spark to an agent: 1: started again by the same Spark task, so the "           \
+    "coordinator is tried once")                                                                   \
+  W(SPARK, "LOOM_SPARK", "", NULL,                                                                 \
+    "internal: loom.spark to loom run/submit: the Spark application's facts as JSON (slots, "      \
+    "executors, spark.task.maxFailures)")                                                          \
+  W(YARN_MANAGED, "LOOM_YARN_MANAGED", "", NULL,                                                   \
+    "internal: YARN client to the coordinator it submits: when set, it is the application "        \
+    "master YARN started (else it submits an unmanaged one)")                                      \
+  W(SLURM_GROUPS, "LOOM_SLURM_GROUPS", "", NULL,                                                   \
+    "internal: Slurm batch script to its coordinator: each role's heterogeneous component, "       \
+    "comma-separated (\"0,0,1\")")                                                                 \
+  W(JOB_DIR_STAGE, "LOOM_JOB_DIR_STAGE", "", NULL,                                                 \
+    "internal: coordinator to its Slurm backend: the job directory, to tell whether files must "   \
+    "be staged on the nodes")                                                                      \
+  W(EXEC_PPID, "LOOM__PPID", "", NULL,                                                             \
+    "internal: agent to loom __exec: the agent's pid; the task does not start once it is gone")    \
+  W(EXEC_CPUS, "LOOM__CPUS", "", NULL,                                                             \
+    "internal: agent to loom __exec: the task's CPU list (its affinity)")                          \
+  W(EXEC_CGROUP, "LOOM__CGROUP", "", NULL,                                                         \
+    "internal: agent to loom __exec: the memory cgroup the task joins")                            \
+  W(EXEC_MEM, "LOOM__MEM", "", NULL,                                                               \
+    "internal: agent to loom __exec: the task's memory limit in bytes (RLIMIT_DATA) without a "    \
+    "cgroup")
 
 typedef enum {
 #define LOOM__TUN_ENUM_N(name, env, def, min, max, kind, doc) LOOM_TUN_##name,

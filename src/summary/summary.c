@@ -293,7 +293,7 @@ static int sum_check_tag(loom_summary_t *s, const char *tag) {
 /* The task's run directory, $LOOM_JOB_DIR/tensorboard/<role>-<index>, into
  * out. */
 static int sum_default_dir(loom_t *l, char *out, size_t len) {
-  const char *job_dir = getenv("LOOM_JOB_DIR"), *base = getenv("LOOM_SUMMARY_DIR");
+  const char *job_dir = getenv("LOOM_JOB_DIR"), *base = loom__tun_str(LOOM_TUN_SUMMARY_DIR);
   const char *role = l ? loom_role(l) : getenv("LOOM_ROLE");
   long long index = l ? loom_index(l) : -1;
   const char *ienv = getenv("LOOM_INDEX");

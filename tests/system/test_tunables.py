@@ -1,6 +1,7 @@
 """Tunables and job lookup as a user meets them: `loom help tunables`
-prints every row of the one table (src/core/tun.h), the README lists the
-same variables, a bad value is a warning that names the variable, the
+prints every row of the one table (src/core/tun.h) but the internal ones
+(--all adds them), docs/tunables.md is what `loom help tunables
+--markdown` prints, a bad value is a warning that names the variable, the
 value and the range (and the default is used), and JOB is an id, a unique
 prefix or `last`, an ambiguous prefix naming its candidates."""
 import re
@@ -10,12 +11,23 @@ from conftest import ROOT
 TABLE = ROOT / "src" / "core" / "tun.h"
 
 
-def table_variables():
-    """Every LOOM_ variable the table declares, in its order."""
+DOC = ROOT / "docs" / "tunables.md"
+
+
+def table_rows():
+    """(variable, internal) for every row the table declares, in its order:
+    a row is internal when its doc string starts with "internal:"."""
     text = TABLE.read_text()
-    rows = re.findall(r'^\s*[NW]\(\w+,\s*"(LOOM_[A-Z0-9_]+)"', text, re.M)
-    assert len(rows) > 30, "the table's rows were not found"
-    return rows
+    starts = list(re.finditer(r'^\s*[NW]\(\w+,\s*"(LOOM_[A-Z0-9_]+)"', text, re.M))
+    assert len(starts) > 30, "the table's rows were not found"
+    ends = [m.start() for m in starts[1:]] + [len(text)]
+    return [(m.group(1), '"internal:' in text[m.end():end])
+            for m, end in zip(starts, ends)]
+
+
+def table_variables(internal=False):
+    """The variables `loom help tunables` lists (with --all: internal too)."""
+    return [v for v, i in table_rows() if internal or not i]
 
 
 def test_help_tunables_lists_the_table(loom):
@@ -23,16 +35,26 @@ def test_help_tunables_lists_the_table(loom):
     assert r.returncode == 0, r.stderr
     listed = [l.split()[0] for l in r.stdout.splitlines() if l.startswith("LOOM_")]
     assert listed == table_variables()
+    assert "LOOM_PREV_PORT" not in listed  # internal: the coordinator's word to an agent
+    r = loom.run("help", "tunables", "--all")
+    assert r.returncode == 0, r.stderr
+    listed = [l.split()[0] for l in r.stdout.splitlines() if l.startswith("LOOM_")]
+    assert listed == table_variables(internal=True)
+    assert loom.run("help", "tunables", "--bogus").returncode == 2
     row = next(l for l in r.stdout.splitlines() if l.startswith("LOOM_MAX_FRAME "))
     assert row.split()[1:5] == ["4", "MiB", "4", "KiB..1"], row
     # the usage points there
     assert "loom help tunables" in loom.run("help").stdout
 
 
-def test_readme_documents_every_tunable():
-    readme = (ROOT / "README.md").read_text()
-    missing = [v for v in table_variables() if v not in readme]
-    assert not missing, f"README lacks {missing}"
+def test_tunables_doc_is_generated(loom):
+    r = loom.run("help", "tunables", "--markdown")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == DOC.read_text(), (
+        "docs/tunables.md is not what `loom help tunables --markdown` prints: "
+        "regenerate it with `loom help tunables --markdown > docs/tunables.md`")
+    rows = [l.split("`")[1] for l in r.stdout.splitlines() if l.startswith("| `LOOM_")]
+    assert rows == table_variables()
 
 
 def test_bad_value_warns_and_uses_default(loom):

@@ -774,7 +774,7 @@ static int run_cmd(char *const argv[], int timeout_ms, char *err, size_t errlen)
 static int slurm_stage(backend *b, const spec_job *s, json_t **files, char *err, size_t errlen) {
   slurm_priv *pr = b->priv;
   *files = NULL;
-  const char *jid = getenv("SLURM_JOB_ID"), *jdir = getenv("LOOM_JOB_DIR_STAGE");
+  const char *jid = getenv("SLURM_JOB_ID"), *jdir = loom__tun_raw(LOOM_TUN_JOB_DIR_STAGE);
   if (s->nfiles + s->narchives == 0 || !jid || job_dir_shared(jdir ? jdir : ".")) return 0;
   snprintf(pr->stage_dir, sizeof pr->stage_dir, "/tmp/loom-files-%s", jid);
   if (loom__mkdir_p(pr->stage_dir, 0755) < 0) {
@@ -884,7 +884,7 @@ static int slurm_create(backend *b, const spec_job *s, int ntasks) {
     free(pr);
     return LOOM_ENOMEM;
   }
-  const char *groups = getenv("LOOM_SLURM_GROUPS");
+  const char *groups = loom__tun_raw(LOOM_TUN_SLURM_GROUPS);
   pr->ntasks = ntasks;
   pr->ngroups = 1;
   int k = 0;

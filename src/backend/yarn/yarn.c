@@ -508,7 +508,7 @@ static int yarn_create(backend *b, const spec_job *s, int ntasks) {
   uint64_t t0 = loom__now_ms();
   /* `loom submit`: this coordinator is the application master YARN
    * started in a container; `loom run`: it submits an unmanaged one */
-  bool managed = getenv(YARN_MANAGED_ENV) != NULL;
+  bool managed = loom__tun_raw(LOOM_TUN_YARN_MANAGED) != NULL;
   int rc = managed ? hyarn_am_attach(NULL, YARN_RPC_TIMEOUT_MS, &p->am, err, sizeof err)
                    : hyarn_am_start(NULL, s->name, s->queue,
                                     (int)loom__tun(LOOM_TUN_YARN_SUBMIT_TIMEOUT_MS), &p->am, err,
