@@ -128,7 +128,8 @@ int cli_status(int argc, char **argv) {
       json_t *st = jobs_state(dir);
       if (!st) {
         backend_job bj;
-        char what[200] = "unknown (no state.json)";
+        char what[200];
+        snprintf(what, sizeof what, "unknown (no %s)", jobdir_name(JOBDIR_STATE));
         if (backend_state(dir, &bj))
           snprintf(what, sizeof what, "%s%s%s%s", backend_job_word(bj.state),
                    bj.reason[0] ? " (" : "", bj.reason, bj.reason[0] ? ")" : "");
