@@ -1,5 +1,5 @@
 /* spec_parse_fuzz.c: libFuzzer harness for the job spec parser
- * (src/spec/spec.c): spec_parse() over arbitrary bytes, the YAML text up
+ * (src/spec/): spec_parse() over arbitrary bytes, the YAML text up
  * to the first NUL and up to four --set overrides after it (each ended by
  * a NUL), as `loom run --set` passes them. A refusal must say why. A spec
  * that parses is resolved to JSON and dumped as `loom run` writes the job
