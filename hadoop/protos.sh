@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# protos.sh: regenerates src/hadoop/proto/*.proto, the Hadoop IPC and YARN
-# message definitions loom's C client is generated from (protoc-c, at
-# build time), out of the jars of the Hadoop that hadoop/pom.xml pins.
+# protos.sh: regenerates src/hadoop/proto/*.proto and src/yarn/proto/*.proto,
+# the Hadoop IPC, HDFS and YARN message definitions loom's C client is
+# generated from (protoc-c, at build time), out of the jars of the Hadoop
+# that hadoop/pom.xml pins.
 # Hadoop's Maven artifacts carry no .proto file (nor do its -sources
 # jars), but every generated Java class holds its file's descriptor:
 # hadoop/ProtoDump.java prints those back as .proto text. Run it after
@@ -10,6 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=src/hadoop/proto
+# YARN's messages: the loom command's (src/yarn/); they import the common ones
+YARN_OUT=src/yarn/proto
 CLASSES=(
   org.apache.hadoop.ipc.protobuf.RpcHeaderProtos
   org.apache.hadoop.ipc.protobuf.IpcConnectionContextProtos
@@ -26,11 +29,14 @@ CLASSES=(
 cp=$(mktemp)
 trap 'rm -f "$cp"' EXIT
 mvn -q -B -f hadoop/pom.xml dependency:build-classpath -Dmdep.outputFile="$cp" >&2
-rm -f "$OUT"/*.proto
+rm -f "$OUT"/*.proto "$YARN_OUT"/*.proto
 java -cp "$(cat "$cp")" hadoop/ProtoDump.java "$OUT" "${CLASSES[@]}"
+mv "$OUT"/yarn_*.proto "$OUT"/application*_protocol.proto "$OUT"/containermanagement_protocol.proto \
+  "$YARN_OUT"/
 # what protoc makes of the printed files must be what the jars hold
 set_pb=$(mktemp)
 trap 'rm -f "$cp" "$set_pb"' EXIT
-(cd "$OUT" && protoc --include_imports --descriptor_set_out="$set_pb" *.proto)
+protoc -I"$OUT" -I"$YARN_OUT" --include_imports --descriptor_set_out="$set_pb" \
+  $(cd "$OUT" && ls *.proto) $(cd "$YARN_OUT" && ls *.proto)
 java -cp "$(cat "$cp")" hadoop/ProtoDump.java --verify "$set_pb" "${CLASSES[@]}"
-ls "$OUT"
+ls "$OUT" "$YARN_OUT"
