@@ -203,8 +203,16 @@ int cli_status(int argc, char **argv) {
   json_t *fin = json_object_get(st, "finished");
   char el[32];
   fmt_dur((fin ? json_real_value(fin) : loom__wall()) - start, el, sizeof el);
+  /* A coordinator that runs in its cluster manager (a managed YARN
+   * application master) writes the job's end before the manager has it:
+   * until the manager says the job ended, its processes may still run,
+   * and the job is "finishing", not yet what it will end as. */
+  const char *state = job_state_str(dir, st);
+  bool ended = !strcmp(state, "succeeded") || !strcmp(state, "failed") || !strcmp(state, "killed");
+  if (in_manager && ended && (bj.state == BACKEND_JOB_PENDING || bj.state == BACKEND_JOB_RUNNING))
+    state = "finishing";
   printf("job      %s\nstate    %s\nattempt  %lld (retries %lld)\nelapsed  %s\ndir      %s\n",
-         json_string_value(json_object_get(st, "job")), job_state_str(dir, st),
+         json_string_value(json_object_get(st, "job")), state,
          (long long)json_integer_value(json_object_get(st, "attempt")),
          (long long)json_integer_value(json_object_get(st, "retries")), el, dir);
   const char *dash = json_string_value(json_object_get(st, "dashboard"));
