@@ -161,7 +161,7 @@ def test_parameter_server_and_feed_across_hosts(loom, hosts, tmp_path):
     workers on the others: SYNC training across hosts ends with the values
     the same job reaches on one host. The feed hands every record to
     exactly one worker across hosts."""
-    probe = BUILD / "examples/ctr/psprobe"
+    probe = BUILD / "tests/system/psprobe"
     ps_spec = """
 name: {name}
 backend: {backend}

@@ -34,7 +34,7 @@ import pytest
 
 from conftest import BUILD, LOOM
 
-PROBE = BUILD / "examples/ctr/psprobe"
+PROBE = BUILD / "tests/system/psprobe"
 CTR = BUILD / "examples/ctr/ctr"
 
 
