@@ -3,8 +3,9 @@
  * events and metrics. Collectives are in loom/comm.h.
  *
  * Every function returns 0 or a negative LOOM_E* code; loom_strerror() names
- * it for people and loom_errmsg() gives the detail of the last error on a
- * handle. One handle per process; calls on one handle are thread-safe. */
+ * it for people and loom_errmsg() gives the detail of the calling thread's
+ * last error on a handle. One handle per process; calls on one handle are
+ * thread-safe. */
 #ifndef LOOM_H
 #define LOOM_H
 
@@ -66,8 +67,10 @@ LOOM_EXPORT const char *loom_version(void);
 LOOM_EXPORT int loom_init(loom_t **l);
 /* Closes the connections and frees the handle; l is invalid afterwards. */
 LOOM_EXPORT void loom_finish(loom_t *l);
-/* Detail text of the last error on this handle ("" if none). Valid until the
- * next call on the handle from the same thread. */
+/* Detail text of the last error this thread got on this handle ("" if
+ * none): each thread has its own, so another thread's error never
+ * overwrites it. Valid until the next call on the handle from the same
+ * thread, and at most until the thread exits. */
 LOOM_EXPORT const char *loom_errmsg(const loom_t *l);
 
 /* Identity. Rank and world size count the processes of the training roles

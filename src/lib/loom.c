@@ -50,7 +50,7 @@ struct loom {
   struct pending *pending[LIB_MAX_PENDING];
   int aborted; /* 0, LOOM_EABORTED or LOOM_ECONN */
   char abort_reason[256];
-  char errmsg[512];
+  uint64_t serial; /* names the handle in last_err: an address may come back */
   void *comm;
   /* loom__phase_add: totals, and the metrics' current window */
   _Atomic uint64_t phase_ns[LOOM__PHASE_N];
@@ -63,20 +63,30 @@ struct loom {
 static void phase_window(loom_t *l, uint64_t now);
 static int lib_metric(loom_t *l, const char *tag, int64_t step, double value);
 
+/* The detail text of the last error, one per thread, as loom_errmsg
+ * promises: a thread's error never overwrites another's. serial names the
+ * handle it belongs to (0: none yet). */
+static _Thread_local struct {
+  uint64_t serial;
+  char text[512];
+} last_err;
+static _Atomic uint64_t next_serial = 1;
+
 int loom__fail(loom_t *l, int code, const char *fmt, ...) {
   if (!l) return code;
   va_list ap;
   va_start(ap, fmt);
-  pthread_mutex_lock(&l->mu);
-  vsnprintf(l->errmsg, sizeof l->errmsg, fmt, ap);
-  pthread_mutex_unlock(&l->mu);
+  vsnprintf(last_err.text, sizeof last_err.text, fmt, ap);
+  last_err.serial = l->serial;
   va_end(ap);
   return code;
 }
 
 const char *loom_version(void) { return LOOM__VERSION; }
 
-const char *loom_errmsg(const loom_t *l) { return l ? l->errmsg : ""; }
+const char *loom_errmsg(const loom_t *l) {
+  return l && l->serial && last_err.serial == l->serial ? last_err.text : "";
+}
 int loom_rank(const loom_t *l) { return l ? l->rank : -1; }
 int loom_world_size(const loom_t *l) { return l ? l->world : 0; }
 int loom_local_rank(const loom_t *l) { return l ? l->local_rank : 0; }
@@ -195,6 +205,7 @@ int loom_init(loom_t **out) {
   if (!coord || !*coord || !secret || !*secret) return LOOM_ENOENV;
   loom_t *l = calloc(1, sizeof *l);
   if (!l) return LOOM_ENOMEM;
+  l->serial = atomic_fetch_add(&next_serial, 1);
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
   pthread_mutex_init(&l->phase_mu, NULL);
