@@ -25,6 +25,7 @@ bad spec, with loom's file:line:column). The binary and libloom are found
 as loom._find says (LOOM_BIN, LOOM_LIBRARY, a build, an install prefix);
 NotFound says where it looked. Loom and Feed load libloom on first use.
 See loom.feed for batches, numpy arrays and epochs."""
+import os
 from typing import Any
 
 from .cli import JobFailed, Result, events, kill, logs, run, status, submit
@@ -34,7 +35,24 @@ from .spec import Role, Spec
 from .task import Task, task
 from ._find import binary, library
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """loom's version: the installed package's (written by setup.py), or,
+    run from the source tree, its file VERSION (python/VERSION)."""
+    try:
+        from ._install import VERSION
+        return str(VERSION)
+    except ImportError:
+        pass
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "VERSION")
+    try:
+        with open(here) as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+__version__ = _version()
 
 __all__ = ["Loom", "Feed", "LoomError", "END", "EPOCH", "run", "submit", "status", "logs",
            "events", "kill", "Result", "Spec", "Role", "task", "Task", "CommandError",
