@@ -1,7 +1,7 @@
 """Tunables and job lookup as a user meets them: `loom help tunables`
 prints every row of the one table (src/core/tun.h) but the internal ones
 (--all adds them), docs/tunables.md is what `loom help tunables
---markdown` prints, a bad value is a warning that names the variable, the
+--markdown` prints, `loom --version` is the file VERSION, a bad value is a warning that names the variable, the
 value and the range (and the default is used), and JOB is an id, a unique
 prefix or `last`, an ambiguous prefix naming its candidates."""
 import re
@@ -55,6 +55,14 @@ def test_tunables_doc_is_generated(loom):
         "regenerate it with `loom help tunables --markdown > docs/tunables.md`")
     rows = [l.split("`")[1] for l in r.stdout.splitlines() if l.startswith("| `LOOM_")]
     assert rows == table_variables()
+
+
+def test_version_is_the_version_file(loom):
+    version = (ROOT / "VERSION").read_text().strip()
+    r = loom.run("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"loom {version}\n"
+    assert loom.run("help").stdout.startswith(f"loom {version}: ")
 
 
 def test_bad_value_warns_and_uses_default(loom):

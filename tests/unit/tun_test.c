@@ -152,12 +152,32 @@ static void test_word(void **state) {
   assert_int_equal(nlines, 1);
 }
 
+/* The rows loom sets for its own processes: read as set, an empty value
+ * too, never checked nor warned about; marked internal by their doc. */
+static void test_raw_internal(void **state) {
+  (void)state;
+  unsetenv("LOOM_PREV_PORT");
+  assert_null(loom__tun_raw(LOOM_TUN_PREV_PORT));
+  setenv("LOOM_PREV_PORT", "", 1);
+  assert_string_equal(loom__tun_raw(LOOM_TUN_PREV_PORT), "");
+  setenv("LOOM_PREV_PORT", "not a port", 1);
+  assert_string_equal(loom__tun_raw(LOOM_TUN_PREV_PORT), "not a port");
+  unsetenv("LOOM_PREV_PORT");
+  assert_int_equal(nlines, 0);
+  assert_true(loom__tun_internal(LOOM_TUN_PREV_PORT));
+  assert_true(loom__tun_internal(LOOM_TUN_EXEC_MEM));
+  assert_false(loom__tun_internal(LOOM_TUN_MAX_FRAME));
+  assert_false(loom__tun_internal(LOOM_TUN_DEBUG));
+  assert_false(loom__tun_internal(LOOM_TUN__COUNT));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_table),
       cmocka_unit_test_setup_teardown(test_number, setup, teardown),
       cmocka_unit_test_setup_teardown(test_check, setup, teardown),
       cmocka_unit_test_setup_teardown(test_word, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_raw_internal, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
