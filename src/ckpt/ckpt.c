@@ -14,6 +14,7 @@
  * the CRC, all verified before a restore writes into the caller's memory. */
 #include "core/core.h"
 #include "lib/lib.h"
+#include "core/bytes.h"
 #include "core/crc32c.h"
 #include "fs/fs.h"
 #include "loom/ckpt.h"
@@ -414,31 +415,31 @@ static int ckpt_save_locked(loom_ckpt_t *c, int64_t step, const loom_tensor *t, 
     uint64_t bytes = (uint64_t)ckpt_tensor_bytes(ckpt_dtypes[di].size, t[i].ndim, t[i].shape);
     off = (off + CKPT_ALIGN - 1) / CKPT_ALIGN * CKPT_ALIGN;
     size_t len = strlen(t[i].name);
-    ckpt_put_le(p, len, 2);
+    loom__put_le16(p, (uint16_t)len);
     memcpy(p + 2, t[i].name, len);
     p += 2 + len;
     p[0] = (unsigned char)ckpt_dtypes[di].code;
     p[1] = (unsigned char)t[i].ndim;
     p += 2;
-    for (int k = 0; k < t[i].ndim; k++, p += 8) ckpt_put_le(p, (uint64_t)t[i].shape[k], 8);
-    ckpt_put_le(p, off, 8);
-    ckpt_put_le(p + 8, bytes, 8);
+    for (int k = 0; k < t[i].ndim; k++, p += 8) loom__put_le64(p, (uint64_t)t[i].shape[k]);
+    loom__put_le64(p, off);
+    loom__put_le64(p + 8, bytes);
     p += 16;
     off += bytes;
   }
   uint64_t file_size = off + CKPT_TRAILER;
   unsigned char h[CKPT_HEADER] = {0};
   memcpy(h, CKPT_MAGIC, 8);
-  ckpt_put_le(h + 8, CKPT_VERSION, 4);
-  ckpt_put_le(h + 12, CKPT_HEADER, 4);
-  ckpt_put_le(h + 16, (uint64_t)step, 8);
-  ckpt_put_le(h + 24, file_size, 8);
-  ckpt_put_le(h + 32, n, 4);
-  ckpt_put_le(h + 36, table_size, 4);
+  loom__put_le32(h + 8, CKPT_VERSION);
+  loom__put_le32(h + 12, CKPT_HEADER);
+  loom__put_le64(h + 16, (uint64_t)step);
+  loom__put_le64(h + 24, file_size);
+  loom__put_le32(h + 32, (uint32_t)n);
+  loom__put_le32(h + 36, (uint32_t)table_size);
   double now = loom__wall();
   uint64_t wall_bits;
   memcpy(&wall_bits, &now, 8);
-  ckpt_put_le(h + 40, wall_bits, 8);
+  loom__put_le64(h + 40, wall_bits);
 
   static unsigned tmp_seq;
   char tmp[PATH_MAX], path[PATH_MAX];
@@ -468,7 +469,7 @@ static int ckpt_save_locked(loom_ckpt_t *c, int64_t step, const loom_tensor *t, 
     off += pad + bytes;
   }
   unsigned char trailer[CKPT_TRAILER];
-  ckpt_put_le(trailer, crc, 4);
+  loom__put_le32(trailer, crc);
   memcpy(trailer + 4, CKPT_END, 4);
   uint32_t ignored = 0;
   if (e == 0) e = write_crc(fd, trailer, sizeof trailer, &ignored);

@@ -89,7 +89,6 @@ typedef struct {
 extern const ckpt_dtype_info ckpt_dtypes[4];
 
 void ckpt_file_free(ckpt_file *f);
-void ckpt_put_le(unsigned char *p, uint64_t v, int bytes);
 int ckpt_dtype_index_of(loom_dtype dt);
 const char *ckpt_shape_str(int dtype_idx, int ndim, const int64_t *shape, char *buf, size_t len);
 int64_t ckpt_tensor_bytes(size_t esize, int ndim, const int64_t *shape);

@@ -23,7 +23,9 @@
  *       u32 CRC-32C of every byte before the trailer, then "CEND" */
 #include "core/core.h"
 #include "lib/lib.h"
+#include "core/bytes.h"
 #include "core/crc32c.h"
+#include "core/cursor.h"
 #include "loom/ckpt.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_int.h"
@@ -41,17 +43,7 @@ void ckpt_file_free(ckpt_file *f) {
   memset(f, 0, sizeof *f);
 }
 
-/* ---- little-endian fields and dtypes ----------------------------------- */
-
-void ckpt_put_le(unsigned char *p, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_le(const unsigned char *p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
+/* ---- dtypes ------------------------------------------------------------ */
 
 const ckpt_dtype_info ckpt_dtypes[4] = {
     {LOOM_F32, 1, 4, "f32"},
@@ -155,14 +147,14 @@ int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step, ckpt_file
                      "%s is not a loom checkpoint (its first bytes are not "
                      "\"" CKPT_MAGIC "\")",
                      path);
-  uint32_t version = (uint32_t)get_le(h + 8, 4);
+  uint32_t version = loom__get_le32(h + 8);
   if (version != CKPT_VERSION)
     return ckpt_fail(c, LOOM_EIO,
                      "checkpoint %s has format version %u; this libloom reads "
                      "version %d (corrupt, or written by a newer loom)",
                      path, version, CKPT_VERSION);
-  uint64_t want = get_le(h + 24, 8);
-  if (get_le(h + 12, 4) != CKPT_HEADER)
+  uint64_t want = loom__get_le64(h + 24);
+  if (loom__get_le32(h + 12) != CKPT_HEADER)
     return ckpt_fail(c, LOOM_EIO, "checkpoint %s is corrupt: bad header size", path);
   if (size < want)
     return ckpt_fail(c, LOOM_EIO, "checkpoint %s is truncated: %llu of its %llu bytes", path,
@@ -172,14 +164,14 @@ int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step, ckpt_file
                      "checkpoint %s is corrupt: %llu bytes, its header says "
                      "%llu",
                      path, (unsigned long long)size, (unsigned long long)want);
-  int64_t fstep = (int64_t)get_le(h + 16, 8);
+  int64_t fstep = (int64_t)loom__get_le64(h + 16);
   if (fstep != step)
     return ckpt_fail(c, LOOM_EIO,
                      "checkpoint %s is corrupt: it holds step %lld, its name "
                      "says %lld",
                      path, (long long)fstep, (long long)step);
-  uint32_t count = (uint32_t)get_le(h + 32, 4);
-  uint32_t table_size = (uint32_t)get_le(h + 36, 4);
+  uint32_t count = loom__get_le32(h + 32);
+  uint32_t table_size = loom__get_le32(h + 36);
   if (table_size > CKPT_MAX_TABLE || CKPT_HEADER + (uint64_t)table_size > size - CKPT_TRAILER ||
       count > LOOM_CKPT_MAX_TENSORS)
     return ckpt_fail(c, LOOM_EIO,
@@ -208,7 +200,7 @@ int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step, ckpt_file
     if (e == 0) e = pread_full(fd, t, sizeof t, body);
     free(buf);
     if (e < 0) return ckpt_fail(c, LOOM_EIO, "cannot read checkpoint %s: %s", path, strerror(-e));
-    uint32_t stored = (uint32_t)get_le(t, 4);
+    uint32_t stored = loom__get_le32(t);
     if (memcmp(t + 4, CKPT_END, 4) != 0 || stored != crc)
       return ckpt_fail(c, LOOM_EIO,
                        "checkpoint %s is corrupt: checksum mismatch (stored "
@@ -231,36 +223,30 @@ int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step, ckpt_file
   }
   /* The checksum held, so a malformed table means a bug or a forgery;
    * checked all the same, since offsets steer reads. */
-  const unsigned char *p = f->table, *end = f->table + table_size;
+  loom__cur cur = loom__cur_make(f->table, table_size);
   uint64_t data_start = CKPT_HEADER + (uint64_t)table_size;
   for (uint32_t i = 0; i < count; i++) {
     ckpt_entry *en = &f->entries[i];
     const char *why = NULL;
-    if (end - p < 2)
+    en->name_len = loom__cur_le16(&cur);
+    if (cur.bad)
       why = "table ends early";
-    else {
-      en->name_len = (size_t)get_le(p, 2);
-      p += 2;
-      if (en->name_len == 0 || en->name_len > LOOM_CKPT_MAX_NAME ||
-          (size_t)(end - p) < en->name_len + 2 || memchr(p, 0, en->name_len))
-        why = "bad tensor name";
-    }
+    else if (en->name_len == 0 || en->name_len > LOOM_CKPT_MAX_NAME ||
+             loom__cur_left(&cur) < en->name_len + 2 || memchr(cur.p + cur.off, 0, en->name_len))
+      why = "bad tensor name";
     if (!why) {
-      en->name = (const char *)p;
-      p += en->name_len;
-      en->dtype = p[0];
-      en->ndim = p[1];
-      p += 2;
+      en->name = (const char *)loom__cur_bytes(&cur, en->name_len);
+      en->dtype = loom__cur_u8(&cur);
+      en->ndim = loom__cur_u8(&cur);
       int di = dtype_index_of_code(en->dtype);
       if (di < 0)
         why = "unknown dtype";
-      else if (en->ndim > LOOM_CKPT_MAX_DIMS || (size_t)(end - p) < 8u * (size_t)en->ndim + 16)
+      else if (en->ndim > LOOM_CKPT_MAX_DIMS || loom__cur_left(&cur) < 8u * (size_t)en->ndim + 16)
         why = "bad shape";
       else {
-        for (int k = 0; k < en->ndim; k++, p += 8) en->shape[k] = (int64_t)get_le(p, 8);
-        en->offset = get_le(p, 8);
-        en->bytes = get_le(p + 8, 8);
-        p += 16;
+        for (int k = 0; k < en->ndim; k++) en->shape[k] = (int64_t)loom__cur_le64(&cur);
+        en->offset = loom__cur_le64(&cur);
+        en->bytes = loom__cur_le64(&cur);
         int64_t b = ckpt_tensor_bytes(ckpt_dtypes[di].size, en->ndim, en->shape);
         if (b < 0 || (uint64_t)b != en->bytes)
           why = "size does not match shape";
@@ -274,7 +260,7 @@ int ckpt_check(loom_ckpt_t *c, const char *path, int fd, int64_t step, ckpt_file
       return ckpt_fail(c, LOOM_EIO, "checkpoint %s is corrupt: tensor %u: %s", path, i, why);
     }
   }
-  if (p != end) {
+  if (!loom__cur_done(&cur)) {
     ckpt_file_free(f);
     return ckpt_fail(c, LOOM_EIO,
                      "checkpoint %s is corrupt: table has bytes past its "

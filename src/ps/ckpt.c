@@ -373,7 +373,7 @@ static int ck_read_var(ck_reader *r, ck_file *cf, ps_var **out, char *err, size_
   if (r->bad || dl > 4096) return LOOM_EIO;
   unsigned char dbuf[4096];
   if (!ck_get(r, dbuf, dl)) return LOOM_EIO;
-  ps_rbuf rb = {.p = dbuf, .len = dl};
+  loom__cur rb = {.p = dbuf, .len = dl};
   ps_decl d;
   int rc = ps_decl_get(&rb, &d, err, errlen);
   if (rc < 0) return LOOM_EIO;

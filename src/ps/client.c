@@ -270,7 +270,7 @@ static int declare(loom_ps_t *ps, ps_decl *d, loom_ps_var_t **out) {
   ps_wbuf w = {0};
   ps_decl_put(&w, d);
   if (w.bad) return ps_fail(ps, LOOM_ENOMEM, "out of memory");
-  ps_rbuf rb = {.p = w.p, .len = w.len};
+  loom__cur rb = {.p = w.p, .len = w.len};
   ps_decl chk;
   char err[PS_MAX_ERRMSG];
   int rc = ps_decl_get(&rb, &chk, err, sizeof err);

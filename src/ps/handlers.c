@@ -198,7 +198,7 @@ static int h_config(ps_server *s, conn *c, const ps_hdr *h) {
 }
 
 static int h_declare(ps_server *s, conn *c, const ps_hdr *h, const unsigned char *p) {
-  ps_rbuf rb = {.p = p, .len = h->len};
+  loom__cur rb = {.p = p, .len = h->len};
   ps_decl d;
   uint32_t id = 0;
   int rc = ps_decl_get(&rb, &d, s->err, sizeof s->err);

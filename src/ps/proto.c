@@ -96,30 +96,6 @@ void ps_put_bytes(ps_wbuf *w, const void *p, size_t n) {
   if (n && wbuf_room(w, n)) memcpy(w->p + w->len, p, n), w->len += n;
 }
 
-const unsigned char *ps_get_bytes(ps_rbuf *r, size_t n) {
-  if (r->bad || n > r->len - r->off) {
-    r->bad = true;
-    return NULL;
-  }
-  const unsigned char *p = r->p + r->off;
-  r->off += n;
-  return p;
-}
-uint32_t ps_get_u32(ps_rbuf *r) {
-  const unsigned char *p = ps_get_bytes(r, 4);
-  return p ? loom__get_le32(p) : 0;
-}
-uint64_t ps_get_u64(ps_rbuf *r) {
-  const unsigned char *p = ps_get_bytes(r, 8);
-  return p ? loom__get_le64(p) : 0;
-}
-float ps_get_f32(ps_rbuf *r) {
-  uint32_t u = ps_get_u32(r);
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 /* ---- declarations ------------------------------------------------------ */
 void ps_decl_put(ps_wbuf *w, const ps_decl *d) {
   ps_put_u32(w, d->kind);
@@ -143,28 +119,28 @@ void ps_decl_put(ps_wbuf *w, const ps_decl *d) {
 
 static bool finite_nonneg(float x) { return isfinite(x) && x >= 0; }
 
-int ps_decl_get(ps_rbuf *r, ps_decl *d, char *err, size_t errlen) {
+int ps_decl_get(loom__cur *r, ps_decl *d, char *err, size_t errlen) {
   memset(d, 0, sizeof *d);
-  d->kind = ps_get_u32(r);
-  d->ndim = ps_get_u32(r);
-  d->count = ps_get_u64(r);
+  d->kind = loom__cur_le32(r);
+  d->ndim = loom__cur_le32(r);
+  d->count = loom__cur_le64(r);
   if (r->bad || d->ndim < 1 || d->ndim > PS_MAX_DIMS) {
     snprintf(err, errlen, "a variable has 1..%d dimensions", PS_MAX_DIMS);
     return LOOM_EINVAL;
   }
-  for (uint32_t i = 0; i < d->ndim; i++) d->shape[i] = ps_get_u64(r);
-  d->init.kind = (loom_ps_init_kind)ps_get_u32(r);
-  d->init.a = ps_get_f32(r);
-  d->init.b = ps_get_f32(r);
-  d->init.seed = ps_get_u64(r);
-  d->opt.kind = (loom_ps_optimizer)ps_get_u32(r);
-  d->opt.lr = ps_get_f32(r);
-  d->opt.beta1 = ps_get_f32(r);
-  d->opt.beta2 = ps_get_f32(r);
-  d->opt.eps = ps_get_f32(r);
-  d->opt.initial_accumulator = ps_get_f32(r);
-  uint32_t nl = ps_get_u32(r);
-  const unsigned char *name = nl <= PS_MAX_NAME ? ps_get_bytes(r, nl) : NULL;
+  for (uint32_t i = 0; i < d->ndim; i++) d->shape[i] = loom__cur_le64(r);
+  d->init.kind = (loom_ps_init_kind)loom__cur_le32(r);
+  d->init.a = loom__cur_lef32(r);
+  d->init.b = loom__cur_lef32(r);
+  d->init.seed = loom__cur_le64(r);
+  d->opt.kind = (loom_ps_optimizer)loom__cur_le32(r);
+  d->opt.lr = loom__cur_lef32(r);
+  d->opt.beta1 = loom__cur_lef32(r);
+  d->opt.beta2 = loom__cur_lef32(r);
+  d->opt.eps = loom__cur_lef32(r);
+  d->opt.initial_accumulator = loom__cur_lef32(r);
+  uint32_t nl = loom__cur_le32(r);
+  const unsigned char *name = nl <= PS_MAX_NAME ? loom__cur_bytes(r, nl) : NULL;
   if (r->bad || !name || nl == 0) {
     snprintf(err, errlen, "a variable's name is 1..%d bytes", PS_MAX_NAME);
     return LOOM_EINVAL;
@@ -222,7 +198,7 @@ int ps_decl_get(ps_rbuf *r, ps_decl *d, char *err, size_t errlen) {
              d->name);
     return LOOM_EINVAL;
   }
-  if (r->off != r->len) {
+  if (!loom__cur_done(r)) {
     snprintf(err, errlen, "'%s': trailing bytes after the declaration", d->name);
     return LOOM_EINVAL;
   }

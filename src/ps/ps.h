@@ -28,6 +28,7 @@
 #define LOOM_PS_PS_H
 
 #include "core/core.h"
+#include "core/cursor.h"
 #include "loom/ps.h"
 
 #include <stdbool.h>
@@ -108,8 +109,8 @@ void ps_hdr_put(unsigned char p[PS_HDR], const ps_hdr *h);
 void ps_hdr_get(const unsigned char p[PS_HDR], ps_hdr *h);
 const char *ps_op_name(int op);
 
-/* Little-endian field writer and bounds-checked reader for declarations
- * and checkpoint records. A reader that runs out sets bad and yields 0. */
+/* Little-endian field writer for declarations and checkpoint records;
+ * they are read back with core/cursor.h's loom__cur. */
 typedef struct {
   unsigned char *p;
   size_t len, cap;
@@ -119,16 +120,6 @@ void ps_put_u32(ps_wbuf *w, uint32_t v);
 void ps_put_u64(ps_wbuf *w, uint64_t v);
 void ps_put_f32(ps_wbuf *w, float v);
 void ps_put_bytes(ps_wbuf *w, const void *p, size_t n);
-
-typedef struct {
-  const unsigned char *p;
-  size_t len, off;
-  bool bad;
-} ps_rbuf;
-uint32_t ps_get_u32(ps_rbuf *r);
-uint64_t ps_get_u64(ps_rbuf *r);
-float ps_get_f32(ps_rbuf *r);
-const unsigned char *ps_get_bytes(ps_rbuf *r, size_t n);
 
 /* ---- variables: declaration, placement, hashing ------------------------ */
 enum { PS_DENSE = 1, PS_SPARSE = 2 };
@@ -146,7 +137,7 @@ typedef struct {
 /* Serializes / parses a declaration. ps_decl_get checks every field and
  * says what is wrong in err. */
 void ps_decl_put(ps_wbuf *w, const ps_decl *d);
-int ps_decl_get(ps_rbuf *r, ps_decl *d, char *err, size_t errlen);
+int ps_decl_get(loom__cur *r, ps_decl *d, char *err, size_t errlen);
 /* Whether two declarations name the same variable layout (kind, shape,
  * initializer, optimizer kind); hyperparameters may differ. */
 bool ps_decl_compatible(const ps_decl *a, const ps_decl *b, char *why, size_t whylen);

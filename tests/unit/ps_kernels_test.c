@@ -358,7 +358,7 @@ static void test_codecs(void **state) {
   strcpy(d.name, "layer1/w");
   ps_wbuf w = {0};
   ps_decl_put(&w, &d);
-  ps_rbuf r = {.p = w.p, .len = w.len};
+  loom__cur r = {.p = w.p, .len = w.len};
   ps_decl e;
   char err[256];
   assert_int_equal(ps_decl_get(&r, &e, err, sizeof err), 0);
@@ -369,26 +369,26 @@ static void test_codecs(void **state) {
   x.count = 13; /* not the product of the shape */
   w.len = 0;
   ps_decl_put(&w, &x);
-  r = (ps_rbuf){.p = w.p, .len = w.len};
+  r = (loom__cur){.p = w.p, .len = w.len};
   assert_int_equal(ps_decl_get(&r, &e, err, sizeof err), LOOM_EINVAL);
   assert_non_null(strstr(err, "product"));
   x = d;
   x.opt.beta1 = 1.0f;
   w.len = 0;
   ps_decl_put(&w, &x);
-  r = (ps_rbuf){.p = w.p, .len = w.len};
+  r = (loom__cur){.p = w.p, .len = w.len};
   assert_int_equal(ps_decl_get(&r, &e, err, sizeof err), LOOM_EINVAL);
   x = d;
   strcpy(x.name, "has space");
   w.len = 0;
   ps_decl_put(&w, &x);
-  r = (ps_rbuf){.p = w.p, .len = w.len};
+  r = (loom__cur){.p = w.p, .len = w.len};
   assert_int_equal(ps_decl_get(&r, &e, err, sizeof err), LOOM_EINVAL);
   /* truncated at every length */
   w.len = 0;
   ps_decl_put(&w, &d);
   for (size_t cut = 0; cut < w.len; cut++) {
-    r = (ps_rbuf){.p = w.p, .len = cut};
+    r = (loom__cur){.p = w.p, .len = cut};
     assert_int_equal(ps_decl_get(&r, &e, err, sizeof err), LOOM_EINVAL);
   }
   x = d;
