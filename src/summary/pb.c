@@ -1,84 +1,96 @@
-/* pb.c: protocol buffers encoding for TensorBoard's events (see pb.h).
- * Fixed-width values go out little-endian whatever the host. */
+/* pb.c: TensorBoard's Event records, built from the generated protobuf-c
+ * messages (see pb.h). protobuf-c writes the fields in field-number order
+ * and, as proto3 does, leaves out fields at their default (a step of 0, a
+ * histogram's min of 0), which every reader takes as that default; a
+ * oneof member (simple_value) is written even when 0. */
 #include "summary/pb.h"
-#include "core/bytes.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-void loom__pb_init(loom__pb *e, size_t max) {
-  loom__buf_init(&e->buf, max);
-  e->err = 0;
+/* An Event of wall_time and step, with nothing else set. */
+static void sum_event_init(loom__sum_event *e, double wall, int64_t step) {
+  tensorflow__event__init(&e->ev);
+  e->ev.wall_time = wall;
+  e->ev.step = step;
 }
 
-void loom__pb_free(loom__pb *e) {
-  loom__buf_free(&e->buf);
-  e->err = 0;
+/* e's Event with a Summary of one Value named tag, whose value is left
+ * for the caller to set. */
+static Tensorflow__Summary__Value *sum_event_value(loom__sum_event *e, double wall, int64_t step,
+                                                   const char *tag) {
+  sum_event_init(e, wall, step);
+  tensorflow__summary__init(&e->summary);
+  tensorflow__summary__value__init(&e->value);
+  e->value.tag = (char *)tag; /* protobuf-c's strings are not const */
+  e->values[0] = &e->value;
+  e->summary.n_value = 1;
+  e->summary.value = e->values;
+  e->ev.what_case = TENSORFLOW__EVENT__WHAT_SUMMARY;
+  e->ev.summary = &e->summary;
+  return &e->value;
 }
 
-static void pb_raw(loom__pb *e, const void *data, size_t n) {
-  if (e->err) return;
-  e->err = loom__buf_add(&e->buf, data, n);
+void loom__sum_event_version(loom__sum_event *e, double wall) {
+  sum_event_init(e, wall, 0);
+  e->ev.what_case = TENSORFLOW__EVENT__WHAT_FILE_VERSION;
+  e->ev.file_version = (char *)"brain.Event:2";
 }
 
-static void pb_raw_varint(loom__pb *e, uint64_t v) {
-  uint8_t tmp[10];
-  pb_raw(e, tmp, loom__varint_put(tmp, v));
+void loom__sum_event_scalar(loom__sum_event *e, double wall, int64_t step, const char *tag,
+                            float value) {
+  Tensorflow__Summary__Value *v = sum_event_value(e, wall, step, tag);
+  v->value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_SIMPLE_VALUE;
+  v->simple_value = value;
 }
 
-static void pb_key(loom__pb *e, int field, int wire_type) {
-  pb_raw_varint(e, ((uint64_t)field << 3) | (uint64_t)wire_type);
+void loom__sum_event_histogram(loom__sum_event *e, double wall, int64_t step, const char *tag,
+                               double min, double max, double num, double sum, double sum_sq,
+                               const double *limits, const double *counts, size_t k) {
+  Tensorflow__Summary__Value *v = sum_event_value(e, wall, step, tag);
+  Tensorflow__HistogramProto *h = &e->histo;
+  tensorflow__histogram_proto__init(h);
+  h->min = min;
+  h->max = max;
+  h->num = num;
+  h->sum = sum;
+  h->sum_squares = sum_sq;
+  h->n_bucket_limit = k;
+  h->bucket_limit = (double *)limits;
+  h->n_bucket = k;
+  h->bucket = (double *)counts;
+  v->value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_HISTO;
+  v->histo = h;
 }
 
-static void pb_raw_fixed(loom__pb *e, uint64_t bits, int bytes) {
-  uint8_t le[8];
-  for (int i = 0; i < bytes; i++) le[i] = (uint8_t)(bits >> (8 * i));
-  pb_raw(e, le, (size_t)bytes);
+void loom__sum_event_text(loom__sum_event *e, double wall, int64_t step, const char *tag,
+                          const char *text, size_t len) {
+  Tensorflow__Summary__Value *v = sum_event_value(e, wall, step, tag);
+  tensorflow__tensor_shape_proto__init(&e->shape);
+  tensorflow__tensor_proto__init(&e->tensor);
+  e->tensor.dtype = TENSORFLOW__DATA_TYPE__DT_STRING;
+  e->tensor.tensor_shape = &e->shape; /* present, and empty: a scalar */
+  e->text.data = (uint8_t *)text;
+  e->text.len = len;
+  e->tensor.n_string_val = 1;
+  e->tensor.string_val = &e->text;
+  tensorflow__summary_metadata__plugin_data__init(&e->plugin);
+  e->plugin.plugin_name = (char *)"text";
+  tensorflow__summary_metadata__init(&e->meta);
+  e->meta.plugin_data = &e->plugin;
+  v->value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_TENSOR;
+  v->tensor = &e->tensor;
+  v->metadata = &e->meta;
 }
 
-void loom__pb_varint(loom__pb *e, int field, uint64_t v) {
-  pb_key(e, field, LOOM_PB_VARINT);
-  pb_raw_varint(e, v);
-}
-
-void loom__pb_double(loom__pb *e, int field, double v) {
-  uint64_t bits;
-  memcpy(&bits, &v, 8);
-  pb_key(e, field, LOOM_PB_FIXED64);
-  pb_raw_fixed(e, bits, 8);
-}
-
-void loom__pb_float(loom__pb *e, int field, float v) {
-  uint32_t bits;
-  memcpy(&bits, &v, 4);
-  pb_key(e, field, LOOM_PB_FIXED32);
-  pb_raw_fixed(e, bits, 4);
-}
-
-void loom__pb_bytes(loom__pb *e, int field, const void *data, size_t n) {
-  pb_key(e, field, LOOM_PB_LEN);
-  pb_raw_varint(e, n);
-  pb_raw(e, data, n);
-}
-
-void loom__pb_string(loom__pb *e, int field, const char *s) {
-  loom__pb_bytes(e, field, s, strlen(s));
-}
-
-void loom__pb_message(loom__pb *e, int field, const loom__pb *inner) {
-  if (!e->err && inner->err) e->err = inner->err;
-  loom__pb_bytes(e, field, inner->buf.p, inner->buf.len);
-}
-
-void loom__pb_packed_double(loom__pb *e, int field, const double *v, size_t n) {
-  if (n > SIZE_MAX / 8) {
-    if (!e->err) e->err = LOOM_ERANGE;
-    return;
-  }
-  pb_key(e, field, LOOM_PB_LEN);
-  pb_raw_varint(e, n * 8);
-  for (size_t i = 0; i < n; i++) {
-    uint64_t bits;
-    memcpy(&bits, &v[i], 8);
-    pb_raw_fixed(e, bits, 8);
-  }
+int loom__sum_pack(const loom__sum_event *e, size_t max, uint8_t **out, size_t *len) {
+  *out = NULL;
+  *len = 0;
+  size_t n = tensorflow__event__get_packed_size(&e->ev);
+  if (n > max) return LOOM_ERANGE;
+  uint8_t *p = malloc(n ? n : 1);
+  if (!p) return LOOM_ENOMEM;
+  *len = tensorflow__event__pack(&e->ev, p);
+  *out = p;
+  return 0;
 }

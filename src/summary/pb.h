@@ -1,41 +1,50 @@
-/* pb.h: the little of the protocol buffers wire format that TensorBoard's
- * Event messages need: varints, fixed 64- and 32-bit fields, and
- * length-delimited fields (strings, bytes, nested messages, packed
- * doubles). Encoding only; no schema, no reflection.
+/* pb.h: TensorBoard's Event records as protocol buffers, through the
+ * protobuf-c messages generated at build time from src/summary/proto/ (the
+ * part of TensorFlow's event.proto, summary.proto and tensor.proto that
+ * loom writes).
  *
- * An encoder keeps the first error it meets and skips every later write, so
- * a message is built with a run of calls and checked once at the end. */
+ * A loom__sum_event holds one Event and every message it may nest, so an
+ * event is built without allocating: the builders fill it in, pointing at
+ * the caller's tag, values and text, which must outlive the event's
+ * packing. loom__sum_pack then turns it into the record's bytes. */
 #ifndef LOOM_SUMMARY_PB_H
 #define LOOM_SUMMARY_PB_H
 
 #include "core/core.h"
-
-enum {
-  LOOM_PB_VARINT = 0,
-  LOOM_PB_FIXED64 = 1,
-  LOOM_PB_LEN = 2,
-  LOOM_PB_FIXED32 = 5,
-};
+#include "event.pb-c.h"
 
 typedef struct {
-  loom__buf buf; /* the encoded bytes */
-  int err;       /* 0, or the first error (LOOM_ENOMEM, LOOM_ERANGE) */
-} loom__pb;
+  Tensorflow__Event ev;
+  Tensorflow__Summary summary;
+  Tensorflow__Summary__Value value;
+  Tensorflow__Summary__Value *values[1]; /* summary's one value */
+  Tensorflow__HistogramProto histo;
+  Tensorflow__TensorProto tensor;
+  Tensorflow__TensorShapeProto shape; /* no dims: a scalar */
+  ProtobufCBinaryData text;           /* tensor's one string */
+  Tensorflow__SummaryMetadata meta;
+  Tensorflow__SummaryMetadata__PluginData plugin;
+} loom__sum_event;
 
-/* An empty encoder whose output may grow to max bytes. */
-void loom__pb_init(loom__pb *e, size_t max);
-void loom__pb_free(loom__pb *e);
+/* The first record of a file: wall_time and file_version "brain.Event:2",
+ * which tells TensorBoard what follows. */
+void loom__sum_event_version(loom__sum_event *e, double wall);
 
-/* One field each: key (field << 3 | wire type), then the value. */
-void loom__pb_varint(loom__pb *e, int field, uint64_t v);
-void loom__pb_double(loom__pb *e, int field, double v);
-void loom__pb_float(loom__pb *e, int field, float v);
-void loom__pb_bytes(loom__pb *e, int field, const void *data, size_t n);
-void loom__pb_string(loom__pb *e, int field, const char *s);
-/* A nested message: inner's bytes as a length-delimited field. An error in
- * inner becomes e's error. */
-void loom__pb_message(loom__pb *e, int field, const loom__pb *inner);
-/* A packed repeated double: one length-delimited field of n fixed64s. */
-void loom__pb_packed_double(loom__pb *e, int field, const double *v, size_t n);
+/* An Event at wall time wall and step whose Summary holds one Value named
+ * tag: a scalar (simple_value), a histogram (histo: the summary statistics
+ * and the k buckets' upper limits and counts) or a text (a scalar DT_STRING
+ * tensor of len bytes, with the text plugin's metadata). */
+void loom__sum_event_scalar(loom__sum_event *e, double wall, int64_t step, const char *tag,
+                            float value);
+void loom__sum_event_histogram(loom__sum_event *e, double wall, int64_t step, const char *tag,
+                               double min, double max, double num, double sum, double sum_sq,
+                               const double *limits, const double *counts, size_t k);
+void loom__sum_event_text(loom__sum_event *e, double wall, int64_t step, const char *tag,
+                          const char *text, size_t len);
+
+/* Packs e's Event into *out (len bytes, malloc'd, the caller's to free):
+ * 0, LOOM_ERANGE when it would be over max bytes (*out is then NULL), or
+ * LOOM_ENOMEM. */
+int loom__sum_pack(const loom__sum_event *e, size_t max, uint8_t **out, size_t *len);
 
 #endif

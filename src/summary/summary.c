@@ -3,18 +3,12 @@
  * What TensorBoard reads, and so what this writes:
  *   file    records, each: u64 length | u32 masked crc32c(length bytes) |
  *           data | u32 masked crc32c(data), little-endian (TFRecord)
- *   record  an Event protocol buffer (tensorflow/core/util/event.proto):
- *             wall_time = 1 (double), step = 2 (int64),
- *             file_version = 3 (string, "brain.Event:2", first record only),
- *             summary = 5 (Summary)
- *   Summary value = 1 (repeated Value)
- *   Value   tag = 1, simple_value = 2 (float), histo = 5 (HistogramProto),
- *           tensor = 8 (TensorProto), metadata = 9 (SummaryMetadata)
- *   HistogramProto  min = 1, max = 2, num = 3, sum = 4, sum_squares = 5
- *           (doubles), bucket_limit = 6, bucket = 7 (packed doubles)
- *   TensorProto  dtype = 1 (DT_STRING = 7), tensor_shape = 2 (empty: a
- *           scalar), string_val = 8 (bytes)
- *   SummaryMetadata  plugin_data = 1 { plugin_name = 1 ("text") }
+ *   record  an Event protocol buffer (src/summary/proto/event.proto, from
+ *           TensorFlow's): the first holds file_version "brain.Event:2",
+ *           each later one a Summary of one Value: a scalar
+ *           (simple_value), a HistogramProto, or a text (a DT_STRING
+ *           tensor with the text plugin's metadata). pb.c builds them with
+ *           the generated protobuf-c messages.
  *
  * Records collect in a buffer that the caller's thread writes out before it
  * would pass SUMMARY_FLUSH_BYTES, and a background thread every
@@ -225,54 +219,48 @@ static int sum_take_bg_err(loom_summary_t *s) {
   return rc;
 }
 
-/* Frames ev as one record and queues it, first writing out what is queued
- * if the record would take the buffer past SUMMARY_FLUSH_BYTES. On an error
- * nothing was queued. Called with mu held. */
-static int sum_append_locked(loom_summary_t *s, const loom__pb *ev) {
-  if (ev->err == LOOM_ERANGE)
+/* Packs e's Event, frames it as one record and queues it, first writing
+ * out what is queued if the record would take the buffer past
+ * SUMMARY_FLUSH_BYTES. On an error nothing was queued. Called with mu
+ * held. */
+static int sum_append_locked(loom_summary_t *s, const loom__sum_event *e) {
+  uint8_t *data;
+  size_t len;
+  int rc = loom__sum_pack(e, SUMMARY_MAX_RECORD, &data, &len);
+  if (rc == LOOM_ERANGE)
     return sum_fail(s, LOOM_ERANGE, "summary record over %u bytes", (unsigned)SUMMARY_MAX_RECORD);
-  if (ev->err) return sum_fail(s, ev->err, "cannot encode summary record");
-  int rc = sum_take_bg_err(s);
-  if (rc < 0) return rc;
+  if (rc < 0) return sum_fail(s, rc, "cannot encode summary record");
+  if ((rc = sum_take_bg_err(s)) < 0) goto out;
   uint8_t head[12], tail[4];
-  uint64_t len = ev->buf.len;
-  loom__put_le64(head, len);
+  loom__put_le64(head, (uint64_t)len);
   uint32_t c = loom__crc32c_mask(loom__crc32c(0, head, 8));
   loom__put_le32(head + 8, c);
-  c = loom__crc32c_mask(loom__crc32c(0, ev->buf.p, ev->buf.len));
+  c = loom__crc32c_mask(loom__crc32c(0, data, len));
   loom__put_le32(tail, c);
-  size_t need = sizeof head + ev->buf.len + sizeof tail;
+  size_t need = sizeof head + len + sizeof tail;
   if (s->pending.len > 0 && s->pending.len + need > SUMMARY_FLUSH_BYTES &&
       (rc = sum_flush_locked(s)) < 0)
-    return rc;
+    goto out;
   size_t mark = s->pending.len;
   if ((rc = loom__buf_add(&s->pending, head, sizeof head)) < 0 ||
-      (rc = loom__buf_add(&s->pending, ev->buf.p, ev->buf.len)) < 0 ||
+      (rc = loom__buf_add(&s->pending, data, len)) < 0 ||
       (rc = loom__buf_add(&s->pending, tail, sizeof tail)) < 0) {
     s->pending.len = mark; /* never leave half a record queued */
-    return sum_fail(s, rc, "cannot queue a summary record: %s", loom_strerror(rc));
+    rc = sum_fail(s, rc, "cannot queue a summary record: %s", loom_strerror(rc));
   }
-  return 0;
+out:
+  free(data);
+  return rc;
 }
 
-/* Queues an Event of wall time now, step and one Summary.Value (already
- * encoded in value). A scalar's tag and value (fwd_tag not NULL) also go to
- * the dashboard once it is queued. */
-static int sum_write_value(loom_summary_t *s, int64_t step, const loom__pb *value,
+/* Queues e (an Event of one Summary.Value). A scalar's tag and value
+ * (fwd_tag not NULL) also go to the dashboard once it is queued. */
+static int sum_write_value(loom_summary_t *s, int64_t step, const loom__sum_event *e,
                            const char *fwd_tag, double fwd_value) {
-  loom__pb summary, ev;
-  loom__pb_init(&summary, SUMMARY_MAX_RECORD);
-  loom__pb_init(&ev, SUMMARY_MAX_RECORD);
-  loom__pb_message(&summary, 1, value);
-  loom__pb_double(&ev, 1, loom__wall());
-  loom__pb_varint(&ev, 2, (uint64_t)step);
-  loom__pb_message(&ev, 5, &summary);
   pthread_mutex_lock(&s->mu);
-  int rc = sum_append_locked(s, &ev);
+  int rc = sum_append_locked(s, e);
   if (rc == 0 && fwd_tag && s->fwd_every_ms >= 0) fwd_scalar_locked(s, fwd_tag, step, fwd_value);
   pthread_mutex_unlock(&s->mu);
-  loom__pb_free(&summary);
-  loom__pb_free(&ev);
   return rc;
 }
 
@@ -417,12 +405,9 @@ int loom_summary_open(loom_t *l, const char *dir, loom_summary_t **out) {
   }
 
   /* The first record says which format follows; TensorBoard wants it. */
-  loom__pb ev;
-  loom__pb_init(&ev, 256);
-  loom__pb_double(&ev, 1, loom__wall());
-  loom__pb_string(&ev, 3, "brain.Event:2");
+  loom__sum_event ev;
+  loom__sum_event_version(&ev, loom__wall());
   rc = sum_append_locked(s, &ev);
-  loom__pb_free(&ev);
   if (rc == 0) rc = sum_flush_locked(s);
   if (rc == 0) rc = sum_upload(s, true); /* it is there from the start */
   if (rc < 0) goto fail;
@@ -447,14 +432,10 @@ int loom_summary_scalar(loom_summary_t *s, const char *tag, int64_t step, double
   if (!s) return LOOM_EINVAL;
   int rc = sum_check_tag(s, tag);
   if (rc < 0) return rc;
-  loom__pb v;
-  loom__pb_init(&v, SUMMARY_MAX_RECORD);
-  loom__pb_string(&v, 1, tag);
-  loom__pb_float(&v, 2, (float)value);
+  loom__sum_event ev;
+  loom__sum_event_scalar(&ev, loom__wall(), step, tag, (float)value);
   /* the dashboard gets the value TensorBoard shows: the float */
-  rc = sum_write_value(s, step, &v, tag, (double)(float)value);
-  loom__pb_free(&v);
-  return rc;
+  return sum_write_value(s, step, &ev, tag, (double)(float)value);
 }
 
 /* TensorFlow's default histogram bucket limits (tensorflow/core/lib/
@@ -535,21 +516,10 @@ int loom_summary_histogram(loom_summary_t *s, const char *tag, int64_t step, con
     k++;
   }
 
-  loom__pb histo, v;
-  loom__pb_init(&histo, SUMMARY_MAX_RECORD);
-  loom__pb_init(&v, SUMMARY_MAX_RECORD);
-  loom__pb_double(&histo, 1, lo);
-  loom__pb_double(&histo, 2, hi);
-  loom__pb_double(&histo, 3, num);
-  loom__pb_double(&histo, 4, sum);
-  loom__pb_double(&histo, 5, sum_sq);
-  loom__pb_packed_double(&histo, 6, out_limits, k);
-  loom__pb_packed_double(&histo, 7, out_counts, k);
-  loom__pb_string(&v, 1, tag);
-  loom__pb_message(&v, 5, &histo);
-  rc = sum_write_value(s, step, &v, NULL, 0);
-  loom__pb_free(&histo);
-  loom__pb_free(&v);
+  loom__sum_event ev;
+  loom__sum_event_histogram(&ev, loom__wall(), step, tag, lo, hi, num, sum, sum_sq, out_limits,
+                            out_counts, k);
+  rc = sum_write_value(s, step, &ev, NULL, 0);
 out:
   free(counts);
   free(out_limits);
@@ -570,27 +540,9 @@ int loom_summary_text(loom_summary_t *s, const char *tag, int64_t step, const ch
     pthread_mutex_unlock(&s->mu);
     return rc;
   }
-  loom__pb shape, tensor, plugin, meta, v;
-  loom__pb_init(&shape, 16);
-  loom__pb_init(&tensor, SUMMARY_MAX_RECORD);
-  loom__pb_init(&plugin, 64);
-  loom__pb_init(&meta, 64);
-  loom__pb_init(&v, SUMMARY_MAX_RECORD);
-  loom__pb_varint(&tensor, 1, 7); /* DT_STRING */
-  loom__pb_message(&tensor, 2, &shape);
-  loom__pb_bytes(&tensor, 8, text, len);
-  loom__pb_string(&plugin, 1, "text");
-  loom__pb_message(&meta, 1, &plugin);
-  loom__pb_string(&v, 1, tag);
-  loom__pb_message(&v, 8, &tensor);
-  loom__pb_message(&v, 9, &meta);
-  rc = sum_write_value(s, step, &v, NULL, 0);
-  loom__pb_free(&shape);
-  loom__pb_free(&tensor);
-  loom__pb_free(&plugin);
-  loom__pb_free(&meta);
-  loom__pb_free(&v);
-  return rc;
+  loom__sum_event ev;
+  loom__sum_event_text(&ev, loom__wall(), step, tag, text, len);
+  return sum_write_value(s, step, &ev, NULL, 0);
 }
 
 /* ---- flushing and closing --------------------------------------------- */

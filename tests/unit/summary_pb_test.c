@@ -1,8 +1,9 @@
 /* summary_pb_test.c: the pieces TensorBoard's event files are built from:
  * CRC-32C against published vectors (hardware and table paths agree over
- * lengths and alignments), TensorFlow's CRC mask, protocol buffer varints
- * and fields byte for byte, and the writer's own framing and argument
- * checks. (tests/system/test_summary.py decodes whole files with a separate
+ * lengths and alignments), TensorFlow's CRC mask, protocol buffer varints,
+ * the Event records pb.c builds (byte for byte where the layout is fixed,
+ * and decoded back with protobuf-c), and the writer's own framing and
+ * argument checks. (tests/system/test_summary.py decodes whole files with a separate
  * CRC and protoc.) */
 #include "core/bytes.h"
 #include <setjmp.h>
@@ -115,81 +116,154 @@ static void test_varints(void **state) {
   }
 }
 
-static void expect_bytes(const loom__pb *e, const unsigned char *want, size_t n) {
-  assert_int_equal(e->err, 0);
-  assert_int_equal(e->buf.len, n);
-  assert_memory_equal(e->buf.p, want, n);
+/* Packs e, checks the bytes are want (n of them) when want is not NULL,
+ * and returns them decoded by protobuf-c. */
+static Tensorflow__Event *pack_and_decode(const loom__sum_event *e, const void *want, size_t n) {
+  uint8_t *data;
+  size_t len;
+  assert_int_equal(loom__sum_pack(e, 1 << 20, &data, &len), 0);
+  assert_int_equal(len, tensorflow__event__get_packed_size(&e->ev));
+  if (want) {
+    assert_int_equal(len, n);
+    assert_memory_equal(data, want, n);
+  }
+  Tensorflow__Event *ev = tensorflow__event__unpack(NULL, len, data);
+  assert_non_null(ev);
+  free(data);
+  return ev;
 }
 
-static void test_fields(void **state) {
-  loom__pb e;
-  /* the protobuf documentation's examples: field 1 = 150, field 2 = "testing" */
-  loom__pb_init(&e, 1024);
-  loom__pb_varint(&e, 1, 150);
-  expect_bytes(&e, (const unsigned char *)"\x08\x96\x01", 3);
-  loom__pb_free(&e);
-
-  loom__pb_init(&e, 1024);
-  loom__pb_string(&e, 2, "testing");
-  expect_bytes(&e, (const unsigned char *)"\x12\x07testing", 9);
-  loom__pb_free(&e);
-
-  loom__pb_init(&e, 1024);
-  loom__pb_double(&e, 1, 1.0); /* wall_time */
-  loom__pb_float(&e, 2, 1.0f); /* simple_value */
-  loom__pb_varint(&e, 16, 1);  /* a two-byte key */
-  expect_bytes(&e,
-               (const unsigned char *)"\x09\x00\x00\x00\x00\x00\x00\xf0\x3f"
-                                      "\x15\x00\x00\x80\x3f"
-                                      "\x80\x01\x01",
-               17);
-  loom__pb_free(&e);
-
-  /* packed doubles: key, byte length, little-endian values */
-  double v[2] = {1.0, -2.0};
-  loom__pb_init(&e, 1024);
-  loom__pb_packed_double(&e, 6, v, 2);
-  expect_bytes(&e,
-               (const unsigned char *)"\x32\x10"
-                                      "\x00\x00\x00\x00\x00\x00\xf0\x3f"
-                                      "\x00\x00\x00\x00\x00\x00\x00\xc0",
-               18);
-  loom__pb_free(&e);
-
-  /* a nested message, and an empty one (a scalar TensorShapeProto) */
-  loom__pb inner, empty;
-  loom__pb_init(&inner, 64);
-  loom__pb_init(&empty, 64);
-  loom__pb_string(&inner, 1, "text");
-  loom__pb_init(&e, 1024);
-  loom__pb_message(&e, 1, &inner);
-  loom__pb_message(&e, 2, &empty);
-  expect_bytes(&e, (const unsigned char *)"\x0a\x06\x0a\x04text\x12\x00", 10);
-  loom__pb_free(&e);
-  loom__pb_free(&inner);
-  loom__pb_free(&empty);
+/* Packs e and checks that its bytes contain want (n bytes). */
+static void expect_within(const loom__sum_event *e, const void *want, size_t n) {
+  uint8_t *data;
+  size_t len;
+  assert_int_equal(loom__sum_pack(e, 1 << 20, &data, &len), 0);
+  if (!memmem(data, len, want, n)) fail_msg("%zu bytes not found in the %zu packed", n, len);
+  free(data);
 }
 
-static void test_encoder_cap_is_sticky(void **state) {
-  loom__pb e, big;
-  loom__pb_init(&e, 4);
-  loom__pb_varint(&e, 1, 1);
-  assert_int_equal(e.err, 0);
-  loom__pb_string(&e, 2, "too long for the cap");
-  assert_int_equal(e.err, LOOM_ERANGE);
-  size_t len = e.buf.len;
-  loom__pb_varint(&e, 1, 1); /* skipped */
-  assert_int_equal(e.buf.len, len);
-  assert_int_equal(e.err, LOOM_ERANGE);
-  loom__pb_free(&e);
-  /* an inner message's error reaches the outer one */
-  loom__pb_init(&big, 2);
-  loom__pb_string(&big, 1, "xyz");
-  loom__pb_init(&e, 1024);
-  loom__pb_message(&e, 1, &big);
-  assert_int_equal(e.err, LOOM_ERANGE);
-  loom__pb_free(&e);
-  loom__pb_free(&big);
+static void test_version_event(void **state) {
+  loom__sum_event e;
+  loom__sum_event_version(&e, 1.0);
+  /* wall_time = 1 (double 1.0), file_version = 3 */
+  Tensorflow__Event *ev = pack_and_decode(&e,
+                                          "\x09\x00\x00\x00\x00\x00\x00\xf0\x3f"
+                                          "\x1a\x0d"
+                                          "brain.Event:2",
+                                          24);
+  assert_int_equal(ev->what_case, TENSORFLOW__EVENT__WHAT_FILE_VERSION);
+  assert_string_equal(ev->file_version, "brain.Event:2");
+  tensorflow__event__free_unpacked(ev, NULL);
+}
+
+static void test_scalar_event(void **state) {
+  loom__sum_event e;
+  loom__sum_event_scalar(&e, 1.0, 150, "loss", 1.0f);
+  /* wall_time, step = 2 (varint 150), summary = 5 { value = 1 { tag = 1,
+   * simple_value = 2 (float 1.0) } }, byte for byte */
+  Tensorflow__Event *ev = pack_and_decode(&e,
+                                          "\x09\x00\x00\x00\x00\x00\x00\xf0\x3f"
+                                          "\x10\x96\x01"
+                                          "\x2a\x0d"
+                                          "\x0a\x0b"
+                                          "\x0a\x04loss"
+                                          "\x15\x00\x00\x80\x3f",
+                                          27);
+  assert_true(ev->wall_time == 1.0);
+  assert_int_equal(ev->step, 150);
+  assert_int_equal(ev->what_case, TENSORFLOW__EVENT__WHAT_SUMMARY);
+  assert_int_equal(ev->summary->n_value, 1);
+  Tensorflow__Summary__Value *v = ev->summary->value[0];
+  assert_string_equal(v->tag, "loss");
+  assert_int_equal(v->value_case, TENSORFLOW__SUMMARY__VALUE__VALUE_SIMPLE_VALUE);
+  assert_true(v->simple_value == 1.0f);
+  tensorflow__event__free_unpacked(ev, NULL);
+
+  /* a negative step is a 10-byte varint; a value of 0 is still written
+   * (a oneof member), so a reader sees a scalar */
+  loom__sum_event_scalar(&e, 2.5, -1, "zero", 0.0f);
+  expect_within(&e, "\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11);
+  expect_within(&e, "\x15\x00\x00\x00\x00", 5);
+  ev = pack_and_decode(&e, NULL, 0);
+  assert_int_equal(ev->step, -1);
+  assert_true(ev->wall_time == 2.5);
+  assert_int_equal(ev->summary->value[0]->value_case,
+                   TENSORFLOW__SUMMARY__VALUE__VALUE_SIMPLE_VALUE);
+  assert_true(ev->summary->value[0]->simple_value == 0.0f);
+  tensorflow__event__free_unpacked(ev, NULL);
+}
+
+static void test_histogram_event(void **state) {
+  loom__sum_event e;
+  double limits[2] = {1.0, -2.0}, counts[2] = {3.0, 0.0};
+  loom__sum_event_histogram(&e, 1.0, 7, "w", -1.5, 0.5, 3.0, -1.0, 2.75, limits, counts, 2);
+  /* packed doubles: key (6 << 3 | 2), byte length, little-endian values */
+  expect_within(&e,
+                "\x32\x10"
+                "\x00\x00\x00\x00\x00\x00\xf0\x3f"
+                "\x00\x00\x00\x00\x00\x00\x00\xc0"
+                "\x3a\x10"
+                "\x00\x00\x00\x00\x00\x00\x08\x40"
+                "\x00\x00\x00\x00\x00\x00\x00\x00",
+                36);
+  Tensorflow__Event *ev = pack_and_decode(&e, NULL, 0);
+  assert_int_equal(ev->step, 7);
+  Tensorflow__Summary__Value *v = ev->summary->value[0];
+  assert_string_equal(v->tag, "w");
+  assert_int_equal(v->value_case, TENSORFLOW__SUMMARY__VALUE__VALUE_HISTO);
+  Tensorflow__HistogramProto *h = v->histo;
+  assert_true(h->min == -1.5 && h->max == 0.5 && h->num == 3.0);
+  assert_true(h->sum == -1.0 && h->sum_squares == 2.75);
+  assert_int_equal(h->n_bucket_limit, 2);
+  assert_int_equal(h->n_bucket, 2);
+  assert_memory_equal(h->bucket_limit, limits, sizeof limits);
+  assert_memory_equal(h->bucket, counts, sizeof counts);
+  tensorflow__event__free_unpacked(ev, NULL);
+}
+
+static void test_text_event(void **state) {
+  loom__sum_event e;
+  loom__sum_event_text(&e, 1.0, 3, "note", "hello *world*", 13);
+  /* Value: tag = 1, tensor = 8 { dtype = 1 (DT_STRING = 7), tensor_shape
+   * = 2 (empty: a scalar), string_val = 8 }, metadata = 9 { plugin_data =
+   * 1 { plugin_name = 1 "text" } } */
+  expect_within(&e,
+                "\x0a\x04note"
+                "\x42\x13"
+                "\x08\x07"
+                "\x12\x00"
+                "\x42\x0dhello *world*"
+                "\x4a\x08"
+                "\x0a\x06"
+                "\x0a\x04text",
+                37);
+  Tensorflow__Event *ev = pack_and_decode(&e, NULL, 0);
+  Tensorflow__Summary__Value *v = ev->summary->value[0];
+  assert_string_equal(v->tag, "note");
+  assert_int_equal(v->value_case, TENSORFLOW__SUMMARY__VALUE__VALUE_TENSOR);
+  assert_int_equal(v->tensor->dtype, TENSORFLOW__DATA_TYPE__DT_STRING);
+  assert_non_null(v->tensor->tensor_shape);
+  assert_int_equal(v->tensor->tensor_shape->n_dim, 0);
+  assert_int_equal(v->tensor->n_string_val, 1);
+  assert_int_equal(v->tensor->string_val[0].len, 13);
+  assert_memory_equal(v->tensor->string_val[0].data, "hello *world*", 13);
+  assert_string_equal(v->metadata->plugin_data->plugin_name, "text");
+  tensorflow__event__free_unpacked(ev, NULL);
+}
+
+/* An event over the cap is refused, with nothing allocated; one of
+ * exactly the cap is packed. */
+static void test_pack_cap(void **state) {
+  loom__sum_event e;
+  loom__sum_event_version(&e, 1.0); /* 24 bytes */
+  uint8_t *data = (uint8_t *)1;
+  size_t len = 1;
+  assert_int_equal(loom__sum_pack(&e, 23, &data, &len), LOOM_ERANGE);
+  assert_null(data);
+  assert_int_equal(len, 0);
+  assert_int_equal(loom__sum_pack(&e, 24, &data, &len), 0);
+  assert_int_equal(len, 24);
+  free(data);
 }
 
 /* ---- the writer ---------------------------------------------------------- */
@@ -355,8 +429,11 @@ int main(void) {
       cmocka_unit_test(test_crc32c_paths_agree),
       cmocka_unit_test(test_crc32c_mask),
       cmocka_unit_test(test_varints),
-      cmocka_unit_test(test_fields),
-      cmocka_unit_test(test_encoder_cap_is_sticky),
+      cmocka_unit_test(test_version_event),
+      cmocka_unit_test(test_scalar_event),
+      cmocka_unit_test(test_histogram_event),
+      cmocka_unit_test(test_text_event),
+      cmocka_unit_test(test_pack_cap),
       cmocka_unit_test(test_writer_records_and_flush),
       cmocka_unit_test(test_writer_arguments),
       cmocka_unit_test(test_default_dir_needs_a_job),
