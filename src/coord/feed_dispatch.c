@@ -398,29 +398,7 @@ static bool w_abort(feed_dispatch *d, waiter *w, void *arg) {
   return true;
 }
 
-/* ---- requests ----------------------------------------------------------- */
-/* The integer at key, within [lo, hi]; false if absent, not an integer or
- * out of range. */
-static bool get_int(const json_t *j, const char *key, json_int_t lo, json_int_t hi,
-                    json_int_t *out) {
-  json_t *v = json_object_get(j, key);
-  if (!json_is_integer(v)) return false;
-  json_int_t x = json_integer_value(v);
-  if (x < lo || x > hi) return false;
-  *out = x;
-  return true;
-}
-
-/* The lease ids of a RENEW / RELEASE: a list of at most FEED_MAX_LIST. */
-static json_t *get_ids(const json_t *j) {
-  json_t *a = json_object_get(j, "leases");
-  if (!json_is_array(a) || json_array_size(a) > FEED_MAX_LIST) return NULL;
-  size_t i;
-  json_t *v;
-  json_array_foreach(a, i, v) if (!json_is_integer(v) || json_integer_value(v) < 1) return NULL;
-  return a;
-}
-
+/* ---- requests: typed in wire/wire_msg.h, checked by wire_msg_decode --- */
 static int on_open(feed_dispatch *d, void *conn, json_int_t id) {
   d->reply(conn, id, 0,
            json_pack("{s:s, s:i, s:i, s:I, s:b, s:I, s:b, s:b}", "format", d->format, "epochs",
@@ -432,12 +410,8 @@ static int on_open(feed_dispatch *d, void *conn, json_int_t id) {
 }
 
 static int on_lease(feed_dispatch *d, void *conn, const char *task, json_int_t id,
-                    const json_t *req) {
-  json_int_t max = 1, wait = 0;
-  if (json_object_get(req, "max") && !get_int(req, "max", 1, FEED_MAX_BATCH_LEASES, &max))
-    return LOOM_EPROTO;
-  if (json_object_get(req, "wait_ms") && !get_int(req, "wait_ms", 0, FEED_MAX_WAIT_MS, &wait))
-    return LOOM_EPROTO;
+                    const wire_feed_lease *req) {
+  json_int_t max = req->has_max ? req->max : 1, wait = req->wait_ms;
   if (try_serve(d, conn, task, id, (int)max)) return 0;
   if (wait == 0) {
     d->reply(
@@ -500,13 +474,8 @@ static int finish(feed_dispatch *d, lease *l, bool wrote, json_int_t records, ch
   return 0;
 }
 
-static int on_done(feed_dispatch *d, void *conn, json_int_t id, const json_t *req) {
-  json_int_t lid, records = 0;
-  if (!get_int(req, "lease", 1, LLONG_MAX, &lid)) return LOOM_EPROTO;
-  if (json_object_get(req, "records") && !get_int(req, "records", 0, LLONG_MAX, &records))
-    return LOOM_EPROTO;
-  json_t *w = json_object_get(req, "wrote");
-  if (w && !json_is_boolean(w)) return LOOM_EPROTO;
+static int on_done(feed_dispatch *d, void *conn, json_int_t id, const wire_feed_done *req) {
+  json_int_t lid = req->lease;
   lease *l = lease_find(d, (uint64_t)lid);
   if (!l || l->conn != conn) {
     d->stale++;
@@ -522,14 +491,13 @@ static int on_done(feed_dispatch *d, void *conn, json_int_t id, const json_t *re
     return 0;
   }
   char msg[1024] = "";
-  int rc = finish(d, l, json_is_true(w), records, msg, sizeof msg);
+  int rc = finish(d, l, req->wrote, req->records, msg, sizeof msg);
   d->reply(conn, id, rc, rc < 0 ? json_pack("{s:s}", "msg", msg) : NULL, NULL, 0);
   return 0;
 }
 
-static int on_renew(feed_dispatch *d, void *conn, json_int_t id, const json_t *req) {
-  json_t *ids = get_ids(req);
-  if (!ids) return LOOM_EPROTO;
+static int on_renew(feed_dispatch *d, void *conn, json_int_t id, const wire_feed_leases *req) {
+  json_t *ids = req->leases;
   json_t *stale = json_array();
   uint64_t until = loom__now_ms() + d->lease_ms;
   size_t i;
@@ -545,9 +513,8 @@ static int on_renew(feed_dispatch *d, void *conn, json_int_t id, const json_t *r
   return 0;
 }
 
-static int on_release(feed_dispatch *d, void *conn, json_int_t id, const json_t *req) {
-  json_t *ids = get_ids(req);
-  if (!ids) return LOOM_EPROTO;
+static int on_release(feed_dispatch *d, void *conn, json_int_t id, const wire_feed_leases *req) {
+  json_t *ids = req->leases;
   for (size_t i = json_array_size(ids); i-- > 0;) { /* the first given back waits first */
     lease *l = lease_find(d, (uint64_t)json_integer_value(json_array_get(ids, i)));
     if (l && l->conn == conn) lease_take_back(d, l, "was given back unfinished", LOOM_LOG_INFO);
@@ -559,21 +526,31 @@ static int on_release(feed_dispatch *d, void *conn, json_int_t id, const json_t 
 
 int feed_dispatch_frame(feed_dispatch *d, void *conn, const char *task, const wire_frame *f) {
   if (!d || !f || !task) return LOOM_EPROTO;
-  json_int_t id;
-  if (!get_int(f->json, "id", 0, LLONG_MAX, &id)) return LOOM_EPROTO;
-  switch (f->type) {
-  case FEED_MSG_OPEN:
-    return on_open(d, conn, id);
-  case FEED_MSG_LEASE:
-    return on_lease(d, conn, task, id, f->json);
-  case FEED_MSG_DONE:
-    return on_done(d, conn, id, f->json);
-  case FEED_MSG_RENEW:
-    return on_renew(d, conn, id, f->json);
-  case FEED_MSG_RELEASE:
-    return on_release(d, conn, id, f->json);
+  wire_msg m;
+  char err[200];
+  if (f->type < WIRE_FEED_OPEN || f->type > WIRE_FEED_RELEASE ||
+      wire_msg_decode(f, &m, err, sizeof err) < 0)
+    return LOOM_EPROTO;
+  int rc = LOOM_EPROTO;
+  switch (m.type) {
+  case WIRE_FEED_OPEN:
+    rc = on_open(d, conn, m.u.feed_open.id);
+    break;
+  case WIRE_FEED_LEASE:
+    rc = on_lease(d, conn, task, m.u.feed_lease.id, &m.u.feed_lease);
+    break;
+  case WIRE_FEED_DONE:
+    rc = on_done(d, conn, m.u.feed_done.id, &m.u.feed_done);
+    break;
+  case WIRE_FEED_RENEW:
+    rc = on_renew(d, conn, m.u.feed_renew.id, &m.u.feed_renew);
+    break;
+  case WIRE_FEED_RELEASE:
+    rc = on_release(d, conn, m.u.feed_release.id, &m.u.feed_release);
+    break;
   }
-  return LOOM_EPROTO;
+  wire_msg_free(&m);
+  return rc;
 }
 
 /* ---- the coordinator's events ------------------------------------------ */

@@ -36,7 +36,8 @@ void feed_dispatch_set_hosts(feed_dispatch *d, const char *(*host_of)(void *ctx,
                              void *ctx);
 
 /* A frame whose type is in [WIRE_FEED_FIRST, WIRE_FEED_LAST], from the
- * libloom client of `task` on connection conn. Returns 0, or LOOM_EPROTO
+ * libloom client of `task` on connection conn, decoded here as one of the
+ * typed wire_feed_* messages (wire/wire_msg.h). Returns 0, or LOOM_EPROTO
  * for a malformed frame (the coordinator then closes the connection). */
 int feed_dispatch_frame(feed_dispatch *d, void *conn, const char *task, const wire_frame *f);
 /* The task's process failed or the attempt ended: its leases go back. */

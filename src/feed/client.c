@@ -270,8 +270,9 @@ static void release_leases(loom_feed_t *f, json_t *ids) {
     json_decref(ids);
     return;
   }
-  loom__call(f->l, FEED_MSG_RELEASE, json_pack("{s:o}", "leases", ids), NULL, 0, CALL_MARGIN_MS,
-             NULL, NULL, NULL);
+  wire_msg req = {.type = WIRE_FEED_RELEASE, .u.feed_release.leases = ids};
+  loom__call(f->l, &req, CALL_MARGIN_MS, NULL, NULL, NULL);
+  json_decref(ids);
 }
 
 static void forget_split(loom_feed_t *f, fsplit *sp) {
@@ -306,10 +307,11 @@ static int finish_split(loom_feed_t *f, fsplit *sp) {
     return loom__fail(f->l, rc, "%s (split given back uncommitted)", msg);
   }
   json_t *rep = NULL;
-  rc = loom__call(f->l, FEED_MSG_DONE,
-                  json_pack("{s:I, s:I, s:b}", "lease", (json_int_t)sp->lease, "records",
-                            (json_int_t)sp->records, "wrote", wrote),
-                  NULL, 0, CALL_MARGIN_MS * 3, &rep, NULL, NULL);
+  wire_msg req = {.type = WIRE_FEED_DONE,
+                  .u.feed_done = {.lease = (int64_t)sp->lease,
+                                  .records = (int64_t)sp->records,
+                                  .wrote = wrote}};
+  rc = loom__call(f->l, &req, CALL_MARGIN_MS * 3, &rep, NULL, NULL);
   if (rc == LOOM_ESTATE) {
     f->st.stale++;
     if (sp->tmp) tmp_remove(sp->tmp);
@@ -596,8 +598,8 @@ int loom_feed_open(loom_t *l, loom_feed_t **out) {
   if (!l || !out) return LOOM_EINVAL;
   *out = NULL;
   json_t *rep = NULL;
-  int rc = loom__call(l, FEED_MSG_OPEN, json_object(), NULL, 0,
-                      (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &rep, NULL, NULL);
+  wire_msg req = {.type = WIRE_FEED_OPEN};
+  int rc = loom__call(l, &req, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &rep, NULL, NULL);
   if (rc < 0) {
     const char *m = json_string_value(json_object_get(rep, "msg"));
     rc = loom__fail(l, rc, "cannot open the feed: %s", m ? m : loom_errmsg(l));

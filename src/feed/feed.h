@@ -2,8 +2,8 @@
  * (a table of operations, one file each: fmt_lines.c, fmt_tfrecord.c,
  * fmt_idx.c, fmt_fixed.c), making splits of the input (split.c), CRC32C
  * (crc32c.c), the shuffle's random numbers, the feed's tunables and the
- * wire messages between libloom's client (client.c) and the coordinator's
- * dispatcher (src/coord/feed_dispatch.c).
+ * names of the wire messages between libloom's client (client.c) and the
+ * coordinator's dispatcher (src/coord/feed_dispatch.c).
  *
  * Everything here lives in libloom; the loom command links libloom, so the
  * dispatcher uses the same format and split code as the readers do. */
@@ -13,25 +13,14 @@
 #include "core/crc32c.h"
 #include "core/core.h"
 #include "fs/fs.h"
+#include "wire/wire_msg.h"
 #include <jansson.h>
 
 /* ---- tunables: LOOM_FEED_* in src/core/tun.h, read with loom__tun() ---- */
 
-/* ---- wire messages (types in WIRE_FEED_FIRST..WIRE_FEED_LAST) ---------- *
- * Each is a request {id, ...} answered by a WIRE_REPLY {id, rc, ...}. */
-enum {
-  FEED_MSG_OPEN = 40,   /* {} -> {format, epochs, splits, output, lease_ms} */
-  FEED_MSG_LEASE = 41,  /* {max, wait_ms} -> {end} or {splits: [{split, epoch,
-                        * lease, path, off, len, rec, rseed, tmp?}]};
-                        * rc LOOM_ETIMEDOUT: nothing free yet, ask again */
-  FEED_MSG_DONE = 42,   /* {lease, records, wrote} -> rc 0 committed,
-                        * LOOM_ESTATE: the lease was taken back (msg) */
-  FEED_MSG_RENEW = 43,  /* {leases: [..]} -> {stale: [..]} */
-  FEED_MSG_RELEASE = 44 /* {leases: [..]}: give back unfinished splits */
-};
-#define FEED_MAX_BATCH_LEASES 16 /* splits in one LEASE reply */
-#define FEED_MAX_LIST 256        /* lease ids in one RENEW / RELEASE */
-#define FEED_MAX_WAIT_MS 60000   /* longest a LEASE request is held */
+/* ---- wire messages: WIRE_FEED_OPEN .. WIRE_FEED_RELEASE, typed in
+ * wire/wire_msg.h (wire_feed_*), with FEED_MAX_BATCH_LEASES, FEED_MAX_LIST
+ * and FEED_MAX_WAIT_MS ---------------------------------------------------- */
 
 /* CRC32C (Castagnoli), as TFRecord uses it: core/crc32c.h */
 

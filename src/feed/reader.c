@@ -34,8 +34,9 @@ static void maybe_renew(loom_feed_t *f) {
   pthread_mutex_unlock(&f->mu);
   if (!ids) return;
   json_t *rep = NULL;
-  int rc = loom__call(f->l, FEED_MSG_RENEW, json_pack("{s:o}", "leases", ids), NULL, 0,
-                      (int)(f->lease_ms / 3 + CALL_MARGIN_MS), &rep, NULL, NULL);
+  wire_msg req = {.type = WIRE_FEED_RENEW, .u.feed_renew.leases = ids};
+  int rc = loom__call(f->l, &req, (int)(f->lease_ms / 3 + CALL_MARGIN_MS), &rep, NULL, NULL);
+  json_decref(ids);
   json_t *stale = rc == 0 ? json_object_get(rep, "stale") : NULL;
   if (json_array_size(stale)) {
     pthread_mutex_lock(&f->mu);
@@ -113,8 +114,9 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
   if (max < 1) max = 1;
   int wait = (int)(f->lease_ms / 3 < LEASE_WAIT_MS ? f->lease_ms / 3 : LEASE_WAIT_MS);
   json_t *rep = NULL;
-  int rc = loom__call(f->l, FEED_MSG_LEASE, json_pack("{s:I, s:i}", "max", max, "wait_ms", wait),
-                      NULL, 0, wait + CALL_MARGIN_MS, &rep, NULL, NULL);
+  wire_msg req = {.type = WIRE_FEED_LEASE,
+                  .u.feed_lease = {.has_max = true, .max = (int64_t)max, .wait_ms = wait}};
+  int rc = loom__call(f->l, &req, wait + CALL_MARGIN_MS, &rep, NULL, NULL);
   if (rc == LOOM_ETIMEDOUT) {
     /* other tasks' leases are alive (renewed): they are making progress */
     if (json_integer_value(json_object_get(rep, "leased")) > 0) *idle_since = loom__now_ms();

@@ -4,6 +4,7 @@
 #define LOOM_LIB_H
 
 #include "loom.h"
+#include "wire/wire_msg.h"
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -24,14 +25,15 @@ int loom__aborted(const loom_t *l);
  * used to decide which peers share memory with us. */
 const char *loom__host(const loom_t *l);
 
-/* Sends one request of the given type to the coordinator and waits up to
- * wait_ms (-1: forever) for its WIRE_REPLY. Takes ownership of req (a JSON
- * object; "id" is added). On success returns the reply's rc and, when not
- * NULL, *reply_json (a reference the caller decrefs) and *reply_blob (a
- * malloc'ed copy, NUL-terminated past *reply_len, that the caller frees).
+/* Sends the request m (a message whose first field is its int64_t id, which
+ * this sets: the feed's wire_feed_*) to the coordinator and waits up to
+ * wait_ms (-1: forever) for its WIRE_REPLY; m stays the caller's. On
+ * success returns the reply's rc and, when not NULL, *reply_json (a
+ * reference the caller decrefs) and *reply_blob (a malloc'ed copy,
+ * NUL-terminated past *reply_len, that the caller frees).
  * Returns LOOM_EABORTED / LOOM_ECONN when the attempt ends while waiting. */
-int loom__call(loom_t *l, uint16_t type, json_t *req, const void *blob, size_t len, int wait_ms,
-               json_t **reply_json, void **reply_blob, size_t *reply_len);
+int loom__call(loom_t *l, wire_msg *m, int wait_ms, json_t **reply_json, void **reply_blob,
+               size_t *reply_len);
 
 /* Elastic membership: the newest generation the coordinator announced
  * (read atomically by collectives while they wait), and the switch to a

@@ -356,17 +356,14 @@ static int lib_call(loom_t *l, wire_msg *m, uint16_t type, json_t *req, const vo
   return 0;
 }
 
-int loom__call(loom_t *l, uint16_t type, json_t *req, const void *blob, size_t len, int wait_ms,
-               json_t **reply_json, void **reply_blob, size_t *reply_len) {
+int loom__call(loom_t *l, wire_msg *m, int wait_ms, json_t **reply_json, void **reply_blob,
+               size_t *reply_len) {
   if (reply_json) *reply_json = NULL;
   if (reply_blob) *reply_blob = NULL;
   if (reply_len) *reply_len = 0;
-  if (!l) {
-    json_decref(req);
-    return LOOM_EINVAL;
-  }
+  if (!l || !m) return LOOM_EINVAL;
   struct pending *p;
-  int rc = lib_call(l, NULL, type, req, blob, len, wait_ms, &p);
+  int rc = lib_call(l, m, 0, NULL, NULL, 0, wait_ms, &p);
   if (rc < 0) return rc;
   rc = p->rc;
   if (reply_json) *reply_json = json_incref(p->json);

@@ -21,6 +21,7 @@ enum {
   F_FILES,   /* json_t *: an object of paths, {"tar"|"archive"|"cwd": string} */
   F_ARR_STR, /* json_t *: an array of min..max strings */
   F_ARR_INT, /* json_t *: an array of min..max integers 0..INT32_MAX */
+  F_ARR_ID,  /* json_t *: an array of min..max integers 1..LLONG_MAX (lease ids) */
 };
 
 typedef struct {
@@ -157,6 +158,23 @@ static const fld F_MEMBERSHIP[] = {
     REQ("generation", F_INT, wire_membership, generation, NAT64),
 };
 
+static const fld F_FEED_OPEN[] = {REQ("id", F_INT, wire_feed_open, id, NAT64)};
+static const fld F_FEED_LEASE[] = {
+    REQ("id", F_INT, wire_feed_lease, id, NAT64),
+    HAS("max", F_INT, wire_feed_lease, max, 1, FEED_MAX_BATCH_LEASES),
+    OPT("wait_ms", F_INT, wire_feed_lease, wait_ms, 0, FEED_MAX_WAIT_MS),
+};
+static const fld F_FEED_DONE[] = {
+    REQ("id", F_INT, wire_feed_done, id, NAT64),
+    REQ("lease", F_INT, wire_feed_done, lease, 1, LLONG_MAX),
+    OPT("records", F_INT, wire_feed_done, records, NAT64),
+    OPT("wrote", F_BOOL, wire_feed_done, wrote, 0, 0),
+};
+static const fld F_FEED_LEASES[] = {
+    REQ("id", F_INT, wire_feed_leases, id, NAT64),
+    REQ("leases", F_ARR_ID, wire_feed_leases, leases, 0, FEED_MAX_LIST),
+};
+
 static const msgdef MSGS[] = {
     {WIRE_REGISTER, "REGISTER", N(F_REGISTER), B_NONE, 0},
     {WIRE_ASSIGN, "ASSIGN", N(F_ASSIGN), B_NONE, 0},
@@ -177,6 +195,11 @@ static const msgdef MSGS[] = {
     {WIRE_ABORT, "ABORT", N(F_ABORT), B_NONE, 0},
     {WIRE_METRIC, "METRIC", N(F_METRIC), B_NONE, 0},
     {WIRE_MEMBERSHIP, "MEMBERSHIP", N(F_MEMBERSHIP), B_NONE, 0},
+    {WIRE_FEED_OPEN, "FEED_OPEN", N(F_FEED_OPEN), B_NONE, 0},
+    {WIRE_FEED_LEASE, "FEED_LEASE", N(F_FEED_LEASE), B_NONE, 0},
+    {WIRE_FEED_DONE, "FEED_DONE", N(F_FEED_DONE), B_NONE, 0},
+    {WIRE_FEED_RENEW, "FEED_RENEW", N(F_FEED_LEASES), B_NONE, 0},
+    {WIRE_FEED_RELEASE, "FEED_RELEASE", N(F_FEED_LEASES), B_NONE, 0},
 };
 
 static const msgdef *msgdef_of(uint16_t type) {
@@ -216,6 +239,9 @@ static void describe(const fld *f, char *out, size_t len) {
     break;
   case F_ARR_STR:
     snprintf(out, len, "an array of %lld..%lld strings", f->min, f->max);
+    break;
+  case F_ARR_ID:
+    snprintf(out, len, "an array of %lld..%lld lease ids (integers from 1)", f->min, f->max);
     break;
   default:
     snprintf(out, len, "an array of %lld..%lld process ids", f->min, f->max);
@@ -285,10 +311,12 @@ static bool field_get(const fld *f, json_t *v, unsigned char *p) {
     json_t *e;
     if ((long long)n < f->min || (long long)n > f->max) return false;
     json_array_foreach(v, i, e) {
-      if (f->kind == F_ARR_STR ? !json_is_string(e)
-                               : !json_is_integer(e) || json_integer_value(e) < 0 ||
-                                     json_integer_value(e) > INT32_MAX)
+      if (f->kind == F_ARR_STR) {
+        if (!json_is_string(e)) return false;
+      } else if (!json_is_integer(e) || json_integer_value(e) < (f->kind == F_ARR_ID ? 1 : 0) ||
+                 (f->kind == F_ARR_INT && json_integer_value(e) > INT32_MAX)) {
         return false;
+      }
     }
     memcpy(p, &v, sizeof v);
     return true;

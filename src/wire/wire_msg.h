@@ -129,6 +129,45 @@ typedef struct {
   int64_t generation;
 } wire_membership;
 
+/* ---- libloom <-> coordinator: the data feed (src/feed/client.c, reader.c
+ * and src/coord/feed_dispatch.c) ---------------------------------------- *
+ * Each is a request answered by a WIRE_REPLY whose further fields (in
+ * wire_reply.json) are the answer: see each type. */
+enum {
+  WIRE_FEED_OPEN = WIRE_FEED_FIRST, /* -> {format, epochs, epoch, splits, output,
+                                     * lease_ms, shuffle, growing} */
+  WIRE_FEED_LEASE,                  /* -> {end} or {splits: [{split, epoch, lease, path, off, len,
+                    * rec, rseed?, tmp?}]}; rc LOOM_ETIMEDOUT: nothing free yet
+                    * ({msg, leased}), ask again */
+  WIRE_FEED_DONE,                   /* -> rc 0 committed, LOOM_ESTATE: the lease was taken back
+                    * (msg), LOOM_EIO: the output could not be committed (msg) */
+  WIRE_FEED_RENEW,                  /* -> {stale: [lease ids no longer this task's]} */
+  WIRE_FEED_RELEASE                 /* give back unfinished splits -> {} */
+};
+#define FEED_MAX_BATCH_LEASES 16 /* splits in one LEASE reply */
+#define FEED_MAX_LIST 256        /* lease ids in one RENEW / RELEASE */
+#define FEED_MAX_WAIT_MS 60000   /* longest a LEASE request is held */
+
+typedef struct {
+  int64_t id;
+} wire_feed_open;
+typedef struct {
+  int64_t id;
+  bool has_max; /* splits wanted, 1..FEED_MAX_BATCH_LEASES; absent: 1 */
+  int64_t max;
+  int64_t wait_ms; /* 0..FEED_MAX_WAIT_MS to hold the request; absent: 0 */
+} wire_feed_lease;
+typedef struct {
+  int64_t id;
+  int64_t lease;   /* the lease id, from 1 */
+  int64_t records; /* read from the split; absent: 0 */
+  bool wrote;      /* the split's output was written (to its lease's tmp) */
+} wire_feed_done;
+typedef struct { /* RENEW (keep these leases) and RELEASE (give them back) */
+  int64_t id;
+  json_t *leases; /* an array of 0..FEED_MAX_LIST lease ids, each from 1 */
+} wire_feed_leases;
+
 typedef struct {
   uint16_t type; /* a wire_type */
   union {
@@ -149,6 +188,10 @@ typedef struct {
     wire_abort abort;
     wire_metric metric;
     wire_membership membership;
+    wire_feed_open feed_open;
+    wire_feed_lease feed_lease;
+    wire_feed_done feed_done;
+    wire_feed_leases feed_renew, feed_release;
   } u;                       /* READY, HEARTBEAT: no fields */
   const unsigned char *blob; /* LOG, KV_SET, REPLY; borrowed */
   size_t blob_len;

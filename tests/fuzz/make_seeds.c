@@ -1,10 +1,11 @@
 /* make_seeds.c: writes the seed corpora of the spec_parse, feed_format,
- * ps_proto, ckpt and wire_auth harnesses, each input made by loom's own
- * encoders (spec_to_json, the summary writer's TFRecord framing,
- * ps_hdr_put and ps_decl_put, ps_ckpt_write and ps_ckpt_commit,
- * loom_ckpt_save, wire_auth_server_start and, in the harness,
- * wire_auth_client_answer), so that the fuzzers start from what loom
- * really reads:
+ * ps_proto, ckpt and wire_auth harnesses, and the wire_msg harness's seeds
+ * of the data feed's messages (feed_*; its other seeds are written by
+ * hand), each input made by loom's own encoders (spec_to_json, the summary
+ * writer's TFRecord framing, ps_hdr_put and ps_decl_put, ps_ckpt_write and
+ * ps_ckpt_commit, loom_ckpt_save, wire_auth_server_start and, in the
+ * harness, wire_auth_client_answer, wire_msg_encode), so that the fuzzers
+ * start from what loom really reads:
  *   build/tests/fuzz/fuzz_make_seeds tests/fuzz/corpus
  * (then commit what changed). Each harness's comment says how it reads
  * its input; the first byte or bytes select what the rest is. */
@@ -14,6 +15,7 @@
 #include "ps/ps.h"
 #include "spec/spec.h"
 #include "wire/wire_auth.h"
+#include "wire/wire_msg.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -294,6 +296,43 @@ static void auth_seeds(void) {
   put("wire_auth", "http_instead", junk, sizeof junk - 1, NULL, 0);
 }
 
+/* ---- wire_msg: the index of the type in the harness's TYPES[], then the
+ * frame's JSON (and, for a message with one, a NUL and the blob) -------- */
+enum { MSG_SEL_FEED = 20 }; /* TYPES[20..24]: WIRE_FEED_OPEN..WIRE_FEED_RELEASE */
+
+static void msg_seed(const char *name, const wire_msg *m) {
+  unsigned char *frame, sel = (unsigned char)(MSG_SEL_FEED + m->type - WIRE_FEED_OPEN);
+  size_t len;
+  if (wire_msg_encode(m, &frame, &len) < 0) fail("cannot encode a feed message");
+  put("wire_msg", name, &sel, 1, frame + WIRE_HDR, len - WIRE_HDR);
+  free(frame);
+}
+
+static void msg_seeds(void) {
+  msg_seed("feed_open", &(wire_msg){.type = WIRE_FEED_OPEN, .u.feed_open.id = 1});
+  msg_seed("feed_lease",
+           &(wire_msg){.type = WIRE_FEED_LEASE,
+                       .u.feed_lease = {.id = 2, .has_max = true, .max = 4, .wait_ms = 2000}});
+  msg_seed("feed_lease_bare", &(wire_msg){.type = WIRE_FEED_LEASE, .u.feed_lease.id = 3});
+  msg_seed("feed_done",
+           &(wire_msg){.type = WIRE_FEED_DONE,
+                       .u.feed_done = {.id = 4, .lease = 7, .records = 1000, .wrote = true}});
+  json_t *ids = json_pack("[i, i, I]", 1, 2, (json_int_t)1 << 40);
+  wire_msg m = {.type = WIRE_FEED_RENEW, .u.feed_renew = {.id = 5, .leases = ids}};
+  msg_seed("feed_renew", &m);
+  m.type = WIRE_FEED_RELEASE;
+  msg_seed("feed_release", &m);
+  json_decref(ids);
+  /* what the dispatcher refuses: each one field out of its bounds */
+  static const char *const BAD[][2] = {
+      {"feed_lease_bad_max", "\x15{\"id\": 1, \"max\": 17, \"wait_ms\": 0}"},
+      {"feed_done_no_lease", "\x16{\"id\": 1, \"records\": 3, \"wrote\": true}"},
+      {"feed_renew_bad_id", "\x17{\"id\": 1, \"leases\": [2, 0]}"},
+  };
+  for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++)
+    put("wire_msg", BAD[i][0], BAD[i][1], strlen(BAD[i][1]), NULL, 0);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: fuzz_make_seeds CORPUS_DIR (tests/fuzz/corpus)\n");
@@ -308,6 +347,7 @@ int main(int argc, char **argv) {
   ps_seeds();
   ckpt_seeds(tmp);
   auth_seeds();
+  msg_seeds();
   char cmd[256];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
   return system(cmd) == 0 ? 0 : 1;

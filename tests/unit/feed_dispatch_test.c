@@ -115,9 +115,9 @@ static reply_t *reply_to_last(void) {
 }
 
 static reply_t *lease_req(feed_dispatch *d, void *conn, const char *task, int max, int wait) {
-  assert_int_equal(
-      send_req(d, conn, task, FEED_MSG_LEASE, json_pack("{s:i, s:i}", "max", max, "wait_ms", wait)),
-      0);
+  assert_int_equal(send_req(d, conn, task, WIRE_FEED_LEASE,
+                            json_pack("{s:i, s:i}", "max", max, "wait_ms", wait)),
+                   0);
   return reply_to_last();
 }
 
@@ -131,7 +131,7 @@ static json_int_t ival(json_t *j, const char *k) {
 
 static int done(feed_dispatch *d, void *conn, json_int_t lease_id, bool wrote) {
   assert_int_equal(
-      send_req(d, conn, "worker:0", FEED_MSG_DONE,
+      send_req(d, conn, "worker:0", WIRE_FEED_DONE,
                json_pack("{s:I, s:i, s:b}", "lease", lease_id, "records", 2, "wrote", wrote)),
       0);
   return reply_to_last()->rc;
@@ -206,7 +206,7 @@ static void test_expired_lease_is_refused(void **state) {
   const char *tmp_a = json_string_value(json_object_get(s, "tmp"));
   put_file(tmp_a, "from A\n");
   /* A renews once: still current */
-  assert_int_equal(send_req(d, &A, "worker:0", FEED_MSG_RENEW, json_pack("{s:[I]}", "leases", la)),
+  assert_int_equal(send_req(d, &A, "worker:0", WIRE_FEED_RENEW, json_pack("{s:[I]}", "leases", la)),
                    0);
   assert_int_equal(json_array_size(json_object_get(reply_to_last()->extra, "stale")), 0);
   feed_dispatch_tick(d, loom__now_ms() + 500);
@@ -221,7 +221,7 @@ static void test_expired_lease_is_refused(void **state) {
   assert_true(ival(sb, "lease") != la);
   put_file(json_string_value(json_object_get(sb, "tmp")), "from B\n");
   /* A wakes up: its renewal says stale, its DONE is refused */
-  assert_int_equal(send_req(d, &A, "worker:0", FEED_MSG_RENEW, json_pack("{s:[I]}", "leases", la)),
+  assert_int_equal(send_req(d, &A, "worker:0", WIRE_FEED_RENEW, json_pack("{s:[I]}", "leases", la)),
                    0);
   assert_int_equal(json_array_size(json_object_get(reply_to_last()->extra, "stale")), 1);
   put_file(tmp_a, "from A, late\n");
@@ -387,7 +387,7 @@ static void test_release_gives_back(void **state) {
   reply_t *r = lease_req(d, &A, "worker:0", 2, 0);
   json_int_t l0 = ival(split_of(r, 0), "lease"), l1 = ival(split_of(r, 1), "lease");
   assert_int_equal(
-      send_req(d, &A, "worker:0", FEED_MSG_RELEASE, json_pack("{s:[I, I]}", "leases", l0, l1)), 0);
+      send_req(d, &A, "worker:0", WIRE_FEED_RELEASE, json_pack("{s:[I, I]}", "leases", l0, l1)), 0);
   assert_int_equal(reply_to_last()->rc, 0);
   assert_int_equal(status_int(d, "leased"), 0);
   r = lease_req(d, &B, "worker:1", 1, 0);
@@ -395,7 +395,7 @@ static void test_release_gives_back(void **state) {
   /* someone else's lease cannot be released or finished */
   json_int_t lb = ival(split_of(r, 0), "lease");
   assert_int_equal(
-      send_req(d, &A, "worker:0", FEED_MSG_RELEASE, json_pack("{s:[I]}", "leases", lb)), 0);
+      send_req(d, &A, "worker:0", WIRE_FEED_RELEASE, json_pack("{s:[I]}", "leases", lb)), 0);
   assert_int_equal(status_int(d, "leased"), 1);
   assert_int_equal(done(d, &A, lb, false), LOOM_ESTATE);
   feed_dispatch_destroy(d);
@@ -409,19 +409,19 @@ static void test_malformed_requests(void **state) {
     int type;
     const char *json;
   } bad[] = {
-      {FEED_MSG_LEASE, "{}"}, /* no id */
-      {FEED_MSG_LEASE, "{\"id\": \"x\"}"},
-      {FEED_MSG_LEASE, "{\"id\": 1, \"max\": 0}"},
-      {FEED_MSG_LEASE, "{\"id\": 1, \"max\": 17}"},
-      {FEED_MSG_LEASE, "{\"id\": 1, \"wait_ms\": -1}"},
-      {FEED_MSG_LEASE, "{\"id\": 1, \"wait_ms\": 600001}"},
-      {FEED_MSG_DONE, "{\"id\": 1}"},
-      {FEED_MSG_DONE, "{\"id\": 1, \"lease\": 0}"},
-      {FEED_MSG_DONE, "{\"id\": 1, \"lease\": 5, \"wrote\": 1}"},
-      {FEED_MSG_DONE, "{\"id\": 1, \"lease\": 5, \"records\": -4}"},
-      {FEED_MSG_RENEW, "{\"id\": 1, \"leases\": 3}"},
-      {FEED_MSG_RENEW, "{\"id\": 1, \"leases\": [\"a\"]}"},
-      {FEED_MSG_RELEASE, "{\"id\": 1, \"leases\": [0]}"},
+      {WIRE_FEED_LEASE, "{}"}, /* no id */
+      {WIRE_FEED_LEASE, "{\"id\": \"x\"}"},
+      {WIRE_FEED_LEASE, "{\"id\": 1, \"max\": 0}"},
+      {WIRE_FEED_LEASE, "{\"id\": 1, \"max\": 17}"},
+      {WIRE_FEED_LEASE, "{\"id\": 1, \"wait_ms\": -1}"},
+      {WIRE_FEED_LEASE, "{\"id\": 1, \"wait_ms\": 600001}"},
+      {WIRE_FEED_DONE, "{\"id\": 1}"},
+      {WIRE_FEED_DONE, "{\"id\": 1, \"lease\": 0}"},
+      {WIRE_FEED_DONE, "{\"id\": 1, \"lease\": 5, \"wrote\": 1}"},
+      {WIRE_FEED_DONE, "{\"id\": 1, \"lease\": 5, \"records\": -4}"},
+      {WIRE_FEED_RENEW, "{\"id\": 1, \"leases\": 3}"},
+      {WIRE_FEED_RENEW, "{\"id\": 1, \"leases\": [\"a\"]}"},
+      {WIRE_FEED_RELEASE, "{\"id\": 1, \"leases\": [0]}"},
       {45, "{\"id\": 1}"},
       {49, "{\"id\": 1}"},
   };
@@ -437,12 +437,12 @@ static void test_malformed_requests(void **state) {
   }
   json_t *big = json_array();
   for (int i = 0; i < FEED_MAX_LIST + 1; i++) json_array_append_new(big, json_integer(i + 1));
-  assert_int_equal(send_req(d, &A, "worker:0", FEED_MSG_RENEW, json_pack("{s:o}", "leases", big)),
+  assert_int_equal(send_req(d, &A, "worker:0", WIRE_FEED_RENEW, json_pack("{s:o}", "leases", big)),
                    LOOM_EPROTO);
   assert_int_equal(nreps, 0);
   /* well-formed but unknown: answered, not fatal */
   assert_int_equal(done(d, &A, 12345, false), LOOM_ESTATE);
-  assert_int_equal(send_req(d, &A, "worker:0", FEED_MSG_OPEN, json_object()), 0);
+  assert_int_equal(send_req(d, &A, "worker:0", WIRE_FEED_OPEN, json_object()), 0);
   reply_t *r = reply_to_last();
   assert_string_equal(json_string_value(json_object_get(r->extra, "format")), "lines");
   assert_int_equal(ival(r->extra, "splits"), 6);
@@ -494,7 +494,7 @@ static void test_growing_input(void **state) {
   (void)state;
   feed_dispatch *d = make_growing("grow", "lines", "{\"epochs\": 2}");
   /* nothing yet: open says so, a lease finds nothing */
-  assert_int_equal(send_req(d, &A, "worker:0", FEED_MSG_OPEN, json_object()), 0);
+  assert_int_equal(send_req(d, &A, "worker:0", WIRE_FEED_OPEN, json_object()), 0);
   reply_t *o = reply_to_last();
   assert_int_equal(ival(o->extra, "splits"), 0);
   assert_true(json_is_true(json_object_get(o->extra, "growing")));
@@ -617,7 +617,7 @@ static void test_growing_queue_wraps_with_locality(void **state) {
   feed_dispatch_tick(d, loom__now_ms());
   assert_true(d->qcap > 70); /* the ring grew past the splits */
   assert_int_equal(
-      send_req(d, &A, "worker:0", FEED_MSG_RELEASE, json_pack("{s:[I]}", "leases", first)), 0);
+      send_req(d, &A, "worker:0", WIRE_FEED_RELEASE, json_pack("{s:[I]}", "leases", first)), 0);
   /* locality on: one host known, no split on it */
   char **hosts = malloc(sizeof *hosts);
   hosts[0] = strdup("h");

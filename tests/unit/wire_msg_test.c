@@ -275,6 +275,78 @@ static void test_lib_messages_roundtrip(void **state) {
   wire_frame_free(&f);
 }
 
+/* The data feed's requests (libloom's reader to the coordinator's
+ * dispatcher); their answers are WIRE_REPLY's further fields. */
+static void test_feed_messages_roundtrip(void **state) {
+  wire_frame f;
+  wire_msg d;
+  roundtrip(&(wire_msg){.type = WIRE_FEED_OPEN, .u.feed_open.id = 7}, &f, &d);
+  assert_int_equal(d.u.feed_open.id, 7);
+  assert_string_equal(wire_msg_name(WIRE_FEED_OPEN), "FEED_OPEN");
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(&(wire_msg){.type = WIRE_FEED_LEASE,
+                        .u.feed_lease = {.id = 8,
+                                         .has_max = true,
+                                         .max = FEED_MAX_BATCH_LEASES,
+                                         .wait_ms = FEED_MAX_WAIT_MS}},
+            &f, &d);
+  assert_int_equal(d.u.feed_lease.id, 8);
+  assert_true(d.u.feed_lease.has_max);
+  assert_int_equal(d.u.feed_lease.max, FEED_MAX_BATCH_LEASES);
+  assert_int_equal(d.u.feed_lease.wait_ms, FEED_MAX_WAIT_MS);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+  /* max and wait_ms may be left out: one split, no waiting */
+  roundtrip(&(wire_msg){.type = WIRE_FEED_LEASE, .u.feed_lease.id = 9}, &f, &d);
+  assert_false(d.u.feed_lease.has_max);
+  assert_int_equal(d.u.feed_lease.wait_ms, 0);
+  assert_null(json_object_get(f.json, "max"));
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  roundtrip(&(wire_msg){.type = WIRE_FEED_DONE,
+                        .u.feed_done = {.id = 10,
+                                        .lease = (int64_t)1 << 40,
+                                        .records = 123456789012,
+                                        .wrote = true}},
+            &f, &d);
+  assert_int_equal(d.u.feed_done.id, 10);
+  assert_int_equal(d.u.feed_done.lease, (int64_t)1 << 40);
+  assert_int_equal(d.u.feed_done.records, 123456789012);
+  assert_true(d.u.feed_done.wrote);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+  roundtrip(&(wire_msg){.type = WIRE_FEED_DONE, .u.feed_done = {.id = 11, .lease = 1}}, &f, &d);
+  assert_int_equal(d.u.feed_done.records, 0);
+  assert_false(d.u.feed_done.wrote);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  /* RENEW and RELEASE: lease ids past 32 bits, and an empty list */
+  json_t *ids = json_pack("[I, I, I]", (json_int_t)1, (json_int_t)3, (json_int_t)1 << 40);
+  json_t *none = json_array();
+  const uint16_t lists[] = {WIRE_FEED_RENEW, WIRE_FEED_RELEASE};
+  for (size_t i = 0; i < 2; i++) {
+    wire_msg m = {.type = lists[i]};
+    m.u.feed_renew = (wire_feed_leases){.id = 12, .leases = ids};
+    roundtrip(&m, &f, &d);
+    const wire_feed_leases *got = lists[i] == WIRE_FEED_RENEW ? &d.u.feed_renew : &d.u.feed_release;
+    assert_int_equal(got->id, 12);
+    assert_true(json_equal(got->leases, ids));
+    wire_msg_free(&d);
+    wire_frame_free(&f);
+    m.u.feed_renew.leases = none;
+    roundtrip(&m, &f, &d);
+    assert_int_equal(json_array_size(d.u.feed_release.leases), 0);
+    wire_msg_free(&d);
+    wire_frame_free(&f);
+  }
+  json_decref(ids);
+  json_decref(none);
+}
+
 /* Encoding refuses what it cannot represent. */
 static void test_encode_refuses(void **state) {
   unsigned char *buf;
@@ -286,6 +358,10 @@ static void test_encode_refuses(void **state) {
                    LOOM_EINVAL);
   assert_int_equal(wire_msg_encode(&(wire_msg){.type = WIRE_CLUSTER}, &buf, &len), LOOM_EINVAL);
   assert_int_equal(wire_msg_encode(&(wire_msg){.type = WIRE_CTL_KILL}, &buf, &len), LOOM_EINVAL);
+  /* a RENEW / RELEASE without its list of leases */
+  assert_int_equal(wire_msg_encode(&(wire_msg){.type = WIRE_FEED_RENEW}, &buf, &len), LOOM_EINVAL);
+  assert_int_equal(wire_msg_encode(&(wire_msg){.type = WIRE_FEED_RELEASE}, &buf, &len),
+                   LOOM_EINVAL);
 }
 
 #define GOOD_ASSIGN_BUT(field, value)                                                              \
@@ -373,6 +449,37 @@ static const struct {
      "METRIC: field 'tag' must be a string of 1..128 bytes"},
     {WIRE_MEMBERSHIP, "{\"generation\":null}", NULL,
      "MEMBERSHIP: field 'generation' must be an integer"},
+    {WIRE_FEED_OPEN, "{}", NULL,
+     "FEED_OPEN: field 'id' is missing (it must be an integer 0..9223372036854775807)"},
+    {WIRE_FEED_OPEN, "{\"id\":\"x\"}", NULL, "FEED_OPEN: field 'id' must be an integer"},
+    {WIRE_FEED_LEASE, "{\"id\":1,\"max\":0}", NULL,
+     "FEED_LEASE: field 'max' must be an integer 1..16"},
+    {WIRE_FEED_LEASE, "{\"id\":1,\"max\":17}", NULL,
+     "FEED_LEASE: field 'max' must be an integer 1..16"},
+    {WIRE_FEED_LEASE, "{\"id\":1,\"wait_ms\":-1}", NULL,
+     "FEED_LEASE: field 'wait_ms' must be an integer 0..60000"},
+    {WIRE_FEED_LEASE, "{\"id\":1,\"wait_ms\":60001}", NULL,
+     "FEED_LEASE: field 'wait_ms' must be an integer 0..60000"},
+    {WIRE_FEED_LEASE, "{\"id\":1}", "x", "FEED_LEASE: carries 1 bytes it should not"},
+    {WIRE_FEED_DONE, "{\"id\":1}", NULL,
+     "FEED_DONE: field 'lease' is missing (it must be an integer 1..9223372036854775807)"},
+    {WIRE_FEED_DONE, "{\"id\":1,\"lease\":0}", NULL,
+     "FEED_DONE: field 'lease' must be an integer 1..9223372036854775807"},
+    {WIRE_FEED_DONE, "{\"id\":1,\"lease\":5,\"wrote\":1}", NULL,
+     "FEED_DONE: field 'wrote' must be true or false"},
+    {WIRE_FEED_DONE, "{\"id\":1,\"lease\":5,\"records\":-4}", NULL,
+     "FEED_DONE: field 'records' must be an integer 0..9223372036854775807"},
+    {WIRE_FEED_RENEW, "{\"id\":1}", NULL,
+     "FEED_RENEW: field 'leases' is missing (it must be an array of 0..256 lease ids"},
+    {WIRE_FEED_RENEW, "{\"id\":1,\"leases\":3}", NULL,
+     "FEED_RENEW: field 'leases' must be an array of 0..256 lease ids (integers from 1)"},
+    {WIRE_FEED_RENEW, "{\"id\":1,\"leases\":[\"a\"]}", NULL,
+     "FEED_RENEW: field 'leases' must be an array of 0..256 lease ids"},
+    {WIRE_FEED_RELEASE, "{\"id\":1,\"leases\":[0]}", NULL,
+     "FEED_RELEASE: field 'leases' must be an array of 0..256 lease ids"},
+    {WIRE_FEED_RELEASE, "{\"id\":1,\"leases\":[1.0]}", NULL,
+     "FEED_RELEASE: field 'leases' must be an array of 0..256 lease ids"},
+    {WIRE_FEED_FIRST + 5, "{\"id\":1}", NULL, "message type 45 is not one this peer decodes"},
     {WIRE_CTL_KILL, "{}", NULL, "message type 50 is not one this peer decodes"},
 };
 
@@ -406,6 +513,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_agent_messages_roundtrip),
       cmocka_unit_test(test_lib_messages_roundtrip),
+      cmocka_unit_test(test_feed_messages_roundtrip),
       cmocka_unit_test(test_encode_refuses),
       cmocka_unit_test(test_bad_fields),
   };
