@@ -20,6 +20,7 @@
 #include "loom/ckpt.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_int.h"
+#include "ckpt/dir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -44,53 +45,35 @@ int ckpt_fail(loom_ckpt_t *c, int code, const char *fmt, ...) {
 
 /* ---- the directory ---------------------------------------------------- */
 
-static int cmp_i64(const void *a, const void *b);
-static int64_t step_of_name(const char *name);
+/* The directory as ckpt_dir sees it: the remote one when there is one
+ * (the local one then only stages saves), else the local one. */
+static ckpt_dir ckpt_dir_of(const loom_ckpt_t *c, bool remote) {
+  return (ckpt_dir){.dir = remote ? c->remote : c->dir,
+                    .prefix = "ckpt-",
+                    .suffix = ".ckpt",
+                    .drop_later = true,
+                    .tag = "ckpt"};
+}
 
 static int ckpt_path(const loom_ckpt_t *c, int64_t step, char *out, size_t len) {
-  size_t n = (size_t)snprintf(out, len, "%s/ckpt-%012lld.ckpt", c->dir, (long long)step);
-  return n < len ? 0 : LOOM_ERANGE;
+  ckpt_dir d = ckpt_dir_of(c, false);
+  return ckpt_dir_path(&d, step, out, len);
 }
 
 /* The name of step's checkpoint in the remote directory. */
 static int ckpt_remote_path(const loom_ckpt_t *c, int64_t step, char *out, size_t len) {
-  size_t n = (size_t)snprintf(out, len, "%s/ckpt-%012lld.ckpt", c->remote, (long long)step);
-  return n < len ? 0 : LOOM_ERANGE;
+  ckpt_dir d = ckpt_dir_of(c, true);
+  return ckpt_dir_path(&d, step, out, len);
 }
 
 /* ckpt_scan of a remote directory: the names its listing holds. */
 static int ckpt_scan_remote(loom_ckpt_t *c, int64_t **steps, size_t *n) {
-  char pat[PATH_MAX + 32], why[1024];
-  snprintf(pat, sizeof pat, "%s/ckpt-*.ckpt", c->remote);
-  char **names = NULL;
-  size_t k = 0;
-  int rc = loom__fs_glob(pat, &names, &k, why, sizeof why);
+  char why[1024];
+  ckpt_dir d = ckpt_dir_of(c, true);
+  int rc = ckpt_dir_steps(&d, steps, n, why, sizeof why);
+  if (rc == LOOM_ENOMEM) return ckpt_fail(c, LOOM_ENOMEM, "out of memory");
   if (rc < 0) return ckpt_fail(c, rc, "cannot read checkpoint directory %s: %s", c->remote, why);
-  int64_t *v = malloc((k ? k : 1) * sizeof *v);
-  size_t len = 0;
-  for (size_t i = 0; i < k; i++) {
-    const char *b = strrchr(names[i], '/');
-    int64_t st = step_of_name(b ? b + 1 : names[i]);
-    if (v && st >= 0) v[len++] = st;
-    free(names[i]);
-  }
-  free(names);
-  if (!v) return ckpt_fail(c, LOOM_ENOMEM, "out of memory");
-  if (len > 1) qsort(v, len, sizeof *v, cmp_i64);
-  *steps = v;
-  *n = len;
   return 0;
-}
-
-/* The step in a checkpoint's file name, or -1 for any other name. */
-static int64_t step_of_name(const char *name) {
-  if (strncmp(name, "ckpt-", 5) != 0) return -1;
-  const char *p = name + 5, *q = p;
-  while (*q >= '0' && *q <= '9') q++;
-  if (q == p || q - p > 18 || strcmp(q, ".ckpt") != 0) return -1;
-  int64_t v = 0;
-  for (; p < q; p++) v = v * 10 + (*p - '0');
-  return v;
 }
 
 /* Removes name, a temporary file of a save, when this host wrote it and
@@ -134,6 +117,7 @@ static int ckpt_scan(loom_ckpt_t *c, int64_t **steps, size_t *n) {
   *steps = NULL;
   *n = 0;
   if (c->remote) return ckpt_scan_remote(c, steps, n);
+  ckpt_dir cd = ckpt_dir_of(c, false);
   DIR *d = opendir(c->dir);
   if (!d)
     return ckpt_fail(c, errno == ENOENT ? LOOM_ENOENT : LOOM_EIO,
@@ -148,7 +132,7 @@ static int ckpt_scan(loom_ckpt_t *c, int64_t **steps, size_t *n) {
       ckpt_clean_temp(c, e->d_name);
       continue;
     }
-    int64_t s = step_of_name(e->d_name);
+    int64_t s = ckpt_dir_step_of(&cd, e->d_name);
     if (s < 0) continue;
     if (len == cap) {
       size_t ncap = cap ? cap * 2 : 64;
@@ -361,35 +345,19 @@ static int ckpt_check_tensors(loom_ckpt_t *c, const loom_tensor *t, size_t n) {
 /* After a save of step: removes checkpoints of later steps and the oldest
  * beyond keep. Failing to remove one is worth a warning, not an error: the
  * save itself succeeded. Called with mu held. */
+static void ckpt_forget(void *arg, int64_t step) {
+  loom_ckpt_t *c = arg;
+  if (c->verified.valid && c->verified.step == step) c->verified.valid = false;
+}
+
+/* After a save of step: removes checkpoints of later steps and the oldest
+ * beyond keep (ckpt_dir_prune). Called with mu held. */
 static void ckpt_prune(loom_ckpt_t *c, int64_t step) {
   int64_t *steps;
   size_t n;
   if (ckpt_scan(c, &steps, &n) < 0) return;
-  size_t older = 0; /* steps before `step` still kept, newest first */
-  for (size_t i = n; i-- > 0;) {
-    bool drop;
-    if (steps[i] > step)
-      drop = true;
-    else if (steps[i] == step)
-      drop = false;
-    else
-      drop = c->keep > 0 && ++older >= (size_t)c->keep;
-    if (!drop) continue;
-    char path[PATH_MAX + 32];
-    if (c->remote) {
-      char why[1024];
-      int rc = ckpt_remote_path(c, steps[i], path, sizeof path);
-      if (rc == 0) rc = loom__fs_remove(path, false, why, sizeof why);
-      if (rc < 0 && rc != LOOM_ENOENT)
-        loom__log(LOOM_LOG_WARN, "ckpt", "cannot remove old checkpoint: %s", why);
-    } else {
-      if (ckpt_path(c, steps[i], path, sizeof path) < 0) continue;
-      if (unlink(path) < 0 && errno != ENOENT)
-        loom__log(LOOM_LOG_WARN, "ckpt", "cannot remove old checkpoint %s: %s", path,
-                  strerror(errno));
-    }
-    if (c->verified.valid && c->verified.step == steps[i]) c->verified.valid = false;
-  }
+  ckpt_dir d = ckpt_dir_of(c, c->remote != NULL);
+  ckpt_dir_prune(&d, steps, n, step, c->keep, ckpt_forget, c);
   free(steps);
 }
 

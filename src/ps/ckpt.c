@@ -24,10 +24,10 @@
  * the NameNode: atomic); the manifest and LATEST the same way; reading
  * fetches each file whole to a local temporary file first. */
 #include "ps/ps.h"
+#include "ckpt/dir.h"
 #include "core/bytes.h"
 #include "fs/fs.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -188,72 +188,16 @@ int ps_ckpt_write(const ps_state *st, const char *dir, uint64_t step, char *err,
 }
 
 /* ---- committing --------------------------------------------------------- */
-/* prune of a remote directory: the step-* directories its listing has */
-static int prune_remote(const char *dir, uint64_t keep_step, int keep) {
-  char pat[PS_MAX_PATH + 16], why[1024];
-  snprintf(pat, sizeof pat, "%s/step-*", dir);
-  char **names = NULL;
-  size_t n = 0;
-  if (loom__fs_glob(pat, &names, &n, why, sizeof why) < 0) return LOOM_EIO;
-  uint64_t *steps = calloc(n ? n : 1, sizeof *steps);
-  for (size_t i = 0; steps && i < n; i++) {
-    const char *b = strrchr(names[i], '/');
-    long long s;
-    steps[i] = b && loom__parse_int(b + 6, 0, LLONG_MAX, &s) == 0 ? (uint64_t)s : UINT64_MAX;
-  }
-  for (size_t i = 0; steps && i < n; i++) {
-    if (steps[i] == UINT64_MAX) continue;
-    size_t newer = 0;
-    for (size_t j = 0; j < n; j++) newer += steps[j] != UINT64_MAX && steps[j] > steps[i];
-    if ((int)newer < keep || steps[i] == keep_step) continue;
-    if (loom__fs_remove(names[i], true, why, sizeof why) < 0)
-      loom__log(LOOM_LOG_WARN, "ps", "cannot remove an old checkpoint: %s", why);
-  }
-  for (size_t i = 0; i < n; i++) free(names[i]);
-  free(names);
+/* Keeps the `keep` newest step directories and the one just committed
+ * (ckpt_dir_prune, as libloom's checkpoints). */
+static void prune(const char *dir, uint64_t keep_step, int keep) {
+  ckpt_dir d = {.dir = dir, .prefix = "step-", .suffix = "", .is_dir = true, .tag = "ps"};
+  int64_t *steps;
+  size_t n;
+  char why[1024];
+  if (ckpt_dir_steps(&d, &steps, &n, why, sizeof why) < 0) return;
+  ckpt_dir_prune(&d, steps, n, (int64_t)keep_step, keep, NULL, NULL);
   free(steps);
-  return 0;
-}
-
-static int prune(const char *dir, uint64_t keep_step, int keep) {
-  if (loom__fs_remote(dir)) return prune_remote(dir, keep_step, keep);
-  DIR *d = opendir(dir);
-  if (!d) return LOOM_EIO;
-  uint64_t *steps = NULL;
-  size_t n = 0, cap = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    long long s;
-    if (strncmp(e->d_name, "step-", 5) || loom__parse_int(e->d_name + 5, 0, LLONG_MAX, &s) < 0)
-      continue;
-    if (n == cap) {
-      cap = cap ? cap * 2 : 16;
-      uint64_t *ns = realloc(steps, cap * sizeof *ns);
-      if (!ns) break;
-      steps = ns;
-    }
-    steps[n++] = (uint64_t)s;
-  }
-  closedir(d);
-  for (size_t i = 0; i < n; i++) {
-    /* keep the `keep` newest and the one just committed */
-    size_t newer = 0;
-    for (size_t j = 0; j < n; j++) newer += steps[j] > steps[i];
-    if ((int)newer < keep || steps[i] == keep_step) continue;
-    char sdir[PS_MAX_PATH + 64];
-    if (step_dir(sdir, sizeof sdir, dir, steps[i]) < 0) continue;
-    DIR *sd = opendir(sdir);
-    if (!sd) continue;
-    while ((e = readdir(sd))) {
-      if (e->d_name[0] == '.') continue;
-      char f[PS_MAX_PATH + 384];
-      if ((size_t)snprintf(f, sizeof f, "%s/%s", sdir, e->d_name) < sizeof f) unlink(f);
-    }
-    closedir(sd);
-    rmdir(sdir);
-  }
-  free(steps);
-  return 0;
 }
 
 int ps_ckpt_commit(const char *dir, uint64_t step, int nshards, int keep, char *err,

@@ -48,7 +48,7 @@ ALLOWED = {
     "lib": BASE | {"wire"},
     # libloom's parts
     "comm": BASE | {"lib", "wire"},
-    "ps": BASE | {"lib", "wire", "fs"},
+    "ps": BASE | {"lib", "wire", "fs", "ckpt"},  # ckpt: the checkpoint directory
     "feed": BASE | {"lib", "wire", "fs"},
     "summary": BASE | {"lib", "fs"},
     "ckpt": BASE | {"lib", "fs"},
