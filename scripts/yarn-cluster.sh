@@ -8,6 +8,7 @@
 #   scripts/yarn-cluster.sh status [DIR]
 #   scripts/yarn-cluster.sh stop [DIR]
 #   scripts/yarn-cluster.sh datanode stop|start N [DIR]   # N: 1 or 2
+#   scripts/yarn-cluster.sh nodemanager stop|start N [DIR]  # N: 1 or 2
 #   scripts/yarn-cluster.sh classpath                      # Hadoop's jars, for a Java client
 #
 # DIR defaults to $LOOM_HOME/yarn, or /tmp/loom-yarn-$USER without
@@ -34,6 +35,11 @@
 # starts it again with the same configuration, ports and data directory,
 # and returns when it has registered with the NameNode and the NameNode
 # has 2 live DataNodes again.
+#
+# `nodemanager stop N` stops NodeManager nmN (SIGTERM) and returns when its
+# process is gone; `nodemanager start N` starts it again (same
+# configuration and ports; also after it was SIGKILLed) and returns when
+# the ResourceManager lists both NodeManagers RUNNING again.
 #
 # What is where in DIR:
 #   conf/                 the clients' configuration (core-site.xml: fs.defaultFS)
@@ -90,7 +96,7 @@ die() { say "$*"; exit 1; }
 
 usage() {
   echo "usage: scripts/yarn-cluster.sh start [--hdfs | --hdfs-only] [DIR] | stop [DIR] | status [DIR]" \
-    "| datanode stop|start N [DIR] | classpath" >&2
+    "| datanode stop|start N [DIR] | nodemanager stop|start N [DIR] | classpath" >&2
   exit 2
 }
 
@@ -559,6 +565,34 @@ cmd_datanode() {
   esac
 }
 
+# nodemanager stop|start N
+cmd_nodemanager() {
+  local op=$1 n=$2 pidf="$DIR/pids/nm$2.pid" pid start
+  [ -n "$(port_of "$DIR" rm 2>/dev/null)" ] && [ -d "$DIR/nm$n/conf" ] ||
+    die "no YARN in $DIR (scripts/yarn-cluster.sh start $DIR)"
+  case $op in
+  stop)
+    alive "$pidf" || die "NodeManager nm$n is not running in $DIR"
+    stop_some "$pidf"
+    say "NodeManager nm$n stopped"
+    ;;
+  start)
+    alive "$pidf" && die "NodeManager nm$n already runs (pid $(cat "$pidf"))"
+    alive "$DIR/pids/rm.pid" || die "the ResourceManager does not run in $DIR"
+    CP=$(classpath)
+    # a NodeManager that does not come up is stopped again; the rest stays
+    ON_FAIL="stop_some $pidf"
+    trap 'stop_some "$pidf"; exit 130' INT TERM
+    launch "nm$n" 256m "$DIR/nm$n/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
+    wait_for "2 RUNNING NodeManagers again, one labelled gpu (http://127.0.0.1:$(port_of "$DIR" web)/ws/v1/cluster/nodes)" \
+      nodes_ready "rm nm$n"
+    trap - INT TERM
+    say "NodeManager nm$n running again (pid $(cat "$pidf"); 127.0.0.1:$(port_of "$DIR" "nm$n"))"
+    ;;
+  *) usage ;;
+  esac
+}
+
 cmd_status() {
   [ -f "$DIR/ports" ] || die "no cluster in $DIR"
   local f n=0 name json
@@ -608,7 +642,7 @@ case "$VERB ${1:-}" in
 "start --hdfs") HDFS=1; shift ;;
 "start --hdfs-only") HDFS=1; YARN=0; shift ;;
 "classpath "*) [ $# -eq 0 ] || usage; classpath; exit 0 ;;
-"datanode "*)
+"datanode "* | "nodemanager "*)
   [ $# -ge 2 ] && [ $# -le 3 ] || usage
   DN_OP=$1 DN_N=$2
   [[ "$DN_OP" =~ ^(stop|start)$ && "$DN_N" =~ ^[12]$ ]] || usage
@@ -629,5 +663,6 @@ start) cmd_start ;;
 stop) stop_all ;;
 status) cmd_status ;;
 datanode) cmd_datanode "$DN_OP" "$DN_N" ;;
+nodemanager) cmd_nodemanager "$DN_OP" "$DN_N" ;;
 *) usage ;;
 esac
