@@ -199,13 +199,21 @@ class Loom:
                              timeout=timeout, what=what)
 
     def wait_for(self, pred, timeout=20, what="condition"):
+        """pred()'s first true value within timeout seconds. A file pred
+        reads that is not there yet (a job directory's state.json before the
+        coordinator wrote it) is the condition not met yet, not an error."""
         end = time.time() + timeout
+        missing = None
         while time.time() < end:
-            v = pred()
+            try:
+                v = pred()
+            except FileNotFoundError as e:
+                v, missing = None, e
             if v:
                 return v
             time.sleep(0.05)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}" +
+                             (f" (last: {missing})" if missing else ""))
 
 
 STATUS_KEYS = ("job", "state", "attempt", "elapsed", "dir", "web", "cert", "tboard", "cause")
@@ -308,16 +316,32 @@ def loom(tmp_path):
     assert not found, _san_fail(found)
 
 
-def cluster_pids(d: Path):
-    """Pids of the JVMs of the Hadoop cluster that scripts/yarn-cluster.sh
-    started in d (their -Dloom.yarn.dir=d)."""
-    mark = f"-Dloom.yarn.dir={d}".encode()
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if mark in (p / "cmdline").read_bytes().split(b"\0"):
-                    out.append(int(p.name))
-            except OSError:
-                pass
-    return out
+# ---- the clusters (tests/system/clusters.py): each started once per test run
+
+@pytest.fixture(scope="session")
+def hadoop(tmp_path_factory):
+    """The test run's one Hadoop cluster (YARN and HDFS), started when a
+    test first needs it and stopped at the end of the run, no JVM of it
+    left. Tests share it: each uses paths of its own on HDFS."""
+    from clusters import start_hadoop, stop_hadoop
+    d = tmp_path_factory.mktemp("hadoop")
+    start_hadoop(d)
+    try:
+        yield d
+    finally:
+        stop_hadoop(d)
+
+
+@pytest.fixture(scope="session")
+def yarn(hadoop):
+    """The Hadoop cluster's YARN side: RM + 2 NodeManagers (nm1 labelled gpu)."""
+    from clusters import Yarn
+    return Yarn(hadoop)
+
+
+@pytest.fixture(scope="session")
+def hdfs(hadoop):
+    """The Hadoop cluster's HDFS side: NameNode + 2 DataNodes, and Hadoop's
+    Java client (FsShell) on its classpath as the reference."""
+    from clusters import Hdfs, hadoop_classpath
+    return Hdfs(hadoop, hadoop_classpath())

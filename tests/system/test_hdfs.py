@@ -1,8 +1,7 @@
 """loom's HDFS client (`loom fs`, C, no JVM) against a real Apache HDFS
 (3.5.0 from Maven Central: a NameNode and two DataNodes, replication 2,
-each its own JVM), started for this module by `scripts/yarn-cluster.sh
-start --hdfs-only` in a directory of its own and stopped after it, no JVM
-of it left. Hadoop's own Java client (FsShell, on the script's classpath)
+each its own JVM: the test run's one Hadoop cluster, conftest's `hdfs`,
+started once and shared with the other modules that need it). Hadoop's own Java client (FsShell, on the script's classpath)
 is the reference: what loom writes, Java reads byte for byte, and the other
 way round; what loom lists and stats is what Java says. Then what goes
 wrong: a missing path, a permission denied, a NameNode that is not there,
@@ -30,18 +29,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOOM, SAN_REPORT, cluster_pids
+from clusters import hadoop_available
+from conftest import LOOM, SAN_REPORT
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "yarn-cluster.sh"
 ME = pwd.getpwuid(os.getuid()).pw_name  # the NameNode runs as this user: its superuser
 
 pytestmark = pytest.mark.skipif(
-    not (shutil.which("java") and shutil.which("mvn")),
+    not hadoop_available(),
     reason="java and mvn are not installed (scripts/setup.sh installs a JDK and Maven)")
 
-JAVA_OPTS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-             "-Djava.net.preferIPv4Stack=true"]
 KiB, MiB = 1024, 1024 * 1024
 
 
@@ -51,85 +47,6 @@ def sha(b: bytes):
 
 def blob(n: int, seed):
     return random.Random(f"{seed}-{n}").randbytes(n)
-
-
-class Hdfs:
-    def __init__(self, d: Path, classpath: str):
-        self.dir = d
-        self.conf = d / "conf"
-        self.cp = f"{self.conf}:{classpath}"
-        self.ports = {k: int(v) for k, v in
-                      (l.split() for l in (d / "ports").read_text().splitlines())}
-        self.nn = self.ports["namenode"]
-        self.dn_ports = {i: self.ports[f"dn{i}"] for i in (1, 2)}
-
-    def url(self, path):
-        return f"hdfs://127.0.0.1:{self.nn}{path}"
-
-    def java(self, *args, user=None, check=True, env=None, timeout=120):
-        """Hadoop's FsShell (bytes out); -D options go first."""
-        env = dict(os.environ, HADOOP_CONF_DIR=str(self.conf), **(env or {}))
-        env.pop("HADOOP_USER_NAME", None)
-        if user:
-            env["HADOOP_USER_NAME"] = user
-        r = subprocess.run(["java", *JAVA_OPTS, "-cp", self.cp, "org.apache.hadoop.fs.FsShell",
-                            *map(str, args)], env=env, capture_output=True, timeout=timeout)
-        if check:
-            assert r.returncode == 0, (args, r.stderr.decode(errors="replace")[-3000:])
-        return r
-
-    def java_text(self, *args, **kw):
-        return self.java(*args, **kw).stdout.decode()
-
-    def script(self, *args, timeout=120):
-        r = subprocess.run(["bash", str(SCRIPT), *map(str, args), str(self.dir)],
-                           capture_output=True, text=True, timeout=timeout)
-        assert r.returncode == 0, (args, r.stderr[-3000:])
-        return r
-
-    def replicas(self, data: bytes):
-        """{DataNode number: block file} of the one-block file holding data."""
-        out = {}
-        for i in (1, 2):
-            for p in (self.dir / f"dn{i}" / "data").rglob("blk_*"):
-                if not p.name.endswith(".meta") and p.stat().st_size == len(data) and \
-                        p.read_bytes() == data:
-                    assert i not in out, (out, p)
-                    out[i] = p
-        return out
-
-    def served(self, dn: int, block: str):
-        """How many reads of block (blk_<id>) DataNode dn has logged (its
-        clienttrace line, which has another form for a client that gives no
-        client name)."""
-        log = (self.dir / "logs" / f"dn{dn}.log").read_text(errors="replace")
-        return len(re.findall(rf"op: HDFS_READ, .*blockid: BP-[^:]+:{block}_\d+\b|"
-                              rf"Served block BP-[^:]+:{block}_\d+ to ", log))
-
-
-@pytest.fixture(scope="module")
-def hdfs(tmp_path_factory):
-    d = tmp_path_factory.mktemp("hdfs")
-    t0 = time.monotonic()
-    r = subprocess.run(["bash", str(SCRIPT), "start", "--hdfs-only", str(d)], capture_output=True,
-                       text=True, timeout=400)
-    took = time.monotonic() - t0
-    try:
-        assert r.returncode == 0, f"yarn-cluster.sh start --hdfs-only failed:\n{r.stderr[-4000:]}"
-        assert r.stdout.strip() == f"export HADOOP_CONF_DIR={d}/conf", r.stdout
-        cp = subprocess.run(["bash", str(SCRIPT), "classpath"], capture_output=True, text=True,
-                            timeout=300)
-        assert cp.returncode == 0 and cp.stdout.strip(), cp.stderr
-        print(f"\nHDFS up in {took:.1f}s")
-        yield Hdfs(d, cp.stdout.strip())
-    finally:
-        s = subprocess.run(["bash", str(SCRIPT), "stop", str(d)], capture_output=True, text=True,
-                           timeout=120)
-        left = cluster_pids(d)
-        for pid in left:
-            os.kill(pid, signal.SIGKILL)
-        assert s.returncode == 0, s.stderr
-        assert not left, f"JVMs of the HDFS cluster outlived `stop`: {left}"
 
 
 class Fs:

@@ -1,6 +1,6 @@
 """HDFS where loom jobs use it, against a real HDFS (a NameNode and two
-DataNodes, replication 2, from scripts/yarn-cluster.sh start --hdfs-only,
-for this module): the data feed reading every format from hdfs:// globs
+DataNodes, replication 2: conftest's `hdfs`, the test run's one Hadoop
+cluster): the data feed reading every format from hdfs:// globs
 (files of several 1 MiB blocks, so splits and records cross block
 boundaries) and committing its output on HDFS exactly once, also when a
 worker is SIGKILLed mid-split and restarted; checkpoints (loom/ckpt.h) in
@@ -22,7 +22,6 @@ import pytest
 
 from conftest import BUILD, LOOM
 from test_feed import tfrecord
-from test_hdfs import hdfs  # noqa: F401  (the module's cluster)
 from test_summary import decode_file, scalars
 
 PROBE = BUILD / "examples/feed-probe/feedprobe"
@@ -32,7 +31,7 @@ MiB = 1 << 20
 
 
 @pytest.fixture
-def small_blocks(hdfs, tmp_path):  # noqa: F811
+def small_blocks(hdfs, tmp_path):
     """A client configuration with 1 MiB blocks (the NameNode's least)."""
     conf = tmp_path / "conf-1m"
     conf.mkdir()

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import loom_pids_of
-from slurm_cluster import SlurmCluster, available
+from clusters import SlurmCluster, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="slurm-wlm and munge are not installed")
 

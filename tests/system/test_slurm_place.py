@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from slurm_cluster import SlurmCluster, available
+from clusters import SlurmCluster, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="slurm-wlm and munge are not installed")
 

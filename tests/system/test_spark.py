@@ -27,8 +27,6 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILD, LOOM, ROOT, SANITIZED
-from test_hdfs import hdfs  # noqa: F401  (the module's HDFS, for the spill on HDFS)
-from test_yarn import yarn  # noqa: F401  (the module's YARN and HDFS, for Spark on YARN)
 
 SPARK_PYTHON = Path(os.environ.get("LOOM_SPARK_PYTHON", ROOT / ".venv-spark" / "bin" / "python"))
 DRIVER = Path(__file__).parent / "spark" / "driver.py"

@@ -1,7 +1,7 @@
 """loom against a real Apache Hadoop YARN (3.5.0 from Maven Central: a
-ResourceManager and two NodeManagers as separate JVMs, and HDFS beside it,
-started for this module by `scripts/yarn-cluster.sh start --hdfs` in a
-directory of its own and stopped after it, no JVM of it left): the
+ResourceManager and two NodeManagers as separate JVMs, and HDFS beside it:
+the test run's one Hadoop cluster, conftest's `yarn`, started once and
+shared with the other modules that need it): the
 script's HDFS stores a file on both DataNodes; `loom check --backend yarn` reports what the
 ResourceManager's REST API says, specs YARN could never run are refused
 with figures before anything is submitted, and a ResourceManager that
@@ -14,7 +14,6 @@ import json
 import os
 import pwd
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -26,55 +25,14 @@ from pathlib import Path
 import pytest
 
 from conftest import LOOM as LOOM_BIN
-from conftest import SAN_REPORT, SANITIZED, cluster_pids, loom_pids_of
+from clusters import hadoop_available
+from conftest import SAN_REPORT, SANITIZED, loom_pids_of
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "yarn-cluster.sh"
 
 pytestmark = pytest.mark.skipif(
-    not (shutil.which("java") and shutil.which("mvn")),
+    not hadoop_available(),
     reason="java and mvn are not installed (scripts/setup.sh installs a JDK and Maven)")
-
-
-class Yarn:
-    def __init__(self, d: Path):
-        self.dir = d
-        self.conf = d / "conf"
-        ports = dict(l.split() for l in (d / "ports").read_text().splitlines())
-        self.rm_port = int(ports["rm"])
-        self.nn_port = int(ports["namenode"])
-        self.nn_web = f"http://127.0.0.1:{ports['namenode-web']}"
-        self.web = f"http://127.0.0.1:{ports['web']}"
-        self.nm_ports = [int(ports["nm1"]), int(ports["nm2"])]
-
-    def rest(self, path):
-        with urllib.request.urlopen(f"{self.web}/ws/v1/cluster/{path}", timeout=10) as r:
-            return json.load(r)
-
-    def apps(self):
-        return (self.rest("apps").get("apps") or {}).get("app") or []
-
-
-@pytest.fixture(scope="module")
-def yarn(tmp_path_factory):
-    d = tmp_path_factory.mktemp("yarn")
-    t0 = time.monotonic()
-    r = subprocess.run(["bash", str(SCRIPT), "start", "--hdfs", str(d)], capture_output=True,
-                       text=True, timeout=400)
-    took = time.monotonic() - t0
-    try:
-        assert r.returncode == 0, f"yarn-cluster.sh start failed:\n{r.stderr[-4000:]}"
-        assert r.stdout.strip() == f"export HADOOP_CONF_DIR={d}/conf", r.stdout
-        print(f"\nYARN and HDFS up in {took:.1f}s")
-        yield Yarn(d)
-    finally:
-        s = subprocess.run(["bash", str(SCRIPT), "stop", str(d)], capture_output=True, text=True,
-                           timeout=120)
-        left = cluster_pids(d)
-        for pid in left:
-            os.kill(pid, signal.SIGKILL)
-        assert s.returncode == 0, s.stderr
-        assert not left, f"JVMs of the YARN cluster outlived `stop`: {left}"
 
 
 def loom_procs():
@@ -151,10 +109,12 @@ def test_the_script_gives_hdfs_too(yarn):
     assert urllib.request.urlopen(req, timeout=30).status == 201
     with urllib.request.urlopen(url + "&op=OPEN", timeout=30) as r:
         assert r.read() == data
+    # the file's one block, once on each DataNode (the cluster is the run's
+    # shared one: other tests' blocks are there too)
     blocks = [p for i in (1, 2) for p in (yarn.dir / f"dn{i}" / "data").rglob("blk_*")
-              if not p.name.endswith(".meta")]
+              if not p.name.endswith(".meta") and p.stat().st_size == len(data) and
+              p.read_bytes() == data]
     assert sorted(p.parent.parts[len(yarn.dir.parts)] for p in blocks) == ["dn1", "dn2"], blocks
-    assert all(p.read_bytes() == data for p in blocks)
 
 
 def rest_nodes(yarn):
@@ -795,9 +755,10 @@ def test_the_fashion_mnist_example_on_yarn(yloom, yarn):
 
 
 def test_a_lost_node_manager_is_a_lost_task_that_comes_back_elsewhere(yloom, yarn):
-    """Last in this module: it kills a NodeManager (SIGKILL; its containers'
-    processes live on, orphaned). The RM declares the node lost (10 s here),
-    loom drops the tasks that were there and starts them on the other node."""
+    """It kills a NodeManager (SIGKILL; its containers' processes live on,
+    orphaned). The RM declares the node lost (10 s here), loom drops the
+    tasks that were there and starts them on the other node. The cluster is
+    the run's shared one: the NodeManager is started again afterwards."""
     s = yloom.spec("""
 name: ynm
 backend: yarn
@@ -807,6 +768,7 @@ roles:
   worker: {instances: 2, command: 'echo on $NM_PORT attempt $LOOM_ATTEMPT; sleep 25; : yarn-marker'}
 """)
     p = yloom.popen("run", s)
+    nm = None
     try:
         yloom.wait_running(timeout=60)
         agent = next(pid for pid, cmd in loom_procs() if cmd[1:2] == [b"agent"])
@@ -818,6 +780,8 @@ roles:
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
+        if nm is not None:
+            yarn.script("nodemanager", "start", nm + 1, timeout=200)
     assert p.returncode == 0, err
     assert "Container released on a *lost* node" in err, err
     other = yarn.nm_ports[1 - nm]
