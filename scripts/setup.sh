@@ -14,7 +14,7 @@ PKGS=(build-essential cmake pkg-config git
       libprotobuf-c-dev protobuf-c-compiler
       openmpi-bin libopenmpi-dev procps iproute2 tcpdump chromium unzip zip
       slurmctld slurmd slurm-client munge
-      clang libclang-rt-14-dev clang-format)
+      clang libclang-rt-14-dev clang-format mypy)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -5,8 +5,36 @@
 # if anything failed, if any process wrote a sanitizer report (see
 # tests/system/conftest.py), or if a test was skipped for something that
 # setup installs (LOOM_NO_SKIP=1; skips are listed either way).
+#
+#   scripts/test.sh           everything (CI: .ci/run)
+#   scripts/test.sh --quick   the fast loop, a few minutes: formatting, mypy,
+#                             the unit tests and the system tests marked
+#                             quick (QUICK below), normal build only
 set -uo pipefail
 cd "$(dirname "$0")/.."
+quick=
+[ "${1:-}" = "--quick" ] && quick=1
+# The quick system tests: modules of seconds each (about a minute in all)
+# that cover the layering, the CLI, the spec, the task environment, the
+# lifecycle, failures and restarts, the Python package, collectives and
+# checkpoints.
+QUICK=(test_layers.py test_spec.py test_tunables.py test_backends.py test_run.py
+       test_lifecycle.py test_failure.py test_restart.py test_python_pkg.py test_comm.py
+       test_ckpt.py test_summary.py)
+if [ -n "$quick" ]; then
+  bash scripts/setup.sh || exit 1
+  PY=/usr/bin/python3
+  export LOOM_NO_SKIP=1
+  fail=0
+  echo "=== formatting, mypy, unit tests, quick system tests (build/) ==="
+  bash scripts/format.sh --check || fail=1
+  mypy --config-file python/pyproject.toml python/loom || fail=1
+  ctest --test-dir build --output-on-failure -j2 || fail=1
+  LOOM_BUILD_DIR="$PWD/build" $PY -m pytest -q -rs -p no:cacheprovider \
+    "${QUICK[@]/#/tests/system/}" || fail=1
+  [ $fail -eq 0 ] && echo "quick tests passed" || { echo "SOME TESTS FAILED"; exit 1; }
+  exit 0
+fi
 bash scripts/setup.sh --sanitize || exit 1
 # TensorFlow and TensorBoard, pinned, in their own environment (.venv-tf/)
 LOOM_TF_PYTHON=$(bash scripts/setup-tf.sh) || exit 1
@@ -24,10 +52,12 @@ step() { echo; echo "=== $* ==="; }
 
 step "formatting (clang-format, .clang-format)"
 bash scripts/format.sh --check || fail=1
+step "python types (mypy python/loom)"
+mypy --config-file python/pyproject.toml python/loom || fail=1
 step "unit tests (build/)"
 ctest --test-dir build --output-on-failure -j2 || fail=1
 step "unit tests under ASan/UBSan (build-asan/)"
-ctest --test-dir build-asan --output-on-failure || fail=1
+ctest --test-dir build-asan --output-on-failure -j2 || fail=1
 # Every decoder of untrusted bytes under libFuzzer (clang, ASan, UBSan) for
 # LOOM_FUZZ_SECONDS each (30), from the committed corpora; a finding fails.
 step "fuzzing (tests/fuzz/ci.sh, ${LOOM_FUZZ_SECONDS:-30} s a harness)"
