@@ -278,7 +278,8 @@ def test_a_resource_manager_that_does_not_answer_is_an_error_not_a_hang(yloom, y
     # It answers again. Unheard for 10 s (yarn.nm.liveness-monitor.expiry-interval-ms), its
     # NodeManagers may be LOST for a moment, which `loom check` reports, until they resync;
     # one that registers again may be listed twice meanwhile (its LOST entry and a NEW one:
-    # seen once in CI as "0 of 3 nodes RUNNING"), and loom reports what the RM lists.
+    # seen in CI as "0 of 3 nodes RUNNING", and, on the run's shared cluster, as "0 of 4"
+    # with both listed twice), and loom reports what the RM lists.
     seen = []
 
     def usable():
@@ -287,7 +288,7 @@ def test_a_resource_manager_that_does_not_answer_is_an_error_not_a_hang(yloom, y
         return r.returncode == 0
     yloom.wait_for(usable, timeout=60, what="`loom check --backend yarn` to pass again")
     for out in seen[:-1]:
-        assert re.search(r"FAIL backend yarn: .*: \d of [23] nodes RUNNING", out), out
+        assert re.search(r"FAIL backend yarn: .*: \d of [2-4] nodes RUNNING", out), out
     # both NodeManagers back, for the tests after this one (a job's gang
     # is checked against the RUNNING nodes)
     yloom.wait_for(lambda: "2 of 2 nodes RUNNING" in yloom.run("check", "--backend", "yarn",
