@@ -66,9 +66,15 @@ def spark_env():
 
 
 def wait_for(cond, what, timeout=90):
+    """cond()'s first true value within timeout seconds. A file cond reads
+    that is not there yet (state.json just after coord.json) is the
+    condition not met yet, not an error."""
     t0 = time.time()
     while time.time() - t0 < timeout:
-        v = cond()
+        try:
+            v = cond()
+        except FileNotFoundError:
+            v = None
         if v:
             return v
         time.sleep(0.2)
