@@ -704,7 +704,10 @@ int agent_main(void) {
                             .host_why = why,
                             .any_attempt = any,
                             .has_fence = fence >= 0,
-                            .fence = fence}};
+                            .fence = fence,
+                            .has_protocol = true,
+                            .protocol = WIRE_PROTOCOL,
+                            .version = LOOM__VERSION}};
   rc = wire_msg_send(fd, &reg);
   wire_frame f;
   if (rc == 0) rc = wire_recv(fd, &a->rd, &f, 30000);
@@ -762,6 +765,16 @@ int agent_main(void) {
   if (am.u.assign.has_attempt) a->attempt = (int)am.u.assign.attempt;
   wire_msg_free(&am);
   wire_frame_free(&f);
+  if (!code && (!a->as.has_protocol || a->as.protocol != WIRE_PROTOCOL)) {
+    char theirs[32] = "none";
+    if (a->as.has_protocol) snprintf(theirs, sizeof theirs, "%lld", (long long)a->as.protocol);
+    snprintf(err, sizeof err,
+             "this agent is loom %s (protocol %d) and the coordinator loom %s (protocol %s): "
+             "run the same loom on both sides",
+             LOOM__VERSION, WIRE_PROTOCOL, a->as.version ? a->as.version : "(an earlier one)",
+             theirs);
+    code = 1;
+  }
   int64_t procs = a->as.procs;
   a->nprocs = procs < 1 || procs > MAX_PROCS ? 1 : (int)procs;
   a->procs = calloc((size_t)a->nprocs, sizeof *a->procs);

@@ -67,6 +67,8 @@ static void send_assign(coord *co, task *t) {
                     .files = files,
                     .cpus = t->cpus,
                     .gpus = t->gpus,
+                    .has_gpu_count = true,
+                    .gpu_count = r->gpus,
                     /* where the cluster manager enforces it (YARN's
                      * container limit), the agent does not limit too */
                     .memory = co->be->ops->enforces_memory ? 0 : (int64_t)r->memory,
@@ -76,6 +78,9 @@ static void send_assign(coord *co, task *t) {
                     .heartbeat_timeout_ms = (int64_t)coord_hb_timeout_ms(co),
                     .has_attempt = true,
                     .attempt = t->attempt,
+                    .has_protocol = true,
+                    .protocol = WIRE_PROTOCOL,
+                    .version = LOOM__VERSION,
                 }};
   coord_conn_send_msg(t->agent, &m);
   free(wd);
@@ -447,6 +452,32 @@ static int register_any(coord *co, conn *c, task *t, const wire_register *r) {
   return 0;
 }
 
+/* An agent of another protocol (another loom on its node than the
+ * client's): refused with both versions named. If its task waits for an
+ * agent, the attempt fails as a launch does (a backend error: the next
+ * launch would start the same binary). */
+static int refuse_protocol(coord *co, conn *c, task *t, const wire_register *r) {
+  char theirs[32] = "none";
+  if (r->has_protocol) snprintf(theirs, sizeof theirs, "%lld", (long long)r->protocol);
+  char why[400];
+  snprintf(why, sizeof why,
+           "its agent is loom %s (protocol %s) and the coordinator loom %s (protocol %d): run "
+           "the same loom on both sides",
+           r->version ? r->version : "(an earlier one)", theirs, LOOM__VERSION, WIRE_PROTOCOL);
+  loom__log(LOOM_LOG_WARN, "coord", "refused an agent of %s: %s", t->name, why);
+  loom__strlcpy(c->who, t->name, sizeof c->who);
+  coord_conn_send_msg(c,
+                      &(wire_msg){.type = WIRE_ABORT, .u.abort = {.reason = why, .final = true}});
+  if (t->agent || t->state != T_LAUNCHED || (co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING))
+    return 0;
+  snprintf(t->reason, sizeof t->reason, "never started: %s", why);
+  coord_task_set(co, t, T_LOST);
+  coord_event(co, t, "launch_failed", json_pack("{s:s}", "reason", t->reason));
+  coord_attempt_fail(co, t, t->reason);
+  co->outcome = O_INFRA;
+  return 0;
+}
+
 int coord_on_register(coord *co, conn *c, const wire_msg *m) {
   const wire_register *r = &m->u.reg;
   const char *name = r->task;
@@ -456,6 +487,7 @@ int coord_on_register(coord *co, conn *c, const wire_msg *m) {
               name);
     return LOOM_EPROTO;
   }
+  if (!r->has_protocol || r->protocol != WIRE_PROTOCOL) return refuse_protocol(co, c, t, r);
   if (r->any_attempt) return register_any(co, c, t, r);
   if (r->attempt != t->attempt || t->agent || t->state != T_LAUNCHED ||
       (co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING)) {

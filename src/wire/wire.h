@@ -19,6 +19,13 @@
 #include "core/core.h"
 #include <jansson.h>
 
+/* The agent <-> coordinator protocol's version: raised with every change
+ * that an older peer would misread. An agent says it in REGISTER and the
+ * coordinator in ASSIGN (with loom's version, LOOM__VERSION); each refuses
+ * a peer of another, naming both (a node running another loom than the
+ * client's). */
+#define WIRE_PROTOCOL 2
+
 #define WIRE_HDR 12
 #define WIRE_NONCE 32
 #define WIRE_MAC 32
