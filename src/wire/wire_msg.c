@@ -71,6 +71,8 @@ static const fld F_REGISTER[] = {
     OPT("host_why", F_STR, wire_register, host_why, 1, 512),
     OPT("any_attempt", F_BOOL, wire_register, any_attempt, 0, 0),
     HAS("fence", F_INT, wire_register, fence, NAT64),
+    HAS("protocol", F_INT, wire_register, protocol, NAT),
+    OPT("version", F_STR, wire_register, version, 1, 63),
 };
 static const fld F_ASSIGN[] = {
     REQ("workdir", F_STR, wire_assign, workdir, PATH),
@@ -85,12 +87,15 @@ static const fld F_ASSIGN[] = {
     REQ("files", F_FILES, wire_assign, files, 0, 0),
     REQ("cpus", F_STR, wire_assign, cpus, 0, 255),
     REQ("gpus", F_STR, wire_assign, gpus, 0, 127),
+    HAS("gpu_count", F_INT, wire_assign, gpu_count, 0, 1024),
     REQ("memory", F_INT, wire_assign, memory, NAT64),
     REQ("training", F_BOOL, wire_assign, training, 0, 0),
     REQ("rank_base", F_INT, wire_assign, rank_base, -1, INT32_MAX), /* -1: not training */
     REQ("world_size", F_INT, wire_assign, world_size, NAT),
     REQ("heartbeat_timeout_ms", F_INT, wire_assign, heartbeat_timeout_ms, NAT64),
     HAS("attempt", F_INT, wire_assign, attempt, NAT),
+    HAS("protocol", F_INT, wire_assign, protocol, NAT),
+    OPT("version", F_STR, wire_assign, version, 1, 63),
 };
 static const fld F_CLUSTER[] = {
     OPT("master_addr", F_STR, wire_cluster, master_addr, NAME),

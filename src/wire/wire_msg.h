@@ -32,6 +32,10 @@ typedef struct { /* agent: who it is and where its task will listen */
    * stage attempt); the coordinator refuses one below the highest seen */
   bool has_fence;
   int64_t fence;
+  /* WIRE_PROTOCOL and loom's version; absent from agents before protocol 2 */
+  bool has_protocol;
+  int64_t protocol;
+  const char *version;
 } wire_register;
 
 typedef struct { /* coord: what the agent is to run */
@@ -45,11 +49,18 @@ typedef struct { /* coord: what the agent is to run */
                     path} for an archive to unpack, {"cwd": name} for what the cluster
                     manager localized where the agent started */
   const char *cpus, *gpus;
+  /* the role's GPU count: 0 hides every GPU from the task (an agent of a
+   * coordinator that sends none keeps what the host gave) */
+  bool has_gpu_count;
+  int64_t gpu_count;
   int64_t memory;
   bool training;
   int64_t rank_base, world_size, heartbeat_timeout_ms;
   bool has_attempt; /* the task's attempt, for an agent that registered with "any" */
   int64_t attempt;
+  bool has_protocol; /* the coordinator's WIRE_PROTOCOL and loom version */
+  int64_t protocol;
+  const char *version;
 } wire_assign;
 
 typedef struct { /* coord: the cluster spec, at the rendezvous or a rejoin */
