@@ -159,7 +159,7 @@ static void on_frame(coord *co, conn *c, wire_frame *f) {
   } else if (c->kind == C_AGENT) {
     rc = m ? coord_on_agent(co, c, m) : LOOM_EPROTO;
   } else if (c->kind == C_CLIENT) {
-    rc = coord_on_client(co, c, f, m);
+    rc = coord_on_client(co, c, m);
   } else {
     rc = LOOM_EPROTO;
   }

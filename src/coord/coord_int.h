@@ -175,6 +175,7 @@ struct coord {
   char **env_base;
   feed_dispatch *feed;
   json_t *staged_files; /* target -> node-local copy, when the backend staged them */
+  char agent_exe[4096]; /* argv[0] of every agent (the backend's agent_exe) */
   http_server *http;
   char dashboard[512], tensorboard[400];
   char dashboard_fp[100]; /* its self-signed certificate's SHA-256, or "" */
@@ -236,8 +237,8 @@ void coord_shared_put(void *p);
 
 /* kv.c */
 void coord_reply(conn *c, json_int_t id, int rc, json_t *extra, const void *blob, size_t len);
-/* m is f decoded, or NULL for the feed's requests (decoded by the feed). */
-int coord_on_client(coord *co, conn *c, wire_frame *f, const wire_msg *m);
+/* A libloom client's message (m NULL: a frame of no known type). */
+int coord_on_client(coord *co, conn *c, const wire_msg *m);
 int coord_on_metric(coord *co, task *t, const wire_metric *m, const char *source);
 /* Writes t's metrics_dropped event for the metrics dropped since the last
  * one, if any, when force or 10 s have passed since it. */

@@ -524,33 +524,22 @@ static int on_release(feed_dispatch *d, void *conn, json_int_t id, const wire_fe
   return 0;
 }
 
-int feed_dispatch_frame(feed_dispatch *d, void *conn, const char *task, const wire_frame *f) {
-  if (!d || !f || !task) return LOOM_EPROTO;
-  wire_msg m;
-  char err[200];
-  if (f->type < WIRE_FEED_OPEN || f->type > WIRE_FEED_RELEASE ||
-      wire_msg_decode(f, &m, err, sizeof err) < 0)
-    return LOOM_EPROTO;
-  int rc = LOOM_EPROTO;
-  switch (m.type) {
+int feed_dispatch_msg(feed_dispatch *d, void *conn, const char *task, const wire_msg *m) {
+  if (!d || !m || !task) return LOOM_EPROTO;
+  switch (m->type) {
   case WIRE_FEED_OPEN:
-    rc = on_open(d, conn, m.u.feed_open.id);
-    break;
+    return on_open(d, conn, m->u.feed_open.id);
   case WIRE_FEED_LEASE:
-    rc = on_lease(d, conn, task, m.u.feed_lease.id, &m.u.feed_lease);
-    break;
+    return on_lease(d, conn, task, m->u.feed_lease.id, &m->u.feed_lease);
   case WIRE_FEED_DONE:
-    rc = on_done(d, conn, m.u.feed_done.id, &m.u.feed_done);
-    break;
+    return on_done(d, conn, m->u.feed_done.id, &m->u.feed_done);
   case WIRE_FEED_RENEW:
-    rc = on_renew(d, conn, m.u.feed_renew.id, &m.u.feed_renew);
-    break;
+    return on_renew(d, conn, m->u.feed_renew.id, &m->u.feed_renew);
   case WIRE_FEED_RELEASE:
-    rc = on_release(d, conn, m.u.feed_release.id, &m.u.feed_release);
-    break;
+    return on_release(d, conn, m->u.feed_release.id, &m->u.feed_release);
+  default:
+    return LOOM_EPROTO;
   }
-  wire_msg_free(&m);
-  return rc;
 }
 
 /* ---- the coordinator's events ------------------------------------------ */

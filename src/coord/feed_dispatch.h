@@ -12,7 +12,7 @@
 #ifndef LOOM_COORD_FEED_DISPATCH_H
 #define LOOM_COORD_FEED_DISPATCH_H
 
-#include "wire/wire.h"
+#include "wire/wire_msg.h"
 
 typedef struct feed_dispatch feed_dispatch;
 
@@ -35,11 +35,11 @@ void feed_dispatch_destroy(feed_dispatch *d);
 void feed_dispatch_set_hosts(feed_dispatch *d, const char *(*host_of)(void *ctx, const char *task),
                              void *ctx);
 
-/* A frame whose type is in [WIRE_FEED_FIRST, WIRE_FEED_LAST], from the
- * libloom client of `task` on connection conn, decoded here as one of the
- * typed wire_feed_* messages (wire/wire_msg.h). Returns 0, or LOOM_EPROTO
- * for a malformed frame (the coordinator then closes the connection). */
-int feed_dispatch_frame(feed_dispatch *d, void *conn, const char *task, const wire_frame *f);
+/* One of the typed wire_feed_* requests (wire/wire_msg.h, decoded and
+ * checked by the connection's wire_msg_decode) from the libloom client of
+ * `task` on connection conn. Returns 0, or LOOM_EPROTO for a message that
+ * is not a feed request (the coordinator then closes the connection). */
+int feed_dispatch_msg(feed_dispatch *d, void *conn, const char *task, const wire_msg *m);
 /* The task's process failed or the attempt ended: its leases go back. */
 void feed_dispatch_task_gone(feed_dispatch *d, const char *task);
 /* The connection closed: forget replies owed to it. */

@@ -164,9 +164,12 @@ int coord_on_metric(coord *co, task *t, const wire_metric *m, const char *source
   return 0;
 }
 
-int coord_on_client(coord *co, conn *c, wire_frame *f, const wire_msg *m) {
-  if (f->type >= WIRE_FEED_FIRST && f->type <= WIRE_FEED_LAST) {
-    json_int_t id = json_integer_value(json_object_get(f->json, "id"));
+int coord_on_client(coord *co, conn *c, const wire_msg *m) {
+  if (!m) return LOOM_EPROTO;
+  if (m->type >= WIRE_FEED_FIRST && m->type <= WIRE_FEED_LAST) {
+    /* every feed request's struct begins with its id (a common initial
+     * sequence of the union's members) */
+    json_int_t id = m->u.feed_open.id;
     if (!co->feed) {
       coord_reply(c, id, LOOM_ENOTSUP,
                   json_pack("{s:s}", "msg", "the job's spec has no feed: section"), NULL, 0);
@@ -174,9 +177,8 @@ int coord_on_client(coord *co, conn *c, wire_frame *f, const wire_msg *m) {
     }
     if (!c->task) return LOOM_EPROTO;
     co->state_dirty = true; /* state.json carries the feed's progress */
-    return feed_dispatch_frame(co->feed, c, c->task->name, f);
+    return feed_dispatch_msg(co->feed, c, c->task->name, m);
   }
-  if (!m) return LOOM_EPROTO;
   switch (m->type) {
   case WIRE_METRIC:
     /* libloom's own (loom/...: the time_*_pct shares) apart from the program's */

@@ -277,9 +277,6 @@ void loom_finish(loom_t *l) {
   free(l);
 }
 
-/* Sends one request and waits for its reply (at most wait_ms, -1 forever).
- * Takes ownership of req. On success *rep holds the reply; the caller
- * frees it with pending_free. */
 static void pending_free(struct pending *p) {
   if (!p) return;
   if (p->json) json_decref(p->json);
@@ -287,17 +284,13 @@ static void pending_free(struct pending *p) {
   free(p);
 }
 
-/* Sends a request and waits for its reply: m, a typed message whose id
- * this sets, or (m NULL) the feed's request: type, req (owned) and blob. */
-static int lib_call(loom_t *l, wire_msg *m, uint16_t type, json_t *req, const void *blob,
-                    size_t blob_len, int wait_ms, struct pending **rep) {
+/* Sends m, a typed request whose id this sets, and waits for its reply (at
+ * most wait_ms, -1 forever). On success *rep holds the reply; the caller
+ * frees it with pending_free. */
+static int lib_call(loom_t *l, wire_msg *m, int wait_ms, struct pending **rep) {
   *rep = NULL;
-  if (!m && !req) return LOOM_ENOMEM;
   struct pending *p = calloc(1, sizeof *p);
-  if (!p) {
-    json_decref(req);
-    return LOOM_ENOMEM;
-  }
+  if (!p) return LOOM_ENOMEM;
   pthread_mutex_lock(&l->mu);
   int slot = -1, rc = 0;
   for (int i = 0; i < LIB_MAX_PENDING && slot < 0; i++)
@@ -309,28 +302,22 @@ static int lib_call(loom_t *l, wire_msg *m, uint16_t type, json_t *req, const vo
   } else {
     p->id = ++l->next_id;
     l->pending[slot] = p;
-    if (m) {
-      switch (m->type) {
-      case WIRE_KV_SET:
-        m->u.kv_set.id = (int64_t)p->id;
-        break;
-      case WIRE_KV_GET:
-        m->u.kv_get.id = (int64_t)p->id;
-        break;
-      case WIRE_KV_ADD:
-        m->u.kv_add.id = (int64_t)p->id;
-        break;
-      default:
-        m->u.event.id = (int64_t)p->id;
-        break;
-      }
-      rc = wire_msg_send(l->fd, m);
-    } else {
-      json_object_set_new(req, "id", json_integer((json_int_t)p->id));
-      rc = wire_send(l->fd, type, req, blob, blob_len);
+    switch (m->type) {
+    case WIRE_KV_SET:
+      m->u.kv_set.id = (int64_t)p->id;
+      break;
+    case WIRE_KV_GET:
+      m->u.kv_get.id = (int64_t)p->id;
+      break;
+    case WIRE_KV_ADD:
+      m->u.kv_add.id = (int64_t)p->id;
+      break;
+    default:
+      m->u.event.id = (int64_t)p->id;
+      break;
     }
+    rc = wire_msg_send(l->fd, m);
   }
-  json_decref(req);
   uint64_t deadline = wait_ms < 0 ? UINT64_MAX : loom__now_ms() + (uint64_t)wait_ms;
   while (rc == 0 && !p->done && !l->aborted) {
     uint64_t now = loom__now_ms();
@@ -363,7 +350,7 @@ int loom__call(loom_t *l, wire_msg *m, int wait_ms, json_t **reply_json, void **
   if (reply_len) *reply_len = 0;
   if (!l || !m) return LOOM_EINVAL;
   struct pending *p;
-  int rc = lib_call(l, m, 0, NULL, NULL, 0, wait_ms, &p);
+  int rc = lib_call(l, m, wait_ms, &p);
   if (rc < 0) return rc;
   rc = p->rc;
   if (reply_json) *reply_json = json_incref(p->json);
@@ -393,7 +380,7 @@ int loom_kv_set(loom_t *l, const char *key, const void *val, size_t len) {
                       LOOM_KV_MAX_VALUE);
   struct pending *p;
   wire_msg m = {.type = WIRE_KV_SET, .u.kv_set.key = key, .blob = val, .blob_len = len};
-  rc = lib_call(l, &m, 0, NULL, NULL, 0, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
+  rc = lib_call(l, &m, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
   if (rc < 0) return rc;
   rc = p->rc;
   pending_free(p);
@@ -409,7 +396,7 @@ int loom_kv_get(loom_t *l, const char *key, int timeout_ms, void **val, size_t *
   struct pending *p;
   int wait = timeout_ms < 0 ? -1 : timeout_ms + 10000;
   wire_msg m = {.type = WIRE_KV_GET, .u.kv_get = {.key = key, .timeout_ms = timeout_ms}};
-  rc = lib_call(l, &m, 0, NULL, NULL, 0, wait, &p);
+  rc = lib_call(l, &m, wait, &p);
   if (rc < 0) return rc;
   rc = p->rc;
   if (rc == 0) {
@@ -432,7 +419,7 @@ int loom_kv_add(loom_t *l, const char *key, int64_t delta, int64_t *result) {
   if (rc < 0) return rc;
   struct pending *p;
   wire_msg m = {.type = WIRE_KV_ADD, .u.kv_add = {.key = key, .delta = delta}};
-  rc = lib_call(l, &m, 0, NULL, NULL, 0, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
+  rc = lib_call(l, &m, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
   if (rc < 0) return rc;
   rc = p->rc;
   if (rc == 0 && result) *result = p->has_value ? p->value : 0;
@@ -528,7 +515,7 @@ int loom_event(loom_t *l, const char *name, const char *detail_json) {
   }
   struct pending *p;
   wire_msg m = {.type = WIRE_EVENT, .u.event = {.name = name, .detail = d}};
-  int rc = lib_call(l, &m, 0, NULL, NULL, 0, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
+  int rc = lib_call(l, &m, (int)loom__tun(LOOM_TUN_CONNECT_TIMEOUT_MS) * 3, &p);
   json_decref(d);
   if (rc < 0) return rc;
   rc = p->rc;
