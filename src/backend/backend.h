@@ -150,8 +150,9 @@ typedef struct {
    * any launch. */
   void (*place)(backend *b, int task_id, const spec_role *r, char *cpus, size_t cpuslen, char *gpus,
                 size_t gpuslen);
-  /* Starts the agent of one task: argv[0] is the loom executable, env its
-   * whole environment. Does not block. 0, or an error with err filled. */
+  /* Starts the agent of one task: argv[0] is the loom executable (what
+   * agent_exe gave), env its whole environment. Does not block. 0, or an
+   * error with err filled. */
   int (*launch)(backend *b, int task_id, char *const *argv, char *const *env, char *err,
                 size_t errlen);
   /* Sends sig to the agent of task_id if it still runs (stops one task). */
@@ -165,6 +166,17 @@ typedef struct {
    * agents use instead of the spec's sources; *files NULL when the
    * sources are reachable as they are. Blocks (runs sbcast). */
   int (*stage_files)(backend *b, const spec_job *s, json_t **files, char *err, size_t errlen);
+  /* Optional: the loom executable every task's agent runs, argv[0] of
+   * every launch: into exe (exelen, at least PATH_MAX), after making it
+   * reachable where tasks run. self is the coordinator's own executable.
+   * NULL: self as it is (Slurm: its nodes share the path; external).
+   * local gives self; YARN stages it once per content in a per-user cache
+   * on the cluster's filesystem and localizes it into every container
+   * ("./loom"). Called once, after stage_files, before the first launch;
+   * blocks (may upload). 0, or an error with err filled (the job then
+   * fails as a backend failure). */
+  int (*agent_exe)(backend *b, const char *self, char *exe, size_t exelen, char *err,
+                   size_t errlen);
   /* Optional: removes what stage_files left on the nodes. Blocks briefly. */
   void (*unstage_files)(backend *b);
   /* Optional: the job is over (exit_status as `loom run` exits, why the

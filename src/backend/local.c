@@ -121,6 +121,17 @@ static void local_signal(backend *b, int task_id, int sig) {
 
 static const char *local_host(backend *b, int task_id) { return "127.0.0.1"; }
 
+/* Agents run on this host: the coordinator's own executable, as it is. */
+static int local_agent_exe(backend *b, const char *self, char *exe, size_t exelen, char *err,
+                           size_t errlen) {
+  if (strlen(self) >= exelen) {
+    snprintf(err, errlen, "the path of loom's executable is too long: %s", self);
+    return LOOM_ERANGE;
+  }
+  loom__strlcpy(exe, self, exelen);
+  return 0;
+}
+
 static void local_destroy(backend *b) {
   local_priv *pr = b->priv;
   free(pr->agents);
@@ -139,5 +150,6 @@ const backend_ops loom__backend_local = {
     .launch = local_launch,
     .signal = local_signal,
     .host = local_host,
+    .agent_exe = local_agent_exe,
     .destroy = local_destroy,
 };

@@ -176,7 +176,7 @@ static void free_env(char **env) {
 /* Starts task t's agent through the backend. On failure the task is lost
  * and the attempt fails (a backend error: no retry). */
 int coord_launch_task(coord *co, task *t) {
-  char *argv[] = {(char *)co->o->self_exe, "agent", NULL};
+  char *argv[] = {co->agent_exe, "agent", NULL};
   char **env = make_env(co, t);
   char err[400] = "";
   int rc = env ? co->be->ops->launch(co->be, t->id, argv, env, err, sizeof err) : LOOM_ENOMEM;
@@ -654,6 +654,14 @@ static bool stage_files(coord *co) {
       return staging_failed(co, "stage the job's files on its nodes", err);
     if (co->staged_files)
       coord_event(co, NULL, "files_staged", json_pack("{s:O}", "files", co->staged_files));
+  }
+  /* the binary every agent runs: one place decides it, the backend */
+  loom__strlcpy(co->agent_exe, o->self_exe, sizeof co->agent_exe);
+  if (co->be->ops->agent_exe) {
+    char err[1400] = "";
+    if (co->be->ops->agent_exe(co->be, o->self_exe, co->agent_exe, sizeof co->agent_exe, err,
+                               sizeof err) < 0)
+      return staging_failed(co, "make loom's executable reachable on the job's nodes", err);
   }
   return true;
 }

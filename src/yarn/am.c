@@ -483,6 +483,71 @@ int hyarn__clc_env_make(hyarn__clc_env *e, char *const *env) {
   return 0;
 }
 
+int hyarn__clc_res_make(hyarn__clc_res *r, const hyarn_resource *res, int nres, char *err,
+                        size_t errlen) {
+  memset(r, 0, sizeof *r);
+  r->lr = calloc((size_t)nres + 1, sizeof *r->lr);
+  r->lrp = calloc((size_t)nres + 1, sizeof *r->lrp);
+  r->lv = calloc((size_t)nres + 1, sizeof *r->lv);
+  r->url = calloc((size_t)nres + 1, sizeof *r->url);
+  if (!r->lr || !r->lrp || !r->lv || !r->url) {
+    hyarn__clc_res_free(r);
+    snprintf(err, errlen, "out of memory");
+    return LOOM_ENOMEM;
+  }
+  for (int i = 0; i < nres; i++) {
+    Hadoop__Yarn__URLProto *url = &r->url[i];
+    Hadoop__Yarn__LocalResourceProto *lv = &r->lv[i];
+    hadoop__yarn__urlproto__init(url);
+    url->scheme = "file";
+    url->file = (char *)res[i].path;
+    hdfs_url hu;
+    char why[512];
+    if (hdfs_is_url(res[i].path)) {
+      /* staged on HDFS: the NodeManagers fetch it from there */
+      if (hdfs_parse_url(res[i].path, &hu, why, sizeof why) < 0) {
+        snprintf(err, errlen, "resource %s: %s", res[i].name, why);
+        hyarn__clc_res_free(r);
+        return LOOM_EBACKEND;
+      }
+      url->scheme = "hdfs";
+      url->host = strdup(hu.host);
+      url->has_port = 1;
+      url->port = hu.port;
+      url->file = strdup(hu.path);
+      if (!url->host || !url->file) {
+        r->n = (size_t)i + 1;
+        hyarn__clc_res_free(r);
+        snprintf(err, errlen, "out of memory");
+        return LOOM_ENOMEM;
+      }
+    }
+    hadoop__yarn__local_resource_proto__init(lv);
+    lv->resource = url;
+    lv->has_size = lv->has_timestamp = lv->has_type = lv->has_visibility = 1;
+    lv->size = res[i].size;
+    lv->timestamp = res[i].mtime_ms;
+    lv->type = res[i].archive ? HADOOP__YARN__LOCAL_RESOURCE_TYPE_PROTO__ARCHIVE
+                              : HADOOP__YARN__LOCAL_RESOURCE_TYPE_PROTO__FILE;
+    lv->visibility = res[i].user_cache ? HADOOP__YARN__LOCAL_RESOURCE_VISIBILITY_PROTO__PRIVATE
+                                       : HADOOP__YARN__LOCAL_RESOURCE_VISIBILITY_PROTO__APPLICATION;
+    hadoop__yarn__string_local_resource_map_proto__init(&r->lr[i]);
+    r->lr[i].key = (char *)res[i].name;
+    r->lr[i].value = lv;
+    r->lrp[i] = &r->lr[i];
+    r->n = (size_t)i + 1;
+  }
+  return 0;
+}
+
+void hyarn__clc_res_free(hyarn__clc_res *r) {
+  for (size_t i = 0; r->url && i < r->n; i++)
+    if (r->url[i].scheme && !strcmp(r->url[i].scheme, "hdfs"))
+      free(r->url[i].host), free(r->url[i].file);
+  free(r->lr), free(r->lrp), free(r->lv), free(r->url);
+  memset(r, 0, sizeof *r);
+}
+
 int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command, char *const *env,
                     const hyarn_resource *res, int nres, char *err, size_t errlen) {
   Hadoop__Yarn__ContainerProto *cp =
@@ -500,46 +565,12 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
   char *cmds[] = {(char *)command};
   clc.n_command = 1;
   clc.command = cmds;
-  Hadoop__Yarn__StringLocalResourceMapProto *lr = calloc((size_t)nres + 1, sizeof *lr);
-  Hadoop__Yarn__StringLocalResourceMapProto **lrp = calloc((size_t)nres + 1, sizeof *lrp);
-  Hadoop__Yarn__LocalResourceProto *lv = calloc((size_t)nres + 1, sizeof *lv);
-  Hadoop__Yarn__URLProto *url = calloc((size_t)nres + 1, sizeof *url);
-  if (!lr || !lrp || !lv || !url) rc = LOOM_ENOMEM;
-  for (int i = 0; rc == 0 && i < nres; i++) {
-    hadoop__yarn__urlproto__init(&url[i]);
-    url[i].scheme = "file";
-    url[i].file = (char *)res[i].path;
-    hdfs_url hu;
-    char why[512];
-    if (hdfs_is_url(res[i].path)) {
-      /* staged on HDFS: the NodeManagers fetch it from there */
-      if (hdfs_parse_url(res[i].path, &hu, why, sizeof why) < 0) {
-        snprintf(err, errlen, "resource %s: %s", res[i].name, why);
-        rc = LOOM_EBACKEND;
-        break;
-      }
-      url[i].scheme = "hdfs";
-      url[i].host = strdup(hu.host);
-      url[i].has_port = 1;
-      url[i].port = hu.port;
-      url[i].file = strdup(hu.path);
-      if (!url[i].host || !url[i].file) rc = LOOM_ENOMEM;
-    }
-    hadoop__yarn__local_resource_proto__init(&lv[i]);
-    lv[i].resource = &url[i];
-    lv[i].has_size = lv[i].has_timestamp = lv[i].has_type = lv[i].has_visibility = 1;
-    lv[i].size = res[i].size;
-    lv[i].timestamp = res[i].mtime_ms;
-    lv[i].type = res[i].archive ? HADOOP__YARN__LOCAL_RESOURCE_TYPE_PROTO__ARCHIVE
-                                : HADOOP__YARN__LOCAL_RESOURCE_TYPE_PROTO__FILE;
-    lv[i].visibility = HADOOP__YARN__LOCAL_RESOURCE_VISIBILITY_PROTO__APPLICATION;
-    hadoop__yarn__string_local_resource_map_proto__init(&lr[i]);
-    lr[i].key = (char *)res[i].name;
-    lr[i].value = &lv[i];
-    lrp[i] = &lr[i];
-  }
-  clc.n_localresources = (size_t)nres;
-  clc.localresources = lrp;
+  char why[2048] = "";
+  hyarn__clc_res cr;
+  memset(&cr, 0, sizeof cr);
+  if (rc == 0) rc = hyarn__clc_res_make(&cr, res, nres, why, sizeof why);
+  clc.n_localresources = cr.n;
+  clc.localresources = cr.lrp;
   Hadoop__Yarn__StartContainerRequestProto one = HADOOP__YARN__START_CONTAINER_REQUEST_PROTO__INIT;
   one.container_launch_context = &clc;
   one.container_token = cp->container_token;
@@ -550,7 +581,6 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
   req.start_container_request = onep;
   hipc_client *rpc = NULL;
   ProtobufCMessage *resp = NULL;
-  char why[2048] = "";
   if (rc == 0) rc = nm_connect(am, c, &rpc, why, sizeof why);
   if (rc == 0)
     rc = hipc_call(rpc, "startContainers", &req.base,
@@ -572,9 +602,7 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
     snprintf(err, errlen, "container %s on %s: %s", c->id, c->node,
              why[0] ? why : loom_strerror(rc));
   hyarn__clc_env_free(&ce);
-  for (int i = 0; url && i < nres; i++)
-    if (url[i].scheme && !strcmp(url[i].scheme, "hdfs")) free(url[i].host), free(url[i].file);
-  free(lr), free(lrp), free(lv), free(url);
+  hyarn__clc_res_free(&cr);
   protobuf_c_message_free_unpacked(&cp->base, NULL);
   return rc < 0 ? LOOM_EBACKEND : 0;
 }

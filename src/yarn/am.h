@@ -87,13 +87,16 @@ int hyarn_container_copy(hyarn_container *dst, const hyarn_container *src);
 /* A file the NodeManager localizes into the container's directory before
  * the command starts (a LocalResource, visibility APPLICATION): name is
  * what it appears as there; path a file or directory on the filesystem
- * the NodeManagers read (file:// URLs here), with its size and mtime as
- * YARN checks them; an archive (.tar.gz, .tgz, .tar, .zip) YARN unpacks
- * into a directory of that name. */
+ * the NodeManagers read (a local path or an hdfs:// URL), with its size
+ * and mtime as YARN checks them; an archive (.tar.gz, .tgz, .tar, .zip)
+ * YARN unpacks into a directory of that name. user_cache: visibility
+ * PRIVATE instead, so that a NodeManager keeps its copy for the user's
+ * later applications (loom's own executable). */
 typedef struct {
   const char *name, *path;
   int64_t size, mtime_ms;
   bool archive;
+  bool user_cache;
 } hyarn_resource;
 
 /* Starts command (run by the NodeManager's shell: quote it) in container

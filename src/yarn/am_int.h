@@ -83,4 +83,20 @@ int hyarn__force_kill(hipc_client *rpc, Hadoop__Yarn__ApplicationIdProto *aid, c
 int hyarn__clc_env_make(hyarn__clc_env *e, char *const *env);
 void hyarn__clc_env_free(hyarn__clc_env *e);
 
+/* A container's local resources as the NodeManager takes them. */
+typedef struct {
+  Hadoop__Yarn__StringLocalResourceMapProto *lr, **lrp;
+  Hadoop__Yarn__LocalResourceProto *lv;
+  Hadoop__Yarn__URLProto *url;
+  size_t n;
+} hyarn__clc_res;
+
+/* res (nres of them) as a container launch context's local resources
+ * (r->lrp, r->n), pointing into res: res must outlive r. 0, LOOM_ENOMEM
+ * or LOOM_EBACKEND (a malformed hdfs:// URL), err filled; on failure r
+ * holds nothing. */
+int hyarn__clc_res_make(hyarn__clc_res *r, const hyarn_resource *res, int nres, char *err,
+                        size_t errlen);
+void hyarn__clc_res_free(hyarn__clc_res *r);
+
 #endif

@@ -124,20 +124,26 @@ static int parse_app_id(const char *s, Hadoop__Yarn__ApplicationIdProto *p) {
 }
 
 int hyarn_submit_managed(const char *conf_dir, const char *name, const char *queue,
-                         const char *command, char *const *env, int64_t memory_mb, int max_attempts,
-                         int timeout_ms, char app_id[64], char *err, size_t errlen) {
+                         const char *command, char *const *env, const hyarn_resource *res, int nres,
+                         int64_t memory_mb, int max_attempts, int timeout_ms, char app_id[64],
+                         char *err, size_t errlen) {
   hyarn_am am;
   hipc_client *rpc = NULL;
   app_id[0] = 0;
   int rc = client_connect(conf_dir, timeout_ms, &am, &rpc, err, errlen);
   if (rc < 0) return rc;
   hyarn__clc_env ce;
+  hyarn__clc_res cr;
+  memset(&cr, 0, sizeof cr);
   rc = hyarn__clc_env_make(&ce, env);
+  if (rc == 0) rc = hyarn__clc_res_make(&cr, res, nres, err, errlen);
   if (rc == 0) {
     Hadoop__Yarn__ContainerLaunchContextProto clc =
         HADOOP__YARN__CONTAINER_LAUNCH_CONTEXT_PROTO__INIT;
     clc.n_environment = ce.n;
     clc.environment = ce.kvp;
+    clc.n_localresources = cr.n;
+    clc.localresources = cr.lrp;
     char *cmds[] = {(char *)command};
     clc.n_command = 1;
     clc.command = cmds;
@@ -146,8 +152,9 @@ int hyarn_submit_managed(const char *conf_dir, const char *name, const char *que
                                &aid, err, errlen);
     if (aid.has_id)
       snprintf(app_id, 64, "application_%lld_%04d", (long long)aid.cluster_timestamp, aid.id);
-    hyarn__clc_env_free(&ce);
   }
+  hyarn__clc_env_free(&ce);
+  hyarn__clc_res_free(&cr);
   hipc_close(rpc);
   if (rc == LOOM_EPEER && strstr(err, "InvalidResourceRequest")) return LOOM_ERESOURCE;
   return rc < 0 ? LOOM_EBACKEND : 0;

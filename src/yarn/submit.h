@@ -7,6 +7,7 @@
 #define LOOM_YARN_SUBMIT_H
 
 #include "core/core.h"
+#include "yarn/am.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -15,12 +16,14 @@
 void hyarn_shell_quote(loom__buf *b, const char *s);
 
 /* Submits an application whose AM container runs command (for the
- * NodeManager's shell) with env, memory_mb and 1 vcore, up to
+ * NodeManager's shell) with env, nres resources localized into its
+ * directory (am.h's hyarn_resource), memory_mb and 1 vcore, up to
  * max_attempts attempts. app_id gets its id (64 bytes). Returns 0,
  * LOOM_ERESOURCE (the RM refused the request: err) or LOOM_EBACKEND. */
 int hyarn_submit_managed(const char *conf_dir, const char *name, const char *queue,
-                         const char *command, char *const *env, int64_t memory_mb, int max_attempts,
-                         int timeout_ms, char app_id[64], char *err, size_t errlen);
+                         const char *command, char *const *env, const hyarn_resource *res, int nres,
+                         int64_t memory_mb, int max_attempts, int timeout_ms, char app_id[64],
+                         char *err, size_t errlen);
 /* An application's state word ("ACCEPTED", "RUNNING", "FINISHED",
  * "FAILED", "KILLED"), final status ("SUCCEEDED", ...) and diagnostics.
  * Returns 0, LOOM_ENOENT (the RM does not know it) or LOOM_EBACKEND. */

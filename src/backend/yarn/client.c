@@ -92,15 +92,20 @@ int yarn_probe(char *msg, size_t len) {
 
 /* `loom submit`: the coordinator runs in a container YARN starts (and
  * starts again, up to the spec's retries + 1 attempts within the
- * cluster's yarn.resourcemanager.am.max-attempts, if it dies). */
+ * cluster's yarn.resourcemanager.am.max-attempts, if it dies), from the
+ * copy of exe YARN localized into it (ship.c), which it hands on to its
+ * tasks' containers without staging it again (YARN_SHIP_ENV). */
 int yarn_submit(const spec_job *s, const char *job_id, const char *job_dir, const char *exe,
                 backend_job *job, char *err, size_t errlen) {
   memset(job, 0, sizeof *job);
+  hyarn_resource ship;
+  yarn_ship_info info;
+  int rc = yarn_ship(exe, &ship, &info, err, errlen);
+  if (rc < 0) return rc;
+  char *ship_env = yarn_ship_env(&ship);
   loom__buf cmd;
   loom__buf_init(&cmd, 1 << 20);
-  loom__buf_printf(&cmd, "exec ");
-  hyarn_shell_quote(&cmd, exe);
-  loom__buf_printf(&cmd, " coordinator ");
+  loom__buf_printf(&cmd, "exec ./" YARN_SHIP_NAME " coordinator ");
   hyarn_shell_quote(&cmd, job_dir);
   loom__buf_printf(&cmd, " --backend yarn >>");
   char logp[PATH_MAX + 32];
@@ -110,17 +115,23 @@ int yarn_submit(const spec_job *s, const char *job_id, const char *job_dir, cons
   extern char **environ;
   int n = 0;
   while (environ[n]) n++;
-  char **env = calloc((size_t)n + 2, sizeof *env);
+  char **env = calloc((size_t)n + 3, sizeof *env);
   int k = 0;
   for (int i = 0; env && i < n; i++)
-    if (!yarn_nm_sets_itself(environ[i])) env[k++] = environ[i];
+    if (!yarn_nm_sets_itself(environ[i]) &&
+        strncmp(environ[i], YARN_SHIP_ENV "=", strlen(YARN_SHIP_ENV) + 1))
+      env[k++] = environ[i];
   if (env) env[k++] = YARN_MANAGED_ENV "=1";
+  if (env) env[k++] = ship_env;
   char app[64] = "", why[4096] = "";
-  int rc = env && cmd.p
-               ? hyarn_submit_managed(NULL, s->name, s->queue, cmd.p, env, YARN_AM_MB,
-                                      s->retries + 1, YARN_RPC_TIMEOUT_MS, app, why, sizeof why)
-               : LOOM_ENOMEM;
+  rc = env && cmd.p && ship_env
+           ? hyarn_submit_managed(NULL, s->name, s->queue, cmd.p, env, &ship, 1, YARN_AM_MB,
+                                  s->retries + 1, YARN_RPC_TIMEOUT_MS, app, why, sizeof why)
+           : LOOM_ENOMEM;
   free(env);
+  free(ship_env);
+  free((char *)ship.name);
+  free((char *)ship.path);
   loom__buf_free(&cmd);
   if (rc < 0) {
     snprintf(err, errlen, "YARN refused the application: %s", why[0] ? why : loom_strerror(rc));

@@ -609,12 +609,10 @@ static int yarn_stage(backend *b, const spec_job *s, json_t **files, char *err, 
     }
     chmod(p->stage_dir, 0700);
   }
-  p->res = calloc((size_t)n, sizeof *p->res);
-  json_t *out = json_object();
-  if (!p->res || !out) {
-    json_decref(out);
-    return LOOM_ENOMEM;
-  }
+  hyarn_resource *grown = realloc(p->res, (size_t)(p->nres + n) * sizeof *p->res);
+  json_t *out = grown ? json_object() : NULL;
+  if (grown) p->res = grown;
+  if (!out) return LOOM_ENOMEM;
   for (int i = 0; i < n; i++) {
     bool arch = i >= s->nfiles;
     const spec_kv *kv = arch ? &s->archives[i - s->nfiles] : &s->files[i];
@@ -657,6 +655,7 @@ static int yarn_stage(backend *b, const spec_job *s, json_t **files, char *err, 
       return rc == LOOM_ENOMEM ? rc : LOOM_EIO;
     }
     hyarn_resource *r = &p->res[p->nres++];
+    memset(r, 0, sizeof *r);
     r->name = name;
     r->path = dst;
     r->size = (int64_t)st.size;
@@ -678,6 +677,41 @@ static void yarn_unstage(backend *b) {
   if (rc < 0 && rc != LOOM_ENOENT)
     loom__log(LOOM_LOG_WARN, "yarn", "could not remove the staging directory: %s", why);
   p->stage_dir[0] = 0;
+}
+
+/* The binary every task's agent runs: loom's own executable, staged in
+ * the per-user cache (ship.c), or handed down by the client to a managed
+ * application master, localized into each container as ./loom. */
+static int yarn_agent_exe(backend *b, const char *self, char *exe, size_t exelen, char *err,
+                          size_t errlen) {
+  ypriv *p = b->priv;
+  hyarn_resource r;
+  yarn_ship_info info;
+  int rc = yarn_ship(self, &r, &info, err, errlen);
+  if (rc < 0) return rc;
+  hyarn_resource *grown = realloc(p->res, (size_t)(p->nres + 1) * sizeof *p->res);
+  if (!grown) {
+    free((char *)r.name), free((char *)r.path);
+    return LOOM_ENOMEM;
+  }
+  p->res = grown;
+  p->res[p->nres++] = r;
+  snprintf(exe, exelen, "./%s", YARN_SHIP_NAME);
+  char say[PATH_MAX + 256];
+  if (info.inherited)
+    snprintf(say, sizeof say, "loom's executable for the containers: %s (staged by the client)",
+             r.path);
+  else
+    snprintf(say, sizeof say, "loom's executable for the containers: %s (%s, %llu ms)", r.path,
+             info.uploaded ? "uploaded" : "cached already", (unsigned long long)info.ms);
+  pthread_mutex_lock(&p->mu);
+  push_note(p, -1, "binary_shipped",
+            json_pack("{s:s, s:s, s:I, s:I, s:I, s:b}", "path", r.path, "sha256", info.sha, "size",
+                      (json_int_t)r.size, "uploaded", (json_int_t)info.uploaded, "ms",
+                      (json_int_t)info.ms, "inherited", info.inherited),
+            say);
+  pthread_mutex_unlock(&p->mu);
+  return 0;
 }
 
 /* YARN gives each container its own CPUs and GPUs: nothing to place here. */
@@ -705,10 +739,11 @@ static int yarn_launch(backend *b, int task_id, char *const *argv, char *const *
   char *c = cmd.p ? strndup(cmd.p, cmd.len) : NULL;
   loom__buf_free(&cmd);
   for (int i = 0, k = 0; e && i < n; i++) {
-    /* the NodeManager sets these itself; the managed AM's own marker
-     * is not the agents' */
+    /* the NodeManager sets these itself; the managed AM's own markers
+     * (managed, the binary its client staged) are not the agents' */
     if (yarn_nm_sets_itself(env[i]) ||
-        !strncmp(env[i], YARN_MANAGED_ENV "=", strlen(YARN_MANAGED_ENV) + 1))
+        !strncmp(env[i], YARN_MANAGED_ENV "=", strlen(YARN_MANAGED_ENV) + 1) ||
+        !strncmp(env[i], YARN_SHIP_ENV "=", strlen(YARN_SHIP_ENV) + 1))
       continue;
     if (!(e[k++] = strdup(env[i]))) break;
   }
@@ -859,6 +894,7 @@ const backend_ops loom__backend_yarn = {
     .signal = yarn_signal,
     .host = yarn_host,
     .stage_files = yarn_stage,
+    .agent_exe = yarn_agent_exe,
     .localizes_remote_files = true,
     .unstage_files = yarn_unstage,
     .finish = yarn_finish,

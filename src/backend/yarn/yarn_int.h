@@ -6,15 +6,41 @@
 #define LOOM_BACKEND_YARN_INT_H
 
 #include "backend/backend.h"
+#include "yarn/am.h"
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Connecting to the ResourceManager, and each call, give up after this
  * long: a check that fails, fails in seconds. */
 #define YARN_RPC_TIMEOUT_MS 10000
 /* Set in the environment of a managed application master's container. */
 #define YARN_MANAGED_ENV "LOOM_YARN_MANAGED"
+
+/* What every container gets loom's executable as (a LocalResource in its
+ * directory, run as ./loom), and the variable in which the client hands
+ * a managed application master what it staged: "<size> <mtime_ms> <url>". */
+#define YARN_SHIP_NAME "loom"
+#define YARN_SHIP_ENV "LOOM_YARN_SHIP"
+
+/* What yarn_ship did, for the job's events. */
+typedef struct {
+  char sha[65];      /* the executable's SHA-256, hex ("" when inherited) */
+  uint64_t uploaded; /* bytes written to the cache: 0 when it was there */
+  uint64_t ms;       /* how long staging took */
+  bool inherited;    /* taken from YARN_SHIP_ENV: staged by the client */
+} yarn_ship_info;
+
+/* Makes the loom executable self reachable by every NodeManager (ship.c):
+ * staged once per content in the per-user cache, or, in a managed
+ * application master, what the client staged (YARN_SHIP_ENV). Fills *r
+ * (name YARN_SHIP_NAME and path malloc'ed, the caller frees them; size
+ * and time as the cache's filesystem says; user_cache set). Blocks while
+ * it uploads. Returns 0, or LOOM_EBACKEND / LOOM_ENOMEM with err filled. */
+int yarn_ship(const char *self, hyarn_resource *r, yarn_ship_info *info, char *err, size_t errlen);
+/* YARN_SHIP_ENV=... for r, malloc'ed; NULL when out of memory. */
+char *yarn_ship_env(const hyarn_resource *r);
 
 /* Whether kv (NAME=value) is a variable of the client's environment a
  * container does not take: the NodeManager's shell sets it itself. */

@@ -1,0 +1,238 @@
+"""loom ships itself to YARN (issue 31.2): every container, the managed
+application master's included, runs the loom executable YARN localized
+into it (a LocalResource staged once per content hash in the per-user
+cache hdfs:///user/<user>/.loom/cache/<sha256>/loom), never the client's
+build directory; a second job with the same binary uploads nothing, which
+the DataNodes' own count of bytes written (their JMX) shows. On the test
+run's one Hadoop cluster (conftest's `yarn` and `hdfs`)."""
+import hashlib
+import json
+import os
+import pwd
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from clusters import hadoop_available
+from conftest import LOOM, loom_pids_of
+
+pytestmark = pytest.mark.skipif(
+    not hadoop_available(),
+    reason="java and mvn are not installed (scripts/setup.sh installs a JDK and Maven)")
+
+SHA = hashlib.sha256(LOOM.read_bytes()).hexdigest()
+SIZE = LOOM.stat().st_size
+
+
+@pytest.fixture
+def sloom(loom, yarn, hdfs):
+    loom.env["HADOOP_CONF_DIR"] = str(yarn.conf)
+    yield loom
+    live = [a for a in yarn.apps() if a["state"] in ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED",
+                                                      "RUNNING")]
+    assert not live, live
+    loom.wait_for(lambda: not loom_pids_of(loom.home), timeout=15,
+                  what="every process of the test's jobs to end")
+
+
+def cache_url(hdfs):
+    user = os.environ.get("HADOOP_USER_NAME") or pwd.getpwuid(os.getuid()).pw_name
+    return hdfs.url(f"/user/{user}/.loom/cache/{SHA}")
+
+
+def procs_of(home, word):
+    """{pid: /proc/pid/exe} of the processes `./loom WORD` of this LOOM_HOME's
+    jobs (their environment names it)."""
+    out = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes().split(b"\0")
+            env = (p / "environ").read_bytes()
+            exe = os.readlink(p / "exe")
+        except OSError:
+            continue
+        if cmd[1:2] == [word.encode()] and str(home).encode() in env:
+            out[int(p.name)] = (cmd[0].decode(), exe)
+    return out
+
+
+def assert_localized(yarn, procs, n):
+    """n processes, each started as ./loom and running the copy YARN
+    localized into a NodeManager's local directory, byte for byte the
+    build's loom, never the build's file itself."""
+    assert len(procs) == n, procs
+    local = [str((yarn.dir / f"nm{i}" / "local").resolve()) for i in (1, 2)]
+    for pid, (argv0, exe) in procs.items():
+        assert argv0 == "./loom", (pid, argv0)
+        assert exe != str(LOOM.resolve()), (pid, exe)
+        assert any(exe.startswith(d + "/") for d in local), (pid, exe, local)
+        assert "/filecache/" in exe and exe.endswith("/loom"), (pid, exe)
+        assert hashlib.sha256(Path(exe).read_bytes()).hexdigest() == SHA, exe
+
+
+def shipped(events):
+    ev = [e for e in events if e.get("event") == "binary_shipped"]
+    assert len(ev) == 1, ev
+    return ev[0]
+
+
+def wait_spec(loom, name, n, go):
+    return loom.spec(f"""
+name: {name}
+backend: yarn
+roles:
+  worker: {{instances: {n}, command: 'echo up $LOOM_TASK; while [ ! -e {go} ]; do sleep 0.05; done; echo bye'}}
+""", name=f"{name}.yaml")
+
+
+def test_run_agents_run_the_localized_copy(sloom, yarn, hdfs, tmp_path):
+    """`loom run --backend yarn`: each task's agent runs ./loom from its
+    container, the file YARN localized from the cache; the job's events
+    name the cached copy and its hash."""
+    go = tmp_path / "go"
+    s = wait_spec(sloom, "yship", 2, go)
+    p = sloom.popen("run", s)
+    try:
+        sloom.wait_running(timeout=90)
+        agents = sloom.wait_for(lambda: len(procs_of(sloom.home, "agent")) == 2 and
+                                procs_of(sloom.home, "agent"), timeout=20,
+                                what="both agents")
+        assert_localized(yarn, agents, 2)
+        go.write_text("")
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+    assert p.returncode == 0, err
+    assert "[worker:0] bye" in out and "[worker:1] bye" in out, out
+    ev = shipped(sloom.events())
+    assert ev["path"] == f"{cache_url(hdfs)}/loom", ev
+    assert ev["sha256"] == SHA and ev["size"] == SIZE and ev["inherited"] is False, ev
+    assert "loom's executable for the containers: " + ev["path"] in err, err
+    # the cache holds the one file, nothing half-written beside it
+    ls = sloom.run("fs", "ls", cache_url(hdfs))
+    assert ls.returncode == 0, ls.stderr
+    names = [l.split()[-1].rsplit("/", 1)[-1] for l in ls.stdout.splitlines()
+             if l[:1] in ("-", "d")]
+    assert names == ["loom"], ls.stdout
+
+
+def test_submit_the_managed_am_and_its_agents_run_the_localized_copy(sloom, yarn, hdfs, tmp_path):
+    """`loom submit`: the application master's coordinator runs ./loom from
+    its own container, and hands the client's staged copy to its tasks
+    without staging it again."""
+    go = tmp_path / "go"
+    s = wait_spec(sloom, "yshipsub", 2, go)
+    r = sloom.run("submit", s, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    try:
+        coord = sloom.wait_for(lambda: procs_of(sloom.home, "coordinator"), timeout=60,
+                               what="the application master's coordinator")
+        assert_localized(yarn, coord, 1)
+        agents = sloom.wait_for(lambda: len(procs_of(sloom.home, "agent")) == 2 and
+                                procs_of(sloom.home, "agent"), timeout=90, what="both agents")
+        assert_localized(yarn, agents, 2)
+    finally:
+        go.write_text("")
+
+    def done():
+        st = sloom.run("status", job)
+        return "state    succeeded" in st.stdout and st
+    sloom.wait_for(done, timeout=90, what="the submitted job to succeed")
+    logs = sloom.run("logs", job).stdout
+    assert "[worker:0] bye" in logs and "[worker:1] bye" in logs, logs
+    ev = shipped(sloom.events(sloom.home / "jobs" / job))
+    assert ev["inherited"] is True and ev["uploaded"] == 0, ev
+    assert ev["path"] == f"{cache_url(hdfs)}/loom" and ev["size"] == SIZE, ev
+
+
+def dn_bytes_written(hdfs):
+    """The DataNodes' BytesWritten (their DataNodeActivity metrics), summed."""
+    total = 0
+    for i in (1, 2):
+        url = (f"http://127.0.0.1:{hdfs.ports[f'dn{i}-web']}/jmx"
+               "?qry=Hadoop:service=DataNode,name=DataNodeActivity-*")
+        with urllib.request.urlopen(url, timeout=10) as r:
+            beans = json.load(r)["beans"]
+        assert len(beans) == 1, beans
+        total += beans[0]["BytesWritten"]
+    return total
+
+
+def settled_bytes(sloom, hdfs, tag):
+    """dn_bytes_written once it counts everything written before this call:
+    a marker file of a size of its own is written, and the count read until
+    it has grown by at least that (the DataNodes' metrics reach JMX on their
+    own period)."""
+    marker = sloom.tmp / f"marker-{tag}"
+    marker.write_bytes(os.urandom(4096 + 7))
+    before = dn_bytes_written(hdfs)
+    r = sloom.run("fs", "put", "-f", marker, hdfs.url(f"/loom-ship-test/{tag}"))
+    assert r.returncode == 0, r.stderr
+    return sloom.wait_for(lambda: (lambda v: v >= before + marker.stat().st_size and v)(
+        dn_bytes_written(hdfs)), timeout=60, what="the DataNodes' metrics to count the marker")
+
+
+def test_second_job_uploads_nothing(sloom, hdfs, tmp_path):
+    """With the cache emptied, a job uploads the binary (the DataNodes count
+    at least its size written); the next job with the same binary finds it
+    there and writes nothing of it to HDFS."""
+    sloom.run("fs", "rm", "-r", cache_url(hdfs))
+    assert sloom.run("fs", "stat", cache_url(hdfs)).returncode == 1
+    s = sloom.spec("""
+name: yshipcache
+backend: yarn
+roles:
+  worker: {instances: 1, command: 'echo ran'}
+""")
+    counts = []
+    for k in range(2):
+        before = settled_bytes(sloom, hdfs, f"before{k}")
+        r = sloom.run("run", s, timeout=120)
+        assert r.returncode == 0, r.stderr
+        after = settled_bytes(sloom, hdfs, f"after{k}")
+        marker = (sloom.tmp / f"marker-after{k}").stat().st_size
+        counts.append(after - before)
+        jd = max(sloom.jobs(), key=lambda d: d.stat().st_mtime)
+        ev = shipped(sloom.events(jd))
+        assert ev["uploaded"] == (SIZE if k == 0 else 0), ev
+        assert ("uploaded" if k == 0 else "cached already") in r.stderr, r.stderr
+    # the first: the binary at least once (each replica counts), and the marker
+    assert counts[0] >= SIZE, counts
+    # the second: the marker's replicas at most; nothing near the binary's size
+    assert counts[1] < SIZE // 10, (counts, SIZE)
+    print(f"\nbytes written to HDFS: first job {counts[0]}, second job {counts[1]} "
+          f"(binary {SIZE})")
+    sloom.run("fs", "rm", "-r", hdfs.url("/loom-ship-test"))
+
+
+def test_a_bad_cached_copy_is_replaced(sloom, hdfs):
+    """A cached file of the wrong size (a truncated copy, a foreign file) is
+    not trusted: the client stages the binary over it, and the job runs."""
+    url = f"{cache_url(hdfs)}/loom"
+    bad = sloom.tmp / "short"
+    bad.write_bytes(b"not loom\n")
+    assert sloom.run("fs", "mkdir", cache_url(hdfs)).returncode == 0
+    r = sloom.run("fs", "put", "-f", bad, url)
+    assert r.returncode == 0, r.stderr
+    s = sloom.spec("""
+name: yshipbad
+backend: yarn
+roles:
+  worker: {instances: 1, command: 'echo ran'}
+""")
+    r = sloom.run("run", s, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "[worker:0] ran" in r.stdout, r.stdout
+    ev = shipped(sloom.events())
+    assert ev["uploaded"] == SIZE and ev["size"] == SIZE, ev
+    got = sloom.tmp / "got"
+    r = sloom.run("fs", "get", url, got)
+    assert r.returncode == 0, r.stderr
+    assert hashlib.sha256(got.read_bytes()).hexdigest() == SHA
