@@ -10,6 +10,7 @@
 #   scripts/yarn-cluster.sh datanode stop|start N [DIR]   # N: 1 or 2
 #   scripts/yarn-cluster.sh nodemanager stop|start N [DIR]  # N: 1 or 2
 #   scripts/yarn-cluster.sh classpath                      # Hadoop's jars, for a Java client
+#   scripts/yarn-cluster.sh start --hdfs --hosts FILE [DIR]  # the daemons on hosts of their own
 #
 # DIR defaults to $LOOM_HOME/yarn, or /tmp/loom-yarn-$USER without
 # LOOM_HOME. `start` writes the configuration into DIR and starts a
@@ -60,6 +61,22 @@
 #                         replica changed on disk stays as it is until a
 #                         client reads it and reports it
 #
+# `start --hdfs --hosts FILE` puts the daemons on three hosts: FILE has a
+# line "ROLE ADDRESS [COMMAND...]" for each ROLE of head (the
+# ResourceManager and the NameNode), node1 (nm1 and dn1) and node2 (nm2
+# and dn2): the role's daemons bind ADDRESS (for every port they listen
+# on, and as their host name) and are started as `COMMAND java ...`
+# (COMMAND's words split on blanks; it must exec java, keeping its pid:
+# `ip netns exec NS`, a wrapper that enters a host's namespaces). This
+# script's own waits and the clients reach them at those addresses (the
+# caller's host must route to them). A NodeManager's node id is the
+# canonical name of ADDRESS (a host whose resolver has no name for it:
+# ADDRESS itself) and its port. A daemon's java.io.tmpdir and hadoop.log.dir are its host's /tmp, as is
+# hadoop.tmp.dir; what a host needs of DIR: head DIR/conf, DIR/labels and DIR/hdfs, nodeN DIR/nmN and
+# DIR/dnN (a DataNode's empty webapps are in DIR/dnN/www). FILE is copied
+# to DIR/hosts, which `status`, `stop`, `datanode` and `nodemanager` read
+# (tests/system/clusters.py's HadoopHosts: network and mount namespaces).
+#
 # Environment: LOOM_YARN_START_TIMEOUT (seconds, default 180) bounds each
 # wait of `start` and `datanode start`; LOOM_YARN_CLASSPATH (a file) skips
 # Maven.
@@ -91,13 +108,47 @@ JAVA_OPENS=(--add-opens=java.base/java.lang=ALL-UNNAMED
 # Small heaps, quick start on a busy machine (C1 only, serial GC).
 JAVA_FAST=(-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xss512k -Djava.net.preferIPv4Stack=true)
 
+# Where the daemons run: 127.0.0.1, unless --hosts (load_hosts) says.
+HEAD=127.0.0.1
+NODE=(127.0.0.1 127.0.0.1)
+HOSTS=0
+declare -A HOST_RUN=()
+
 say() { echo "yarn-cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 usage() {
-  echo "usage: scripts/yarn-cluster.sh start [--hdfs | --hdfs-only] [DIR] | stop [DIR] | status [DIR]" \
+  echo "usage: scripts/yarn-cluster.sh start [--hdfs [--hosts FILE] | --hdfs-only] [DIR] | stop [DIR] | status [DIR]" \
     "| datanode stop|start N [DIR] | nodemanager stop|start N [DIR] | classpath" >&2
   exit 2
+}
+
+# Reads a hosts file (see --hosts) into HEAD, NODE and HOST_RUN.
+load_hosts() {
+  local role addr rest
+  HOSTS=1
+  while read -r role addr rest; do
+    case $role in
+    "" | "#"*) continue ;;
+    head) HEAD=$addr ;;
+    node1) NODE[0]=$addr ;;
+    node2) NODE[1]=$addr ;;
+    *) die "$1: unknown role $role (head, node1, node2)" ;;
+    esac
+    [[ "$addr" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "$1: $role: not an IPv4 address: $addr"
+    HOST_RUN[$role]=$rest
+  done <"$1"
+  [ -n "${HOST_RUN[head]+x}" ] && [ -n "${HOST_RUN[node1]+x}" ] && [ -n "${HOST_RUN[node2]+x}" ] ||
+    die "$1: needs a line for each of head, node1, node2"
+}
+
+# The host a daemon runs on.
+host_of() {
+  case $1 in
+  rm | nn) echo head ;;
+  nm1 | dn1) echo node1 ;;
+  nm2 | dn2) echo node2 ;;
+  esac
 }
 
 default_dir() {
@@ -169,12 +220,14 @@ write_conf() {
     printf 'rm %s\nscheduler %s\ntracker %s\nadmin %s\nweb %s\n' "$RM_PORT" "$RM_SCHED" \
       "$RM_TRACKER" "$RM_ADMIN" "$RM_WEB" >"$d/ports"
   fi
-  local fs=file:///
-  [ "$HDFS" = 1 ] && fs=hdfs://127.0.0.1:${P[11]}
+  local fs=file:/// HADOOP_TMP=$d/tmp
+  # on hosts of their own, each its own /tmp
+  [ "$HOSTS" = 1 ] && HADOOP_TMP=/tmp/hadoop
+  [ "$HDFS" = 1 ] && fs=hdfs://$HEAD:${P[11]}
   write_xml "$d/conf/core-site.xml" <<EOF
 fs.defaultFS=$fs
 hadoop.security.authentication=simple
-hadoop.tmp.dir=$d/tmp
+hadoop.tmp.dir=$HADOOP_TMP
 ipc.client.connect.max.retries=3
 ipc.client.connect.retry.interval=500
 ipc.client.connect.max.retries.on.timeouts=3
@@ -200,12 +253,12 @@ write_yarn_conf() {
   local d=$1
   # what the RM, the NMs and every client read
   write_xml "$d/conf/yarn-site.xml" <<EOF
-yarn.resourcemanager.hostname=127.0.0.1
-yarn.resourcemanager.address=127.0.0.1:$RM_PORT
-yarn.resourcemanager.scheduler.address=127.0.0.1:$RM_SCHED
-yarn.resourcemanager.resource-tracker.address=127.0.0.1:$RM_TRACKER
-yarn.resourcemanager.admin.address=127.0.0.1:$RM_ADMIN
-yarn.resourcemanager.webapp.address=127.0.0.1:$RM_WEB
+yarn.resourcemanager.hostname=$HEAD
+yarn.resourcemanager.address=$HEAD:$RM_PORT
+yarn.resourcemanager.scheduler.address=$HEAD:$RM_SCHED
+yarn.resourcemanager.resource-tracker.address=$HEAD:$RM_TRACKER
+yarn.resourcemanager.admin.address=$HEAD:$RM_ADMIN
+yarn.resourcemanager.webapp.address=$HEAD:$RM_WEB
 yarn.http.policy=HTTP_ONLY
 yarn.resourcemanager.scheduler.class=org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler
 yarn.scheduler.minimum-allocation-mb=64
@@ -254,10 +307,10 @@ EOF
       # the common part, less its closing tag, then this NM's own
       sed '$d' "$d/conf/yarn-site.xml"
       write_xml /dev/stdout <<EOF | sed -n '/<property>/p'
-yarn.nodemanager.address=127.0.0.1:${P[$base]}
-yarn.nodemanager.localizer.address=127.0.0.1:${P[$((base + 1))]}
-yarn.nodemanager.webapp.address=127.0.0.1:${P[$((base + 2))]}
-yarn.nodemanager.hostname=127.0.0.1
+yarn.nodemanager.address=${NODE[$k]}:${P[$base]}
+yarn.nodemanager.localizer.address=${NODE[$k]}:${P[$((base + 1))]}
+yarn.nodemanager.webapp.address=${NODE[$k]}:${P[$((base + 2))]}
+yarn.nodemanager.hostname=${NODE[$k]}
 yarn.nodemanager.local-dirs=$nd/local
 yarn.nodemanager.log-dirs=$nd/logs
 yarn.nodemanager.resource.memory-mb=${NM_MB[$k]}
@@ -281,8 +334,8 @@ write_hdfs_conf() {
   printf 'namenode %s\nnamenode-web %s\n' "${P[11]}" "${P[12]}" >>"$d/ports"
   write_xml "$d/conf/hdfs-site.xml" <<EOF
 dfs.replication=2
-dfs.namenode.rpc-address=127.0.0.1:${P[11]}
-dfs.namenode.http-address=127.0.0.1:${P[12]}
+dfs.namenode.rpc-address=$HEAD:${P[11]}
+dfs.namenode.http-address=$HEAD:${P[12]}
 dfs.namenode.name.dir=file://$d/hdfs/name
 dfs.namenode.safemode.extension=0
 dfs.namenode.datanode.registration.ip-hostname-check=false
@@ -302,10 +355,10 @@ EOF
       sed '$d' "$d/conf/hdfs-site.xml"
       write_xml /dev/stdout <<EOF | sed -n '/<property>/p'
 dfs.datanode.data.dir=file://$dd/data
-dfs.datanode.address=127.0.0.1:${P[$base]}
-dfs.datanode.http.address=127.0.0.1:${P[$((base + 1))]}
-dfs.datanode.ipc.address=127.0.0.1:${P[$((base + 2))]}
-dfs.datanode.hostname=127.0.0.1
+dfs.datanode.address=${NODE[$((i - 1))]}:${P[$base]}
+dfs.datanode.http.address=${NODE[$((i - 1))]}:${P[$((base + 1))]}
+dfs.datanode.ipc.address=${NODE[$((i - 1))]}:${P[$((base + 2))]}
+dfs.datanode.hostname=${NODE[$((i - 1))]}
 EOF
       echo '</configuration>'
     } >"$dd/conf/hdfs-site.xml"
@@ -328,15 +381,20 @@ alive() {
 # DataNode started again keeps what it logged before).
 launch() {
   local name=$1 heap=$2 conf=$3 cls=$4 extra=${5:-}
+  local wrap=() tmp="$DIR/tmp" logd="$DIR/logs"
+  if [ "$HOSTS" = 1 ]; then
+    read -ra wrap <<<"${HOST_RUN[$(host_of "$name")]}"
+    tmp=/tmp logd=/tmp
+  fi
   (
     export HADOOP_CONF_DIR="$conf" HADOOP_LOG_DIR="$DIR/logs"
     cd "$DIR"
     # the web servers' work directories (jetty-*) go in DIR, not /tmp:
     # nothing of the cluster outlives DIR
     mkdir -p "$DIR/tmp"
-    exec setsid java "-Xmx$heap" "${JAVA_FAST[@]}" "${JAVA_OPENS[@]}" "-Dloom.yarn.dir=$DIR" \
-      "-Djava.io.tmpdir=$DIR/tmp" \
-      "-Dhadoop.log.dir=$DIR/logs" "-Dyarn.log.dir=$DIR/logs" -cp "$conf:$extra$CP" "$cls" \
+    exec setsid "${wrap[@]}" java "-Xmx$heap" "${JAVA_FAST[@]}" "${JAVA_OPENS[@]}" "-Dloom.yarn.dir=$DIR" \
+      "-Djava.io.tmpdir=$tmp" \
+      "-Dhadoop.log.dir=$logd" "-Dyarn.log.dir=$logd" -cp "$conf:$extra$CP" "$cls" \
       </dev/null >>"$DIR/logs/$name.log" 2>&1
   ) &
   local pid=$! i
@@ -375,7 +433,7 @@ wait_for() {
   done
 }
 
-rest() { curl -sf --max-time 5 "http://127.0.0.1:$(port_of "$DIR" web)/ws/v1/cluster/$1"; }
+rest() { curl -sf --max-time 5 "http://$HEAD:$(port_of "$DIR" web)/ws/v1/cluster/$1"; }
 
 rm_started() { rest info 2>/dev/null | grep -q '"state":"STARTED"'; }
 
@@ -425,7 +483,7 @@ stop_some() {
 hdfs_ready() {
   local web
   web=$(port_of "$DIR" namenode-web)
-  curl -sf --max-time 5 "http://127.0.0.1:$web/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo" 2>/dev/null |
+  curl -sf --max-time 5 "http://$HEAD:$web/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo" 2>/dev/null |
     "$PY" -c '
 import json, sys
 b = json.load(sys.stdin)["beans"][0]
@@ -438,7 +496,7 @@ sys.exit(0 if len(live) == 2 and not b.get("Safemode") else 1)' 2>/dev/null
 dn_registered() {
   local web
   web=$(port_of "$DIR" "dn$1-web")
-  curl -sf --max-time 5 "http://127.0.0.1:$web/jmx?qry=Hadoop:service=DataNode,name=DataNodeInfo" \
+  curl -sf --max-time 5 "http://${NODE[$(($1 - 1))]}:$web/jmx?qry=Hadoop:service=DataNode,name=DataNodeInfo" \
     2>/dev/null | "$PY" -c '
 import json, sys
 b = json.load(sys.stdin)["beans"][0]
@@ -462,6 +520,12 @@ cmd_start() {
     [ -e "$f" ] && alive "$f" && die "a cluster already runs in $DIR (scripts/yarn-cluster.sh stop $DIR)"
   done
   rm -f "$DIR"/pids/*.pid
+  if [ -n "$HOSTS_FILE" ]; then
+    [ "$HOSTS_FILE" = "$DIR/hosts" ] || cp "$HOSTS_FILE" "$DIR/hosts"
+    load_hosts "$DIR/hosts"
+  else
+    rm -f "$DIR/hosts"
+  fi
   CP=$(classpath)
   local t0=$SECONDS
   write_conf "$DIR"
@@ -469,7 +533,7 @@ cmd_start() {
   trap 'stop_all; exit 130' INT TERM
   if [ "$YARN" = 1 ]; then
     launch rm 384m "$DIR/conf" org.apache.hadoop.yarn.server.resourcemanager.ResourceManager
-    say "ResourceManager starting on 127.0.0.1:$RM_PORT (web http://127.0.0.1:$RM_WEB), log $DIR/logs/rm.log"
+    say "ResourceManager starting on $HEAD:$RM_PORT (web http://$HEAD:$RM_WEB), log $DIR/logs/rm.log"
     # nm2 has no label: it may register at once
     launch nm2 256m "$DIR/nm2/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
   fi
@@ -491,10 +555,10 @@ cmd_start() {
     launch_dn 1
     launch_dn 2
     hdfs_daemons="nn dn1 dn2"
-    say "NameNode starting on hdfs://127.0.0.1:$(port_of "$DIR" namenode), log $DIR/logs/nn.log"
+    say "NameNode starting on hdfs://$HEAD:$(port_of "$DIR" namenode), log $DIR/logs/nn.log"
   fi
   if [ "$YARN" = 1 ]; then
-    wait_for "the ResourceManager's REST API to say STARTED (http://127.0.0.1:$RM_WEB/ws/v1/cluster/info)" \
+    wait_for "the ResourceManager's REST API to say STARTED (http://$HEAD:$RM_WEB/ws/v1/cluster/info)" \
       rm_started "rm nm2 $hdfs_daemons"
     # A label must be in the cluster before an NM reports it.
     HADOOP_CONF_DIR="$DIR/conf" timeout "$TIMEOUT" java -Xmx128m "${JAVA_FAST[@]}" \
@@ -505,18 +569,18 @@ cmd_start() {
       die "could not add the node label gpu to the cluster (RMAdminCLI -addToClusterNodeLabels)"
     }
     launch nm1 256m "$DIR/nm1/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
-    wait_for "2 RUNNING NodeManagers, one labelled gpu with yarn.io/gpu 2 (http://127.0.0.1:$RM_WEB/ws/v1/cluster/nodes)" \
+    wait_for "2 RUNNING NodeManagers, one labelled gpu with yarn.io/gpu 2 (http://$HEAD:$RM_WEB/ws/v1/cluster/nodes)" \
       nodes_ready "rm nm1 nm2 $hdfs_daemons"
   fi
   if [ "$HDFS" = 1 ]; then
-    wait_for "the NameNode to have 2 live DataNodes and leave safe mode (http://127.0.0.1:$(port_of "$DIR" namenode-web)/jmx)" \
+    wait_for "the NameNode to have 2 live DataNodes and leave safe mode (http://$HEAD:$(port_of "$DIR" namenode-web)/jmx)" \
       hdfs_ready "nn dn1 dn2"
   fi
   trap - INT TERM
   local hdfs=""
-  [ "$HDFS" = 1 ] && hdfs="HDFS hdfs://127.0.0.1:$(port_of "$DIR" namenode) (2 DataNodes)"
+  [ "$HDFS" = 1 ] && hdfs="HDFS hdfs://$HEAD:$(port_of "$DIR" namenode) (2 DataNodes)"
   if [ "$YARN" = 1 ]; then
-    say "ready in $((SECONDS - t0))s: ResourceManager 127.0.0.1:$RM_PORT, NodeManagers nm1 (gpu) and nm2${hdfs:+, $hdfs}; stop with: scripts/yarn-cluster.sh stop $DIR"
+    say "ready in $((SECONDS - t0))s: ResourceManager $HEAD:$RM_PORT, NodeManagers nm1 (gpu) and nm2${hdfs:+, $hdfs}; stop with: scripts/yarn-cluster.sh stop $DIR"
   else
     say "ready in $((SECONDS - t0))s: $hdfs; stop with: scripts/yarn-cluster.sh stop $DIR"
   fi
@@ -524,7 +588,10 @@ cmd_start() {
 }
 
 launch_dn() {
-  launch "dn$1" 256m "$DIR/dn$1/conf" org.apache.hadoop.hdfs.server.datanode.DataNode "$DIR/hdfs/www:"
+  local www="$DIR/hdfs/www"
+  # on a host of its own, it sees its own directory only
+  [ "$HOSTS" = 1 ] && www="$DIR/dn$1/www" && mkdir -p "$www/webapps/datanode"
+  launch "dn$1" 256m "$DIR/dn$1/conf" org.apache.hadoop.hdfs.server.datanode.DataNode "$www:"
 }
 
 # datanode stop|start N
@@ -546,7 +613,7 @@ cmd_datanode() {
       fi
       sleep 0.1
     done
-    say "DataNode dn$n stopped (pid $pid; 127.0.0.1:$(port_of "$DIR" "dn$n"))"
+    say "DataNode dn$n stopped (pid $pid; ${NODE[$((n - 1))]}:$(port_of "$DIR" "dn$n"))"
     ;;
   start)
     alive "$pidf" && die "DataNode dn$n already runs (pid $(cat "$pidf"))"
@@ -556,10 +623,10 @@ cmd_datanode() {
     ON_FAIL="stop_some $pidf"
     trap 'stop_some "$pidf"; exit 130' INT TERM
     launch_dn "$n"
-    wait_for "DataNode dn$n to register with the NameNode and the NameNode to have 2 live DataNodes (http://127.0.0.1:$(port_of "$DIR" "dn$n-web")/jmx, http://127.0.0.1:$(port_of "$DIR" namenode-web)/jmx)" \
+    wait_for "DataNode dn$n to register with the NameNode and the NameNode to have 2 live DataNodes (http://${NODE[$((n - 1))]}:$(port_of "$DIR" "dn$n-web")/jmx, http://$HEAD:$(port_of "$DIR" namenode-web)/jmx)" \
       "dn_registered $n && hdfs_ready" "nn dn$n"
     trap - INT TERM
-    say "DataNode dn$n running again (pid $(cat "$pidf"); 127.0.0.1:$(port_of "$DIR" "dn$n"))"
+    say "DataNode dn$n running again (pid $(cat "$pidf"); ${NODE[$((n - 1))]}:$(port_of "$DIR" "dn$n"))"
     ;;
   *) usage ;;
   esac
@@ -584,10 +651,10 @@ cmd_nodemanager() {
     ON_FAIL="stop_some $pidf"
     trap 'stop_some "$pidf"; exit 130' INT TERM
     launch "nm$n" 256m "$DIR/nm$n/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
-    wait_for "2 RUNNING NodeManagers again, one labelled gpu (http://127.0.0.1:$(port_of "$DIR" web)/ws/v1/cluster/nodes)" \
+    wait_for "2 RUNNING NodeManagers again, one labelled gpu (http://$HEAD:$(port_of "$DIR" web)/ws/v1/cluster/nodes)" \
       nodes_ready "rm nm$n"
     trap - INT TERM
-    say "NodeManager nm$n running again (pid $(cat "$pidf"); 127.0.0.1:$(port_of "$DIR" "nm$n"))"
+    say "NodeManager nm$n running again (pid $(cat "$pidf"); ${NODE[$((n - 1))]}:$(port_of "$DIR" "nm$n"))"
     ;;
   *) usage ;;
   esac
@@ -602,11 +669,11 @@ cmd_status() {
     if alive "$f"; then echo "$name running (pid $(cat "$f"))"; n=$((n + 1)); else echo "$name not running"; fi
   done
   if [ -n "$(port_of "$DIR" rm)" ]; then
-    echo "ResourceManager 127.0.0.1:$(port_of "$DIR" rm), web http://127.0.0.1:$(port_of "$DIR" web)"
+    echo "ResourceManager $HEAD:$(port_of "$DIR" rm), web http://$HEAD:$(port_of "$DIR" web)"
   fi
   if [ -n "$(port_of "$DIR" namenode)" ]; then
-    echo "NameNode hdfs://127.0.0.1:$(port_of "$DIR" namenode), web http://127.0.0.1:$(port_of "$DIR" namenode-web)"
-    if json=$(curl -sf --max-time 5 "http://127.0.0.1:$(port_of "$DIR" namenode-web)/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo" 2>/dev/null); then
+    echo "NameNode hdfs://$HEAD:$(port_of "$DIR" namenode), web http://$HEAD:$(port_of "$DIR" namenode-web)"
+    if json=$(curl -sf --max-time 5 "http://$HEAD:$(port_of "$DIR" namenode-web)/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo" 2>/dev/null); then
       "$PY" -c '
 import json, sys
 b = json.loads(sys.argv[1])["beans"][0]
@@ -641,6 +708,7 @@ YARN=1
 case "$VERB ${1:-}" in
 "start --hdfs") HDFS=1; shift ;;
 "start --hdfs-only") HDFS=1; YARN=0; shift ;;
+"start --hosts"*) usage ;; # --hosts needs --hdfs first
 "classpath "*) [ $# -eq 0 ] || usage; classpath; exit 0 ;;
 "datanode "* | "nodemanager "*)
   [ $# -ge 2 ] && [ $# -le 3 ] || usage
@@ -649,6 +717,12 @@ case "$VERB ${1:-}" in
   shift 2
   ;;
 esac
+HOSTS_FILE=
+if [ "$VERB" = start ] && [ "$HDFS" = 1 ] && [ "$YARN" = 1 ] && [ "${1:-}" = --hosts ]; then
+  [ $# -ge 2 ] || usage
+  HOSTS_FILE=$(realpath "$2") || die "no hosts file $2"
+  shift 2
+fi
 [ $# -le 1 ] || usage
 case ${1:-} in -*) usage ;; esac
 DIR=${1:-$(default_dir)}
@@ -658,6 +732,8 @@ if [ ! -d "$DIR" ]; then
   die "no cluster in $DIR"
 fi
 DIR=$(cd "$DIR" && pwd)
+# start reads --hosts (or none); the other verbs what start recorded
+if [ "$VERB" != start ] && [ -f "$DIR/hosts" ]; then load_hosts "$DIR/hosts"; fi
 case $VERB in
 start) cmd_start ;;
 stop) stop_all ;;

@@ -275,3 +275,224 @@ class SlurmCluster:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         self.procs = []
+
+
+# ---- Hadoop on hosts of their own ----
+
+class HadoopHosts:
+    """YARN and HDFS on three "hosts" (network namespaces on a bridge) and
+    the client on a fourth, the test process's own namespace, which gets an
+    address on the same bridge (so that loom, Hadoop's Java client and the
+    test's own HTTP requests reach every daemon as they are, and the
+    daemons reach back: a coordinator the client starts is reachable from
+    the containers):
+
+      head   10.79.K.1    ResourceManager, NameNode
+      node1  10.79.K.2    NodeManager nm1 (label gpu), DataNode dn1
+      node2  10.79.K.3    NodeManager nm2, DataNode dn2
+      client 10.79.K.100  this process (an interface in the machine's own
+                          namespace whose peer is on the bridge)
+
+    K comes from the pid; every name has the pid in it (`loomh<pid>`), so
+    that test runs at once do not clash. Each daemon runs in its host's
+    network namespace and in a mount namespace of its own (hidden.wrap:
+    what a stock node lacks hidden, the host's own /tmp, DIR/host-ROLE/tmp
+    on this machine, a UTS namespace with the host's name loom-ROLE, an
+    /etc/hosts of its own that names no address of the bridge, so that a
+    NodeManager's node id is its address), in which it sees, of the
+    cluster's directory, only its own daemons' (yarn-cluster.sh --hosts).
+    A YARN container is the NodeManager's child: it has the same view.
+
+    stop() stops the daemons, kills whatever is left in the namespaces,
+    deletes them and checks that no JVM, namespace or link of the cluster
+    is left (the mount namespaces end with their last process)."""
+
+    ROLES = ("head", "node1", "node2")
+
+    def __init__(self, d: Path, tag=None, k=None):
+        """d: the cluster's directory, under /tmp (each host sees its own
+        part of it inside its own /tmp). tag and k: other names and another
+        subnet than the pid's, for a second cluster in the same process."""
+        pid = os.getpid()
+        self.dir = d
+        self.conf = d / "conf"
+        self.tag = tag or f"loomh{pid}"
+        self.k = k if k is not None else 16 + pid % 224
+        self.hub = f"{self.tag}-hub"
+        self.ns = {r: f"{self.tag}-{r}" for r in self.ROLES}
+        self.addrs = {r: f"10.79.{self.k}.{i + 1}" for i, r in enumerate(self.ROLES)}
+        self.addrs["client"] = f"10.79.{self.k}.100"
+        self.client_link = f"{self.tag}c"
+        self.made = []
+        self.start_s = None
+
+    # -- namespaces
+
+    def _ns(self, name):
+        from netns import ip
+        ip("netns", "add", name)
+        self.made.append(name)
+        ip("-n", name, "link", "set", "lo", "up")
+
+    def _network(self):
+        from netns import ip
+        self._ns(self.hub)
+        ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
+        ip("-n", self.hub, "link", "set", "br0", "up")
+        for i, r in enumerate(self.ROLES):
+            ns = self.ns[r]
+            self._ns(ns)
+            ip("-n", self.hub, "link", "add", f"p{i}", "type", "veth", "peer", "name", "lan0",
+               "netns", ns)
+            ip("-n", self.hub, "link", "set", f"p{i}", "master", "br0", "up")
+            ip("-n", ns, "addr", "add", f"{self.addrs[r]}/24", "dev", "lan0")
+            ip("-n", ns, "link", "set", "lan0", "up")
+        # the client: this namespace; its link goes when the hub does
+        ip("link", "add", self.client_link, "type", "veth", "peer", "name", "pc", "netns",
+           self.hub)
+        ip("-n", self.hub, "link", "set", "pc", "master", "br0", "up")
+        ip("addr", "add", f"{self.addrs['client']}/24", "dev", self.client_link)
+        ip("link", "set", self.client_link, "up")
+
+    def _wrappers(self):
+        """DIR/hosts: yarn-cluster.sh's hosts file; DIR/on-ROLE runs a
+        command on that host (ip netns exec + hidden.wrap)."""
+        import shlex
+        import hidden
+        d = self.dir
+        keep = {"head": [d / "conf", d / "labels", d / "hdfs"],
+                "node1": [d / "nm1", d / "dn1"], "node2": [d / "nm2", d / "dn2"]}
+        lines = []
+        for r in self.ROLES:
+            tmp = d / f"host-{r}" / "tmp"
+            tmp.mkdir(parents=True, exist_ok=True)
+            for k in keep[r]:
+                k.mkdir(parents=True, exist_ok=True)
+            # its own name resolves (Java asks at start), and no address of
+            # the bridge has a name: a daemon's canonical host name is its
+            # address (a NodeManager's node id, which clients connect to)
+            etc = d / f"host-{r}" / "hosts"
+            etc.write_text(f"127.0.0.1 localhost\n127.0.1.1 loom-{r}\n")
+            argv = ["ip", "netns", "exec", self.ns[r],
+                    *hidden.wrap([], tmp=str(tmp), keep=[str(k) for k in keep[r]],
+                                 hostname=f"loom-{r}", etc_hosts=str(etc))]
+            on = d / f"on-{r}"
+            on.write_text(f"#!/bin/sh\n# runs a command on host {r}\nexec {shlex.join(argv)} "
+                          '"$@"\n')
+            on.chmod(0o755)
+            lines.append(f"{r} {self.addrs[r]} {on}\n")
+        (d / "hosts.in").write_text("".join(lines))
+
+    # -- the cluster
+
+    def start(self):
+        t0 = time.monotonic()
+        try:
+            self._network()
+            self._wrappers()
+            r = subprocess.run(["bash", str(SCRIPT), "start", "--hdfs", "--hosts",
+                                str(self.dir / "hosts.in"), str(self.dir)],
+                               capture_output=True, text=True, timeout=400)
+            if r.returncode != 0:
+                raise RuntimeError(f"yarn-cluster.sh start --hdfs --hosts failed:\n"
+                                   f"{r.stderr[-4000:]}")
+            assert r.stdout.strip() == f"export HADOOP_CONF_DIR={self.dir}/conf", r.stdout
+        except BaseException:
+            self.stop()
+            raise
+        self.start_s = time.monotonic() - t0
+        print(f"\nYARN and HDFS on 3 hosts up in {self.start_s:.1f}s")
+        return self
+
+    def stop(self):
+        """Stops everything start() made; fails naming what was left."""
+        from netns import ip
+        errors = []
+        if (self.dir / "pids").exists():
+            s = subprocess.run(["bash", str(SCRIPT), "stop", str(self.dir)], capture_output=True,
+                               text=True, timeout=120)
+            if s.returncode != 0:
+                errors.append(f"yarn-cluster.sh stop: {s.stderr[-2000:]}")
+        left = jvm_pids(self.dir)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        if left:
+            errors.append(f"JVMs of the cluster outlived `stop`: {left}")
+        # a namespace's links go some time after `ip netns del`: this one,
+        # in the machine's namespace, is deleted (both ends) here
+        ip("link", "del", self.client_link, check=False)
+        for ns in reversed(self.made):
+            pids = ip("netns", "pids", ns, check=False).split()
+            for p in pids:
+                try:
+                    os.kill(int(p), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            end = time.time() + 10
+            while pids and time.time() < end:
+                pids = ip("netns", "pids", ns, check=False).split()
+                time.sleep(0.05)
+            if pids:
+                errors.append(f"processes in {ns} outlived SIGKILL: {pids}")
+            r = subprocess.run(["ip", "netns", "del", ns], capture_output=True, text=True)
+            if r.returncode != 0:
+                errors.append(f"ip netns del {ns}: {r.stderr.strip()}")
+        self.made = []
+        leftover = [l for l in ip("netns", "list", check=False).splitlines() if self.tag in l]
+        leftover += [l for l in ip("-o", "link", check=False).splitlines() if self.tag in l]
+        leftover += [f"pid {p}" for p in jvm_pids(self.dir)]
+        if errors or leftover:
+            raise AssertionError(f"the Hadoop hosts were not cleaned up: {errors} {leftover}")
+
+    # -- what tests use
+
+    def ports(self):
+        return {k: int(v) for k, v in
+                (l.split() for l in (self.dir / "ports").read_text().splitlines())}
+
+    @property
+    def web(self):
+        return f"http://{self.addrs['head']}:{self.ports()['web']}"
+
+    @property
+    def nn_web(self):
+        return f"http://{self.addrs['head']}:{self.ports()['namenode-web']}"
+
+    def url(self, path):
+        """hdfs://HEAD:PORT/path on this cluster."""
+        return f"hdfs://{self.addrs['head']}:{self.ports()['namenode']}{path}"
+
+    def rest(self, path):
+        with urllib.request.urlopen(f"{self.web}/ws/v1/cluster/{path}", timeout=10) as r:
+            return json.load(r)
+
+    def pid(self, daemon):
+        """The pid of daemon rm, nn, nm1, nm2, dn1 or dn2."""
+        return int((self.dir / "pids" / f"{daemon}.pid").read_text())
+
+    def on_node(self, n, *cmd):
+        """The command line that runs cmd as a container of NodeManager nmN
+        would: in that NodeManager's network, mount and UTS namespaces (the
+        node's view: its /tmp, what a stock node lacks hidden), from /."""
+        return ["nsenter", "-t", str(self.pid(f"nm{n}")), "-n", "-m", "-u", "--wd=/", "--",
+                *map(str, cmd)]
+
+    def script(self, *args, timeout=120):
+        """scripts/yarn-cluster.sh ARGS... DIR (nodemanager start N, ...)."""
+        r = subprocess.run(["bash", str(SCRIPT), *map(str, args), str(self.dir)],
+                           capture_output=True, text=True, timeout=timeout)
+        assert r.returncode == 0, (args, r.stderr[-3000:])
+        return r
+
+    def rss_mib(self):
+        """{daemon: resident memory (MiB)} of the cluster's JVMs."""
+        out = {}
+        for f in (self.dir / "pids").glob("*.pid"):
+            try:
+                status = Path(f"/proc/{int(f.read_text())}/status").read_text()
+            except (OSError, ValueError):
+                continue
+            m = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+            if m:
+                out[f.stem] = int(m.group(1)) / 1024
+        return out
