@@ -333,6 +333,28 @@ def hadoop(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def hadoop_hosts(tmp_path_factory):
+    """The test run's one Hadoop cluster on hosts of their own (clusters.py's
+    HadoopHosts: the RM and the NameNode on one network namespace, a
+    NodeManager and a DataNode on each of two more, in mount namespaces that
+    hide what a stock node lacks; the client is this process, with an
+    address on their bridge). Started when a test first needs it, stopped
+    at the end of the run: no JVM, namespace or link of it left."""
+    from clusters import HadoopHosts, hadoop_available
+    from netns import available
+    if not hadoop_available():
+        pytest.skip("needs java and mvn (scripts/setup.sh) for Hadoop")
+    why = available()
+    if why:
+        pytest.skip(why)
+    h = HadoopHosts(tmp_path_factory.mktemp("hadoop-hosts")).start()
+    try:
+        yield h
+    finally:
+        h.stop()
+
+
+@pytest.fixture(scope="session")
 def yarn(hadoop):
     """The Hadoop cluster's YARN side: RM + 2 NodeManagers (nm1 labelled gpu)."""
     from clusters import Yarn
