@@ -109,6 +109,7 @@ typedef struct {
   bool has_master_port;
   int master_port;
   const char *gpus, *cpus; /* "" when none */
+  int gpu_count;           /* the role's GPUs; -1 when the coordinator did not say */
   const char *cgroup;      /* the task's cgroup, "" when none */
   int64_t memory;          /* bytes; 0 when unlimited */
   int ppid;                /* the agent's pid (LOOM__PPID) */

@@ -90,8 +90,16 @@ void agent_taskenv_set(envv *e, const agent_taskenv *t) {
   if (tfs) env_set(e, "TF_CONFIG", tfs);
   free(tfs);
   json_decref(tf);
-  const char *gpus = t->gpus;
-  if (*gpus) env_set(e, "CUDA_VISIBLE_DEVICES", gpus);
+  /* GPUs: the devices the backend placed (local: round-robin); none at
+   * all for a role without GPUs, whatever the host or cluster manager
+   * left in the environment (a Slurm allocation's CUDA_VISIBLE_DEVICES, a
+   * GPU node's); else (Slurm, YARN, Spark with "") what the step or
+   * container was given. CUDA (so TensorFlow, PyTorch, JAX) reads
+   * CUDA_VISIBLE_DEVICES when it starts; the empty string means none. */
+  if (t->gpu_count == 0)
+    env_set(e, "CUDA_VISIBLE_DEVICES", "");
+  else if (*t->gpus)
+    env_set(e, "CUDA_VISIBLE_DEVICES", t->gpus);
   env_setf(e, "LOOM__PPID", "%d", t->ppid);
   const char *cpus = t->cpus;
   if (*cpus) env_set(e, "LOOM__CPUS", cpus);
@@ -159,6 +167,7 @@ void agent_build_env(agent *a, envv *e, int local, const wire_cluster *cl, const
                      .has_master_port = cl->has_master_port,
                      .master_port = (int)cl->master_port,
                      .gpus = as->gpus,
+                     .gpu_count = as->has_gpu_count ? (int)as->gpu_count : -1,
                      .cpus = as->cpus,
                      .cgroup = a->cgroup,
                      .memory = as->memory,

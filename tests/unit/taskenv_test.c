@@ -36,6 +36,7 @@ typedef struct {
   const char *master_addr; /* NULL: none */
   int master_port;         /* 0: none */
   const char *gpus, *cpus, *cgroup;
+  int gpu_count; /* the role's GPUs, -1 when the coordinator did not say */
   long long memory;
   const char *want[MAXV]; /* "K=V" each, in any order */
   const char *absent[MAXV];
@@ -78,6 +79,7 @@ static const env_case CASES[] = {
      .master_addr = "chief-0.example",
      .master_port = 29500,
      .gpus = "",
+     .gpu_count = -1,
      .cpus = "",
      .cgroup = "",
      .want = {"LOOM_ROLE=chief",
@@ -116,6 +118,7 @@ static const env_case CASES[] = {
      .master_addr = "chief-0.example",
      .master_port = 29500,
      .gpus = "2",
+     .gpu_count = 1,
      .cpus = "8-11",
      .cgroup = "",
      .want = {"LOOM_ROLE=worker", "LOOM_INDEX=1", "LOOM_LOCAL_RANK=2", "LOCAL_RANK=2",
@@ -136,6 +139,7 @@ static const env_case CASES[] = {
      .master_addr = "worker-0.example",
      .master_port = 29500,
      .gpus = "",
+     .gpu_count = -1,
      .cpus = "",
      .cgroup = "",
      .memory = 1LL << 30,
@@ -154,6 +158,7 @@ static const env_case CASES[] = {
      .rank_base = 2,
      .world = 3,
      .gpus = "0,1",
+     .gpu_count = 2,
      .cpus = "",
      .cgroup = "/sys/fs/cgroup/loom-job-1/worker-2",
      .memory = 512LL << 20,
@@ -172,10 +177,53 @@ static const env_case CASES[] = {
      .master_addr = "worker-0.example",
      .master_port = 1234,
      .gpus = "",
+     .gpu_count = -1,
      .cpus = "",
      .cgroup = "",
      .want = {"GROUP_RANK=1", "RANK=1", "LOCAL_WORLD_SIZE=0", "MASTER_PORT=1234"},
      .absent = {"LOOM__MEM"}},
+    {.what = "a role with gpus: 0 sees no GPU (CUDA_VISIBLE_DEVICES set, empty)",
+     .roles = {{"worker", 2}},
+     .role = "worker",
+     .index = 0,
+     .local = 0,
+     .procs = 1,
+     .training = true,
+     .rank_base = 0,
+     .world = 2,
+     .gpus = "",
+     .gpu_count = 0,
+     .cpus = "",
+     .cgroup = "",
+     .want = {"CUDA_VISIBLE_DEVICES="}},
+    {.what = "gpus: 0 on a backend that placed nothing (Slurm, YARN, Spark): still none",
+     .roles = {{"ps", 1}, {"worker", 1}},
+     .role = "ps",
+     .index = 0,
+     .local = 0,
+     .procs = 1,
+     .training = false,
+     .rank_base = 0,
+     .world = 1,
+     .gpus = "",
+     .gpu_count = 0,
+     .cpus = "",
+     .cgroup = "",
+     .want = {"CUDA_VISIBLE_DEVICES="}},
+    {.what = "GPUs the host gave (a Slurm step, a YARN container): loom sets none",
+     .roles = {{"worker", 1}},
+     .role = "worker",
+     .index = 0,
+     .local = 0,
+     .procs = 1,
+     .training = true,
+     .rank_base = 0,
+     .world = 1,
+     .gpus = "",
+     .gpu_count = 2,
+     .cpus = "",
+     .cgroup = "",
+     .absent = {"CUDA_VISIBLE_DEVICES"}},
 };
 
 /* The value of k in e, or NULL; fails when k is there more than once. */
@@ -215,6 +263,7 @@ static void run_case(const env_case *c, envv *e) {
                      .has_master_port = c->master_port != 0,
                      .master_port = c->master_port,
                      .gpus = c->gpus,
+                     .gpu_count = c->gpu_count,
                      .cpus = c->cpus,
                      .cgroup = c->cgroup,
                      .memory = c->memory,
@@ -263,10 +312,41 @@ static void test_inherited_variables_are_replaced(void **state) {
   agent_env_free(&e);
 }
 
+/* The host's CUDA_VISIBLE_DEVICES (a Slurm step's, a GPU node's login
+ * environment) is replaced by the empty string for a role without GPUs
+ * (the case of index gpus0) and kept for one whose GPUs the host gave
+ * (index kept). */
+static void test_inherited_gpus(void **state) {
+  (void)state;
+  const size_t gpus0 = sizeof CASES / sizeof *CASES - 3, kept = gpus0 + 2;
+  assert_int_equal(CASES[gpus0].gpu_count, 0);
+  assert_int_equal(CASES[kept].gpu_count, 2);
+  for (int k = 0; k < 2; k++) {
+    envv e = {.cap = 8};
+    e.v = calloc((size_t)e.cap, sizeof *e.v);
+    assert_non_null(e.v);
+    e.v[e.n++] = strdup("CUDA_VISIBLE_DEVICES=0,1");
+    e.v[e.n++] = strdup("HOME=/home/u");
+    const env_case *c = &CASES[k ? kept : gpus0];
+    /* run_case checks CUDA_VISIBLE_DEVICES against the case's want and
+     * absent: give it a copy without those */
+    env_case copy = *c;
+    memset(copy.want, 0, sizeof copy.want);
+    memset(copy.absent, 0, sizeof copy.absent);
+    run_case(&copy, &e);
+    const char *v = env_get(&e, "CUDA_VISIBLE_DEVICES");
+    assert_non_null(v);
+    assert_string_equal(v, k ? "0,1" : "");
+    assert_string_equal(env_get(&e, "HOME"), "/home/u");
+    agent_env_free(&e);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cases),
       cmocka_unit_test(test_inherited_variables_are_replaced),
+      cmocka_unit_test(test_inherited_gpus),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
