@@ -3,9 +3,11 @@
  * coordinator, with back-pressure; see agent_int.h. */
 #include "agent/agent_int.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- output ----------------------------------------------------------
  * Each line a task prints reaches the coordinator, in order, and none is
@@ -46,8 +48,44 @@ static void log_written(void *owner) {
     out_pause(a, false);
 }
 
+/* In a YARN container (its NodeManager sets LOG_DIRS) the agent's stdout
+ * and stderr are the container's log files (yarn_launch's redirection):
+ * each line of the task goes there too, the task's stdout to stdout and
+ * its stderr to stderr, so that `yarn logs -applicationId` and the
+ * ResourceManager UI's log links show the task's output where Hadoop users
+ * look for it. Elsewhere the output goes to the coordinator only. */
+static bool tee_on(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *d = getenv("LOG_DIRS");
+    on = d && *d;
+  }
+  return on;
+}
+
+/* Writes all of p to fd; gives up on an error (the log file gone or full:
+ * the coordinator still has the line). */
+static void write_all(int fd, const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+static void tee_write(int fd, const void *p, size_t n, const char *mark) {
+  write_all(fd, p, n);
+  if (mark) {
+    write_all(fd, mark, strlen(mark));
+    write_all(fd, "\n", 1);
+  }
+}
+
 static void send_log(outpipe *o, const void *p, size_t n, const char *mark) {
   agent *a = o->a;
+  if (tee_on()) tee_write(o->stream == 2 ? STDERR_FILENO : STDOUT_FILENO, p, n, mark);
   /* a bind refused while we hold the port: said if the task then fails */
   if (a->reserve_fd >= 0 && !a->saw_inuse && memmem(p, n, "ddress already in use", 21))
     a->saw_inuse = true;
