@@ -5,12 +5,14 @@ client (this process) on a fourth address of the same bridge. A
 NodeManager, and so every container it starts, sees a stock node
 (hidden.py): no checkout, no build, no Python environment of ours, none of
 libuv, libyaml, jansson and protobuf-c, a /tmp of its own."""
+import base64
 import hashlib
 import json
 import os
 import socket
 import subprocess
 import threading
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -96,9 +98,11 @@ def client_server(hadoop_hosts):
 # What the test runs on a node, with the node's own /usr/bin/python3: one
 # JSON object of what it saw.
 NODE_PROBE = r"""
-import ctypes, json, os, socket, sys, zlib
-a = json.loads(sys.argv[1])
-out = {"hostname": socket.gethostname()}
+import base64, ctypes, json, os, socket, sys, zlib
+# its arguments: argv[1], or (in a YARN container) PROBE_ARGS in base64
+a = json.loads(sys.argv[1] if len(sys.argv) > 1 else base64.b64decode(os.environ["PROBE_ARGS"]))
+out = {"hostname": socket.gethostname(), "cwd": os.getcwd(),
+       "container": os.environ.get("CONTAINER_ID"), "nm_host": os.environ.get("NM_HOST")}
 def entries(p):
     try:
         return sorted(os.listdir(p))
@@ -125,32 +129,26 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("n", NODES)
-def test_a_node_is_a_stock_node(hadoop_hosts, client_server, tmp_path, n):
-    h = hadoop_hosts
-    caddr, cport, token, peers = client_server
-    other = 3 - n
-    # the client's /tmp has a file of its own; the node writes one to its /tmp
-    theirs = Path(f"/tmp/loom-client-{uuid.uuid4().hex}")
-    theirs.write_text("the client's")
-    mine = f"loom-node-{uuid.uuid4().hex}"
+def probe_args(h, client_server, tmp_path, theirs, mine):
+    """What NODE_PROBE looks at on a node (either), theirs a file in the
+    client's /tmp, mine the name of the file the node writes in its own."""
+    caddr, cport, _, _ = client_server
     dirs, files = hidden.lacks()
     assert ROOT in dirs, dirs
-    probe = {
-        "dirs": [str(ROOT), str(Path.home() / ".cache/loom/venvs")],
-        "paths": [str(ROOT / "CMakeLists.txt"), str(LOOM), str(BUILD / "libloom.so"),
-                  str(theirs), str(h.dir / f"nm{other}"), str(h.dir / f"dn{other}"),
-                  str(h.dir / "conf"), str(h.dir / "logs"), str(tmp_path),
-                  str(h.dir / f"nm{n}" / "local"), str(h.dir / f"dn{n}" / "data")],
-        "libs": files, "mine": mine, "client": caddr, "port": cport,
-    }
-    try:
-        r = subprocess.run(h.on_node(n, "/usr/bin/python3", "-c", NODE_PROBE, json.dumps(probe)),
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        seen = json.loads(r.stdout)
-    finally:
-        theirs.unlink()
+    paths = [ROOT / "CMakeLists.txt", LOOM, BUILD / "libloom.so", theirs, h.dir / "conf",
+             h.dir / "logs", tmp_path]
+    for i in NODES:
+        paths += [h.dir / f"nm{i}", h.dir / f"dn{i}", h.dir / f"nm{i}" / "local",
+                  h.dir / f"dn{i}" / "data"]
+    return {"dirs": [str(ROOT), str(Path.home() / ".cache/loom/venvs")],
+            "paths": [str(p) for p in paths], "libs": files, "mine": mine, "client": caddr,
+            "port": cport}
+
+
+def check_stock_node(h, n, seen, theirs, mine, client_server, tmp_path):
+    """What NODE_PROBE saw on node n is a stock node's view."""
+    _, _, token, peers = client_server
+    other = 3 - n
     assert seen["hostname"] == f"loom-node{n}"
     # the checkout and the environments: empty
     assert seen["dirs"] == {str(ROOT): [], str(Path.home() / ".cache/loom/venvs"): []}, seen
@@ -175,6 +173,101 @@ def test_a_node_is_a_stock_node(hadoop_hosts, client_server, tmp_path, n):
     # the client reached over the bridge, from the node's address
     assert seen["token"] == token
     assert peers == [h.addrs[f"node{n}"]], peers
+
+
+@pytest.mark.parametrize("n", NODES)
+def test_a_node_is_a_stock_node(hadoop_hosts, client_server, tmp_path, n):
+    """From inside NodeManager nmN's namespaces (nsenter)."""
+    h = hadoop_hosts
+    mine = f"loom-node-{uuid.uuid4().hex}"
+    theirs = Path(f"/tmp/loom-client-{uuid.uuid4().hex}")
+    theirs.write_text("the client's")
+    probe = probe_args(h, client_server, tmp_path, theirs, mine)
+    try:
+        r = subprocess.run(h.on_node(n, "/usr/bin/python3", "-c", NODE_PROBE, json.dumps(probe)),
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        seen = json.loads(r.stdout)
+    finally:
+        theirs.unlink()
+    check_stock_node(h, n, seen, theirs, mine, client_server, tmp_path)
+
+
+def loom_fs(h, *args):
+    env = dict(os.environ, HADOOP_CONF_DIR=str(h.conf))
+    env.pop("HADOOP_USER_NAME", None)
+    return subprocess.run([str(LOOM), "fs", *map(str, args)], env=env, capture_output=True,
+                          timeout=60)
+
+
+def rm_post(h, path, body=None):
+    req = urllib.request.Request(f"{h.web}/ws/v1/cluster/{path}", method="POST",
+                                 data=json.dumps(body).encode() if body is not None else b"",
+                                 headers={"Content-Type": "application/json",
+                                          "Accept": "application/json"})
+    with urllib.request.urlopen(req, timeout=20) as r:
+        text = r.read()
+        return json.loads(text) if text.strip() else None
+
+
+def test_a_yarn_container_sees_a_stock_node(hadoop_hosts, client_server, tmp_path):
+    """A real YARN container: an application submitted through the RM's
+    REST API whose AM container runs the node's own /usr/bin/python3 on
+    probe.py, which YARN localized from HDFS. What it sees is a stock
+    node's view (as from nsenter), from the container's own directory on
+    that node's disk."""
+    h = hadoop_hosts
+    mine = f"loom-container-{uuid.uuid4().hex}"
+    probe_py = tmp_path / "probe.py"
+    probe_py.write_text(NODE_PROBE)
+    d = f"/hosts-probe-{uuid.uuid4().hex}"
+    assert loom_fs(h, "mkdir", h.url(d)).returncode == 0
+    r = loom_fs(h, "put", probe_py, h.url(f"{d}/probe.py"))
+    assert r.returncode == 0, r.stderr
+    st = json.loads(loom_fs(h, "stat", h.url(f"{d}/probe.py")).stdout)
+    app = rm_post(h, "apps/new-application")["application-id"]
+    theirs = Path(f"/tmp/loom-client-{uuid.uuid4().hex}")
+    theirs.write_text("the client's")
+    try:
+        args = probe_args(h, client_server, tmp_path, theirs, mine)
+        spec = {
+            "application-id": app, "application-name": "loom-hosts-probe",
+            "application-type": "YARN", "queue": "default", "max-app-attempts": 1,
+            "resource": {"memory": 128, "vCores": 1},
+            "am-container-spec": {
+                "local-resources": {"entry": [{"key": "probe.py", "value": {
+                    "resource": h.url(f"{d}/probe.py"), "type": "FILE",
+                    "visibility": "APPLICATION", "size": st["length"],
+                    "timestamp": st["modification_ms"]}}]},
+                "environment": {"entry": [{"key": "PROBE_ARGS", "value": base64.b64encode(
+                    json.dumps(args).encode()).decode()}]},
+                "commands": {"command": "/usr/bin/python3 probe.py 1><LOG_DIR>/stdout "
+                                        "2><LOG_DIR>/stderr"},
+            },
+        }
+        rm_post(h, "apps", spec)
+        end = time.time() + 90
+        while time.time() < end:
+            info = h.rest(f"apps/{app}")["app"]
+            if info["state"] in ("FINISHED", "FAILED", "KILLED"):
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"application {app} did not end in 90 s: {info}")
+        outs = [p for n in NODES for p in (h.dir / f"nm{n}" / "logs" / app).glob("*/stdout")]
+        assert len(outs) == 1, (outs, info)
+        n = int(outs[0].parts[-5][-1])  # DIR/nmN/logs/APP/CONTAINER/stdout
+        text = outs[0].read_text()
+        assert text, (outs[0].with_name("stderr").read_text(), info)
+        seen = json.loads(text)
+    finally:
+        theirs.unlink()
+        loom_fs(h, "rm", "-r", h.url(d))
+    # it ran in a container of node n, in that container's own directory
+    assert seen["container"] == outs[0].parent.name and seen["nm_host"] == h.addrs[f"node{n}"]
+    assert seen["cwd"].startswith(f"{h.dir}/nm{n}/local/usercache/"), seen["cwd"]
+    assert seen["cwd"].endswith(f"/{app}/{seen['container']}"), seen["cwd"]
+    check_stock_node(h, n, seen, theirs, mine, client_server, tmp_path)
 
 
 def test_the_build_does_not_run_on_a_node(hadoop_hosts):
