@@ -270,22 +270,39 @@ def test_a_yarn_container_sees_a_stock_node(hadoop_hosts, client_server, tmp_pat
     check_stock_node(h, n, seen, theirs, mine, client_server, tmp_path)
 
 
-def test_the_build_does_not_run_on_a_node(hadoop_hosts):
-    """The client's loom, copied to a node's /tmp, cannot start there: the
-    libraries it links are not on the node."""
+LINKS_ALL_FOUR = r"""
+#include <jansson.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stdio.h>
+#include <uv.h>
+#include <yaml.h>
+int main(void) {
+  printf("%s %s %s %s\n", uv_version_string(), yaml_get_version_string(), jansson_version_str(),
+         protobuf_c_version());
+  return 0;
+}
+"""
+
+
+def test_a_program_linking_the_four_libraries_does_not_run_on_a_node(hadoop_hosts, tmp_path):
+    """The control: a program linked against the shared libuv, libyaml,
+    jansson and protobuf-c runs on the client, and on a node fails to load
+    (what a build of loom that needs them met there)."""
     h = hadoop_hosts
-    assert LOOM.exists(), f"build loom first: {LOOM} is missing"
-    dst = h.dir / "host-node1" / "tmp" / "loom"
-    dst.write_bytes(LOOM.read_bytes())
-    dst.chmod(0o755)
-    r = subprocess.run(h.on_node(1, "/tmp/loom", "--version"), capture_output=True, text=True,
+    src = tmp_path / "four.c"
+    src.write_text(LINKS_ALL_FOUR)
+    exe = h.dir / "host-node1" / "tmp" / f"four-{uuid.uuid4().hex}"
+    cc = subprocess.run(["gcc", "-o", str(exe), str(src), "-Wl,--no-as-needed", "-luv", "-lyaml",
+                         "-ljansson", "-lprotobuf-c"], capture_output=True, text=True, timeout=60)
+    assert cc.returncode == 0, cc.stderr
+    ok = subprocess.run([str(exe)], capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0 and len(ok.stdout.split()) == 4, (ok.stdout, ok.stderr)
+    r = subprocess.run(h.on_node(1, f"/tmp/{exe.name}"), capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 127, (r.returncode, r.stdout, r.stderr)
     assert "error while loading shared libraries" in r.stderr and "file too short" in r.stderr, \
         r.stderr
-    # the same file runs on the client
-    ok = subprocess.run([str(dst), "--version"], capture_output=True, text=True, timeout=30)
-    assert ok.returncode == 0, ok.stderr
+    exe.unlink()
 
 
 def test_hdfs_from_the_client(hadoop_hosts, tmp_path):
