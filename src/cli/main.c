@@ -59,7 +59,9 @@ static const struct verb {
     {"status", cli_status, "[JOB]", "a job's tasks and states, or all recent jobs",
      "Without JOB, one line per recent job. With JOB (an id, a unique prefix, or\n"
      "'last'), every task: state, attempt, exit code or signal, elapsed time.\n"
-     "  --json             print the job's state file as it is\n"},
+     "  --json             print the job's state file as it is\n"
+     "  --secret           with --json and JOB: add the job's secret (\"secret\"),\n"
+     "                     for agents started by hand (LOOM_SECRET)\n"},
     {"logs", cli_logs, "JOB [--task T] [--follow]", "a task's log, or all tasks interleaved",
      "Prints the log of task T (role:index, e.g. worker:1), or every task's lines\n"
      "interleaved and prefixed. --follow keeps printing until the job ends.\n"},

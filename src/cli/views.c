@@ -98,15 +98,19 @@ static void fmt_dur(double s, char *buf, size_t len) {
 
 int cli_status(int argc, char **argv) {
   const char *job = NULL;
-  bool json = false;
+  bool json = false, with_secret = false;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--json"))
       json = true;
+    else if (!strcmp(argv[i], "--secret"))
+      with_secret = true;
     else if (argv[i][0] == '-')
       return cli_bad_usage("status", "unknown option %s", argv[i]);
     else
       job = argv[i];
   }
+  if (with_secret && (!json || !job))
+    return cli_bad_usage("status", "--secret goes with --json and a JOB");
   if (!job) {
     static char dir[PATH_MAX + 200];
     jobdir_entry *all;
@@ -193,6 +197,21 @@ int cli_status(int argc, char **argv) {
     return LOOM_EXIT_INFRA;
   }
   if (json) {
+    if (with_secret) {
+      /* what an agent started by hand needs beside the state's
+       * coordinator.addr (loom.spark starts its agents so): the secret,
+       * which only the job's owner can read */
+      char p[PATH_MAX + 32], *secret = NULL;
+      jobdir_path(dir, JOBDIR_SECRET, p, sizeof p);
+      if (loom__read_file(p, 256, &secret, NULL) < 0) {
+        fprintf(stderr, "loom status: cannot read %s\n", p);
+        json_decref(st);
+        return LOOM_EXIT_INFRA;
+      }
+      secret[strcspn(secret, "\r\n")] = 0;
+      json_object_set_new(st, "secret", json_string(secret));
+      free(secret);
+    }
     char *s = json_dumps(st, JSON_INDENT(2));
     printf("%s\n", s ? s : "{}");
     free(s);
