@@ -17,6 +17,7 @@
 #include "core/bytes.h"
 #include "core/crc32c.h"
 #include "fs/fs.h"
+#include "fs/tmpdir.h"
 #include "loom/ckpt.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_int.h"
@@ -215,20 +216,13 @@ int loom_ckpt_open(loom_t *l, const char *dir, int keep, loom_ckpt_t **out) {
   if (!c) return LOOM_ENOMEM;
   c->l = l;
   c->keep = keep;
+  c->dir_lock = -1;
   pthread_mutex_init(&c->mu, NULL);
   if (loom__fs_remote(dir)) {
     char why[1024];
-    const char *td = getenv("TMPDIR");
     int rc = (c->remote = strdup(dir)) ? 0 : LOOM_ENOMEM;
-    if (rc == 0) {
-      snprintf(c->dir, sizeof c->dir, "%s/loom-ckpt-XXXXXX", td && *td ? td : "/tmp");
-      if (!mkdtemp(c->dir)) {
-        snprintf(why, sizeof why, "cannot make a local directory in %.200s: %s",
-                 td && *td ? td : "/tmp", strerror(errno));
-        c->dir[0] = 0;
-        rc = LOOM_EIO;
-      }
-    }
+    if (rc == 0)
+      rc = loom__tmpdir_make("ckpt", c->dir, sizeof c->dir, &c->dir_lock, why, sizeof why);
     if (rc == 0) rc = loom__fs_mkdirs(dir, why, sizeof why);
     if (rc < 0) {
       rc = loom__fail(l, rc, "cannot create checkpoint directory %s: %s", dir, why);
@@ -267,10 +261,7 @@ int loom_ckpt_open(loom_t *l, const char *dir, int keep, loom_ckpt_t **out) {
 
 void loom_ckpt_close(loom_ckpt_t *c) {
   if (!c) return;
-  if (c->remote && c->dir[0]) {
-    char why[512];
-    loom__fs_remove(c->dir, true, why, sizeof why);
-  }
+  if (c->remote) loom__tmpdir_remove(c->dir, c->dir_lock);
   free(c->remote);
   pthread_mutex_destroy(&c->mu);
   free(c);

@@ -35,6 +35,7 @@ struct loom_ckpt {
    * this handle's own, where a save writes (and a read fetches) one file
    * at a time; the checkpoints themselves are only in remote */
   char *remote;
+  int dir_lock; /* remote: the lock on dir (fs/tmpdir.h), -1 when none */
   char host[256];
   int keep;
   pthread_mutex_t mu; /* one call at a time */

@@ -21,6 +21,7 @@
  * consumer's alone; a split (fsplit) is created by the reader thread and
  * freed by the consumer once finished, or by close. */
 #include "feed/client_int.h"
+#include "fs/tmpdir.h"
 #include "wire/wire.h"
 
 #include <errno.h>
@@ -519,10 +520,21 @@ int loom_feed_write(loom_feed_t *f, const void *data, size_t len) {
     if (f->w_sp) writer_close(f, false);
     if (!f->wbuf && !(f->wbuf = malloc(WBUF))) return LOOM_ENOMEM;
     if (loom__fs_remote(sp->tmp)) {
-      /* written here first, uploaded whole when the split is done */
-      const char *td = getenv("TMPDIR");
-      f->w_local = loom__asprintf("%s/loom-feed-out-XXXXXX", td && *td ? td : "/tmp");
-      f->w_fd = f->w_local ? mkostemp(f->w_local, O_CLOEXEC) : -1;
+      /* written here first, uploaded whole when the split is done: in
+       * this handle's own locked directory (fs/tmpdir.h), made once */
+      char why[1024];
+      if (!f->w_dir) {
+        char dir[PATH_MAX];
+        if (loom__tmpdir_make("feed-out", dir, sizeof dir, &f->w_lock, why, sizeof why) < 0)
+          return loom__fail(f->l, LOOM_EIO, "cannot create the feed's output %s: %s", sp->tmp, why);
+        if (!(f->w_dir = strdup(dir))) {
+          loom__tmpdir_remove(dir, f->w_lock);
+          f->w_lock = -1;
+          return LOOM_ENOMEM;
+        }
+      }
+      f->w_local = loom__asprintf("%s/out", f->w_dir);
+      f->w_fd = f->w_local ? open(f->w_local, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
       if (f->w_fd < 0 && f->w_local) {
         free(f->w_local);
         f->w_local = NULL;
@@ -588,6 +600,8 @@ static void feed_free(loom_feed_t *f) {
   }
   free(f->rpath);
   free(f->wbuf);
+  loom__tmpdir_remove(f->w_dir ? f->w_dir : "", f->w_lock);
+  free(f->w_dir);
   pthread_mutex_destroy(&f->mu);
   pthread_cond_destroy(&f->cv_data);
   pthread_cond_destroy(&f->cv_room);
@@ -613,6 +627,7 @@ int loom_feed_open(loom_t *l, loom_feed_t **out) {
   }
   f->l = l;
   f->w_fd = -1;
+  f->w_lock = -1;
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv_data, NULL);
   pthread_cond_init(&f->cv_room, NULL);

@@ -87,6 +87,8 @@ struct loom_feed {
   fsplit *w_sp;
   int w_fd;
   char *w_local; /* the local file an hdfs:// output is written to first */
+  char *w_dir;   /* where w_local is made: loom__tmpdir_make's, locked by w_lock */
+  int w_lock;
   bool w_err;
   unsigned char *wbuf;
   size_t wlen;

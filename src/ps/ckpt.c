@@ -27,6 +27,7 @@
 #include "ckpt/dir.h"
 #include "core/bytes.h"
 #include "fs/fs.h"
+#include "fs/tmpdir.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -58,12 +59,25 @@ static int shard_path(char *out, size_t len, const char *dir, uint64_t step, int
              : 0;
 }
 
-/* A local temporary file's name for a copy of path (remote). */
-static void local_tmp(char *out, size_t len, const char *what) {
-  const char *td = getenv("TMPDIR");
-  static unsigned seq;
-  snprintf(out, len, "%s/loom-ps-%s.%d.%u", td && *td ? td : "/tmp", what, (int)getpid(),
-           __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+/* A local temporary file's name for a copy of a remote file: `what` in a
+ * locked directory of its own (fs/tmpdir.h) into dir[PATH_MAX] and *lock,
+ * which loom__tmpdir_remove removes with the file. */
+static int local_tmp(char *out, size_t len, const char *what, char *dir, int *lock, char *err,
+                     size_t errlen) {
+  char why[1024];
+  int rc = loom__tmpdir_make("ps", dir, PATH_MAX, lock, why, sizeof why);
+  if (rc < 0) {
+    snprintf(err, errlen, "cannot make a local copy: %s", why);
+    return rc;
+  }
+  if ((size_t)snprintf(out, len, "%s/%s", dir, what) >= len) {
+    snprintf(err, errlen, "the local copy's path in %s is too long", dir);
+    loom__tmpdir_remove(dir, *lock);
+    dir[0] = 0;
+    *lock = -1;
+    return LOOM_ERANGE;
+  }
+  return 0;
 }
 
 static void fsync_dir(const char *path) {
@@ -128,10 +142,14 @@ int ps_ckpt_write(const ps_state *st, const char *dir, uint64_t step, char *err,
     return LOOM_ERANGE;
   }
   bool remote = loom__fs_remote(dir);
-  if (remote)
-    local_tmp(tmp, sizeof tmp, "shard");
-  else
+  char tdir[PATH_MAX] = ""; /* remote: where tmp is, locked by tlock */
+  int tlock = -1;
+  if (remote) {
+    int rc = local_tmp(tmp, sizeof tmp, "shard", tdir, &tlock, err, errlen);
+    if (rc < 0) return rc;
+  } else {
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  }
   if (!remote && loom__mkdir_p(sdir, 0755) < 0) {
     snprintf(err, errlen, "cannot create %s: %s", sdir, strerror(errno));
     return LOOM_EIO;
@@ -144,6 +162,7 @@ int ps_ckpt_write(const ps_state *st, const char *dir, uint64_t step, char *err,
     snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     if (w.f) fclose(w.f);
     unlink(tmp);
+    loom__tmpdir_remove(tdir, tlock);
     EVP_MD_CTX_free(w.md);
     free(vbuf);
     return LOOM_EIO;
@@ -171,6 +190,7 @@ int ps_ckpt_write(const ps_state *st, const char *dir, uint64_t step, char *err,
     char why[1024];
     int rc = loom__fs_put(tmp, path, true, why, sizeof why);
     unlink(tmp);
+    loom__tmpdir_remove(tdir, tlock);
     if (rc < 0) {
       snprintf(err, errlen, "cannot write %s: %s", path, why);
       return LOOM_EIO;
@@ -180,6 +200,7 @@ int ps_ckpt_write(const ps_state *st, const char *dir, uint64_t step, char *err,
   if (w.bad || rename(tmp, path) < 0) {
     if (!w.bad) saved = errno;
     unlink(tmp);
+    loom__tmpdir_remove(tdir, tlock);
     snprintf(err, errlen, "cannot write %s: %s", path, strerror(saved));
     return LOOM_EIO;
   }
@@ -436,16 +457,18 @@ static FILE *ck_open(const char *path, bool buffered, uint64_t *size, char **vbu
   *vbuf = NULL;
   if (loom__fs_remote(path)) {
     /* fetched whole, read from here, gone from here once open */
-    char local[PS_MAX_PATH], why[1024];
-    local_tmp(local, sizeof local, "read");
+    char local[PS_MAX_PATH], why[1024], tdir[PATH_MAX];
+    int tlock;
+    if ((*rc = local_tmp(local, sizeof local, "read", tdir, &tlock, err, errlen)) < 0) return NULL;
     int grc = loom__fs_get(path, local, why, sizeof why);
     if (grc < 0) {
+      loom__tmpdir_remove(tdir, tlock);
       snprintf(err, errlen, "cannot read %s: %s", path, why);
       *rc = grc == LOOM_ENOENT ? LOOM_ENOENT : LOOM_EIO;
       return NULL;
     }
     FILE *f = fopen(local, "rbe");
-    unlink(local);
+    loom__tmpdir_remove(tdir, tlock);
     if (!f || fstat(fileno(f), &sb) < 0) {
       snprintf(err, errlen, "cannot read the copy of %s: %s", path, strerror(errno));
       *rc = LOOM_EIO;

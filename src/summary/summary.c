@@ -28,6 +28,7 @@
 #include "lib/lib.h"
 #include "core/crc32c.h"
 #include "fs/fs.h"
+#include "fs/tmpdir.h"
 #include "summary/pb.h"
 #include "loom/summary.h"
 
@@ -72,13 +73,14 @@ struct loom_summary {
    * temporary name renamed over it) every LOOM_SUMMARY_UPLOAD_MS and at
    * close */
   char *remote_path;
-  char local_dir[PATH_MAX];
-  uint64_t written;      /* bytes in the local file */
-  uint64_t uploaded;     /* of them, on HDFS */
-  uint64_t upload_ms;    /* when last uploaded */
-  pthread_mutex_t up_mu; /* one upload at a time */
-  pthread_mutex_t mu;    /* guards everything below */
-  pthread_cond_t cv;     /* wakes the flusher: closing */
+  char local_dir[PATH_MAX]; /* "" when none */
+  int local_lock;           /* its lock (fs/tmpdir.h), -1 when none */
+  uint64_t written;         /* bytes in the local file */
+  uint64_t uploaded;        /* of them, on HDFS */
+  uint64_t upload_ms;       /* when last uploaded */
+  pthread_mutex_t up_mu;    /* one upload at a time */
+  pthread_mutex_t mu;       /* guards everything below */
+  pthread_cond_t cv;        /* wakes the flusher: closing */
   pthread_t flusher;
   bool flusher_started, closing;
   loom__buf pending; /* framed records not yet written */
@@ -330,11 +332,8 @@ static int sum_create_file(loom_summary_t *s, const char *dir) {
 
 static void sum_free(loom_summary_t *s) {
   if (s->fd >= 0) close(s->fd);
-  if (s->remote_path) {
-    char why[512];
-    loom__fs_remove(s->local_dir, true, why, sizeof why);
-    free(s->remote_path);
-  }
+  loom__tmpdir_remove(s->local_dir, s->local_lock);
+  free(s->remote_path);
   pthread_mutex_destroy(&s->up_mu);
   loom__buf_free(&s->pending);
   free(s->fwd);
@@ -362,6 +361,7 @@ int loom_summary_open(loom_t *l, const char *dir, loom_summary_t **out) {
   if (!s) return LOOM_ENOMEM;
   s->l = l;
   s->fd = -1;
+  s->local_lock = -1;
   s->fwd_every_ms = l ? loom__tun(LOOM_TUN_SUMMARY_METRIC_MS) : -1;
   loom__buf_init(&s->pending, SUMMARY_MAX_PENDING);
   pthread_mutex_init(&s->mu, NULL);
@@ -376,18 +376,14 @@ int loom_summary_open(loom_t *l, const char *dir, loom_summary_t **out) {
   const char *local = dir;
   if (loom__fs_remote(dir)) {
     char why[1024];
-    const char *td = getenv("TMPDIR");
-    snprintf(s->local_dir, sizeof s->local_dir, "%s/loom-summary-XXXXXX", td && *td ? td : "/tmp");
-    if (!mkdtemp(s->local_dir)) {
-      rc = sum_fail(s, LOOM_EIO, "cannot make a local directory for the events of %s: %s", dir,
-                    strerror(errno));
-      s->local_dir[0] = 0;
+    /* from here sum_free removes local_dir */
+    if ((rc = loom__tmpdir_make("summary", s->local_dir, sizeof s->local_dir, &s->local_lock, why,
+                                sizeof why)) < 0) {
+      rc = sum_fail(s, rc, "cannot make a local directory for the events of %s: %s", dir, why);
       goto fail;
     }
-    /* remote_path set from here: sum_free removes local_dir */
     if ((rc = loom__fs_mkdirs(dir, why, sizeof why)) < 0) {
       rc = sum_fail(s, rc, "cannot create summary directory %s: %s", dir, why);
-      rmdir(s->local_dir);
       goto fail;
     }
     local = s->local_dir;
