@@ -334,8 +334,30 @@ class HadoopHosts:
         self.made.append(name)
         ip("-n", name, "link", "set", "lo", "up")
 
+    @staticmethod
+    def clean_stale():
+        """Deletes the namespaces and links of HadoopHosts whose process is
+        gone (a run killed before it could stop its cluster); kills what
+        still runs in them."""
+        from netns import ip
+        gone = lambda pid: not Path(f"/proc/{pid}").exists()  # noqa: E731
+        for line in ip("netns", "list", check=False).splitlines():
+            m = re.match(r"(loom[hf](\d+)-\S+)", line)
+            if m and gone(m.group(2)):
+                for p in ip("netns", "pids", m.group(1), check=False).split():
+                    try:
+                        os.kill(int(p), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+                ip("netns", "del", m.group(1), check=False)
+        for line in ip("-o", "link", check=False).splitlines():
+            m = re.search(r": (loom[hf](\d+)c)@", line)
+            if m and gone(m.group(2)):
+                ip("link", "del", m.group(1), check=False)
+
     def _network(self):
         from netns import ip
+        self.clean_stale()
         self._ns(self.hub)
         ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
         ip("-n", self.hub, "link", "set", "br0", "up")

@@ -26,6 +26,14 @@ from netns import ip
 NODES = (1, 2)
 
 
+def running(pid):
+    """Whether pid is a process, not a zombie its parent has yet to reap."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def netns_of(pid):
     return ip("netns", "identify", str(pid)).strip()
 
@@ -360,3 +368,26 @@ def test_a_failed_start_leaves_nothing(tmp_path_factory, monkeypatch):
     assert h.tag not in ip("netns", "list") and h.tag not in ip("-o", "link")
     from clusters import jvm_pids
     assert jvm_pids(d) == []
+
+
+def test_a_nodemanager_killed_and_started_again_is_on_its_host(hadoop_hosts):
+    """yarn-cluster.sh nodemanager start N on this cluster (DIR/hosts): the
+    NodeManager comes back in its host's namespaces, at its address, with
+    the stock node's view; status names the hosts' addresses."""
+    h = hadoop_hosts
+    old = h.pid("nm2")
+    os.kill(old, 9)
+    h.script("nodemanager", "start", 2, timeout=200)
+    new = h.pid("nm2")
+    assert new != old and not running(old)
+    assert netns_of(new) == h.ns["node2"]
+    r = subprocess.run(h.on_node(2, "sh", "-c", f"hostname; ls -A {ROOT} | wc -l; ls -A /tmp"),
+                       capture_output=True, text=True, timeout=30)
+    host, n_root, *tmp = r.stdout.split()
+    assert (host, n_root) == ("loom-node2", "0"), r
+    assert sorted(tmp) == sorted(os.listdir(h.dir / "host-node2" / "tmp")), tmp
+    st = h.script("status").stdout
+    assert f"NameNode hdfs://{h.addrs['head']}:{h.ports()['namenode']}" in st, st
+    up = [l for l in st.splitlines() if l.startswith("node ") and " RUNNING " in l]
+    assert sorted(l.split()[1] for l in up) == sorted(
+        f"{h.addrs[f'node{i}']}:{h.ports()[f'nm{i}']}" for i in NODES), st
