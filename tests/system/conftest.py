@@ -367,3 +367,19 @@ def hdfs(hadoop):
     Java client (FsShell) on its classpath as the reference."""
     from clusters import Hdfs, hadoop_classpath
     return Hdfs(hadoop, hadoop_classpath())
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """The test run's Slurm cluster of the default shape (clusters.py's
+    SlurmCluster: 3 nodes of 4 CPUs), started when a test first needs it,
+    for test_slurm and test_contract; a cluster of another shape is a
+    module's own (test_slurm_place)."""
+    from clusters import SlurmCluster, available
+    if not available():
+        pytest.skip("slurm-wlm and munge are not installed")
+    c = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
+    try:
+        yield c
+    finally:
+        c.stop()

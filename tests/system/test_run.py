@@ -1,78 +1,12 @@
-"""A multi-role job on the local backend: what each task sees, where its
-files and logs go, and what status/logs/events show."""
+"""Jobs on the local backend: where their files and logs go, and what
+status/logs/events show. What each task of a multi-role job sees (ranks,
+TF_CONFIG, the torch variables), failure, kill and restart are the
+backend contract, test_contract.py, run on every backend."""
 import json
 import os
 import re
 
 from conftest import BUILD, DURATION, LOOM, parse_status, table
-
-
-def test_roles_environment_and_tf_config(loom, tmp_path):
-    data = tmp_path / "data.txt"
-    data.write_text("payload\n")
-    spec = loom.spec(f"""
-name: envcheck
-env: {{JOBVAR: job-level}}
-files: {{input/data.txt: {data}}}
-roles:
-  chief: {{command: 'env > env.txt; cat input/data.txt; for i in $(seq 100); do [ -s ../ps-0/env.txt ] && break; sleep 0.1; done'}}
-  worker:
-    instances: 2
-    procs: 2
-    env: {{ROLEVAR: from-role}}
-    command: [sh, -c, 'env > env-$LOCAL_RANK.txt']
-  ps: {{command: 'env > env.txt; exec sleep 60'}}
-  evaluator: {{command: 'env > env.txt'}}
-""")
-    r = loom.run("run", spec)
-    assert r.returncode == 0, r.stderr
-    assert "[chief:0] payload" in r.stdout
-    jd = loom.job_dir()
-
-    def env_of(task, f="env.txt"):
-        lines = (jd / "tasks" / task / f).read_text().splitlines()
-        return dict(l.split("=", 1) for l in lines if "=" in l)
-
-    chief = env_of("chief-0")
-    w = {(i, p): env_of(f"worker-{i}", f"env-{p}.txt") for i in range(2) for p in range(2)}
-    ps, ev = env_of("ps-0"), env_of("evaluator-0")
-    # Ranks: chief first, then workers, procs each.
-    assert chief["RANK"] == "0" and chief["LOOM_RANK"] == "0"
-    assert [w[(i, p)]["RANK"] for i in range(2) for p in range(2)] == ["1", "2", "3", "4"]
-    assert {e["WORLD_SIZE"] for e in [chief, *w.values()]} == {"5"}
-    assert w[(1, 1)]["LOCAL_RANK"] == "1" and w[(1, 1)]["LOCAL_WORLD_SIZE"] == "2"
-    assert w[(0, 0)]["LOOM_TASK"] == "worker:0" and w[(0, 0)]["LOOM_ROLE"] == "worker"
-    assert w[(1, 0)]["LOOM_INDEX"] == "1" and w[(1, 0)]["LOOM_ATTEMPT"] == "0"
-    assert w[(0, 0)]["JOBVAR"] == "job-level" and w[(0, 0)]["ROLEVAR"] == "from-role"
-    assert "ROLEVAR" not in chief
-    # Non-training roles get no torch rank.
-    assert "RANK" not in ps and "LOOM_RANK" not in ps
-    # MASTER_ADDR/PORT: rank 0's reserved port, the same for everyone.
-    cluster = json.loads(chief["LOOM_CLUSTER"])
-    assert set(cluster) == {"chief", "worker", "ps", "evaluator"}
-    assert len(cluster["worker"]) == 2
-    assert f'{chief["MASTER_ADDR"]}:{chief["MASTER_PORT"]}' == cluster["chief"][0]
-    assert w[(1, 1)]["MASTER_PORT"] == chief["MASTER_PORT"]
-    ports = [hp.rsplit(":", 1)[1] for hps in cluster.values() for hp in hps]
-    assert len(set(ports)) == len(ports) == 5
-    # TF_CONFIG exactly as TensorFlow parses it; evaluator outside the cluster.
-    tf = json.loads(w[(1, 0)]["TF_CONFIG"])
-    assert tf == {"cluster": {"chief": cluster["chief"], "worker": cluster["worker"],
-                              "ps": cluster["ps"]},
-                  "task": {"type": "worker", "index": 1}}
-    tfe = json.loads(ev["TF_CONFIG"])
-    assert "evaluator" not in tfe["cluster"] and tfe["task"] == {"type": "evaluator", "index": 0}
-    # Secrets and coordinator address for libloom.
-    assert len(chief["LOOM_SECRET"]) == 64 and chief["LOOM_COORD"].startswith("127.0.0.1:")
-    assert chief["LOOM_JOB_DIR"] == str(jd) and chief["LOOM_JOB_ID"] == jd.name
-    # files: placed in the working dir.
-    assert (jd / "tasks/chief-0/input/data.txt").read_text() == "payload\n"
-    # state.json: ps stopped as a service, everything else succeeded.
-    st = loom.state()
-    assert st["state"] == "succeeded" and st["exit_status"] == 0
-    states = {t["task"]: t["state"] for t in st["tasks"]}
-    assert states == {"chief:0": "succeeded", "worker:0": "succeeded", "worker:1": "succeeded",
-                      "ps:0": "stopped", "evaluator:0": "succeeded"}
 
 
 def test_logs_status_events(loom):

@@ -9,7 +9,10 @@ cannot be reached, or does not answer, is a backend error within seconds.
 Jobs run on it: `loom run` as an unmanaged application master (the
 coordinator, in C), `loom submit` as a managed one in a container; the
 RM's REST API judges what is left afterwards (nothing RUNNING), and no
-agent or task process outlives a job."""
+agent or task process outlives a job. What each task of a multi-role job
+sees (one container a task), a failing task, `loom kill` and Ctrl-C, and
+restart: task on YARN are the backend contract's cases (test_contract.py,
+with YARN's own checks of the application and its containers)."""
 import json
 import os
 import pwd
@@ -321,76 +324,6 @@ def wait_app(yloom, yarn, name, states, timeout=60):
                           timeout=timeout, what=f"application {name} to be {states}")
 
 
-def test_run_places_each_task_in_its_own_container(yloom, yarn, tmp_path):
-    """The environment spec of the local backend's test, on YARN: every task
-    in a container of its own (one per task; a task's procs share it),
-    ranks, TF_CONFIG and the torchrun variables as on the local backend."""
-    data = tmp_path / "data.txt"
-    data.write_text("payload\n")
-    s = yloom.spec(f"""
-name: yenv
-backend: yarn
-env: {{JOBVAR: job-level}}
-files: {{input/data.txt: {data}}}
-roles:
-  chief: {{command: 'env > env.txt; cat input/data.txt; for i in $(seq 100); do [ -s ../ps-0/env.txt ] && break; sleep 0.1; done'}}
-  worker:
-    instances: 2
-    procs: 2
-    env: {{ROLEVAR: from-role}}
-    command: [sh, -c, 'env > env-$LOCAL_RANK.txt']
-  ps: {{command: 'env > env.txt; exec sleep 60'}}
-  evaluator: {{command: 'env > env.txt'}}
-""")
-    r = yloom.run("run", s, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "[chief:0] payload" in r.stdout
-    jd = yloom.job_dir()
-
-    def env_of(task, f="env.txt"):
-        lines = (jd / "tasks" / task / f).read_text().splitlines()
-        return dict(l.split("=", 1) for l in lines if "=" in l)
-
-    chief, ps, ev = env_of("chief-0"), env_of("ps-0"), env_of("evaluator-0")
-    w = {(i, p): env_of(f"worker-{i}", f"env-{p}.txt") for i in range(2) for p in range(2)}
-    assert [chief["RANK"]] + [w[(i, p)]["RANK"] for i in range(2) for p in range(2)] == \
-        ["0", "1", "2", "3", "4"]
-    assert w[(1, 1)]["LOCAL_RANK"] == "1" and w[(0, 0)]["JOBVAR"] == "job-level"
-    assert w[(0, 0)]["ROLEVAR"] == "from-role" and "RANK" not in ps
-    tf = json.loads(w[(1, 0)]["TF_CONFIG"])
-    assert tf["task"] == {"type": "worker", "index": 1} and set(tf["cluster"]) == {"chief", "worker", "ps"}
-    # YARN's own variables: one container a task, all of this application
-    app = final_app(yloom, yarn, "yenv")
-    assert (app["state"], app["finalStatus"], app["applicationType"]) == \
-        ("FINISHED", "SUCCEEDED", "LOOM")
-    assert app["unmanagedApplication"] is True
-    cids = {t: e["CONTAINER_ID"] for t, e in
-            {"chief": chief, "ps": ps, "ev": ev, "w0": w[(0, 0)], "w1": w[(1, 0)]}.items()}
-    assert len(set(cids.values())) == 5, cids
-    assert w[(0, 1)]["CONTAINER_ID"] == cids["w0"]  # procs share their task's container
-    serial = app["id"].split("_", 1)[1]
-    assert all(c.startswith(f"container_{serial}_01_") for c in cids.values()), (app["id"], cids)
-    assert {e["NM_PORT"] for e in (chief, ps, ev, w[(0, 0)], w[(1, 0)])} <= \
-        {str(p) for p in yarn.nm_ports}
-
-
-def test_a_failing_task_fails_the_application(yloom, yarn):
-    s = yloom.spec("""
-name: yfail
-backend: yarn
-roles:
-  worker: {instances: 2, command: 'if [ $LOOM_INDEX = 1 ]; then echo dying >&2; exit 3; fi; sleep 30; : yarn-marker'}
-""")
-    t0 = time.monotonic()
-    r = yloom.run("run", s, timeout=120)
-    assert r.returncode == 1, r.stdout + r.stderr
-    assert "root cause: worker:1 (attempt 0) exited with code 3" in r.stderr, r.stderr
-    assert time.monotonic() - t0 < 20
-    app = final_app(yloom, yarn, "yfail")
-    assert (app["state"], app["finalStatus"]) == ("FINISHED", "FAILED"), app
-    assert "exited with code 3" in app["diagnostics"], app
-
-
 def test_environment_values_reach_the_task_as_they_are(yloom, yarn):
     """YARN's launch script puts values in double quotes unescaped and expands
     {{VAR}} and <CPS> itself: loom's escaping gives the task the value."""
@@ -452,36 +385,6 @@ roles:
     assert "[worker:" not in r.stdout  # nothing started
     app = final_app(yloom, yarn, "ygang")
     assert app["finalStatus"] == "FAILED" and app["runningContainers"] in (0, -1), app
-
-
-@pytest.mark.parametrize("how", ["loom kill", "ctrl-c"])
-def test_kill_finishes_the_application_and_leaves_nothing(yloom, yarn, how):
-    name = "ykill" + how.replace(" ", "").replace("-", "")
-    s = yloom.spec(f"""
-name: {name}
-backend: yarn
-roles:
-  worker: {{instances: 2, command: 'sleep 300; : yarn-marker'}}
-  ps: {{command: 'sleep 300; : yarn-marker'}}
-""")
-    p = yloom.popen("run", s)
-    try:
-        yloom.wait_running(timeout=60)
-        assert len(loom_procs()) >= 6  # 3 agents, 3 tasks
-        t0 = time.monotonic()
-        if how == "loom kill":
-            k = yloom.run("kill", yloom.job_dir().name)
-            assert k.returncode == 0, k.stderr
-        else:
-            os.killpg(p.pid, signal.SIGINT)
-        out, err = p.communicate(timeout=30)
-        assert p.returncode == 130, err
-        assert time.monotonic() - t0 < 10
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-    app = wait_app(yloom, yarn, name, ("FINISHED", "KILLED", "FAILED"), timeout=20)
-    assert app["finalStatus"] == "KILLED", app
 
 
 def test_a_killed_container_is_a_task_failure_for_the_restart_policy(yloom, yarn):
