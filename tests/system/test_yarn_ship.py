@@ -236,3 +236,70 @@ roles:
     r = sloom.run("fs", "get", url, got)
     assert r.returncode == 0, r.stderr
     assert hashlib.sha256(got.read_bytes()).hexdigest() == SHA
+
+
+def test_two_clients_staging_the_same_binary_at_once_leave_one_good_copy(sloom, hdfs):
+    """Two jobs start at once with the cache empty: both may upload, one
+    rename wins, both jobs run, and the cache holds one copy, the binary
+    byte for byte, nothing half-written beside it."""
+    sloom.run("fs", "rm", "-r", cache_url(hdfs))
+    assert sloom.run("fs", "stat", cache_url(hdfs)).returncode == 1
+    ps = []
+    for i in range(2):
+        s = sloom.spec(f"""
+name: yshiprace{i}
+backend: yarn
+roles:
+  worker: {{instances: 1, command: 'echo ran {i}'}}
+""", name=f"race{i}.yaml")
+        ps.append(sloom.popen("run", s))
+    try:
+        outs = [p.communicate(timeout=120) for p in ps]
+    finally:
+        for p in ps:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+    for i, (p, (out, err)) in enumerate(zip(ps, outs)):
+        assert p.returncode == 0, err
+        assert f"[worker:0] ran {i}" in out, out
+    evs = [shipped(sloom.events(jd)) for jd in sloom.jobs()]
+    assert len(evs) == 2 and all(e["path"] == f"{cache_url(hdfs)}/loom" for e in evs), evs
+    assert SIZE <= sum(e["uploaded"] for e in evs) <= 2 * SIZE, evs
+    ls = sloom.run("fs", "ls", cache_url(hdfs))
+    names = [l.split()[-1].rsplit("/", 1)[-1] for l in ls.stdout.splitlines()
+             if l[:1] in ("-", "d")]
+    assert names == ["loom"], ls.stdout
+    got = sloom.tmp / "got"
+    assert sloom.run("fs", "get", f"{cache_url(hdfs)}/loom", got).returncode == 0
+    assert hashlib.sha256(got.read_bytes()).hexdigest() == SHA
+
+
+def test_without_hdfs_the_cache_is_in_loom_home(sloom, yarn, tmp_path):
+    """A client whose fs.defaultFS is not HDFS (a one-host cluster) caches the
+    binary under its loom home, and the NodeManagers localize it from there
+    (file://): the job runs, the second time without copying."""
+    import re
+    import shutil
+    conf = tmp_path / "conf"
+    shutil.copytree(yarn.conf, conf)
+    core = conf / "core-site.xml"
+    text, n = re.subn(r"(<name>fs.defaultFS</name><value>)[^<]*", r"\1file:///", core.read_text())
+    assert n == 1
+    core.write_text(text)
+    s = sloom.spec("""
+name: yshiplocal
+backend: yarn
+roles:
+  worker: {instances: 1, command: 'echo ran'}
+""")
+    for k in range(2):
+        r = sloom.run("run", s, env={"HADOOP_CONF_DIR": str(conf)}, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "[worker:0] ran" in r.stdout, r.stdout
+        jd = max(sloom.jobs(), key=lambda d: d.stat().st_mtime)
+        ev = shipped(sloom.events(jd))
+        assert ev["path"] == str(sloom.home / "cache" / SHA / "loom"), ev
+        assert ev["uploaded"] == (SIZE if k == 0 else 0), ev
+    cached = sloom.home / "cache" / SHA
+    assert [p.name for p in cached.iterdir()] == ["loom"]
+    assert hashlib.sha256((cached / "loom").read_bytes()).hexdigest() == SHA
