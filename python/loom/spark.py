@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ._find import binary
-from .cli import JobFailed, Result, SpecLike, _env, _home, _job_args, _job_id, _Run, _spec_file
+from .cli import JobFailed, Result, SpecLike, _env, _job_args, _job_id, _loom, _Run, _spec_file
 from .errors import CommandError
 
 __all__ = ["run", "slots", "spill", "train", "inference"]
@@ -215,24 +215,37 @@ def _stage(names: List[str], addr: str, secret: str, exe: str, exe_name: str,
     return loom_task
 
 
-def _wait_files(job_dir: Path, proc: "subprocess.Popen[str]", timeout: float) -> Tuple[str, str,
-                                                                                      List[str]]:
+def _status(job: str, e: Mapping[str, str], secret: bool = False) -> Optional[Dict[str, Any]]:
+    """`loom status JOB --json` (with --secret, the job's secret too), or
+    None while the job has no state yet."""
+    try:
+        return json.loads(_loom(["status", job, "--json", *(["--secret"] if secret else [])],
+                                env=e, timeout=60))
+    except (CommandError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def _wait_coordinator(job: str, e: Mapping[str, str], proc: "subprocess.Popen[str]",
+                      timeout: float) -> Tuple[str, str, List[str]]:
     """The coordinator's address, the secret and the task names in the
-    coordinator's order, once `loom run` has written them."""
+    coordinator's order, once `loom run` has them (`loom status --json
+    --secret`: loom.spark starts the agents itself, with LOOM_SECRET)."""
     deadline = time.monotonic() + timeout
     while True:
+        st = _status(job, e, secret=True)
         try:
-            addr = json.loads((job_dir / "coord.json").read_text())["addr"]
-            secret = (job_dir / "secret").read_text().strip()
-            names = [t["task"] for t in json.loads((job_dir / "state.json").read_text())["tasks"]]
-            if addr and secret and names:
-                return addr, secret, names
-        except (OSError, ValueError, KeyError):
+            if st is not None:
+                addr = st["coordinator"]["addr"]
+                secret = st["secret"]
+                names = [t["task"] for t in st["tasks"]]
+                if addr and secret and names:
+                    return addr, secret, names
+        except (KeyError, TypeError):
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise CommandError(f"loom.spark: the coordinator of {job_dir.name} did not come up "
+            raise CommandError(f"loom.spark: the coordinator of {job} did not come up "
                                f"within {timeout} s", 3)
-        time.sleep(0.01)
+        time.sleep(0.02)
 
 
 _shipped: Dict[Tuple[str, str], bool] = {}  # (application id, binary) already added
@@ -254,13 +267,15 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
     a bad spec, or what Spark cannot give), BackendError, CommandError;
     with check=True a failed job raises JobFailed."""
     sc = getattr(spark, "sparkContext", spark)
-    facts = slots(sc, wait_executors, _tasks(spec, overrides))
+    dyn = (_conf(sc, "spark.dynamicAllocation.enabled", "false") or "").lower() == "true"
+    # with dynamic allocation on the job is refused whatever the slots:
+    # no wait for executors (an idle application may have none to come)
+    facts = slots(sc, 0 if dyn else wait_executors, _tasks(spec, overrides))
     facts["app"] = sc.applicationId
     mf = _max_failures(sc)
     if mf is not None:
         facts["max_failures"] = mf
-    facts["dynamic_allocation"] = (_conf(sc, "spark.dynamicAllocation.enabled", "false")
-                                   or "").lower() == "true"
+    facts["dynamic_allocation"] = dyn
     exe = binary()
     bind = _bind_address(sc)
     e = _env(home, env)
@@ -296,11 +311,11 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
             # `loom run` prints the job id first, or fails before anything
             # starts (a bad spec, too few slots: exit 2)
             if _beside is not None and stage_thread:
-                why = _beside.poll(_home(e) / "jobs" / job_box[0])
+                why = _beside.poll(job_box[0], e)
                 if why:
                     return why
             if job_box and not stage_thread:
-                addr, secret, names = _wait_files(_home(e) / "jobs" / job_box[0], run_.p, 60)
+                addr, secret, names = _wait_coordinator(job_box[0], e, run_.p, 60)
                 _ship(sc, exe)
                 fn = _stage(names, addr, secret, exe, os.path.basename(exe), 0.5)
                 stage_thread.append(threading.Thread(target=stage, args=(names, fn), daemon=True,
@@ -681,16 +696,14 @@ class _Spiller:
         self.started = self.ended = 0.0
         self.cancelled = False  # stop() cancelled it: its error is not the cause
 
-    def poll(self, job_dir: Path) -> Optional[str]:
+    def poll(self, job: str, e: Mapping[str, str]) -> Optional[str]:
         if self.thread is None:
-            try:
-                tasks = json.loads((job_dir / "state.json").read_text())["tasks"]
-            except (OSError, ValueError, KeyError):
-                return None
+            st = _status(job, e)
+            tasks = st.get("tasks") if isinstance(st, dict) else None
             if not tasks or any(t.get("state") in ("pending", "launched") for t in tasks):
                 return None
             self.thread = threading.Thread(target=self._spill, daemon=True,
-                                           name=f"loom-spill-{job_dir.name}")
+                                           name=f"loom-spill-{job}")
             self.thread.start()
             return None
         if self.error and not self.thread.is_alive():
@@ -908,14 +921,26 @@ def inference(spark: Any, df: Any, spec: SpecLike, *, spill_dir: Optional[Any] =
     feed commits each split's output exactly once, whatever failed and was
     retried, so each input row's result is there exactly once when the
     tasks write one line a record. The input streams beside the job as in
-    train (stream, ahead, stall), each spilled file removed once read. The
-    output stays in spill_dir/out (the returned DataFrame reads it); the
-    spilled input is removed. Raises JobFailed when the job fails."""
+    train (stream, ahead, stall), each spilled file removed once read.
+
+    The output is the caller's, and the only thing left afterwards (the
+    returned DataFrame reads it; res.inputFiles() names its files, remove
+    their directory when done): spill_dir/out with a spill_dir, else a new
+    directory loom-inference-* under the system's temporary directory. The
+    spill is removed (a spill directory loom made, whole). Raises
+    JobFailed when the job fails (and then leaves no output directory it
+    made)."""
+    import shutil
+    import tempfile
     d, made = _spill_dir(spill_dir)
-    out = f"{d}/out"
+    out = tempfile.mkdtemp(prefix="loom-inference-") if made else f"{d}/out"
+    ok = False
     try:
         _feed_run(spark, df, spec, d, {"epochs": 1, "output": out, "shuffle": False}, stream,
                   ahead, stall, True, "loom.spark.inference", {**kw, "check": True})
+        ok = True
     finally:
-        _drop_spill(d, False)
+        _drop_spill(d, made)
+        if made and not ok:
+            shutil.rmtree(out, ignore_errors=True)
     return spark.read.text(f"{out}/part-*")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, LOOM, ROOT, SANITIZED
+from conftest import BUILD, LOOM, ROOT, SANITIZED, loom_pids_of
 
 SPARK_PYTHON = Path(os.environ.get("LOOM_SPARK_PYTHON", ROOT / ".venv-spark" / "bin" / "python"))
 DRIVER = Path(__file__).parent / "spark" / "driver.py"
@@ -181,6 +181,45 @@ class Driver:
         self.stdout = out
         return json.loads(lines[-1][7:])
 
+    def next_result(self, timeout=300):
+        """The next run's RESULT of a driver given several runs, as it
+        comes (the driver goes on with the next run)."""
+        import queue
+        import threading
+        if not hasattr(self, "lines"):
+            self.lines, self.seen = queue.Queue(), []
+
+            def read():
+                for l in self.p.stdout:
+                    self.lines.put(l)
+                self.lines.put(None)
+            threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                l = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                l = ""
+            if l is None or (l == "" and time.monotonic() >= deadline):
+                raise AssertionError(
+                    f"the driver printed no further RESULT (exit {self.p.poll()}):\n"
+                    f"{''.join(self.seen)[-3000:]}\n{self.log.read_text()[-3000:]}")
+            if l:
+                self.seen.append(l)
+                if l.startswith("RESULT "):
+                    return json.loads(l[7:])
+
+    def stop(self):
+        """Ends the driver (its session: the executors with it) if it still
+        runs."""
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, signal.SIGTERM)
+            try:
+                self.p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.p.pid, signal.SIGKILL)
+                self.p.wait()
+
 
 def job_dir(loom):
     jobs = wait_for(lambda: list((loom.home / "jobs").glob("*/coord.json")), "a job directory")
@@ -282,9 +321,12 @@ NORMAL_PASS = pytest.mark.skipif(
                       "the C paths through the other Spark tests)")
 
 
-@NORMAL_PASS
-@pytest.mark.parametrize("case", ["slots", "dynamic", "gpus"])
-def test_preflight_refuses_what_spark_cannot_give(loom, case):
+PREFLIGHT = ["slots", "dynamic", "gpus"]
+
+
+def preflight_case(case):
+    """The spec, master, conf and the message's two parts of a preflight
+    case."""
     spec = {"name": "pre", "roles": {"worker": {"instances": 2, "command": "true"}}}
     master = "local-cluster[2,1,1024]"
     conf = {}
@@ -305,7 +347,35 @@ def test_preflight_refuses_what_spark_cannot_give(loom, case):
         spec["roles"]["worker"]["gpus"] = 1
         want = "role 'worker' asks for 1 GPUs per task"
         want2 = "runs 2 tasks per executor: tasks with GPUs need one task per executor"
-    r = Driver(loom, {"master": master, "conf": conf, "spec": spec}).result()
+    return spec, master, conf, want, want2
+
+
+@pytest.fixture(scope="module")
+def preflight(tmp_path_factory):
+    """The three preflight cases run by one driver process, one after
+    another (each its own Spark application, with its own LOOM_HOME): the
+    driver's start is paid once. {case: (its Loom, its RESULT)}."""
+    from conftest import Loom
+    base = tmp_path_factory.mktemp("preflight")
+    looms, runs = {}, []
+    for case in PREFLIGHT:
+        (base / case / "home").mkdir(parents=True)
+        looms[case] = Loom(base / case / "home", base / case)
+        spec, master, conf, _, _ = preflight_case(case)
+        runs.append({"master": master, "conf": conf, "spec": spec,
+                     "home": str(looms[case].home)})
+    d = Driver(Loom(base, base), {"runs": runs})
+    try:
+        yield {case: (looms[case], d.next_result()) for case in PREFLIGHT}
+    finally:
+        d.stop()
+
+
+@NORMAL_PASS
+@pytest.mark.parametrize("case", PREFLIGHT)
+def test_preflight_refuses_what_spark_cannot_give(preflight, case):
+    _, _, _, want, want2 = preflight_case(case)
+    loom, r = preflight[case]
     assert r.get("error") == "SpecError" and r["exit_code"] == 2, r
     assert want in r["message"] and want2 in r["message"], r["message"]
     # nothing started: no job directory, no Spark job
@@ -415,38 +485,79 @@ def test_an_executor_lost_relaunches_the_stage_as_the_next_attempt(loom, standal
 
 # ---- stopping from the driver --------------------------------------------------
 
+STOPPING = ["loom kill", "timeout", "exception"]
+STOP_AFTER = 15  # the timeout case's, in seconds
+
+
+@pytest.fixture(scope="module")
+def stopping(tmp_path_factory):
+    """The three ways to stop a job from the driver, one after another in
+    one driver process and Spark application (local-cluster[2,1,1024],
+    each job with its own LOOM_HOME): `loom kill` from another shell once
+    the job runs; a timeout; an exception in the driver (KeyboardInterrupt)
+    once the job runs. Each job is seen running first, and what is checked
+    at once is checked as its RESULT comes: {how: (its Loom, job
+    directory, RESULT, its state then, what nothing_left raised or None)}."""
+    from conftest import Loom
+    base = tmp_path_factory.mktemp("stopping")
+    looms, runs = {}, []
+    for how in STOPPING:
+        d = base / how.replace(" ", "-")
+        (d / "home").mkdir(parents=True)
+        looms[how] = Loom(d / "home", d)
+        spec = {"name": "stop", "roles": {"worker": {
+            "instances": 2, "command": "echo UP $LOOM_TASK; sleep 300"}}}
+        cfg = {"master": "local-cluster[2,1,1024]", "spec": spec, "home": str(looms[how].home)}
+        if how == "timeout":
+            cfg["timeout"] = STOP_AFTER
+        elif how == "exception":
+            cfg["raise_when_running"] = True
+        runs.append(cfg)
+    drv = Driver(Loom(base, base), {"runs": runs})
+    got = {}
+    try:
+        for how in STOPPING:
+            loom = looms[how]
+            jd = job_dir(loom)
+            wait_for(lambda: state(jd)["state"] == "running", "the job running", 120)
+            if how == "loom kill":
+                k = loom.run("kill", jd.name)
+                assert k.returncode == 0, k.stderr
+            r = drv.next_result()
+            try:
+                nothing_left(jd)
+                left = None
+            except AssertionError as e:
+                left = e
+            got[how] = (loom, jd, r, state(jd), left)
+        yield got
+    finally:
+        drv.stop()
+
+
 @NORMAL_PASS
-@pytest.mark.parametrize("how", ["timeout", "exception", "loom kill"])
-def test_stopping_from_the_driver_leaves_nothing(loom, how):
+@pytest.mark.parametrize("how", STOPPING)
+def test_stopping_from_the_driver_leaves_nothing(stopping, how):
     """A timeout, an exception in the driver (KeyboardInterrupt) or `loom
     kill` from another shell stop the job: run() returns or raises, the
     Spark job ends, and no agent or task process is left."""
-    spec = {"name": "stop", "roles": {"worker": {"instances": 2,
-                                                 "command": "echo UP $LOOM_TASK; sleep 300"}}}
-    cfg = {"master": "local-cluster[2,1,1024]", "spec": spec}
-    if how == "timeout":
-        cfg["timeout"] = 25
-    elif how == "exception":
-        cfg["raise_in"] = 25
-    d = Driver(loom, cfg)
-    jd = job_dir(loom)
-    wait_for(lambda: state(jd)["state"] == "running", "the job running", 120)
-    if how == "loom kill":
-        k = loom.run("kill", jd.name)
-        assert k.returncode == 0, k.stderr
-    r = d.result()
+    loom, jd, r, st, left = stopping[how]
     if how == "timeout":
         assert r.get("error") == "JobTimeout", r
-        assert "was still running after 25 s and was stopped" in r["message"], r["message"]
+        assert f"was still running after {STOP_AFTER} s and was stopped" in r["message"], \
+            r["message"]
     elif how == "exception":
         assert r.get("error") == "KeyboardInterrupt", r
     else:
         assert r.get("exit_code") == 130 and r["state"] == "killed", r
-    assert state(jd)["state"] in ("killed", "failed"), state(jd)
-    nothing_left(jd)
-    # the Spark job of the stage is over, not left running
+    assert st["state"] in ("killed", "failed"), st
+    if left:
+        raise left
+    # the Spark job of the stage is over, not left running (nor any of the
+    # application's earlier runs)
     assert r["spark_jobs"] and all(j["status"] != "RUNNING" for j in r["spark_jobs"]), \
         r["spark_jobs"]
+    assert not loom_pids_of(loom.home), "processes outlived the job"
 
 
 # ---- DataFrames in and out -----------------------------------------------------
@@ -593,13 +704,20 @@ def test_the_spill_and_the_output_can_live_on_hdfs(loom, hdfs):
 def test_inference_returns_each_rows_result_exactly_once(loom):
     """10,000 rows streamed (4 slots, 2 tasks) through 2 tasks that write
     one line a record ("label,image byte sum"): the DataFrame inference
-    returns has each input row's line exactly once."""
+    returns has each input row's line exactly once. The default spill
+    directory: once the driver has removed what docs/spark.md says is the
+    caller's (the directory of res.inputFiles()), nothing of loom's is left
+    in the driver's temporary directory (an empty loom-spill-* was)."""
+    tmp = loom.tmp / "tmpdir"
+    tmp.mkdir()
     r = Driver(loom, {"master": "local-cluster[2,2,1024]", "mode": "inference", "rows": 10000,
                       "partitions": 3, "stream": True,
-                      "spec": feed_spec(loom, "dfinfer", "infer")}).result()
+                      "spec": feed_spec(loom, "dfinfer", "infer")},
+               env_extra={"TMPDIR": str(tmp)}).result()
     assert r.get("exit_code") == 0, r
     assert len(r["lines"]) == 10000
     assert r["lines"] == r["data"]["lines"]
+    assert not list(tmp.glob("loom-*")), list(tmp.iterdir())
     nothing_left(job_dir(loom))
 
 

@@ -12,12 +12,16 @@ Fashion-MNIST training rows the DataFrame of train and inference has,
 "spill_dir": train's and inference's arguments (spill_dir is watched: the
 most bytes of part files it held is reported as spill_peak),
 "slow_partition_s": seconds each partition of the DataFrame takes to
-compute, "bad_width_partition": a partition whose images are 783 bytes}.
+compute, "bad_width_partition": a partition whose images are 783 bytes,
+"home": the run's LOOM_HOME, "raise_when_running": an exception in the driver
+once the job is running}; or {"runs": [CONFIG, ...]}: each run in turn, in
+one application while master and conf stay the same (saves a driver and
+its executors' start for cases that do not interfere).
 
-Runs loom.spark.run(spark, spec) (or train, inference) once and prints one
-line, RESULT <json>: what it returned or raised, the Spark application's
-id, and its jobs and stages as Spark's REST API reports them after the
-run; for train and inference also what the DataFrame holds (rows, the sum
+Runs loom.spark.run(spark, spec) (or train, inference) and prints one line
+a run, RESULT <json>: what it returned or raised, the Spark application's id,
+and its jobs and stages as Spark's REST API reports them after the run; for
+train and inference also what the DataFrame holds (rows, the sum
 of every byte of its 785-byte records, its labels' counts and its image
 byte sums, as the driver computed them from the files)."""
 import gzip
@@ -36,9 +40,18 @@ import loom.spark
 
 
 def rest(sc, what):
+    """Spark's REST API: tried again for 60 s (a loaded machine's UI once
+    took more than the 10 s of one try)."""
     url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/{what}"
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return json.loads(r.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def slowed(df, seconds, bad):
@@ -91,23 +104,51 @@ def fashion(spark, n, partitions):
     return df, facts
 
 
-def main():
-    cfg = json.load(open(sys.argv[1]))
+def session(cfg):
     b = SparkSession.builder.master(cfg["master"]).appName(cfg.get("app", "loom-test"))
+    # a barrier stage Spark cannot place yet (a lost executor's replacement
+    # still starting) is tried again after this interval (Spark's default:
+    # 15 s)
     conf = {"spark.driver.host": "127.0.0.1", "spark.ui.showConsoleProgress": "false",
-            "spark.executorEnv.PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+            "spark.executorEnv.PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s"}
     conf.update(cfg.get("conf", {}))
     for k, v in conf.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def interrupt_when_running(home, box):
+    """KeyboardInterrupt in the main thread (as from Ctrl-C) once the job
+    of LOOM_HOME home is running (`loom status --json`), not before."""
+    import _thread
+    deadline = time.monotonic() + 240
+    while not box.get("stop") and time.monotonic() < deadline:
+        try:
+            if loom.status("last", home=home)["state"] == "running":
+                _thread.interrupt_main()
+                return
+        except (loom.LoomError, KeyError):
+            pass
+        time.sleep(0.1)
+
+
+def one(spark, cfg):
+    """Runs cfg's run (or train, inference) in the application of spark."""
     sc = spark.sparkContext
     out = {"app": sc.applicationId}
+    box = {}
     if cfg.get("raise_in"):
         # an exception in the driver while run() waits: the main thread gets
         # KeyboardInterrupt, as from Ctrl-C
         import _thread
         threading.Timer(cfg["raise_in"], _thread.interrupt_main).start()
+    if cfg.get("raise_when_running"):
+        threading.Thread(target=interrupt_when_running,
+                         args=(cfg.get("home") or os.environ["LOOM_HOME"], box),
+                         daemon=True).start()
     mode = cfg.get("mode", "run")
     if mode != "run":
         spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
@@ -115,8 +156,7 @@ def main():
         if cfg.get("slow_partition_s") or cfg.get("bad_width_partition") is not None:
             df = slowed(df, cfg.get("slow_partition_s", 0), cfg.get("bad_width_partition", -1))
         out["data"] = facts
-    kw = {k: cfg[k] for k in ("stream", "ahead", "spill_dir") if k in cfg}
-    box = {}
+    kw = {k: cfg[k] for k in ("stream", "ahead", "spill_dir", "home") if k in cfg}
     if cfg.get("spill_dir") and not cfg["spill_dir"].startswith("hdfs://"):
         os.makedirs(cfg["spill_dir"], exist_ok=True)
         threading.Thread(target=watch, args=(cfg["spill_dir"], box), daemon=True).start()
@@ -126,6 +166,8 @@ def main():
             res = loom.spark.inference(spark, df, cfg["spec"], timeout=cfg.get("timeout"), **kw)
             out["lines"] = sorted(r.value for r in res.collect())
             # the output stays for the DataFrame; the test is done with it
+            # and removes what docs/spark.md says is the caller's: the
+            # directory of res.inputFiles()
             import shutil
             from pathlib import Path
             for f in res.inputFiles()[:1]:
@@ -134,7 +176,7 @@ def main():
                     subprocess.run([os.environ["LOOM_BIN"], "fs", "rm", "-r",
                                     f.rsplit("/", 1)[0]], check=True)
                 else:
-                    shutil.rmtree(Path(f.removeprefix("file:")).parent.parent)
+                    shutil.rmtree(Path(f.removeprefix("file:")).parent)
             out.update(exit_code=0)
         else:
             if mode == "train":
@@ -142,7 +184,8 @@ def main():
                                      timeout=cfg.get("timeout"), **kw)
                 out["spill"] = r.spill
             else:
-                r = loom.spark.run(spark, cfg["spec"], timeout=cfg.get("timeout"), echo=True)
+                r = loom.spark.run(spark, cfg["spec"], timeout=cfg.get("timeout"), echo=True,
+                                   **kw)
             out.update(ok=r.ok, exit_code=r.exit_code, state=r.state, job=r.job_id,
                        stdout=r.stdout, stderr=r.stderr, spark_tasks=r.spark_tasks)
     except BaseException as e:  # noqa: B902 (KeyboardInterrupt too)
@@ -161,8 +204,25 @@ def main():
                                 "name": s.get("name", "")} for s in rest(sc, "stages")]
     except OSError as e:
         out["rest_error"] = str(e)
-    spark.stop()
-    print("RESULT " + json.dumps(out), flush=True)
+    return out
+
+
+def main():
+    cfg = json.load(open(sys.argv[1]))
+    # "runs": several runs one after another, in one application while
+    # their master and conf are the same (a new one where they change)
+    runs = cfg.get("runs") or [cfg]
+    spark, key = None, None
+    for i, run in enumerate(runs):
+        k = (run["master"], json.dumps(run.get("conf", {}), sort_keys=True))
+        if spark is None or k != key:
+            if spark is not None:
+                spark.stop()
+            spark, key = session(run), k
+        out = one(spark, run)
+        if i == len(runs) - 1:
+            spark.stop()
+        print("RESULT " + json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":
