@@ -290,8 +290,9 @@ class HadoopHosts:
       head   10.79.K.1    ResourceManager, NameNode
       node1  10.79.K.2    NodeManager nm1 (label gpu), DataNode dn1
       node2  10.79.K.3    NodeManager nm2, DataNode dn2
-      client 10.79.K.100  this process (an interface in the machine's own
-                          namespace whose peer is on the bridge)
+      client 10.79.K.100  this process (client_link, an interface in the
+                          machine's own namespace whose peer is on the
+                          bridge: what a node reaches the client at)
 
     K comes from the pid; every name has the pid in it (`loomh<pid>`), so
     that test runs at once do not clash. Each daemon runs in its host's
@@ -340,7 +341,10 @@ class HadoopHosts:
         gone (a run killed before it could stop its cluster); kills what
         still runs in them."""
         from netns import ip
-        gone = lambda pid: not Path(f"/proc/{pid}").exists()  # noqa: E731
+
+        def gone(pid):
+            return not Path(f"/proc/{pid}").exists()
+
         for line in ip("netns", "list", check=False).splitlines():
             m = re.match(r"(loom[hf](\d+)-\S+)", line)
             if m and gone(m.group(2)):
