@@ -17,10 +17,11 @@ quick=
 # The quick system tests: modules of seconds each (about a minute in all)
 # that cover the layering, the CLI, the spec, the task environment, the
 # lifecycle, failures and restarts, the Python package, collectives and
-# checkpoints.
+# checkpoints; and the backend contract on the local backend alone
+# (LOOM_CONTRACT_BACKENDS: no cluster to start).
 QUICK=(test_layers.py test_spec.py test_tunables.py test_backends.py test_run.py
-       test_lifecycle.py test_failure.py test_restart.py test_python_pkg.py test_comm.py
-       test_ckpt.py test_summary.py)
+       test_contract.py test_lifecycle.py test_failure.py test_restart.py test_python_pkg.py
+       test_comm.py test_ckpt.py test_summary.py)
 if [ -n "$quick" ]; then
   bash scripts/setup.sh || exit 1
   PY=/usr/bin/python3
@@ -30,7 +31,7 @@ if [ -n "$quick" ]; then
   bash scripts/format.sh --check || fail=1
   mypy --config-file python/pyproject.toml python/loom || fail=1
   ctest --test-dir build --output-on-failure -j2 || fail=1
-  LOOM_BUILD_DIR="$PWD/build" $PY -m pytest -q -rs -p no:cacheprovider \
+  LOOM_BUILD_DIR="$PWD/build" LOOM_CONTRACT_BACKENDS=local $PY -m pytest -q -rs -p no:cacheprovider \
     "${QUICK[@]/#/tests/system/}" || fail=1
   [ $fail -eq 0 ] && echo "quick tests passed" || { echo "SOME TESTS FAILED"; exit 1; }
   exit 0

@@ -30,13 +30,15 @@ import pytest
 
 from conftest import LOOM, ROOT, SAN_REPORT, loom_pids_of
 
-BACKENDS = ["local", "slurm", "yarn", "spark"]
+# LOOM_CONTRACT_BACKENDS=local (scripts/test.sh --quick) runs the named ones alone
+BACKENDS = [b for b in ["local", "slurm", "yarn", "spark"]
+            if b in os.environ.get("LOOM_CONTRACT_BACKENDS", "local slurm yarn spark").split()]
 
 SPARK_PYTHON = Path(os.environ.get("LOOM_SPARK_PYTHON", ROOT / ".venv-spark" / "bin" / "python"))
 
 # One SparkSession for every Spark case: each line on stdin is a job
-# ({"spec": path, "home": LOOM_HOME, "timeout": s}), run with
-# loom.spark.run; each answer a line RESULT <json>.
+# ({"id": n, "spec": path, "home": LOOM_HOME, "timeout": s}), run with
+# loom.spark.run; each answer a line RESULT <json> with the request's id.
 SPARK_SERVER = r"""
 import json, os, sys
 from pyspark.sql import SparkSession
@@ -56,6 +58,7 @@ for line in sys.stdin:
     except BaseException as e:
         out = {"error": type(e).__name__, "message": str(e),
                "exit_code": getattr(e, "exit_code", None)}
+    out["id"] = req["id"]
     print("RESULT " + json.dumps(out), flush=True)
 # no spark.stop() (seconds of shutting down): the JVM ends when its stdin,
 # this process's pipe to it, closes
@@ -130,6 +133,11 @@ class Backend:
         return Outcome(handle.returncode, out, err)
 
     # hooks for a backend's own checks, after each case
+    def cleanup(self, handle):
+        """After a case that started a job: whatever happened, it is stopped."""
+        if handle.poll() is None:
+            os.killpg(handle.pid, signal.SIGKILL)
+
     def after_env(self, name, env):
         pass
 
@@ -264,18 +272,27 @@ class SparkDriver:
         self.p = subprocess.Popen([str(SPARK_PYTHON), str(script), "local[5,4]"], env=env,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=open(self.log, "w"), text=True, start_new_session=True)
+        self.sent, self.pending = 0, False
         first = self.p.stdout.readline()
         assert first.strip() == "READY", f"{first}\n{self.log.read_text()[-3000:]}"
 
     def submit(self, spec, home, timeout=None):
-        self.p.stdin.write(json.dumps({"spec": str(spec), "home": str(home),
+        self.sent += 1
+        self.pending = True
+        self.p.stdin.write(json.dumps({"id": self.sent, "spec": str(spec), "home": str(home),
                                        "timeout": timeout}) + "\n")
         self.p.stdin.flush()
 
     def result(self):
-        line = self.p.stdout.readline()
-        assert line.startswith("RESULT "), f"{line}\n{self.log.read_text()[-3000:]}"
-        return json.loads(line[7:])
+        """The answer to the last job submitted (an earlier one's, left by
+        a test that failed before reading it, is passed over)."""
+        while True:
+            line = self.p.stdout.readline()
+            assert line.startswith("RESULT "), f"{line}\n{self.log.read_text()[-3000:]}"
+            r = json.loads(line[7:])
+            if r["id"] == self.sent:
+                self.pending = False
+                return r
 
     def group(self):
         """Live processes of the driver's session: it, its JVM, Python workers."""
@@ -335,18 +352,31 @@ class Spark(Backend):
         assert r["state"] == "killed", r
         return self.outcome(r)
 
+    def cleanup(self, handle):
+        if handle.pending:  # the case failed before the job was stopped
+            for jd in self.loom.jobs():
+                self.loom.run("kill", jd.name, timeout=30)
+            handle.result()
+
 
 @pytest.fixture(scope="module")
 def backend_name(request):
     return request.param
 
 
+def only(*names):
+    """A test of the backends named (by default every one)."""
+    def mark(f):
+        f.backends = names
+        return f
+    return mark
+
+
 def pytest_generate_tests(metafunc):
-    # every test here runs on every backend unless it names its own list
-    if "backend" in metafunc.fixturenames and not any(
-            m.name == "parametrize" and "backend_name" in m.args[0]
-            for m in metafunc.definition.iter_markers()):
-        metafunc.parametrize("backend_name", BACKENDS, indirect=True, scope="module")
+    if "backend" in metafunc.fixturenames:
+        names = getattr(metafunc.function, "backends", BACKENDS)
+        metafunc.parametrize("backend_name", [b for b in BACKENDS if b in names], indirect=True,
+                             scope="module")
 
 
 @pytest.fixture(scope="module")
@@ -507,8 +537,7 @@ roles:
         assert r.returncode == 130, r.stdout + r.stderr
         assert time.monotonic() - t0 < 10
     finally:
-        if backend.name != "spark" and h.poll() is None:
-            os.killpg(h.pid, signal.SIGKILL)
+        backend.cleanup(h)
     # the coordinator records the end (on Slurm, Ctrl-C cancels the job in
     # Slurm and `loom run` returns at once: the coordinator in the
     # allocation writes it a moment later)
@@ -526,8 +555,7 @@ def test_loom_kill_leaves_nothing_running(backend, loom):
 # Ctrl-C on `loom run`; on Spark the driver's own stop (an exception in it,
 # a timeout) is test_spark's test_stopping_from_the_driver_leaves_nothing:
 # there is no `loom run` to interrupt.
-@pytest.mark.parametrize("backend_name", ["local", "slurm", "yarn"], indirect=True,
-                         scope="module")
+@only("local", "slurm", "yarn")
 def test_ctrl_c_leaves_nothing_running(backend, loom):
     kill_case(backend, loom, "ctrl-c")
 

@@ -38,18 +38,36 @@ pytestmark = pytest.mark.skipif(
     reason="java and mvn are not installed (scripts/setup.sh installs a JDK and Maven)")
 
 
-def loom_procs():
-    """Pids of loom agents and of their tasks' marker processes still alive."""
-    out = []
+def loom_procs(home):
+    """(pid, command line) of loom agents and of their tasks' marker
+    processes still alive: agents of this build, the test's marked tasks
+    (their LOOM_JOB_DIR is under home: not another test run's on this
+    machine), and the agent of each (in a container an agent runs the copy
+    of loom that YARN localized, ./loom, not this build's)."""
+    out, marked = [], []
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
             try:
                 cmd = (p / "cmdline").read_bytes().split(b"\0")
+                mine = any(b"yarn-marker" in c for c in cmd) and \
+                    str(home).encode() in (p / "environ").read_bytes()
             except OSError:
                 continue
-            agent = cmd[:2] == [str(LOOM_BIN.resolve()).encode(), b"agent"]
-            if agent or any(b"yarn-marker" in c for c in cmd):
+            if mine:
+                marked.append(int(p.name))
+            if mine or cmd[:2] == [str(LOOM_BIN.resolve()).encode(), b"agent"]:
                 out.append((int(p.name), cmd))
+    for pid in marked:  # the agent among each marked task's ancestors
+        while pid > 1:
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if cmd[1:2] == [b"agent"] and cmd[0].endswith(b"loom"):
+                    if pid not in [p for p, _ in out]:
+                        out.append((pid, cmd))
+                    break
+                pid = int(Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1])
+            except (OSError, IndexError, ValueError):
+                break
     return out
 
 
@@ -63,7 +81,7 @@ def yloom(loom, yarn):
     assert not live, live
     left = []
     for _ in range(50):
-        left = loom_procs()
+        left = loom_procs(loom.home)
         if not left:
             break
         time.sleep(0.1)
@@ -400,7 +418,7 @@ roles:
     try:
         yloom.wait_running(timeout=60)
         st = yloom.state()
-        agent = next(pid for pid, cmd in loom_procs() if cmd[1:2] == [b"agent"] and
+        agent = next(pid for pid, cmd in loom_procs(yloom.home) if cmd[1:2] == [b"agent"] and
                      b"LOOM_TASK=worker:0" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
         os.kill(agent, signal.SIGKILL)
         out, err = p.communicate(timeout=60)
@@ -675,7 +693,7 @@ roles:
     nm = None
     try:
         yloom.wait_running(timeout=60)
-        agent = next(pid for pid, cmd in loom_procs() if cmd[1:2] == [b"agent"])
+        agent = next(pid for pid, cmd in loom_procs(yloom.home) if cmd[1:2] == [b"agent"])
         env = dict(l.split("=", 1) for l in
                    Path(f"/proc/{agent}/environ").read_text().split("\0") if "=" in l)
         nm = yarn.nm_ports.index(int(env["NM_PORT"]))
