@@ -59,6 +59,8 @@ for line in sys.stdin:
         out = {"error": type(e).__name__, "message": str(e),
                "exit_code": getattr(e, "exit_code", None)}
     out["id"] = req["id"]
+    # the Spark jobs still running once run() returned: none, whatever the end
+    out["active_jobs"] = list(spark.sparkContext.statusTracker().getActiveJobsIds())
     print("RESULT " + json.dumps(out), flush=True)
 # no spark.stop() (seconds of shutting down): the JVM ends when its stdin,
 # this process's pipe to it, closes
@@ -334,6 +336,7 @@ class Spark(Backend):
 
     def outcome(self, r):
         assert "error" not in r, r
+        assert r["active_jobs"] == [], r  # the job's barrier stage is over
         return Outcome(r["exit_code"], r["stdout"], r["stderr"])
 
     def run(self, spec, timeout=120):
