@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from clusters import hadoop_available
-from conftest import LOOM, loom_pids_of
+from conftest import LOOM, SAN_REPORT, loom_pids_of
 
 pytestmark = pytest.mark.skipif(
     not hadoop_available(),
@@ -36,6 +36,12 @@ def sloom(loom, yarn, hdfs):
     assert not live, live
     loom.wait_for(lambda: not loom_pids_of(loom.home), timeout=15,
                   what="every process of the test's jobs to end")
+    # what the agents and the AM's coordinator wrote in their containers'
+    # log directories: no sanitizer report there either
+    for f in yarn.dir.glob("nm*/logs/application_*/container_*/std*"):
+        text = f.read_text(errors="replace")
+        m = SAN_REPORT.search(text)
+        assert not m, f"{f}:\n{text[m.start():][:3000]}"
 
 
 def cache_url(hdfs):
@@ -191,7 +197,7 @@ backend: yarn
 roles:
   worker: {instances: 1, command: 'echo ran'}
 """)
-    counts = []
+    counts, took = [], []
     for k in range(2):
         before = settled_bytes(sloom, hdfs, f"before{k}")
         r = sloom.run("run", s, timeout=120)
@@ -203,12 +209,13 @@ roles:
         ev = shipped(sloom.events(jd))
         assert ev["uploaded"] == (SIZE if k == 0 else 0), ev
         assert ("uploaded" if k == 0 else "cached already") in r.stderr, r.stderr
+        took.append(ev["ms"])
     # the first: the binary at least once (each replica counts), and the marker
     assert counts[0] >= SIZE, counts
     # the second: the marker's replicas at most; nothing near the binary's size
     assert counts[1] < SIZE // 10, (counts, SIZE)
     print(f"\nbytes written to HDFS: first job {counts[0]}, second job {counts[1]} "
-          f"(binary {SIZE})")
+          f"(binary {SIZE}); staging took {took[0]} ms, then {took[1]} ms")
     sloom.run("fs", "rm", "-r", hdfs.url("/loom-ship-test"))
 
 
