@@ -19,7 +19,6 @@ user's driver does. The tests are grouped by backend (a module-scoped
 parameter), so each cluster or driver is up once."""
 import json
 import os
-import re
 import signal
 import subprocess
 import time
