@@ -246,8 +246,18 @@ class Yarn(Backend):
     def teardown(self):
         # nothing of the test is left running in YARN, and no sanitizer
         # report in what agents and coordinators in containers wrote
-        live = [a for a in self.yarn.apps() if a["state"] in
-                ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")]
+        # (the RM's reports move to the final state a moment after the AM
+        # unregistered)
+        live = []
+
+        def none_live():
+            live[:] = [a for a in self.yarn.apps() if a["state"] in
+                       ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")]
+            return not live
+        try:
+            self.loom.wait_for(none_live, timeout=15, what="no live YARN application")
+        except AssertionError:
+            pass
         assert not live, live
         for f in self.yarn.dir.glob("nm*/logs/application_*/container_*/std*"):
             text = f.read_text(errors="replace")

@@ -76,8 +76,18 @@ def yloom(loom, yarn):
     loom.env["HADOOP_CONF_DIR"] = str(yarn.conf)
     yield loom
     # whatever the test did, nothing of it is left running in YARN or here
-    live = [a for a in yarn.apps() if a["state"] in ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED",
-                                                      "RUNNING")]
+    # (the RM's reports move to an application's final state a moment after
+    # the AM unregistered: CI saw RUNNING just after a job ended)
+    live = []
+
+    def none_live():
+        live[:] = [a for a in yarn.apps() if a["state"] in ("NEW", "NEW_SAVING", "SUBMITTED",
+                                                             "ACCEPTED", "RUNNING")]
+        return not live
+    try:
+        loom.wait_for(none_live, timeout=15, what="no live YARN application")
+    except AssertionError:
+        pass
     assert not live, live
     left = []
     for _ in range(50):
