@@ -429,7 +429,7 @@ def test_roles_environment_and_tf_config(backend, loom, tmp_path):
     data.write_text("payload\n")
     spec = loom.spec(f"""
 name: contractenv
-env: {{JOBVAR: job-level}}
+env: {{JOBVAR: job-level, CUDA_VISIBLE_DEVICES: "0,1"}}
 files: {{input/data.txt: {data}}}
 roles:
   chief: {{command: 'env > env.txt; cat input/data.txt; for i in $(seq 100); do [ -s ../ps-0/env.txt ] && break; sleep 0.1; done'}}
@@ -462,6 +462,11 @@ roles:
     assert w[(1, 0)]["LOOM_INDEX"] == "1" and w[(1, 0)]["LOOM_ATTEMPT"] == "0"
     assert w[(0, 0)]["JOBVAR"] == "job-level" and w[(0, 0)]["ROLEVAR"] == "from-role"
     assert "ROLEVAR" not in chief
+    # No role asks for GPUs (gpus: 0): none is visible, whatever the
+    # environment said (here the spec's env; a GPU node's or a Slurm
+    # allocation's elsewhere): CUDA_VISIBLE_DEVICES set and empty
+    for e in [chief, *w.values(), ps, ev]:
+        assert e.get("CUDA_VISIBLE_DEVICES") == "", e.get("CUDA_VISIBLE_DEVICES")
     # Non-training roles get no torch rank.
     assert "RANK" not in ps and "LOOM_RANK" not in ps
     # MASTER_ADDR/PORT: rank 0's reserved port, the same for everyone.

@@ -15,13 +15,12 @@ and "unset" are told apart.
 
 import os
 import re
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from clusters import SlurmCluster, available as slurm_available, hadoop_available
+from clusters import hadoop_available
 
 PRINT = "echo set=${CUDA_VISIBLE_DEVICES+yes} val=[${CUDA_VISIBLE_DEVICES-}]"
 
@@ -71,50 +70,7 @@ roles:
                    "evaluator:0": (True, "")}, r.stdout
 
 
-@pytest.fixture(scope="module")
-def gpu_slurm(tmp_path_factory):
-    """A Slurm cluster of 2 nodes with 2 fake GPUs each (clusters.py's gres
-    on /dev/null links), this module's own."""
-    if not slurm_available():
-        pytest.skip("slurm-wlm and munge are not installed")
-    c = SlurmCluster(tmp_path_factory.mktemp("slurm-gpus"), nodes=("n1", "n2"), gpus=2).start()
-    yield c
-    c.stop()
-
-
-@pytest.fixture
-def sloom(loom, gpu_slurm):
-    loom.env.update(SLURM_CONF=str(gpu_slurm.conf))
-    yield loom
-    subprocess.run(["scancel", "--user=root"], env=gpu_slurm.env, capture_output=True)
-
-    def empty():
-        r = subprocess.run(["squeue", "-h"], env=gpu_slurm.env, capture_output=True, text=True)
-        return r.returncode == 0 and not r.stdout.strip()
-    loom.wait_for(empty, timeout=20, what="the Slurm queue empty")
-
-
-def test_slurm_gpus_zero_sees_none_and_gpus_keep_the_steps(sloom):
-    """A job with GPUs: the client's CUDA_VISIBLE_DEVICES reaches every step
-    (sbatch and srun export the environment); the chief (gpus: 0) must not
-    see it, each worker sees the GPU Slurm gave its step."""
-    probe = PRINT + " step=[${SLURM_STEP_GPUS-}]"
-    s = sloom.spec(f"""
-name: sgpus
-backend: slurm
-roles:
-  chief: {{gpus: 0, command: '{probe}'}}
-  worker: {{instances: 2, gpus: 1, command: '{probe}'}}
-""")
-    r = sloom.run("run", s, timeout=120, env={"CUDA_VISIBLE_DEVICES": "0,1"})
-    assert r.returncode == 0, r.stdout + r.stderr
-    got = {m[1]: (m[2], m[3], m[4]) for m in
-           re.finditer(r"^\[(\w+:\d+)\] set=(\w*) val=\[([^\]]*)\] step=\[([^\]]*)\]$",
-                       r.stdout, re.M)}
-    assert set(got) == {"chief:0", "worker:0", "worker:1"}, r.stdout
-    assert got["chief:0"][:2] == ("yes", ""), got
-    for w in ("worker:0", "worker:1"):
-        assert got[w][0] == "yes" and got[w][1] and got[w][1] == got[w][2], got
+# Slurm: test_slurm_place.py (its cluster has the fake GPUs).
 
 
 @pytest.fixture
@@ -156,15 +112,5 @@ roles:
     assert (ev["chief:0"]["gpus"], ev["worker:0"]["gpus"]) == (0, 2), ev
 
 
-def test_spark_gpus_zero_sees_none(loom):
-    """On Spark (local-cluster: executors of their own), a role without
-    GPUs sees none even where the spec's env says otherwise."""
-    spark = pytest.importorskip("test_spark")
-    if not spark.SPARK_PYTHON.exists() and not os.environ.get("LOOM_NO_SKIP"):
-        pytest.skip(f"no Spark environment at {spark.SPARK_PYTHON}: run scripts/setup-spark.sh")
-    spec = {"name": "spgpus", "env": {"CUDA_VISIBLE_DEVICES": "0,1"},
-            "roles": {"worker": {"instances": 2, "gpus": 0, "command": PRINT}}}
-    r = spark.Driver(loom, {"master": "local-cluster[2,1,1024]", "spec": spec}).result()
-    assert r.get("exit_code") == 0, r
-    assert seen(r["stdout"]) == {"worker:0": (True, ""), "worker:1": (True, "")}, r["stdout"]
-    spark.nothing_left(spark.job_dir(loom))
+# Spark, and every backend's gpus: 0 with the spec's env saying otherwise:
+# test_contract.py's test_roles_environment_and_tf_config.

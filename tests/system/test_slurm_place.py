@@ -5,6 +5,7 @@ cannot fit is refused with figures before anything is submitted; a
 task's CPUs and GPUs are those Slurm gave its step, not ids handed out by
 the coordinator. (task/affinity binds a step to real CPU ids: on a small
 machine, keep each node's tasks within its real cores.)"""
+import re
 import subprocess
 
 import pytest
@@ -157,3 +158,30 @@ roles:
         assert len(cpus) == len(set(cpus)), res
     script = (sloom.job_dir() / "slurm.sh").read_text()
     assert "--gpus-per-task=1" in script
+
+
+# What GPUs a task sees (test_gpus.py has the other backends')
+GPU_PRINT = "echo set=${CUDA_VISIBLE_DEVICES+yes} val=[${CUDA_VISIBLE_DEVICES-}]"
+
+
+def test_slurm_gpus_zero_sees_none_and_gpus_keep_the_steps(sloom):
+    """A job with GPUs: the client's CUDA_VISIBLE_DEVICES reaches every step
+    (sbatch and srun export the environment); the chief (gpus: 0) must not
+    see it, each worker sees the GPU Slurm gave its step."""
+    probe = GPU_PRINT + " step=[${SLURM_STEP_GPUS-}]"
+    s = sloom.spec(f"""
+name: sgpus
+backend: slurm
+roles:
+  chief: {{gpus: 0, command: '{probe}'}}
+  worker: {{instances: 2, gpus: 1, command: '{probe}'}}
+""")
+    r = sloom.run("run", s, timeout=120, env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = {m[1]: (m[2], m[3], m[4]) for m in
+           re.finditer(r"^\[(\w+:\d+)\] set=(\w*) val=\[([^\]]*)\] step=\[([^\]]*)\]$",
+                       r.stdout, re.M)}
+    assert set(got) == {"chief:0", "worker:0", "worker:1"}, r.stdout
+    assert got["chief:0"][:2] == ("yes", ""), got
+    for w in ("worker:0", "worker:1"):
+        assert got[w][0] == "yes" and got[w][1] and got[w][1] == got[w][2], got
