@@ -383,3 +383,81 @@ def slurm(tmp_path_factory):
         yield c
     finally:
         c.stop()
+
+
+# ---- YARN jobs (test_yarn and the modules beside it) ----
+
+def loom_procs(home):
+    """(pid, command line) of loom agents and of their tasks' marker
+    processes still alive: agents of this build, the test's marked tasks
+    (their LOOM_JOB_DIR is under home: not another test run's on this
+    machine), and the agent of each (in a container an agent runs the copy
+    of loom that YARN localized, ./loom, not this build's)."""
+    out, marked = [], []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().split(b"\0")
+                mine = any(b"yarn-marker" in c for c in cmd) and \
+                    str(home).encode() in (p / "environ").read_bytes()
+            except OSError:
+                continue
+            if mine:
+                marked.append(int(p.name))
+            if mine or cmd[:2] == [str(LOOM.resolve()).encode(), b"agent"]:
+                out.append((int(p.name), cmd))
+    for pid in marked:  # the agent among each marked task's ancestors
+        while pid > 1:
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if cmd[1:2] == [b"agent"] and cmd[0].endswith(b"loom"):
+                    if pid not in [p for p, _ in out]:
+                        out.append((pid, cmd))
+                    break
+                pid = int(Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1])
+            except (OSError, IndexError, ValueError):
+                break
+    return out
+
+
+@pytest.fixture
+def yloom(loom, yarn):
+    """loom with the one-host YARN cluster's HADOOP_CONF_DIR; afterwards, nothing
+    of the test is left running in YARN or on this machine."""
+    loom.env["HADOOP_CONF_DIR"] = str(yarn.conf)
+    yield loom
+    # whatever the test did, nothing of it is left running in YARN or here
+    # (the RM's reports move to an application's final state a moment after
+    # the AM unregistered: CI saw RUNNING just after a job ended)
+    live = []
+
+    def none_live():
+        live[:] = [a for a in yarn.apps() if a["state"] in ("NEW", "NEW_SAVING", "SUBMITTED",
+                                                             "ACCEPTED", "RUNNING")]
+        return not live
+    try:
+        loom.wait_for(none_live, timeout=15, what="no live YARN application")
+    except AssertionError:
+        pass
+    assert not live, live
+    left = []
+    for _ in range(50):
+        left = loom_procs(loom.home)
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left, left
+    # what agents and coordinators in containers wrote (the container's
+    # stdout and stderr, in the NodeManagers' log directories): no
+    # sanitizer report there either
+    for f in yarn.dir.glob("nm*/logs/application_*/container_*/std*"):
+        text = f.read_text(errors="replace")
+        m = SAN_REPORT.search(text)
+        assert not m, f"{f}:\n{text[m.start():][:3000]}"
+
+
+def no_process_left(yloom):
+    """The managed AM's container (its launch script, the coordinator) ends
+    when the application does: within a few seconds of FINISHED."""
+    yloom.wait_for(lambda: not loom_pids_of(yloom.home), timeout=15,
+                   what="the application master's container processes to end")

@@ -15,7 +15,6 @@ and "unset" are told apart.
 
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -71,22 +70,6 @@ roles:
 
 
 # Slurm: test_slurm_place.py (its cluster has the fake GPUs).
-
-
-@pytest.fixture
-def yloom(loom, yarn):
-    loom.env["HADOOP_CONF_DIR"] = str(yarn.conf)
-    loom.env.pop("CUDA_VISIBLE_DEVICES", None)
-    yield loom
-    end = time.time() + 30
-    live = []
-    while time.time() < end:
-        live = [a for a in yarn.apps()
-                if a["state"] in ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")]
-        if not live:
-            break
-        time.sleep(0.2)
-    assert not live, live
 
 
 @pytest.mark.skipif(not hadoop_available() and not os.environ.get("LOOM_NO_SKIP"),

@@ -2,7 +2,6 @@
 also in its container's log directory, stdout to `stdout` and stderr to
 `stderr`, as YARN users expect (the NodeManager's yarn.nodemanager.log-dirs,
 what `yarn logs` and the ResourceManager UI's log links show)."""
-from test_yarn import yloom  # noqa: F401  (the fixture)
 
 
 def test_each_tasks_output_is_in_its_containers_log_files(yloom, yarn):
