@@ -57,7 +57,7 @@ const backend_ops *backend_of_job(const char *job_dir) {
 }
 
 int backend_create(const char *name, const spec_job *s, uv_loop_t *loop, int ntasks,
-                   backend_exit_cb on_exit, void *arg, backend **out) {
+                   backend_exit_cb on_exit, void *arg, const char *ui_url, backend **out) {
   const backend_ops *ops = backend_find(name);
   if (!ops) return LOOM_EINVAL;
   if (!ops->create) return LOOM_ENOTSUP; /* check_only */
@@ -67,6 +67,7 @@ int backend_create(const char *name, const spec_job *s, uv_loop_t *loop, int nta
   b->loop = loop;
   b->on_exit = on_exit;
   b->arg = arg;
+  b->ui_url = ui_url;
   int rc = ops->create(b, s, ntasks);
   if (rc < 0) {
     free(b);

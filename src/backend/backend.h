@@ -195,6 +195,15 @@ struct backend {
   backend_note_cb on_note; /* NULL: notes are dropped */
   void *arg;
   void *priv; /* the backend's own, made by create */
+  /* The job's dashboard without its token ("http://10.0.0.5:41234/"), or
+   * NULL: set before create, which may show it in the cluster manager
+   * (YARN's tracking URL). */
+  const char *ui_url;
+  /* Set by create: the numeric addresses of the cluster manager's web
+   * proxy that shows the dashboard (YARN's ResourceManager web proxy),
+   * which the dashboard then serves without its token (read only). */
+  char ui_proxies[8][64];
+  int nui_proxies;
 };
 
 /* ---- the registry (backend.c) ---- */
@@ -206,9 +215,10 @@ const backend_ops *backend_default(void);
 const char *backend_names(void);
 /* The backend a job directory's job ran on (its spec.yaml), or NULL. */
 const backend_ops *backend_of_job(const char *job_dir);
-/* Makes a backend on loop. Returns 0 or a negative code. */
+/* Makes a backend on loop (ui_url: its ui_url). Returns 0 or a negative
+ * code. */
 int backend_create(const char *name, const spec_job *s, uv_loop_t *loop, int ntasks,
-                   backend_exit_cb on_exit, void *arg, backend **out);
+                   backend_exit_cb on_exit, void *arg, const char *ui_url, backend **out);
 
 /* What this machine has, for the local backend's checks and placement. */
 int backend_local_cpus(void);

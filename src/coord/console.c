@@ -231,6 +231,13 @@ static void print_summary_to(coord *co, FILE *out) {
   } else {
     fprintf(out, "loom: root cause: %s\n", co->root_msg);
   }
+  /* the cluster manager's own copy of each failed task's output (YARN:
+   * its container's logs on the NodeManager's web UI) */
+  for (int i = 0; i < co->ntasks; i++) {
+    task *t = &co->tasks[i];
+    if (t->log_url[0] && (t->state == T_FAILED || t->state == T_LOST || i == co->root))
+      fprintf(out, "loom: %s's container logs: %s\n", t->name, t->log_url);
+  }
   fprintf(out, "loom: logs: %s/%s/   events: loom events %s\n", co->o->job_dir,
           jobdir_name(JOBDIR_LOGS), co->o->job_id);
 }

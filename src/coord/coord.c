@@ -479,18 +479,28 @@ static int start_feed(coord *co) {
 static void backend_noted(void *arg, int id, const char *event, json_t *detail, const char *say) {
   coord *co = arg;
   task *t = id >= 0 && id < co->ntasks ? &co->tasks[id] : NULL;
+  const char *logs = t && detail ? json_string_value(json_object_get(detail, "logs")) : NULL;
+  if (logs) loom__strlcpy(t->log_url, logs, sizeof t->log_url);
   coord_event(co, t, event, detail);
   if (say) coord_say(co, "%s%s%s", t ? t->name : "", t ? ": " : "", say);
 }
 
-/* The backend, and where each task's CPUs and GPUs come from. */
-static int start_backend(coord *co) {
+/* The backend, and where each task's CPUs and GPUs come from; ui_url
+ * the dashboard without its token, or NULL, for the cluster manager. */
+static int start_backend(coord *co, const char *ui_url) {
   const char *bname = co->o->backend ? co->o->backend : co->s->backend;
-  if (backend_create(bname, co->s, &co->loop, co->ntasks, agent_exited, co, &co->be) < 0) {
+  if (backend_create(bname, co->s, &co->loop, co->ntasks, agent_exited, co, ui_url, &co->be) < 0) {
     fprintf(stderr, "loom: backend '%s' is not available\n", bname);
     return LOOM_EBACKEND;
   }
   co->be->on_note = backend_noted;
+  /* the cluster manager's web proxy that shows the dashboard reads it
+   * without the token (YARN's ResourceManager proxy) */
+  const char *proxies[8];
+  for (int i = 0; i < co->be->nui_proxies && i < 8; i++) proxies[i] = co->be->ui_proxies[i];
+  if (co->http && co->be->nui_proxies &&
+      http_allow_proxies(co->http, proxies, co->be->nui_proxies < 8 ? co->be->nui_proxies : 8) < 0)
+    loom__log(LOOM_LOG_WARN, "coord", "the dashboard trusts no web proxy: a bad address");
   for (int i = 0; i < co->ntasks; i++)
     co->be->ops->place(co->be, i, co->tasks[i].role, co->tasks[i].cpus, sizeof co->tasks[i].cpus,
                        co->tasks[i].gpus, sizeof co->tasks[i].gpus);
@@ -712,9 +722,22 @@ int coord_run(const coord_opts *o) {
     status = frc == LOOM_EBACKEND ? LOOM_EXIT_INFRA : LOOM_EXIT_USAGE;
     goto out_loop;
   }
-  if (start_backend(co) < 0) goto out_loop;
-  if (start_listening(co, ip, sizeof ip) < 0) goto out_be;
-  start_dashboard(co, o->bind ? o->bind : "127.0.0.1", ip);
+  /* the dashboard first: the backend may give its URL to the cluster
+   * manager (YARN's tracking URL, registered with the application) */
+  const char *bind = o->bind ? o->bind : "127.0.0.1";
+  start_dashboard(co, bind, bind);
+  char ui_url[sizeof co->dashboard];
+  loom__strlcpy(ui_url, co->dashboard, sizeof ui_url);
+  char *tok = strchr(ui_url, '?');
+  if (tok) *tok = 0; /* never the token: a cluster manager shows the URL to everyone */
+  if (start_backend(co, ui_url[0] ? ui_url : NULL) < 0) {
+    if (co->http) http_stop(co->http);
+    goto out_loop;
+  }
+  if (start_listening(co, ip, sizeof ip) < 0) {
+    if (co->http) http_stop(co->http);
+    goto out_be;
+  }
   start_timers(co);
   coord_event(co, NULL, "job_started",
               json_pack("{s:s, s:s, s:i}", "name", co->s->name, "coordinator", co->addr, "tasks",

@@ -59,6 +59,7 @@ typedef struct task {
   int exit_code, sig;
   bool have_exit;
   char reason[512];
+  char log_url[768]; /* where the cluster manager keeps its launch's logs (a note's "logs") */
   double t_launch, t_start, t_end;
   conn *agent;
   bool agent_running;

@@ -21,6 +21,16 @@ typedef struct http_server http_server;
  * bad HTTPS settings, see below). */
 int http_start(uv_loop_t *loop, const char *bind, const char *job_dir, const char *token,
                http_server **out, int *port, char *err, size_t errlen);
+/* At most this many trusted web proxy addresses. */
+#define HTTP_MAX_PROXIES 16
+/* Trusts the web proxy at addrs (n numeric IPv4 or IPv6 addresses, e.g.
+ * YARN's ResourceManager web proxy, which shows the dashboard at its
+ * application's tracking URL): a request whose peer is one of them and
+ * that carries no token at all is served as if it carried the token.
+ * Every route is read only (GET, HEAD). Replaces an earlier list; n 0
+ * trusts none. Returns 0, or LOOM_EINVAL for an address that is not
+ * numeric, more than HTTP_MAX_PROXIES, or `loom ui`'s server. */
+int http_allow_proxies(http_server *s, const char *const *addrs, int n);
 /* Stops serving and closes every connection; the loop may then end. */
 void http_stop(http_server *s);
 

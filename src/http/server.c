@@ -15,7 +15,11 @@
  * Access: the token in ?token=, an "Authorization: Bearer" header, or the
  * cookie the page sets (loom_<port>). None: 401; a wrong one: 403. Under
  * `loom ui` the ui token opens everything and a job's own token opens only
- * that job. Tokens are compared in constant time.
+ * that job. Tokens are compared in constant time. A coordinator's
+ * dashboard may also trust a web proxy (http_allow_proxies: YARN's
+ * ResourceManager proxy, as Hadoop's AmIpFilter does): a request from one
+ * of its addresses that carries no token is served. Every route is read
+ * only (GET and HEAD).
  *
  * Until a request with a right token has been read, a connection is
  * anyone's: such connections are kept apart, at most LOOM_PREAUTH_MAX
@@ -38,6 +42,7 @@
 #include "http/tls_cert.h"
 #include "wireuv/wire_uv.h"
 
+#include <arpa/inet.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,7 +72,9 @@ struct http_server {
   uv_timer_t tick; /* reports a flood of refusals that stopped */
   int handles;     /* the listener, the tick, each connection, each rejected socket: freed at 0 */
   uint64_t clock;
-  http_tls_cert *cert;        /* HTTPS: the certificate, or NULL for plain HTTP */
+  http_tls_cert *cert;                /* HTTPS: the certificate, or NULL for plain HTTP */
+  char proxies[HTTP_MAX_PROXIES][64]; /* trusted web proxies' addresses (numeric) */
+  int nproxies;
   char slab[WIRE_READ_CHUNK]; /* HTTPS: ciphertext as read, before TLS */
 };
 
@@ -327,10 +334,21 @@ static int check_access(http_server *s, const http_req *q, const char *const *to
   return ok ? 0 : 403;
 }
 
+/* Whether peer (a numeric address) is one of s's trusted web proxies; an
+ * IPv4 address mapped into IPv6 counts as the IPv4 one. */
+static bool from_proxy(const http_server *s, const char *peer) {
+  if (!strncmp(peer, "::ffff:", 7) && strchr(peer, '.')) peer += 7;
+  for (int i = 0; i < s->nproxies; i++)
+    if (!strcmp(s->proxies[i], peer)) return true;
+  return false;
+}
+
 /* check_access, and then the connection leaves the pre-authentication
  * queue for the authenticated ones: 503 when those are HTTP_MAX_CONNS. */
 static int admit(conn *c, const char *const *tokens, size_t n, bool *from_query) {
   int deny = check_access(c->s, &c->req, tokens, n, from_query);
+  /* no token at all, from a trusted web proxy: served, read only */
+  if (deny == 401 && from_proxy(c->s, c->peer)) deny = 0;
   if (deny || c->authed) return deny;
   if (c->s->nauthed >= HTTP_MAX_CONNS) return 503;
   loom__fifo_remove(&c->s->pa, &c->pa);
@@ -815,6 +833,21 @@ nomem:
   s->handles = 1;
   server_release(s);
   return LOOM_ENOMEM;
+}
+
+int http_allow_proxies(http_server *s, const char *const *addrs, int n) {
+  if (n > HTTP_MAX_PROXIES || s->ui) return LOOM_EINVAL;
+  s->nproxies = 0;
+  for (int i = 0; i < n; i++) {
+    unsigned char bin[sizeof(struct in6_addr)];
+    int af = strchr(addrs[i], ':') ? AF_INET6 : AF_INET;
+    /* the form the peer's address is written in (inet_ntop's) */
+    if (inet_pton(af, addrs[i], bin) != 1 ||
+        !inet_ntop(af, bin, s->proxies[s->nproxies], sizeof s->proxies[0]))
+      return LOOM_EINVAL;
+    s->nproxies++;
+  }
+  return 0;
 }
 
 int http_start(uv_loop_t *loop, const char *bind, const char *job_dir, const char *token,

@@ -157,6 +157,13 @@ static int submit(hyarn_am *am, hipc_client *rpc, const char *name, const char *
   return 0;
 }
 
+/* The tracking URL registrations give the ResourceManager (hyarn_am_set_tracking_url). */
+static char tracking_url[512];
+
+void hyarn_am_set_tracking_url(const char *url) {
+  loom__strlcpy(tracking_url, url ? url : "", sizeof tracking_url);
+}
+
 static int do_register(hyarn_am *am, char *err, size_t errlen) {
   char host[256] = "";
   gethostname(host, sizeof host);
@@ -165,7 +172,7 @@ static int do_register(hyarn_am *am, char *err, size_t errlen) {
   req.host = host;
   req.has_rpc_port = 1;
   req.rpc_port = -1;
-  req.tracking_url = "";
+  req.tracking_url = tracking_url;
   ProtobufCMessage *resp = NULL;
   int rc = sched_call(am, "registerApplicationMaster", &req.base,
                       &hadoop__yarn__register_application_master_response_proto__descriptor, &resp,

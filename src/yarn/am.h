@@ -27,6 +27,11 @@ int hyarn_am_start(const char *conf_dir, const char *name, const char *queue, in
 const char *hyarn_am_app_id(const hyarn_am *am);
 const char *hyarn_am_attempt_id(const hyarn_am *am);
 const char *hyarn_am_tracking(const hyarn_am *am);
+/* The URL every later registration gives the ResourceManager as the
+ * application's tracking URL (its web UI and proxy link to it; everyone
+ * who can list applications sees it: no secret in it); "" or NULL: none.
+ * Call before hyarn_am_start or hyarn_am_attach. */
+void hyarn_am_set_tracking_url(const char *url);
 /* The largest container the scheduler grants (from registration). */
 void hyarn_am_max(const hyarn_am *am, int64_t *memory_mb, int *vcores);
 

@@ -21,6 +21,7 @@
 #include "hadoop/conf.h"
 #include "hadoop/hdfs.h"
 #include "jobdir/jobdir.h"
+#include "yarn_protos.pb-c.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -247,7 +248,23 @@ static void gang_timeout(ypriv *p) {
   }
 }
 
-/* Starts every held container (mu held, dropped around the calls). */
+/* The NodeManager web UI's page of container c's logs (its stdout and
+ * stderr, what yarn_launch redirects there), from the node_http_address
+ * the scheduler granted it with: "http://<node http>/node/containerlogs/
+ * <container>/<user>"; "" when the grant named no web address. */
+static void container_log_url(const hyarn_container *c, char *url, size_t len) {
+  url[0] = 0;
+  Hadoop__Yarn__ContainerProto *cp =
+      c->proto ? hadoop__yarn__container_proto__unpack(NULL, c->proto_len, c->proto) : NULL;
+  if (cp && cp->node_http_address && cp->node_http_address[0] &&
+      !strpbrk(cp->node_http_address, "/?# \t\r\n")) {
+    char user[256];
+    hconf_user(user, sizeof user);
+    snprintf(url, len, "http://%s/node/containerlogs/%s/%s", cp->node_http_address, c->id, user);
+  }
+  if (cp) protobuf_c_message_free_unpacked(&cp->base, NULL);
+}
+
 /* One container start, on a thread of its own: the NodeManagers start
  * a launch's containers in parallel (one after the other, the last agent
  * of 8 registered 1.3 s after the first). */
@@ -291,11 +308,16 @@ static void start_held(ypriv *p) {
                "YARN granted %lld MB where %lld MB was asked (its scheduler rounds up to "
                "yarn.scheduler.minimum-allocation-mb steps): the container's limit is %lld MB",
                (long long)t->c.memory_mb, (long long)asked, (long long)t->c.memory_mb);
-    push_note(p, i, "container",
-              json_pack("{s:s, s:s, s:I, s:I, s:i, s:I}", "container", t->c.id, "node", t->c.node,
-                        "memory_mb", (json_int_t)t->c.memory_mb, "asked_mb", (json_int_t)asked,
-                        "vcores", t->c.vcores, "gpus", (json_int_t)t->c.gpus),
-              say[0] ? say : NULL);
+    json_t *note =
+        json_pack("{s:s, s:s, s:I, s:I, s:i, s:I}", "container", t->c.id, "node", t->c.node,
+                  "memory_mb", (json_int_t)t->c.memory_mb, "asked_mb", (json_int_t)asked, "vcores",
+                  t->c.vcores, "gpus", (json_int_t)t->c.gpus);
+    /* where YARN users look for the task's output: the coordinator
+     * prints it when the task fails */
+    char logs[700];
+    container_log_url(&t->c, logs, sizeof logs);
+    if (note && logs[0]) json_object_set_new(note, "logs", json_string(logs));
+    push_note(p, i, "container", note, say[0] ? say : NULL);
     j->p = p;
     j->task = i;
     j->cmd = t->command;
@@ -489,6 +511,54 @@ static void *yarn_thread(void *arg) {
   return NULL;
 }
 
+/* Adds the numeric addresses host resolves to to b's trusted proxies. */
+static void add_proxy_host(backend *b, const char *host) {
+  if (!host[0] || !strcmp(host, "0.0.0.0") || !strcmp(host, "::")) return;
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  if (getaddrinfo(host, NULL, &hints, &res) != 0) return;
+  for (struct addrinfo *a = res; a; a = a->ai_next) {
+    char ip[INET6_ADDRSTRLEN];
+    if (getnameinfo(a->ai_addr, a->ai_addrlen, ip, sizeof ip, NULL, 0, NI_NUMERICHOST) != 0)
+      continue;
+    bool dup = false;
+    for (int i = 0; i < b->nui_proxies; i++) dup |= !strcmp(b->ui_proxies[i], ip);
+    if (!dup && b->nui_proxies < (int)(sizeof b->ui_proxies / sizeof b->ui_proxies[0]))
+      loom__strlcpy(b->ui_proxies[b->nui_proxies++], ip, sizeof b->ui_proxies[0]);
+  }
+  freeaddrinfo(res);
+}
+
+/* The host of a "host:port" property of conf, into add_proxy_host. */
+static void add_proxy_prop(backend *b, const hconf *conf, const char *name) {
+  char v[512];
+  if (hconf_get(conf, name, NULL, v, sizeof v) != 1) return;
+  char *colon = strrchr(v, ':');
+  if (colon) *colon = 0;
+  add_proxy_host(b, v);
+}
+
+/* Where YARN's web proxy reads the dashboard from, as Hadoop's AmIpFilter
+ * finds it: the ResourceManagers' hosts (their web UI, each with HA, runs
+ * the proxy unless yarn.web-proxy.address names a proxy of its own), and
+ * that proxy; each resolved to its addresses. */
+static void yarn_ui_proxies(backend *b) {
+  hyarn_rms rms;
+  char err[1024];
+  if (hyarn_find_rm(NULL, &rms, err, sizeof err) < 0) return;
+  for (int i = 0; i < rms.n; i++) add_proxy_host(b, rms.rm[i].host);
+  hconf conf = {0};
+  if (hconf_load(&conf, rms.file, err, sizeof err) == 0) {
+    add_proxy_prop(b, &conf, "yarn.web-proxy.address");
+    add_proxy_prop(b, &conf, "yarn.resourcemanager.webapp.address");
+    for (int i = 0; i < rms.n; i++) {
+      char name[160];
+      snprintf(name, sizeof name, "yarn.resourcemanager.webapp.address.%s", rms.rm[i].id);
+      if (rms.rm[i].id[0]) add_proxy_prop(b, &conf, name);
+    }
+  }
+  hconf_free(&conf);
+}
+
 static int yarn_create(backend *b, const spec_job *s, int ntasks) {
   ypriv *p = calloc(1, sizeof *p);
   if (!p) return LOOM_ENOMEM;
@@ -509,6 +579,10 @@ static int yarn_create(backend *b, const spec_job *s, int ntasks) {
   /* `loom submit`: this coordinator is the application master YARN
    * started in a container; `loom run`: it submits an unmanaged one */
   bool managed = loom__tun_raw(LOOM_TUN_YARN_MANAGED) != NULL;
+  /* the dashboard, through the ResourceManager's web proxy: the
+   * application's tracking URL, read without its token from the proxy */
+  hyarn_am_set_tracking_url(b->ui_url);
+  if (b->ui_url) yarn_ui_proxies(b);
   int rc = managed ? hyarn_am_attach(NULL, YARN_RPC_TIMEOUT_MS, &p->am, err, sizeof err)
                    : hyarn_am_start(NULL, s->name, s->queue,
                                     (int)loom__tun(LOOM_TUN_YARN_SUBMIT_TIMEOUT_MS), &p->am, err,
