@@ -15,6 +15,7 @@
 #include "applicationclient_protocol.pb-c.h"
 #include "applicationmaster_protocol.pb-c.h"
 #include "containermanagement_protocol.pb-c.h"
+#include "hadoop/conf.h"
 #include "hadoop/hdfs.h"
 #include "yarn/creds.h"
 #include "yarn_service_protos.pb-c.h"
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 static void token_free(token *t) {
@@ -94,6 +96,87 @@ static int sched_call(hyarn_am *am, const char *method, const ProtobufCMessage *
     if ((rc = sched_connect(am, err, errlen)) == 0)
       rc = hipc_call(am->sched, method, req, desc, resp, am->timeout_ms, err, errlen);
   }
+  return rc;
+}
+
+/* How long a lost ResourceManager is waited for, as Hadoop's clients read
+ * it (yarn.resourcemanager.connect.max-wait.ms, -1: for ever; the retry
+ * interval caps the backoff), and whether the cluster says it recovers
+ * applications (for messages). */
+static void read_rm_conf(hyarn_am *am) {
+  am->rm_wait_ms = 900000;
+  am->rm_retry_ms = 30000;
+  hconf c = {0};
+  char why[512], v[64];
+  if (hconf_load(&c, am->rms.file, why, sizeof why) == 0) {
+    if (hconf_get(&c, "yarn.resourcemanager.connect.max-wait.ms", NULL, v, sizeof v) == 1)
+      am->rm_wait_ms = strtoll(v, NULL, 10);
+    if (hconf_get(&c, "yarn.resourcemanager.connect.retry-interval.ms", NULL, v, sizeof v) == 1)
+      am->rm_retry_ms = strtoll(v, NULL, 10);
+    if (hconf_get(&c, "yarn.resourcemanager.recovery.enabled", "false", v, sizeof v) >= 0)
+      am->rm_recovery = !strcasecmp(v, "true");
+  }
+  hconf_free(&c);
+  if (am->rm_retry_ms < 100) am->rm_retry_ms = 100;
+}
+
+/* What a ResourceManager that forgot the attempt means, and the cure. */
+#define RM_LOST_HOW                                                                                \
+  "for applications to survive a ResourceManager restart, the ResourceManager needs "              \
+  "yarn.resourcemanager.recovery.enabled=true, a state store "                                     \
+  "(yarn.resourcemanager.store.class: FileSystemRMStateStore, LeveldbRMStateStore or "             \
+  "ZKRMStateStore) and yarn.resourcemanager.work-preserving-recovery.enabled=true, and each "      \
+  "NodeManager yarn.nodemanager.recovery.enabled=true with a yarn.nodemanager.recovery.dir and a " \
+  "fixed yarn.nodemanager.address port"
+
+static bool conn_lost(int rc) { return rc == LOOM_ECONN || rc == LOOM_ETIMEDOUT; }
+
+/* sched_call, waiting for a ResourceManager that went away (restarted,
+ * failed over) with a backoff from 100 ms to the retry interval, at most
+ * the max wait; a restarted ResourceManager that no longer knows the
+ * attempt's AMRMToken (no recovery) ends the wait at once. */
+static int sched_call_wait(hyarn_am *am, const char *method, const ProtobufCMessage *req,
+                           const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp,
+                           char *err, size_t errlen) {
+  int rc = sched_call(am, method, req, desc, resp, err, errlen);
+  if (!conn_lost(rc)) return rc;
+  const int i = am->rmi;
+  const uint64_t t0 = loom__now_ms();
+  int64_t backoff = 100;
+  loom__log(LOOM_LOG_WARN, "hadoop",
+            "%s: lost the ResourceManager's scheduler at %s:%d (%s); waiting for it to come back, "
+            "at most %lld ms (yarn.resourcemanager.connect.max-wait.ms)",
+            am->attempt_id, am->rms.rm[i].sched_host, am->rms.rm[i].sched_port, err,
+            (long long)am->rm_wait_ms);
+  while (conn_lost(rc)) {
+    const int64_t waited = (int64_t)(loom__now_ms() - t0);
+    if (am->rm_wait_ms >= 0 && waited >= am->rm_wait_ms) {
+      char last[1024];
+      loom__strlcpy(last, err, sizeof last);
+      snprintf(err, errlen,
+               "the ResourceManager was lost: its scheduler at %s:%d did not answer for %lld ms "
+               "(yarn.resourcemanager.connect.max-wait.ms %lld): %s",
+               am->rms.rm[i].sched_host, am->rms.rm[i].sched_port, (long long)waited,
+               (long long)am->rm_wait_ms, last);
+      return LOOM_ECONN;
+    }
+    int64_t nap = backoff;
+    if (am->rm_wait_ms >= 0 && nap > am->rm_wait_ms - waited) nap = am->rm_wait_ms - waited;
+    usleep((useconds_t)(nap > 0 ? nap : 1) * 1000);
+    backoff = backoff * 2 > am->rm_retry_ms ? am->rm_retry_ms : backoff * 2;
+    rc = sched_call(am, method, req, desc, resp, err, errlen);
+  }
+  if (rc == LOOM_EAUTH) {
+    char last[1024];
+    loom__strlcpy(last, err, sizeof last);
+    snprintf(err, errlen,
+             "the ResourceManager was lost: it came back after %lld ms without %s (%s): %s%s",
+             (long long)(loom__now_ms() - t0), am->attempt_id, last, RM_LOST_HOW,
+             am->rm_recovery ? "" : " (this client's yarn-site.xml has recovery off)");
+    return rc;
+  }
+  loom__log(LOOM_LOG_WARN, "hadoop", "%s: the ResourceManager answers again after %llu ms",
+            am->attempt_id, (unsigned long long)(loom__now_ms() - t0));
   return rc;
 }
 
@@ -200,6 +283,7 @@ int hyarn_am_start(const char *conf_dir, const char *name, const char *queue, in
     free(am);
     return LOOM_EBACKEND;
   }
+  read_rm_conf(am);
   hipc_client *rpc = NULL;
   char why[4096] = "";
   /* with HA, the first ResourceManager that answers as active */
@@ -262,10 +346,70 @@ static int64_t gpu_value(const Hadoop__Yarn__ResourceProto *r) {
   return 0;
 }
 
-int hyarn_am_allocate(hyarn_am *am, const hyarn_ask *asks, int nasks,
+/* The outstanding asks: a's num replaces what its allocation id had (0
+ * withdraws it). */
+static void ask_keep(hyarn_am *am, const hyarn_ask *a) {
+  int i = 0;
+  while (i < am->nout && am->out[i].alloc_id != a->alloc_id) i++;
+  if (i < am->nout) {
+    if (a->num > 0) {
+      am->out[i].num = a->num;
+      return;
+    }
+    free((char *)am->out[i].label);
+    am->out[i] = am->out[--am->nout];
+    return;
+  }
+  if (a->num <= 0) return;
+  if (am->nout == am->capout) {
+    int cap = am->capout ? am->capout * 2 : 8;
+    hyarn_ask *n = realloc(am->out, (size_t)cap * sizeof *n);
+    if (!n) return;
+    am->out = n;
+    am->capout = cap;
+  }
+  hyarn_ask *o = &am->out[am->nout];
+  *o = *a;
+  o->label = NULL;
+  if (a->label && !(o->label = strdup(a->label))) return;
+  am->nout++;
+}
+
+/* A container granted for allocation id: one ask fewer outstanding. */
+static void ask_granted(hyarn_am *am, int64_t alloc_id) {
+  for (int i = 0; i < am->nout; i++)
+    if (am->out[i].alloc_id == alloc_id) {
+      hyarn_ask a = am->out[i];
+      a.num--;
+      ask_keep(am, &a);
+      return;
+    }
+}
+
+static void release_keep(hyarn_am *am, const hyarn_container *c) {
+  if (am->npend == am->cappend) {
+    int cap = am->cappend ? am->cappend * 2 : 8;
+    hyarn_container *n = realloc(am->pend, (size_t)cap * sizeof *n);
+    if (!n) return;
+    am->pend = n;
+    am->cappend = cap;
+  }
+  if (hyarn_container_copy(&am->pend[am->npend], c) == 0) am->npend++;
+}
+
+static void release_done(hyarn_am *am, const char *id) {
+  for (int i = 0; i < am->npend; i++)
+    if (!strcmp(am->pend[i].id, id)) {
+      hyarn_container_free(&am->pend[i]);
+      am->pend[i] = am->pend[--am->npend];
+      return;
+    }
+}
+
+/* One allocate call with these asks and releases; *resp as sched_call. */
+static int alloc_send(hyarn_am *am, const hyarn_ask *asks, int nasks,
                       const hyarn_container *const *release, int nrelease, float progress,
-                      hyarn_alloc *res, char *err, size_t errlen) {
-  memset(res, 0, sizeof *res);
+                      ProtobufCMessage **resp, char *err, size_t errlen) {
   Hadoop__Yarn__ResourceRequestProto *rr = calloc((size_t)nasks + 1, sizeof *rr);
   Hadoop__Yarn__ResourceRequestProto **rrp = calloc((size_t)nasks + 1, sizeof *rrp);
   Hadoop__Yarn__ResourceProto *cap = calloc((size_t)nasks + 1, sizeof *cap);
@@ -321,18 +465,72 @@ int hyarn_am_allocate(hyarn_am *am, const hyarn_ask *asks, int nasks,
   req.has_response_id = req.has_progress = 1;
   req.response_id = am->response_id;
   req.progress = progress;
-  ProtobufCMessage *resp = NULL;
   if (rc == 0)
-    rc = sched_call(am, "allocate", &req.base, &hadoop__yarn__allocate_response_proto__descriptor,
-                    &resp, err, errlen);
+    rc = sched_call_wait(am, "allocate", &req.base,
+                         &hadoop__yarn__allocate_response_proto__descriptor, resp, err, errlen);
   else
     snprintf(err, errlen, "allocate: %s", loom_strerror(rc));
   for (int i = 0; relc && i < nrelease; i++)
     if (relc[i]) protobuf_c_message_free_unpacked(&relc[i]->base, NULL);
   free(rr), free(rrp), free(cap), free(gi), free(gip), free(pri), free(rel), free(relc);
+  return rc;
+}
+
+/* A restarted ResourceManager recovered the attempt but not its
+ * registration (ApplicationMasterNotRegisteredException, or the AM_RESYNC
+ * command): register again, start the response ids over, and send every
+ * outstanding ask and release again (AMRMClientImpl's resync). */
+static int resync(hyarn_am *am, float progress, ProtobufCMessage **resp, char *err, size_t errlen) {
+  char why[2048];
+  am->registered = false;
+  int rc = do_register(am, why, sizeof why);
   if (rc < 0) {
+    snprintf(err, errlen, "registering %s again with the restarted ResourceManager: %s",
+             am->attempt_id, why);
+    return rc;
+  }
+  am->response_id = 0;
+  am->resyncs++;
+  loom__log(LOOM_LOG_WARN, "hadoop",
+            "%s: registered again with the restarted ResourceManager (resync %d); sending %d "
+            "outstanding asks and %d releases again",
+            am->attempt_id, am->resyncs, am->nout, am->npend);
+  const hyarn_container **relp = calloc((size_t)am->npend + 1, sizeof *relp);
+  if (!relp) return LOOM_ENOMEM;
+  for (int i = 0; i < am->npend; i++) relp[i] = &am->pend[i];
+  rc = alloc_send(am, am->out, am->nout, relp, am->npend, progress, resp, err, errlen);
+  free(relp);
+  return rc;
+}
+
+int hyarn_am_allocate(hyarn_am *am, const hyarn_ask *asks, int nasks,
+                      const hyarn_container *const *release, int nrelease, float progress,
+                      hyarn_alloc *res, char *err, size_t errlen) {
+  memset(res, 0, sizeof *res);
+  for (int i = 0; i < nasks; i++) ask_keep(am, &asks[i]);
+  for (int i = 0; i < nrelease; i++) release_keep(am, release[i]);
+  ProtobufCMessage *resp = NULL;
+  int rc = alloc_send(am, asks, nasks, release, nrelease, progress, &resp, err, errlen);
+  for (int round = 0; round < 3; round++) {
+    const Hadoop__Yarn__AllocateResponseProto *r = (const void *)resp;
+    bool again = rc == LOOM_EPEER && strstr(err, "ApplicationMasterNotRegistered");
+    bool told =
+        rc == 0 && r->has_a_m_command && r->a_m_command == HADOOP__YARN__AMCOMMAND_PROTO__AM_RESYNC;
+    if (!again && !told) break;
+    if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+    resp = NULL;
+    rc = resync(am, progress, &resp, err, errlen);
+  }
+  if (rc < 0) {
+    if (rc == LOOM_EPEER &&
+        (strstr(err, "ApplicationAttemptNotFound") || strstr(err, "ApplicationNotFound"))) {
+      char last[1024];
+      loom__strlcpy(last, err, sizeof last);
+      snprintf(err, errlen, "the ResourceManager lost %s (%s): %s", am->attempt_id, last,
+               RM_LOST_HOW);
+    }
     /* the attempt is over in the RM's eyes: nothing will come back */
-    if (rc == LOOM_EPEER) res->shutdown = true;
+    if (rc == LOOM_EPEER || rc == LOOM_EAUTH || conn_lost(rc)) res->shutdown = true;
     return LOOM_EBACKEND;
   }
   Hadoop__Yarn__AllocateResponseProto *r = (void *)resp;
@@ -365,6 +563,7 @@ int hyarn_am_allocate(hyarn_am *am, const hyarn_ask *asks, int nasks,
     hyarn_container *o = &res->allocated[res->nallocated];
     if (!c->id || !c->nodeid || !c->nodeid->host || !c->container_token) continue;
     o->alloc_id = c->has_allocation_request_id ? c->allocation_request_id : -1;
+    if (o->alloc_id >= 0) ask_granted(am, o->alloc_id);
     container_id_str(c->id, o->id, sizeof o->id);
     hyarn__printable(o->host, sizeof o->host, c->nodeid->host);
     o->port = c->nodeid->port;
@@ -385,6 +584,7 @@ int hyarn_am_allocate(hyarn_am *am, const hyarn_ask *asks, int nasks,
     container_id_str(s->container_id, d->id, sizeof d->id);
     d->exit_status = s->has_exit_status ? s->exit_status : -1000;
     hyarn__printable(d->diagnostics, sizeof d->diagnostics, s->diagnostics);
+    release_done(am, d->id);
   }
   protobuf_c_message_free_unpacked(resp, NULL);
   return 0;
@@ -667,9 +867,18 @@ int hyarn_am_finish(hyarn_am *am, int status, const char *diagnostics, char *err
   int rc = 0;
   for (int i = 0; i < 50; i++) {
     ProtobufCMessage *resp = NULL;
-    rc = sched_call(am, "finishApplicationMaster", &req.base,
-                    &hadoop__yarn__finish_application_master_response_proto__descriptor, &resp, err,
-                    errlen);
+    rc = sched_call_wait(am, "finishApplicationMaster", &req.base,
+                         &hadoop__yarn__finish_application_master_response_proto__descriptor, &resp,
+                         err, errlen);
+    if (rc == LOOM_EPEER && strstr(err, "ApplicationMasterNotRegistered") && i < 3) {
+      /* a restarted ResourceManager: register again, then finish */
+      char why[2048];
+      if (do_register(am, why, sizeof why) == 0) {
+        am->response_id = 0;
+        am->resyncs++;
+        continue;
+      }
+    }
     if (rc < 0) return LOOM_EBACKEND;
     Hadoop__Yarn__FinishApplicationMasterResponseProto *r = (void *)resp;
     bool done = !r->has_isunregistered || r->isunregistered;
@@ -699,6 +908,10 @@ void hyarn_am_free(hyarn_am *am, bool kill) {
   hipc_close(am->sched);
   for (int i = 0; i < am->nnm; i++) token_free(&am->nm[i].tok);
   free(am->nm);
+  for (int i = 0; i < am->nout; i++) free((char *)am->out[i].label);
+  free(am->out);
+  for (int i = 0; i < am->npend; i++) hyarn_container_free(&am->pend[i]);
+  free(am->pend);
   token_free(&am->amrm);
   free(am);
 }
@@ -707,6 +920,7 @@ void hyarn_am_free(hyarn_am *am, bool kill) {
 
 int hyarn_am_attempt(const hyarn_am *am) { return am->attempt; }
 int hyarn_am_token_rolls(const hyarn_am *am) { return am->rolls; }
+int hyarn_am_resyncs(const hyarn_am *am) { return am->resyncs; }
 
 /* "container_[e17_]1764200000000_0001_01_000001" into the application and
  * attempt. */
@@ -769,6 +983,7 @@ int hyarn_am_attach(const char *conf_dir, int timeout_ms, hyarn_am **out, char *
   free(file);
   if (rc == 0 && (rc = hyarn_find_rm(conf_dir, &am->rms, why, sizeof why)) < 0)
     snprintf(err, errlen, "%s", why);
+  if (rc == 0) read_rm_conf(am);
   if (rc == 0 && (rc = do_register(am, why, sizeof why)) < 0)
     snprintf(err, errlen, "%s: %s", am->attempt_id, why);
   if (rc < 0) {

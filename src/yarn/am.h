@@ -132,5 +132,9 @@ int hyarn_am_attempt(const hyarn_am *am);
 /* How many times the ResourceManager rolled the AMRMToken over (each
  * time the scheduler connection authenticates again with the new one). */
 int hyarn_am_token_rolls(const hyarn_am *am);
+/* How many times the application master registered again with a restarted
+ * ResourceManager (work-preserving recovery: a resync re-sends every
+ * outstanding ask and release; running containers are kept). */
+int hyarn_am_resyncs(const hyarn_am *am);
 
 #endif

@@ -46,6 +46,18 @@ struct hyarn_am {
   int max_vcores;
   bool registered, finished;
   int rolls; /* AMRMTokens the RM rolled over */
+  /* what a resync (a restarted ResourceManager) must send again, as
+   * AMRMClientImpl keeps it: the asks not granted yet (num left, by
+   * allocation id; label copied) and the releases not yet seen completed */
+  hyarn_ask *out;
+  int nout, capout;
+  hyarn_container *pend;
+  int npend, cappend;
+  int resyncs; /* re-registrations after a ResourceManager restart */
+  /* yarn.resourcemanager.connect.max-wait.ms / retry-interval.ms, and
+   * whether yarn.resourcemanager.recovery.enabled (for messages) */
+  int64_t rm_wait_ms, rm_retry_ms;
+  bool rm_recovery;
 };
 
 /* A container's environment as the NodeManager takes it. */
