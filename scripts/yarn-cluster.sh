@@ -249,6 +249,9 @@ EOF
   return 0
 }
 
+# With --hosts, log aggregation is on: when an application ends, each
+# NodeManager uploads its containers' logs to /app-logs on HDFS (kept an
+# hour), where `yarn logs -applicationId ID` (LogsCLI) reads them.
 write_yarn_conf() {
   local d=$1
   # what the RM, the NMs and every client read
@@ -283,7 +286,9 @@ yarn.nodemanager.vmem-check-enabled=false
 yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage=100
 yarn.nodemanager.node-labels.resync-interval-ms=5000
 yarn.nodemanager.delete.debug-delay-sec=600
-yarn.log-aggregation-enable=false
+yarn.log-aggregation-enable=$([ "$HOSTS" = 1 ] && echo true || echo false)
+$([ "$HOSTS" = 1 ] && printf '%s\n' yarn.nodemanager.remote-app-log-dir=/app-logs \
+    yarn.log-aggregation.retain-seconds=3600 yarn.log-aggregation.retain-check-interval-seconds=300)
 EOF
   write_xml "$d/conf/capacity-scheduler.xml" <<EOF
 yarn.scheduler.capacity.resource-calculator=org.apache.hadoop.yarn.util.resource.DominantResourceCalculator

@@ -1,0 +1,73 @@
+"""Logs where Hadoop users look, with log aggregation on (issue 31 item 3),
+on the Hadoop cluster whose hosts are really apart (conftest's
+hadoop_hosts: scripts/yarn-cluster.sh --hosts turns aggregation on, into
+/app-logs on its HDFS): each task's output is in its container's `stdout`
+and `stderr`, which each NodeManager uploads when the application ends,
+and the real `yarn logs -applicationId <id>` (Hadoop's LogsCLI, in Java,
+on the script's classpath) prints every task's lines."""
+import re
+import subprocess
+
+import pytest
+
+from clusters import JAVA_OPTS, hadoop_available, hadoop_classpath
+from test_yarn_hosts_jobs import app_named, hloom, run  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.skipif(
+    not hadoop_available(),
+    reason="java and mvn are not installed (scripts/setup.sh installs a JDK and Maven)")
+
+TASKS = ["chief:0", "worker:0", "worker:1"]
+
+
+def yarn_logs(h, app):
+    """`yarn logs -applicationId app`: {container: {log type: contents}}."""
+    cp = f"{h.conf}:{hadoop_classpath()}"
+    r = subprocess.run(["java", *JAVA_OPTS, "-cp", cp,
+                        "org.apache.hadoop.yarn.client.cli.LogsCLI", "-applicationId", app],
+                       capture_output=True, text=True, timeout=180,
+                       env={"PATH": "/usr/bin:/bin", "HADOOP_CONF_DIR": str(h.conf)})
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
+    out = {}
+    for block in re.split(r"^Container: ", r.stdout, flags=re.M)[1:]:
+        cid = block.split()[0]
+        # a block per container and log file (LogsCLI repeats the header)
+        out.setdefault(cid, {}).update({m.group(1): m.group(2) for m in re.finditer(
+            r"^LogType:(\S+)\n.*?^LogContents:\n(.*?)^End of LogType:\1", block, re.M | re.S)})
+    return out, r.stdout
+
+
+def test_yarn_logs_prints_every_tasks_lines(hloom, hadoop_hosts):
+    h = hadoop_hosts
+    s = hloom.spec("""
+name: yhlogs
+backend: yarn
+roles:
+  chief: {command: 'echo "OUT-$LOOM_TASK"; echo "ERR-$LOOM_TASK" >&2'}
+  worker:
+    instances: 2
+    command: 'echo "OUT-$LOOM_TASK"; echo "ERR-$LOOM_TASK" >&2; echo "OUT2-$LOOM_TASK"'
+""")
+    r = run(hloom, h, s, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    app = app_named(h, "yhlogs")["id"]
+
+    def aggregated():
+        st = h.rest(f"apps/{app}")["app"].get("logAggregationStatus")
+        assert st not in ("FAILED", "TIME_OUT", "DISABLED"), st
+        return st == "SUCCEEDED"
+    hloom.wait_for(aggregated, timeout=120, what="the NodeManagers to aggregate the logs")
+    logs, text = yarn_logs(h, app)
+    seen = {}
+    for cid, files in logs.items():
+        assert cid.startswith("container_" + app[len("application_"):]), (cid, app)
+        out, err = files.get("stdout", ""), files.get("stderr", "")
+        mine = [t for t in TASKS if f"OUT-{t}\n" in out]
+        assert len(mine) == 1, (cid, files)  # one task per container, its lines only
+        t = mine[0]
+        assert t not in seen, (t, cid, seen)
+        seen[t] = cid
+        assert f"ERR-{t}\n" in err and "ERR-" not in out and "OUT-" not in err, (cid, files)
+        if t.startswith("worker"):
+            assert out.index(f"OUT-{t}\n") < out.index(f"OUT2-{t}\n"), out
+    assert sorted(seen) == TASKS, text[-4000:]
