@@ -11,13 +11,31 @@ import subprocess
 import pytest
 
 from clusters import JAVA_OPTS, hadoop_available, hadoop_classpath
-from test_yarn_hosts_jobs import app_named, hloom, run  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(
     not hadoop_available(),
     reason="java and mvn are not installed (scripts/setup.sh installs a JDK and Maven)")
 
 TASKS = ["chief:0", "worker:0", "worker:1"]
+LIVE = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
+
+
+def apps(h):
+    return (h.rest("apps").get("apps") or {}).get("app") or []
+
+
+@pytest.fixture
+def hloom(loom, hadoop_hosts):
+    """loom with the cluster's HADOOP_CONF_DIR, as the client's user; no
+    application of the test live after it."""
+    h = hadoop_hosts
+    loom.env["HADOOP_CONF_DIR"] = str(h.conf)
+    loom.env.pop("HADOOP_USER_NAME", None)
+    loom.wait_for(lambda: sorted(n["state"] for n in h.rest("nodes")["nodes"]["node"]) ==
+                  ["RUNNING", "RUNNING"], timeout=120, what="both NodeManagers RUNNING")
+    yield loom
+    live = [a for a in apps(h) if a["state"] in LIVE]
+    assert not live, live
 
 
 def yarn_logs(h, app):
@@ -48,9 +66,12 @@ roles:
     instances: 2
     command: 'echo "OUT-$LOOM_TASK"; echo "ERR-$LOOM_TASK" >&2; echo "OUT2-$LOOM_TASK"'
 """)
-    r = run(hloom, h, s, timeout=240)
+    # the coordinator where the nodes reach it (the client's address)
+    r = hloom.run("run", "--backend", "yarn", "--bind", h.addrs["client"], s, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
-    app = app_named(h, "yhlogs")["id"]
+    found = [a["id"] for a in apps(h) if a["name"] == "yhlogs"]
+    assert len(found) == 1, found
+    app = found[0]
 
     def aggregated():
         st = h.rest(f"apps/{app}")["app"].get("logAggregationStatus")
