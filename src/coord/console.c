@@ -235,8 +235,9 @@ static void print_summary_to(coord *co, FILE *out) {
    * its container's logs on the NodeManager's web UI) */
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
-    if (t->log_url[0] && (t->state == T_FAILED || t->state == T_LOST || i == co->root))
-      fprintf(out, "loom: %s's container logs: %s\n", t->name, t->log_url);
+    if (!t->log_url[0] || (t->state != T_FAILED && t->state != T_LOST && i != co->root)) continue;
+    fprintf(out, "loom: %s's container logs: %s\n", t->name, t->log_url);
+    if (t->log_later[0]) fprintf(out, "loom:   once aggregated: %s\n", t->log_later);
   }
   fprintf(out, "loom: logs: %s/%s/   events: loom events %s\n", co->o->job_dir,
           jobdir_name(JOBDIR_LOGS), co->o->job_id);

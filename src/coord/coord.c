@@ -481,6 +481,8 @@ static void backend_noted(void *arg, int id, const char *event, json_t *detail, 
   task *t = id >= 0 && id < co->ntasks ? &co->tasks[id] : NULL;
   const char *logs = t && detail ? json_string_value(json_object_get(detail, "logs")) : NULL;
   if (logs) loom__strlcpy(t->log_url, logs, sizeof t->log_url);
+  const char *later = t && detail ? json_string_value(json_object_get(detail, "logs_later")) : NULL;
+  if (logs) loom__strlcpy(t->log_later, later ? later : "", sizeof t->log_later);
   coord_event(co, t, event, detail);
   if (say) coord_say(co, "%s%s%s", t ? t->name : "", t ? ": " : "", say);
 }

@@ -59,7 +59,8 @@ typedef struct task {
   int exit_code, sig;
   bool have_exit;
   char reason[512];
-  char log_url[768]; /* where the cluster manager keeps its launch's logs (a note's "logs") */
+  char log_url[768];   /* where the cluster manager keeps its launch's logs (a note's "logs") */
+  char log_later[256]; /* how to read them once the cluster manager moved them ("logs_later") */
   double t_launch, t_start, t_end;
   conn *agent;
   bool agent_running;

@@ -38,11 +38,13 @@ def hloom(loom, hadoop_hosts):
     assert not live, live
 
 
-def yarn_logs(h, app):
-    """`yarn logs -applicationId app`: {container: {log type: contents}}."""
+def yarn_logs(h, app, *more):
+    """`yarn logs -applicationId app [more...]`: {container: {log type:
+    contents}}, and LogsCLI's whole output."""
     cp = f"{h.conf}:{hadoop_classpath()}"
     r = subprocess.run(["java", *JAVA_OPTS, "-cp", cp,
-                        "org.apache.hadoop.yarn.client.cli.LogsCLI", "-applicationId", app],
+                        "org.apache.hadoop.yarn.client.cli.LogsCLI", "-applicationId", app,
+                        *more],
                        capture_output=True, text=True, timeout=180,
                        env={"PATH": "/usr/bin:/bin", "HADOOP_CONF_DIR": str(h.conf)})
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
@@ -53,6 +55,14 @@ def yarn_logs(h, app):
         out.setdefault(cid, {}).update({m.group(1): m.group(2) for m in re.finditer(
             r"^LogType:(\S+)\n.*?^LogContents:\n(.*?)^End of LogType:\1", block, re.M | re.S)})
     return out, r.stdout
+
+
+def wait_aggregated(hloom, h, app):
+    def aggregated():
+        st = h.rest(f"apps/{app}")["app"].get("logAggregationStatus")
+        assert st not in ("FAILED", "TIME_OUT", "DISABLED"), st
+        return st == "SUCCEEDED"
+    hloom.wait_for(aggregated, timeout=120, what="the NodeManagers to aggregate the logs")
 
 
 def test_yarn_logs_prints_every_tasks_lines(hloom, hadoop_hosts):
@@ -72,12 +82,7 @@ roles:
     found = [a["id"] for a in apps(h) if a["name"] == "yhlogs"]
     assert len(found) == 1, found
     app = found[0]
-
-    def aggregated():
-        st = h.rest(f"apps/{app}")["app"].get("logAggregationStatus")
-        assert st not in ("FAILED", "TIME_OUT", "DISABLED"), st
-        return st == "SUCCEEDED"
-    hloom.wait_for(aggregated, timeout=120, what="the NodeManagers to aggregate the logs")
+    wait_aggregated(hloom, h, app)
     logs, text = yarn_logs(h, app)
     seen = {}
     for cid, files in logs.items():
@@ -92,3 +97,32 @@ roles:
         if t.startswith("worker"):
             assert out.index(f"OUT-{t}\n") < out.index(f"OUT2-{t}\n"), out
     assert sorted(seen) == TASKS, text[-4000:]
+
+
+def test_a_failed_tasks_logs_are_named_for_after_aggregation(hloom, hadoop_hosts):
+    """On failure the console names the container's page on its NodeManager
+    and, since this cluster aggregates logs (after which the NodeManager
+    serves that page no more), the `yarn logs` command that reads them
+    then; that command prints the task's stderr."""
+    h = hadoop_hosts
+    s = hloom.spec("""
+name: yhlogfail
+backend: yarn
+retries: 0
+roles:
+  chief: {command: 'echo "ERR-$LOOM_TASK-BOOM" >&2; exit 3'}
+""")
+    r = hloom.run("run", "--backend", "yarn", "--bind", h.addrs["client"], s, timeout=240)
+    assert r.returncode == 1, r.stderr[-3000:]
+    found = [a["id"] for a in apps(h) if a["name"] == "yhlogfail"]
+    assert len(found) == 1, found
+    app = found[0]
+    m = re.search(r"^loom: chief:0's container logs: http://\S+/node/containerlogs/"
+                  r"(container_\w+)/\S+\nloom:   once aggregated: (.*)$", r.stderr, re.M)
+    assert m, r.stderr[-3000:]
+    cid = m.group(1)
+    assert m.group(2) == f"yarn logs -applicationId {app} -containerId {cid}", m.group(2)
+    wait_aggregated(hloom, h, app)
+    logs, text = yarn_logs(h, app, "-containerId", cid)
+    assert list(logs) == [cid], text[-3000:]
+    assert logs[cid].get("stderr", "").startswith("ERR-chief:0-BOOM\n"), logs

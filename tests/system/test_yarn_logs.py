@@ -65,6 +65,7 @@ roles:
     assert r.returncode == 1, (r.returncode, r.stderr[-3000:])
     urls = re.findall(r"^loom: (\S+)'s container logs: (\S+)$", r.stderr, re.M)
     assert [t for t, _ in urls] == ["chief:0"], r.stderr[-3000:]
+    assert "once aggregated" not in r.stderr  # this cluster aggregates no logs
     url = urls[0][1]
     apps = [a["id"] for a in yarn.apps() if a["name"] == "ylogfail"]
     assert len(apps) == 1, apps

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <errno.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -96,6 +97,7 @@ typedef struct {
    * every container */
   hyarn_resource *res;
   int nres;
+  bool aggregation; /* yarn.log-aggregation-enable: logs move to the cluster's filesystem */
   char stage_dir[PATH_MAX];
   hyarn_container *release; /* granted containers to give back */
   int nrelease, caprelease;
@@ -317,6 +319,10 @@ static void start_held(ypriv *p) {
     char logs[700];
     container_log_url(&t->c, logs, sizeof logs);
     if (note && logs[0]) json_object_set_new(note, "logs", json_string(logs));
+    if (note && logs[0] && p->aggregation)
+      json_object_set_new(note, "logs_later",
+                          json_sprintf("yarn logs -applicationId %s -containerId %s",
+                                       hyarn_am_app_id(p->am), t->c.id));
     push_note(p, i, "container", note, say[0] ? say : NULL);
     j->p = p;
     j->task = i;
@@ -537,17 +543,24 @@ static void add_proxy_prop(backend *b, const hconf *conf, const char *name) {
   add_proxy_host(b, v);
 }
 
-/* Where YARN's web proxy reads the dashboard from, as Hadoop's AmIpFilter
- * finds it: the ResourceManagers' hosts (their web UI, each with HA, runs
- * the proxy unless yarn.web-proxy.address names a proxy of its own), and
- * that proxy; each resolved to its addresses. */
-static void yarn_ui_proxies(backend *b) {
+/* What the coordinator reads of yarn-site.xml for logs and the dashboard:
+ * whether the NodeManagers aggregate logs, and, with a dashboard, where
+ * YARN's web proxy reads it from, as Hadoop's AmIpFilter finds it: the
+ * ResourceManagers' hosts (their web UI, each with HA, runs the proxy
+ * unless yarn.web-proxy.address names a proxy of its own), and that
+ * proxy; each resolved to its addresses. */
+static void yarn_site_settings(backend *b, ypriv *p) {
   hyarn_rms rms;
   char err[1024];
   if (hyarn_find_rm(NULL, &rms, err, sizeof err) < 0) return;
-  for (int i = 0; i < rms.n; i++) add_proxy_host(b, rms.rm[i].host);
+  for (int i = 0; b->ui_url && i < rms.n; i++) add_proxy_host(b, rms.rm[i].host);
   hconf conf = {0};
   if (hconf_load(&conf, rms.file, err, sizeof err) == 0) {
+    char v[16];
+    p->aggregation = hconf_get(&conf, "yarn.log-aggregation-enable", "false", v, sizeof v) == 1 &&
+                     !strcasecmp(v, "true");
+  }
+  if (b->ui_url && conf.n) {
     add_proxy_prop(b, &conf, "yarn.web-proxy.address");
     add_proxy_prop(b, &conf, "yarn.resourcemanager.webapp.address");
     for (int i = 0; i < rms.n; i++) {
@@ -582,7 +595,7 @@ static int yarn_create(backend *b, const spec_job *s, int ntasks) {
   /* the dashboard, through the ResourceManager's web proxy: the
    * application's tracking URL, read without its token from the proxy */
   hyarn_am_set_tracking_url(b->ui_url);
-  if (b->ui_url) yarn_ui_proxies(b);
+  yarn_site_settings(b, p);
   int rc = managed ? hyarn_am_attach(NULL, YARN_RPC_TIMEOUT_MS, &p->am, err, sizeof err)
                    : hyarn_am_start(NULL, s->name, s->queue,
                                     (int)loom__tun(LOOM_TUN_YARN_SUBMIT_TIMEOUT_MS), &p->am, err,
