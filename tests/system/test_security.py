@@ -339,8 +339,8 @@ roles:
     assert p.returncode == 0, out + err
     seen += [("loom run stdout", out), ("loom run stderr", err)]
     job = jd.name
-    for args in (("status", job), ("events", job), ("logs", job), ("logs", job, "--task",
-                                                                       "worker:1")):
+    for args in (("status", job), ("status", job, "--json"), ("events", job), ("logs", job),
+                 ("logs", job, "--task", "worker:1")):
         r = loom.run(*args)
         assert r.returncode == 0, (args, r.stderr)
         seen += [(f"loom {' '.join(args)}", r.stdout + r.stderr)]
@@ -351,3 +351,10 @@ roles:
     assert not leaks(secret, seen)
     # the check itself can fail: a text with the secret in it is caught
     assert leaks(secret, [("planted", f"x{secret[5:40]}y"), ("ok", "x")]) == ["planted"]
+    # only when asked for it by name (what loom.spark gives its agents):
+    # `status JOB --json --secret`, and nothing else
+    r = loom.run("status", job, "--json", "--secret")
+    assert r.returncode == 0 and json.loads(r.stdout)["secret"] == secret, r.stderr
+    for bad in (("status", job, "--secret"), ("status", "--json", "--secret")):
+        r = loom.run(*bad)
+        assert r.returncode == 2 and secret not in r.stdout + r.stderr, (bad, r.returncode)
