@@ -9,6 +9,7 @@
 #   scripts/yarn-cluster.sh stop [DIR]
 #   scripts/yarn-cluster.sh datanode stop|start N [DIR]   # N: 1 or 2
 #   scripts/yarn-cluster.sh nodemanager stop|start N [DIR]  # N: 1 or 2
+#   scripts/yarn-cluster.sh rm stop|kill|start [DIR]       # kill: SIGKILL
 #   scripts/yarn-cluster.sh classpath                      # Hadoop's jars, for a Java client
 #   scripts/yarn-cluster.sh start --hdfs --hosts FILE [DIR]  # the daemons on hosts of their own
 #
@@ -72,14 +73,17 @@
 # caller's host must route to them). A NodeManager's node id is the
 # canonical name of ADDRESS (a host whose resolver has no name for it:
 # ADDRESS itself) and its port. A daemon's java.io.tmpdir and hadoop.log.dir are its host's /tmp, as is
-# hadoop.tmp.dir; what a host needs of DIR: head DIR/conf, DIR/labels and DIR/hdfs, nodeN DIR/nmN and
+# hadoop.tmp.dir; what a host needs of DIR: head DIR/conf, DIR/labels, DIR/hdfs and DIR/rmstate
+# (the ResourceManager's recovery state: with --hosts the RM recovers its applications
+# across a restart, work-preserving, and each NodeManager its containers), nodeN DIR/nmN and
 # DIR/dnN (a DataNode's empty webapps are in DIR/dnN/www). FILE is copied
 # to DIR/hosts, which `status`, `stop`, `datanode` and `nodemanager` read
 # (tests/system/clusters.py's HadoopHosts: network and mount namespaces).
 #
 # Environment: LOOM_YARN_START_TIMEOUT (seconds, default 180) bounds each
 # wait of `start` and `datanode start`; LOOM_YARN_CLASSPATH (a file) skips
-# Maven.
+# Maven; LOOM_YARN_RECOVERY=1 gives the one-host cluster the recovery that
+# --hosts has.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -119,7 +123,7 @@ die() { say "$*"; exit 1; }
 
 usage() {
   echo "usage: scripts/yarn-cluster.sh start [--hdfs [--hosts FILE] | --hdfs-only] [DIR] | stop [DIR] | status [DIR]" \
-    "| datanode stop|start N [DIR] | nodemanager stop|start N [DIR] | classpath" >&2
+    "| datanode stop|start N [DIR] | nodemanager stop|start N [DIR] | rm stop|kill|start [DIR] | classpath" >&2
   exit 2
 }
 
@@ -253,7 +257,10 @@ EOF
 # NodeManager uploads its containers' logs to /app-logs on HDFS (kept an
 # hour), where `yarn logs -applicationId ID` (LogsCLI) reads them.
 write_yarn_conf() {
-  local d=$1
+  local d=$1 rec=0
+  # work-preserving recovery of the RM and the NMs: with --hosts, or
+  # LOOM_YARN_RECOVERY=1 (the one-host cluster runs without by default)
+  if [ "$HOSTS" = 1 ] || [ "${LOOM_YARN_RECOVERY:-0}" = 1 ]; then rec=1; fi
   # what the RM, the NMs and every client read
   write_xml "$d/conf/yarn-site.xml" <<EOF
 yarn.resourcemanager.hostname=$HEAD
@@ -279,7 +286,12 @@ yarn.nm.liveness-monitor.expiry-interval-ms=10000
 yarn.am.liveness-monitor.expiry-interval-ms=10000
 yarn.resourcemanager.am-rm-tokens.master-key-rolling-interval-secs=31
 yarn.resourcemanager.nodemanagers.heartbeat-interval-ms=500
-yarn.resourcemanager.recovery.enabled=false
+yarn.resourcemanager.recovery.enabled=$([ "$rec" = 1 ] && echo true || echo false)
+$([ "$rec" = 1 ] && printf '%s\n' \
+    yarn.resourcemanager.store.class=org.apache.hadoop.yarn.server.resourcemanager.recovery.FileSystemRMStateStore \
+    "yarn.resourcemanager.fs.state-store.uri=file://$d/rmstate" \
+    yarn.resourcemanager.work-preserving-recovery.enabled=true \
+    yarn.resourcemanager.work-preserving-recovery.scheduling-wait-ms=2000)
 yarn.timeline-service.enabled=false
 yarn.resourcemanager.system-metrics-publisher.enabled=false
 yarn.nodemanager.vmem-check-enabled=false
@@ -323,6 +335,8 @@ yarn.nodemanager.resource.cpu-vcores=${NM_VCORES[$k]}
 yarn.nodemanager.resource-type.yarn.io/gpu=${NM_GPUS[$k]}
 yarn.nodemanager.node-labels.provider=config
 yarn.nodemanager.node-labels.provider.configured-node-partition=${NM_LABEL[$k]}
+$([ "$rec" = 1 ] && printf '%s\n' yarn.nodemanager.recovery.enabled=true \
+        "yarn.nodemanager.recovery.dir=$nd/recovery" yarn.nodemanager.recovery.supervised=true)
 EOF
       echo '</configuration>'
     } >"$nd/conf/yarn-site.xml"
@@ -665,6 +679,41 @@ cmd_nodemanager() {
   esac
 }
 
+# rm stop|kill|start: SIGTERM, or SIGKILL (a crash); start returns when the
+# RM says STARTED and lists both NodeManagers RUNNING again
+cmd_rm() {
+  local pidf="$DIR/pids/rm.pid" pid
+  [ -n "$(port_of "$DIR" rm 2>/dev/null)" ] || die "no YARN in $DIR (scripts/yarn-cluster.sh start $DIR)"
+  case $1 in
+  stop)
+    alive "$pidf" || die "the ResourceManager is not running in $DIR"
+    stop_some "$pidf"
+    say "ResourceManager stopped"
+    ;;
+  kill)
+    alive "$pidf" || die "the ResourceManager is not running in $DIR"
+    pid=$(cat "$pidf")
+    kill -KILL "$pid"
+    while alive "$pidf"; do sleep 0.05; done
+    say "ResourceManager killed (SIGKILL, pid $pid)"
+    ;;
+  start)
+    alive "$pidf" && die "the ResourceManager already runs (pid $(cat "$pidf"))"
+    CP=$(classpath)
+    ON_FAIL="stop_some $pidf"
+    trap 'stop_some "$pidf"; exit 130' INT TERM
+    launch rm 384m "$DIR/conf" org.apache.hadoop.yarn.server.resourcemanager.ResourceManager
+    wait_for "the ResourceManager's REST API to say STARTED (http://$HEAD:$(port_of "$DIR" web)/ws/v1/cluster/info)" \
+      rm_started rm
+    wait_for "2 RUNNING NodeManagers again, one labelled gpu (http://$HEAD:$(port_of "$DIR" web)/ws/v1/cluster/nodes)" \
+      nodes_ready rm
+    trap - INT TERM
+    say "ResourceManager running again (pid $(cat "$pidf"); $HEAD:$(port_of "$DIR" rm))"
+    ;;
+  *) usage ;;
+  esac
+}
+
 cmd_status() {
   [ -f "$DIR/ports" ] || die "no cluster in $DIR"
   local f n=0 name json
@@ -715,6 +764,12 @@ case "$VERB ${1:-}" in
 "start --hdfs-only") HDFS=1; YARN=0; shift ;;
 "start --hosts"*) usage ;; # --hosts needs --hdfs first
 "classpath "*) [ $# -eq 0 ] || usage; classpath; exit 0 ;;
+"rm "*)
+  [ $# -ge 1 ] && [ $# -le 2 ] || usage
+  DN_OP=$1
+  [[ "$DN_OP" =~ ^(stop|start|kill)$ ]] || usage
+  shift
+  ;;
 "datanode "* | "nodemanager "*)
   [ $# -ge 2 ] && [ $# -le 3 ] || usage
   DN_OP=$1 DN_N=$2
@@ -745,5 +800,6 @@ stop) stop_all ;;
 status) cmd_status ;;
 datanode) cmd_datanode "$DN_OP" "$DN_N" ;;
 nodemanager) cmd_nodemanager "$DN_OP" "$DN_N" ;;
+rm) cmd_rm "$DN_OP" ;;
 *) usage ;;
 esac

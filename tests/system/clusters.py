@@ -386,7 +386,7 @@ class HadoopHosts:
         import shlex
         import hidden
         d = self.dir
-        keep = {"head": [d / "conf", d / "labels", d / "hdfs"],
+        keep = {"head": [d / "conf", d / "labels", d / "hdfs", d / "rmstate"],
                 "node1": [d / "nm1", d / "dn1"], "node2": [d / "nm2", d / "dn2"]}
         lines = []
         for r in self.ROLES:
