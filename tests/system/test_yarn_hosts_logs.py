@@ -5,8 +5,12 @@ hadoop_hosts: scripts/yarn-cluster.sh --hosts turns aggregation on, into
 and `stderr`, which each NodeManager uploads when the application ends,
 and the real `yarn logs -applicationId <id>` (Hadoop's LogsCLI, in Java,
 on the script's classpath) prints every task's lines."""
+import json
 import re
+import signal
 import subprocess
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -34,7 +38,17 @@ def hloom(loom, hadoop_hosts):
     loom.wait_for(lambda: sorted(n["state"] for n in h.rest("nodes")["nodes"]["node"]) ==
                   ["RUNNING", "RUNNING"], timeout=120, what="both NodeManagers RUNNING")
     yield loom
-    live = [a for a in apps(h) if a["state"] in LIVE]
+    # the RM's reports reach an application's final state a moment after
+    # its AM unregistered (or was killed)
+    live = []
+
+    def none_live():
+        live[:] = [a for a in apps(h) if a["state"] in LIVE]
+        return not live
+    try:
+        loom.wait_for(none_live, timeout=20, what="no live YARN application")
+    except AssertionError:
+        pass
     assert not live, live
 
 
@@ -126,3 +140,44 @@ roles:
     logs, text = yarn_logs(h, app, "-containerId", cid)
     assert list(logs) == [cid], text[-3000:]
     assert logs[cid].get("stderr", "").startswith("ERR-chief:0-BOOM\n"), logs
+
+
+def test_only_the_rm_proxy_reads_the_dashboard_without_its_token(hloom, hadoop_hosts):
+    """The dashboard (at the client's address) serves a token-less request
+    that comes through the ResourceManager's web proxy (from the head
+    host's address), and refuses the same request from anywhere else (the
+    client's own address): 401."""
+    h = hadoop_hosts
+    s = hloom.spec("""
+name: yhproxy
+backend: yarn
+roles:
+  chief: {command: 'sleep 120'}
+""")
+    p = hloom.popen("run", "--backend", "yarn", "--bind", h.addrs["client"], s)
+    try:
+        dash = hloom.wait_for(lambda: hloom.jobs() and hloom.state().get("dashboard"),
+                              timeout=90, what="the dashboard in state.json")
+        base, token = dash.split("?token=")
+        assert base.startswith(f"http://{h.addrs['client']}:"), dash
+        app = hloom.wait_for(lambda: [a for a in apps(h) if a["name"] == "yhproxy" and
+                                      a["state"] == "RUNNING"], timeout=90,
+                             what="the application RUNNING")[0]["id"]
+
+        def via_proxy():
+            try:
+                with urllib.request.urlopen(f"{h.web}/proxy/{app}/api/job", timeout=10) as r:
+                    return json.load(r)
+            except (OSError, ValueError):
+                return None
+        j = hloom.wait_for(via_proxy, timeout=60, what="api/job through the proxy")
+        assert j["name"] == "yhproxy", j
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"{base}api/job", timeout=10)
+        assert e.value.code == 401
+        with urllib.request.urlopen(f"{base}api/job?token={token}", timeout=10) as r:
+            assert json.load(r)["name"] == "yhproxy"
+    finally:
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    assert p.returncode != 0 and "interrupted" in err, err[-3000:]
