@@ -13,13 +13,13 @@ ResourceManager was lost and naming the properties that enable recovery.
 
 Each test leaves the cluster as it found it: the RM up and both
 NodeManagers RUNNING, even when it fails."""
+import json
 import os
 import re
 import signal
 import socket
 import time
 import urllib.request
-import json
 from pathlib import Path
 
 import pytest
@@ -53,7 +53,7 @@ def both_nodes_running(rest):
     return sorted(n["state"] for n in nodes) == ["RUNNING", "RUNNING"]
 
 
-def heal(c, daemons):
+def heal(c):
     """Starts again whichever of the RM and the NodeManagers is down (c: a
     HadoopHosts or a Yarn); waits until both NodeManagers are RUNNING."""
     pids = c.dir / "pids"
@@ -96,6 +96,20 @@ def nm_containers(h, app_id):
     return left
 
 
+def nm_running(h, n, app_id):
+    """The ids of app_id's containers NodeManager nmN lists RUNNING (its own
+    REST API: None while it does not answer)."""
+    addr = [x["nodeHTTPAddress"] for x in h.rest("nodes")["nodes"]["node"]
+            if x["id"].startswith(h.addrs[f"node{n}"] + ":")][0]
+    try:
+        with urllib.request.urlopen(f"http://{addr}/ws/v1/node/containers", timeout=5) as r:
+            cs = (json.load(r).get("containers") or {}).get("container") or []
+    except OSError:
+        return None
+    return sorted(c["id"] for c in cs
+                  if app_id[len("application_"):] in c["id"] and c["state"] == "RUNNING")
+
+
 class Gate:
     """A port on the client's address that refuses connections until
     open(): the tasks wait for it, so that they run for as long as the
@@ -127,13 +141,15 @@ def rloom(loom, hadoop_hosts):
     h = hadoop_hosts
     loom.env["HADOOP_CONF_DIR"] = str(h.conf)
     loom.env.pop("HADOOP_USER_NAME", None)
-    heal(h, None)
+    heal(h)
     try:
         yield loom
     finally:
-        heal(h, None)
-    live = [a for a in apps(h.rest) if a["state"] in LIVE]
-    assert not live, live
+        heal(h)
+    # (an application whose client a failed test killed ends when the RM
+    # expires its AM: 10 s)
+    loom.wait_for(lambda: not [a for a in apps(h.rest) if a["state"] in LIVE], timeout=60,
+                  what="no live application")
     loom.wait_for(lambda: not node_job_procs(h, loom.home), timeout=30,
                   what="every agent and task of the test's jobs on the nodes to end")
 
@@ -198,6 +214,11 @@ def test_run_survives_a_resourcemanager_restart(rloom, hadoop_hosts):
     print(f"\nRM away {away:.1f}s (SIGKILL to RUNNING again)")
     assert p.returncode == 0, out + err
     assert "registered again with the restarted ResourceManager" in err, err
+    # the AM waited for the RM, saying what for, and no longer than that
+    assert "waiting for it to come back, at most 20000 ms" in err, err
+    waited = int(re.search(r"the ResourceManager answers again after (\d+) ms", err)[1])
+    assert waited <= away * 1000 + 2000, (waited, away)
+    print(f"the application master waited {waited} ms for the RM")
     assert_no_restart(rloom, out)
     app = app_ended(rloom, h, app_id)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
@@ -252,7 +273,7 @@ def test_submit_survives_a_resourcemanager_restart(loom, recovering_yarn):
         app = loom.wait_for(final, timeout=180, what="the application to end")
     finally:
         gate.close()
-        heal(y, None)
+        heal(y)
     print(f"\nRM away {away:.1f}s (SIGKILL to RUNNING again)")
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
     # the same attempt of the application master, which registered again
@@ -279,13 +300,22 @@ def test_run_survives_a_nodemanager_restart(rloom, hadoop_hosts):
         procs = rloom.wait_for(lambda: (lambda d: len(
             [c for c in d.values() if "agent" in c]) == 2 and d)(node_job_procs(h, rloom.home)),
             timeout=30, what="both agents on the nodes")
-        n = 1 if ip("netns", "identify", str(next(iter(procs)))).strip() == h.ns["node1"] else 2
+        agents = [pid for pid, c in procs.items() if c.startswith("./loom agent")]
+        n = 1 if ip("netns", "identify", str(agents[0])).strip() == h.ns["node1"] else 2
+        app_id = [a for a in apps(h.rest) if a["name"] == "nmrun"][0]["id"]
+        mine = nm_running(h, n, app_id)
+        assert mine, f"no container of {app_id} on nm{n}"
+        old = h.pid(f"nm{n}")
         t0 = time.monotonic()
-        os.kill(h.pid(f"nm{n}"), signal.SIGKILL)
+        os.kill(old, signal.SIGKILL)
         h.script("nodemanager", "start", n, timeout=300)
+        assert h.pid(f"nm{n}") != old
+        # the new NodeManager recovered the same containers, RUNNING
+        rloom.wait_for(lambda: nm_running(h, n, app_id) == mine, timeout=120,
+                       what=f"nm{n} again, listing {mine} RUNNING")
         away = time.monotonic() - t0
-        # the tasks' processes on that node outlived their NodeManager
-        assert all(alive(pid) for pid in procs), procs
+        # the agents outlived their NodeManager
+        assert all(alive(pid) for pid in agents), procs
         gate.open()
         out, err = p.communicate(timeout=180)
     finally:
@@ -320,7 +350,7 @@ roles:
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
-        heal(yarn, None)
+        heal(yarn)
     print(f"\nwithout recovery: the job failed {failed_in:.1f}s after the RM's SIGKILL")
     assert p.returncode != 0, out + err
     assert "the ResourceManager was lost" in err, err
