@@ -271,7 +271,8 @@ static void lease_take_back(feed_dispatch *d, lease *l, const char *why, int lev
 
 /* The lease reply for up to max splits from the queue (at least one). */
 static json_t *lease_out(feed_dispatch *d, void *conn, const char *task, int max) {
-  json_t *arr = json_array();
+  wire_feed_leased out = {0};
+  if (max > FEED_MAX_BATCH_LEASES) max = FEED_MAX_BATCH_LEASES;
   uint64_t now = loom__now_ms();
   int h = d->host_of && d->in->nhosts ? host_known(d, d->host_of(d->host_ctx, task)) : -1;
   for (int k = 0; k < max && d->qlen > 0; k++) {
@@ -304,17 +305,20 @@ static json_t *lease_out(feed_dispatch *d, void *conn, const char *task, int max
     d->leases = l;
     d->state[s] = S_LEASED;
     d->nleased++;
-    json_t *j = json_pack("{s:i, s:i, s:I, s:s, s:I, s:I, s:I}", "split", (int)s, "epoch", d->epoch,
-                          "lease", (json_int_t)l->id, "path", ff->path, "off", (json_int_t)sp->off,
-                          "len", (json_int_t)sp->len, "rec", (json_int_t)ff->rec);
-    if (j && d->shuffle)
-      json_object_set_new(
-          j, "rseed",
-          json_integer((json_int_t)(loom__feed_seed(d->seed, (uint64_t)d->epoch, s + 1ull) >> 1)));
-    if (j && l->tmp) json_object_set_new(j, "tmp", json_string(l->tmp));
-    json_array_append_new(arr, j);
+    out.splits[out.nsplits++] = (wire_feed_split){
+        .split = (int64_t)s,
+        .epoch = d->epoch,
+        .lease = (int64_t)l->id,
+        .path = ff->path,
+        .off = (int64_t)sp->off,
+        .len = (int64_t)sp->len,
+        .rec = (int64_t)ff->rec,
+        .has_rseed = d->shuffle,
+        .rseed = (int64_t)(loom__feed_seed(d->seed, (uint64_t)d->epoch, s + 1ull) >> 1),
+        .tmp = l->tmp};
   }
-  return json_pack("{s:o}", "splits", arr);
+  /* no split (out of memory): an answer without splits, refused below */
+  return out.nsplits ? wire_feed_leased_encode(&out) : json_object();
 }
 
 /* Answers a LEASE request now if it can: the end, or splits. */
@@ -324,7 +328,7 @@ static bool try_serve(feed_dispatch *d, void *conn, const char *task, json_int_t
     return true;
   }
   if (d->epoch >= d->epochs) {
-    d->reply(conn, id, 0, json_pack("{s:b}", "end", 1), NULL, 0);
+    d->reply(conn, id, 0, wire_feed_leased_encode(&(wire_feed_leased){.end = true}), NULL, 0);
     return true;
   }
   if (d->qlen == 0) return false;
@@ -372,16 +376,24 @@ static void serve_waiters(feed_dispatch *d) {
     waiters_remove_if(d, w_serve, NULL);
 }
 
+/* LEASE's answer when no split is free: the reply's msg, and the leases
+ * other tasks hold. */
+static json_t *busy(feed_dispatch *d, const char *msg) {
+  json_t *j = json_pack("{s:s}", "msg", msg);
+  if (j)
+    json_object_update_new(j, wire_feed_leased_encode(&(wire_feed_leased){
+                                  .has_leased = true, .leased = (int64_t)d->nleased}));
+  return j;
+}
+
 static bool w_expired(feed_dispatch *d, waiter *w, void *arg) {
   if (w->deadline > *(uint64_t *)arg) return false;
   d->reply(w->conn, w->id, LOOM_ETIMEDOUT,
-           json_pack("{s:s, s:I}", "msg",
-                     d->growing && d->qlen == 0 && d->done + d->nleased == d->in->nsplits
-                         ? "no split is free yet: the input has not grown (feed.follow: it grows "
-                           "until its end file exists); ask again"
-                         : "no split is free yet: other tasks hold the rest of "
-                           "the epoch; ask again",
-                     "leased", (json_int_t)d->nleased),
+           busy(d, d->growing && d->qlen == 0 && d->done + d->nleased == d->in->nsplits
+                       ? "no split is free yet: the input has not grown (feed.follow: it grows "
+                         "until its end file exists); ask again"
+                       : "no split is free yet: other tasks hold the rest of "
+                         "the epoch; ask again"),
            NULL, 0);
   return true;
 }
@@ -400,12 +412,15 @@ static bool w_abort(feed_dispatch *d, waiter *w, void *arg) {
 
 /* ---- requests: typed in wire/wire_msg.h, checked by wire_msg_decode --- */
 static int on_open(feed_dispatch *d, void *conn, json_int_t id) {
-  d->reply(conn, id, 0,
-           json_pack("{s:s, s:i, s:i, s:I, s:b, s:I, s:b, s:b}", "format", d->format, "epochs",
-                     d->epochs, "epoch", d->epoch < d->epochs ? d->epoch : d->epochs - 1, "splits",
-                     (json_int_t)d->in->nsplits, "output", d->output != NULL, "lease_ms",
-                     (json_int_t)d->lease_ms, "shuffle", d->shuffle, "growing", d->follow != NULL),
-           NULL, 0);
+  wire_feed_opened o = {.format = d->format,
+                        .epochs = d->epochs,
+                        .epoch = d->epoch < d->epochs ? d->epoch : d->epochs - 1,
+                        .splits = (int64_t)d->in->nsplits,
+                        .output = d->output != NULL,
+                        .lease_ms = (int64_t)d->lease_ms,
+                        .shuffle = d->shuffle,
+                        .growing = d->follow != NULL};
+  d->reply(conn, id, 0, wire_feed_opened_encode(&o), NULL, 0);
   return 0;
 }
 
@@ -414,10 +429,7 @@ static int on_lease(feed_dispatch *d, void *conn, const char *task, json_int_t i
   json_int_t max = req->has_max ? req->max : 1, wait = req->wait_ms;
   if (try_serve(d, conn, task, id, (int)max)) return 0;
   if (wait == 0) {
-    d->reply(
-        conn, id, LOOM_ETIMEDOUT,
-        json_pack("{s:s, s:I}", "msg", "no split is free yet", "leased", (json_int_t)d->nleased),
-        NULL, 0);
+    d->reply(conn, id, LOOM_ETIMEDOUT, busy(d, "no split is free yet"), NULL, 0);
     return 0;
   }
   waiter_task *wt = calloc(1, sizeof *wt);
@@ -509,7 +521,8 @@ static int on_renew(feed_dispatch *d, void *conn, json_int_t id, const wire_feed
     else
       json_array_append(stale, v);
   }
-  d->reply(conn, id, 0, json_pack("{s:o}", "stale", stale), NULL, 0);
+  d->reply(conn, id, 0, wire_feed_renewed_encode(&(wire_feed_renewed){.stale = stale}), NULL, 0);
+  json_decref(stale);
   return 0;
 }
 

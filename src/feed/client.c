@@ -631,27 +631,28 @@ int loom_feed_open(loom_t *l, loom_feed_t **out) {
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv_data, NULL);
   pthread_cond_init(&f->cv_room, NULL);
-  const char *fmt = json_string_value(json_object_get(rep, "format"));
-  json_t *lm = json_object_get(rep, "lease_ms");
-  json_int_t ep = json_integer_value(json_object_get(rep, "epochs")),
-             ns = json_integer_value(json_object_get(rep, "splits")),
-             e0 = json_integer_value(json_object_get(rep, "epoch"));
   /* a growing input (feed.follow) may have no split yet, and gets more */
-  f->growing = json_is_true(json_object_get(rep, "growing"));
-  if (!fmt || loom__feed_format_parse(fmt, &f->fmt) < 0 || !json_is_integer(lm) ||
-      json_integer_value(lm) < 3 || ep < 1 || ep > 1000000 || ns < (f->growing ? 0 : 1) ||
-      ns > UINT32_MAX || e0 < 0 || e0 >= ep) {
+  wire_feed_opened o;
+  char why[256];
+  rc = wire_feed_opened_decode(rep, &o, why, sizeof why);
+  if (rc == 0 && loom__feed_format_parse(o.format, &f->fmt) < 0) {
+    snprintf(why, sizeof why, "FEED_OPEN reply: an unknown format '%s'", o.format);
+    rc = LOOM_EPROTO;
+  }
+  if (rc < 0) {
     json_decref(rep);
     feed_free(f);
     return loom__fail(l, LOOM_EPROTO,
                       "cannot open the feed: a malformed answer from the "
-                      "coordinator");
+                      "coordinator (%s)",
+                      why);
   }
-  f->epochs = (int)ep;
-  f->epoch = (int)e0;
-  f->nsplits = (long)ns;
-  f->output = json_is_true(json_object_get(rep, "output"));
-  f->lease_ms = (uint64_t)json_integer_value(lm);
+  f->growing = o.growing;
+  f->epochs = (int)o.epochs;
+  f->epoch = (int)o.epoch;
+  f->nsplits = (long)o.splits;
+  f->output = o.output;
+  f->lease_ms = (uint64_t)o.lease_ms;
   json_decref(rep);
   f->readahead = (uint64_t)loom__tun(LOOM_TUN_FEED_READAHEAD);
   f->chunk_bytes = (uint64_t)loom__tun(LOOM_TUN_FEED_CHUNK);

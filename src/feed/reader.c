@@ -37,7 +37,11 @@ static void maybe_renew(loom_feed_t *f) {
   wire_msg req = {.type = WIRE_FEED_RENEW, .u.feed_renew.leases = ids};
   int rc = loom__call(f->l, &req, (int)(f->lease_ms / 3 + CALL_MARGIN_MS), &rep, NULL, NULL);
   json_decref(ids);
-  json_t *stale = rc == 0 ? json_object_get(rep, "stale") : NULL;
+  wire_feed_renewed ans = {0};
+  char why[256];
+  if (rc == 0 && wire_feed_renewed_decode(rep, &ans, why, sizeof why) < 0)
+    loom__log(LOOM_LOG_WARN, "feed", "a malformed answer from the coordinator: %s", why);
+  json_t *stale = ans.stale;
   if (json_array_size(stale)) {
     pthread_mutex_lock(&f->mu);
     size_t i;
@@ -117,9 +121,18 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
   wire_msg req = {.type = WIRE_FEED_LEASE,
                   .u.feed_lease = {.has_max = true, .max = (int64_t)max, .wait_ms = wait}};
   int rc = loom__call(f->l, &req, wait + CALL_MARGIN_MS, &rep, NULL, NULL);
+  wire_feed_leased ans = {0};
+  char why[256] = "";
+  /* no reply at all (rc LOOM_ETIMEDOUT from the call itself) has no answer */
+  if ((rc == 0 || (rc == LOOM_ETIMEDOUT && rep)) &&
+      wire_feed_leased_decode(rep, rc, &ans, why, sizeof why) < 0) {
+    loom__feed_push_error(f, LOOM_EPROTO, "a malformed lease from the feed's coordinator: %s", why);
+    json_decref(rep);
+    return false;
+  }
   if (rc == LOOM_ETIMEDOUT) {
     /* other tasks' leases are alive (renewed): they are making progress */
-    if (json_integer_value(json_object_get(rep, "leased")) > 0) *idle_since = loom__now_ms();
+    if (ans.has_leased && ans.leased > 0) *idle_since = loom__now_ms();
     if (loom__now_ms() - *idle_since > f->wait_ms) {
       const char *m = json_string_value(json_object_get(rep, "msg"));
       loom__feed_push_error(f, LOOM_ETIMEDOUT,
@@ -143,7 +156,7 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
     return false;
   }
   *idle_since = loom__now_ms();
-  if (json_is_true(json_object_get(rep, "end"))) {
+  if (ans.end) {
     json_decref(rep);
     chunk *c = calloc(1, sizeof *c);
     f->ended = true;
@@ -153,39 +166,31 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
     }
     return false;
   }
-  json_t *arr = json_object_get(rep, "splits");
-  size_t i;
-  json_t *j;
-  bool ok = json_is_array(arr) && json_array_size(arr) > 0;
-  json_array_foreach(arr, i, j) {
-    fsplit *sp = calloc(1, sizeof *sp);
-    json_int_t v[6];
-    static const char *const keys[6] = {"lease", "split", "epoch", "off", "len", "rec"};
-    static const json_int_t hi[6] = {LLONG_MAX,           UINT32_MAX,          1000000,
-                                     (json_int_t)1 << 62, (json_int_t)1 << 62, (json_int_t)1 << 40};
-    bool good = sp && json_is_string(json_object_get(j, "path"));
-    for (int k = 0; k < 6 && good; k++) {
-      json_t *x = json_object_get(j, keys[k]);
-      good = json_is_integer(x) && json_integer_value(x) >= 0 && json_integer_value(x) <= hi[k];
-      if (good) v[k] = json_integer_value(x);
-    }
-    if (!good || v[4] == 0 || (v[1] >= f->nsplits && !f->growing) || v[2] >= f->epochs) {
-      free(sp);
+  bool ok = true;
+  for (size_t i = 0; i < ans.nsplits; i++) {
+    const wire_feed_split *a = &ans.splits[i];
+    if ((a->split >= f->nsplits && !f->growing) || a->epoch >= f->epochs) {
+      snprintf(why, sizeof why, "split %lld of epoch %lld is not one of this feed's",
+               (long long)a->split, (long long)a->epoch);
       ok = false;
       break;
     }
-    json_t *path = json_object_get(j, "path");
-    sp->lease = (uint64_t)v[0];
-    sp->split = (uint32_t)v[1];
-    sp->epoch = (int)v[2];
-    sp->off = (uint64_t)v[3];
-    sp->len = (uint64_t)v[4];
-    sp->rec = (uint64_t)v[5];
-    json_t *rs = json_object_get(j, "rseed");
-    sp->shuffle = json_is_integer(rs);
-    sp->rseed = (uint64_t)json_integer_value(rs);
-    sp->path = strdup(json_string_value(path));
-    const char *tmp = json_string_value(json_object_get(j, "tmp"));
+    fsplit *sp = calloc(1, sizeof *sp);
+    if (!sp) {
+      snprintf(why, sizeof why, "out of memory");
+      ok = false;
+      break;
+    }
+    sp->lease = (uint64_t)a->lease;
+    sp->split = (uint32_t)a->split;
+    sp->epoch = (int)a->epoch;
+    sp->off = (uint64_t)a->off;
+    sp->len = (uint64_t)a->len;
+    sp->rec = (uint64_t)a->rec;
+    sp->shuffle = a->has_rseed;
+    sp->rseed = (uint64_t)a->rseed;
+    sp->path = strdup(a->path);
+    const char *tmp = a->tmp;
     sp->tmp = tmp ? strdup(tmp) : NULL;
     pthread_mutex_lock(&f->mu);
     sp->next = f->held;
@@ -193,6 +198,7 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
     f->nheld++;
     pthread_mutex_unlock(&f->mu);
     if (!sp->path || (tmp && !sp->tmp)) {
+      snprintf(why, sizeof why, "out of memory");
       ok = false;
       break;
     }
@@ -213,7 +219,7 @@ static bool lease_more(loom_feed_t *f, uint64_t *idle_since) {
   }
   json_decref(rep);
   if (!ok) {
-    loom__feed_push_error(f, LOOM_EPROTO, "a malformed lease from the feed's coordinator");
+    loom__feed_push_error(f, LOOM_EPROTO, "a malformed lease from the feed's coordinator: %s", why);
     return false;
   }
   return true;

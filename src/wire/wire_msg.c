@@ -335,27 +335,43 @@ static bool field_get(const fld *f, json_t *v, unsigned char *p) {
     goto err_parse;                                                                                \
   } while (0)
 
+/* Checks the n fields t of object j and stores them in base (the offsets
+ * are from it). what names the message; elem, when not NULL, the element
+ * of an array the object is ("splits[2]"). Returns false with a message. */
+static bool fields_decode(const char *what, const char *elem, const fld *t, size_t n,
+                          const json_t *j, unsigned char *base, char *err, size_t errlen) {
+  char want[96], where[128];
+  for (size_t i = 0; i < n; i++) {
+    const fld *fd = &t[i];
+    json_t *v = json_object_get(j, fd->name);
+    if (elem)
+      snprintf(where, sizeof where, "%s.%s", elem, fd->name);
+    else
+      snprintf(where, sizeof where, "field '%s'", fd->name);
+    if (!v) {
+      if (fd->opt) continue;
+      describe(fd, want, sizeof want);
+      snprintf(err, errlen, "%s: %s is missing (it must be %s)", what, where, want);
+      return false;
+    }
+    if (!field_get(fd, v, base + fd->off)) {
+      describe(fd, want, sizeof want);
+      snprintf(err, errlen, "%s: %s must be %s", what, where, want);
+      return false;
+    }
+    if (fd->has >= 0) *((bool *)(base + fd->has)) = true;
+  }
+  return true;
+}
+
 int wire_msg_decode(const wire_frame *f, wire_msg *m, char *err, size_t errlen) {
   memset(m, 0, sizeof *m);
   m->type = f->type;
   const msgdef *d = msgdef_of(f->type);
-  char want[96];
   if (!d) FAIL("message type %u is not one this peer decodes", f->type);
   if (!json_is_object(f->json)) FAIL("%s: not a JSON object", d->name);
-  for (size_t i = 0; i < d->n; i++) {
-    const fld *fd = &d->f[i];
-    json_t *v = json_object_get(f->json, fd->name);
-    if (!v) {
-      if (fd->opt) continue;
-      describe(fd, want, sizeof want);
-      FAIL("%s: field '%s' is missing (it must be %s)", d->name, fd->name, want);
-    }
-    if (!field_get(fd, v, (unsigned char *)m + fd->off)) {
-      describe(fd, want, sizeof want);
-      FAIL("%s: field '%s' must be %s", d->name, fd->name, want);
-    }
-    if (fd->has >= 0) *((bool *)((unsigned char *)m + fd->has)) = true;
-  }
+  if (!fields_decode(d->name, NULL, d->f, d->n, f->json, (unsigned char *)m, err, errlen))
+    goto err_parse;
   switch (d->blob) {
   case B_NONE:
     if (f->blob_len) FAIL("%s: carries %zu bytes it should not", d->name, f->blob_len);
@@ -430,6 +446,20 @@ static json_t *field_put(const fld *f, const unsigned char *p, bool *missing) {
   }
 }
 
+/* Puts the n fields t of base into object j. Returns 0, LOOM_EINVAL (a
+ * required value is NULL) or LOOM_ENOMEM. */
+static int fields_encode(const fld *t, size_t n, const unsigned char *base, json_t *j) {
+  for (size_t i = 0; i < n; i++) {
+    const fld *fd = &t[i];
+    if (fd->has >= 0 && !*((const bool *)(base + fd->has))) continue;
+    bool missing;
+    json_t *v = field_put(fd, base + fd->off, &missing);
+    if (missing) return LOOM_EINVAL;
+    if (v && json_object_set_new(j, fd->name, v) < 0) return LOOM_ENOMEM;
+  }
+  return 0;
+}
+
 int wire_msg_encode(const wire_msg *m, unsigned char **out, size_t *out_len) {
   const msgdef *d = msgdef_of(m->type);
   if (!d) return LOOM_EINVAL;
@@ -442,16 +472,7 @@ int wire_msg_encode(const wire_msg *m, unsigned char **out, size_t *out_len) {
   if (rc == 0 && m->type == WIRE_REPLY && m->u.reply.json &&
       json_object_update(j, m->u.reply.json) < 0)
     rc = LOOM_ENOMEM;
-  for (size_t i = 0; rc == 0 && i < d->n; i++) {
-    const fld *fd = &d->f[i];
-    if (fd->has >= 0 && !*((const bool *)((const unsigned char *)m + fd->has))) continue;
-    bool missing;
-    json_t *v = field_put(fd, (const unsigned char *)m + fd->off, &missing);
-    if (missing)
-      rc = LOOM_EINVAL;
-    else if (v && json_object_set_new(j, fd->name, v) < 0)
-      rc = LOOM_ENOMEM;
-  }
+  if (rc == 0) rc = fields_encode(d->f, d->n, (const unsigned char *)m, j);
   if (rc == 0 && d->blob == B_CLUSTER) {
     const wire_cluster *c = &m->u.cluster;
     json_t *b = c->cluster ? json_pack("{s:O}", "cluster", c->cluster) : NULL;
@@ -480,4 +501,140 @@ int wire_msg_send(int fd, const wire_msg *m) {
   rc = wire_send_raw(fd, buf, len);
   free(buf);
   return rc;
+}
+
+/* ---- the feed's answers -------------------------------------------------- */
+/* offsets from the answer's own struct */
+#define A(st, mem) offsetof(st, mem)
+#define AREQ(w, k, st, mem, ...)                                                                   \
+  { w, k, false, A(st, mem), -1, __VA_ARGS__ }
+#define AOPT(w, k, st, mem, ...)                                                                   \
+  { w, k, true, A(st, mem), -1, __VA_ARGS__ }
+#define AHAS(w, k, st, mem, ...)                                                                   \
+  { w, k, true, A(st, mem), (ssize_t)A(st, has_##mem), __VA_ARGS__ }
+#define FEED_MAX_EPOCHS 1000000
+#define FEED_MAX_OFF ((long long)1 << 62)
+
+static const fld F_FEED_OPENED[] = {
+    AREQ("format", F_STR, wire_feed_opened, format, NAME),
+    AREQ("epochs", F_INT, wire_feed_opened, epochs, 1, FEED_MAX_EPOCHS),
+    AREQ("epoch", F_INT, wire_feed_opened, epoch, 0, FEED_MAX_EPOCHS - 1),
+    AREQ("splits", F_INT, wire_feed_opened, splits, 0, UINT32_MAX),
+    AREQ("output", F_BOOL, wire_feed_opened, output, 0, 0),
+    AREQ("lease_ms", F_INT, wire_feed_opened, lease_ms, 3, LLONG_MAX),
+    AREQ("shuffle", F_BOOL, wire_feed_opened, shuffle, 0, 0),
+    AREQ("growing", F_BOOL, wire_feed_opened, growing, 0, 0),
+};
+static const fld F_FEED_SPLIT[] = {
+    AREQ("split", F_INT, wire_feed_split, split, 0, UINT32_MAX),
+    AREQ("epoch", F_INT, wire_feed_split, epoch, 0, FEED_MAX_EPOCHS - 1),
+    AREQ("lease", F_INT, wire_feed_split, lease, 1, LLONG_MAX),
+    AREQ("path", F_STR, wire_feed_split, path, PATH),
+    AREQ("off", F_INT, wire_feed_split, off, 0, FEED_MAX_OFF),
+    AREQ("len", F_INT, wire_feed_split, len, 1, FEED_MAX_OFF),
+    AREQ("rec", F_INT, wire_feed_split, rec, 0, (long long)1 << 40),
+    AHAS("rseed", F_INT, wire_feed_split, rseed, NAT64),
+    AOPT("tmp", F_STR, wire_feed_split, tmp, PATH),
+};
+static const fld F_FEED_LEASED[] = {
+    AOPT("end", F_BOOL, wire_feed_leased, end, 0, 0),
+    AHAS("leased", F_INT, wire_feed_leased, leased, NAT64),
+};
+static const fld F_FEED_RENEWED[] = {
+    AREQ("stale", F_ARR_ID, wire_feed_renewed, stale, 0, FEED_MAX_LIST),
+};
+
+int wire_feed_opened_decode(const json_t *reply, wire_feed_opened *o, char *err, size_t errlen) {
+  static const char what[] = "FEED_OPEN reply";
+  memset(o, 0, sizeof *o);
+  if (!json_is_object(reply)) FAIL("%s: not a JSON object", what);
+  if (!fields_decode(what, NULL, N(F_FEED_OPENED), reply, (unsigned char *)o, err, errlen))
+    goto err_parse;
+  if (o->epoch >= o->epochs)
+    FAIL("%s: field 'epoch' (%lld) must be below 'epochs' (%lld)", what, (long long)o->epoch,
+         (long long)o->epochs);
+  if (o->splits == 0 && !o->growing)
+    FAIL("%s: field 'splits' must be at least 1 for an input that does not grow", what);
+  return 0;
+err_parse:
+  memset(o, 0, sizeof *o);
+  return LOOM_EPROTO;
+}
+
+int wire_feed_leased_decode(const json_t *reply, int rc, wire_feed_leased *o, char *err,
+                            size_t errlen) {
+  static const char what[] = "FEED_LEASE reply";
+  memset(o, 0, sizeof *o);
+  if (!json_is_object(reply)) FAIL("%s: not a JSON object", what);
+  if (!fields_decode(what, NULL, N(F_FEED_LEASED), reply, (unsigned char *)o, err, errlen))
+    goto err_parse;
+  json_t *arr = json_object_get(reply, "splits");
+  if (arr) {
+    if (!json_is_array(arr) || json_array_size(arr) < 1 ||
+        json_array_size(arr) > FEED_MAX_BATCH_LEASES)
+      FAIL("%s: field 'splits' must be an array of 1..%d splits", what, FEED_MAX_BATCH_LEASES);
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e) {
+      char elem[32];
+      snprintf(elem, sizeof elem, "splits[%zu]", i);
+      if (!json_is_object(e)) FAIL("%s: %s must be an object", what, elem);
+      if (!fields_decode(what, elem, N(F_FEED_SPLIT), e, (unsigned char *)&o->splits[i], err,
+                         errlen))
+        goto err_parse;
+    }
+    o->nsplits = json_array_size(arr);
+  }
+  if (rc == 0 && o->end == (o->nsplits > 0))
+    FAIL("%s: exactly one of fields 'end' (true) and 'splits' must be given", what);
+  return 0;
+err_parse:
+  memset(o, 0, sizeof *o);
+  return LOOM_EPROTO;
+}
+
+int wire_feed_renewed_decode(const json_t *reply, wire_feed_renewed *o, char *err, size_t errlen) {
+  static const char what[] = "FEED_RENEW reply";
+  memset(o, 0, sizeof *o);
+  if (!json_is_object(reply)) FAIL("%s: not a JSON object", what);
+  if (!fields_decode(what, NULL, N(F_FEED_RENEWED), reply, (unsigned char *)o, err, errlen))
+    goto err_parse;
+  return 0;
+err_parse:
+  memset(o, 0, sizeof *o);
+  return LOOM_EPROTO;
+}
+
+/* The object of the n fields t of base, new; NULL on failure. */
+static json_t *answer_encode(const fld *t, size_t n, const void *base) {
+  json_t *j = json_object();
+  if (j && fields_encode(t, n, base, j) < 0) {
+    json_decref(j);
+    j = NULL;
+  }
+  return j;
+}
+
+json_t *wire_feed_opened_encode(const wire_feed_opened *o) {
+  return answer_encode(N(F_FEED_OPENED), o);
+}
+
+json_t *wire_feed_leased_encode(const wire_feed_leased *o) {
+  json_t *j = answer_encode(N(F_FEED_LEASED), o);
+  if (!j || o->nsplits == 0) return j;
+  json_t *arr = json_array();
+  if (!arr || json_object_set_new(j, "splits", arr) < 0 || o->nsplits > FEED_MAX_BATCH_LEASES)
+    goto fail;
+  for (size_t i = 0; i < o->nsplits; i++) {
+    json_t *e = answer_encode(N(F_FEED_SPLIT), &o->splits[i]);
+    if (!e || json_array_append_new(arr, e) < 0) goto fail;
+  }
+  return j;
+fail:
+  json_decref(j);
+  return NULL;
+}
+
+json_t *wire_feed_renewed_encode(const wire_feed_renewed *o) {
+  return answer_encode(N(F_FEED_RENEWED), o);
 }

@@ -179,6 +179,55 @@ typedef struct { /* RENEW (keep these leases) and RELEASE (give them back) */
   json_t *leases; /* an array of 0..FEED_MAX_LIST lease ids, each from 1 */
 } wire_feed_leases;
 
+/* ---- the feed's answers: typed fields of a WIRE_REPLY ------------------ *
+ * The REPLY stays the carrier (its id, rc and msg are wire_reply's); the
+ * answer's fields sit beside them in the same JSON object. Each decoder
+ * takes that object (wire_reply.json, or what loom__call hands back), checks
+ * every field it knows as wire_msg_decode does and fills the struct, whose
+ * strings and arrays borrow from the object; or fails with LOOM_EPROTO and a
+ * located message ("FEED_LEASE reply: splits[2].off must be ..."). Each
+ * encoder makes the answer's fields (a new object, for the coordinator's
+ * reply function), or NULL when out of memory or a required string is NULL. */
+typedef struct { /* FEED_OPEN's answer */
+  const char *format;
+  int64_t epochs; /* 1..1000000 */
+  int64_t epoch;  /* the current one, below epochs */
+  int64_t splits; /* 1..UINT32_MAX, or 0 when growing */
+  bool output;    /* the job writes an output per split */
+  int64_t lease_ms;
+  bool shuffle, growing;
+} wire_feed_opened;
+
+typedef struct { /* one leased split */
+  int64_t split, epoch, lease;
+  const char *path;
+  int64_t off, len, rec; /* len from 1 */
+  bool has_rseed;        /* the split's shuffle seed, when the feed shuffles */
+  int64_t rseed;
+  const char *tmp; /* where its output goes, or NULL */
+} wire_feed_split;
+
+typedef struct {  /* FEED_LEASE's answer */
+  bool end;       /* rc 0: the feed is over */
+  size_t nsplits; /* rc 0 and not end: 1..FEED_MAX_BATCH_LEASES */
+  wire_feed_split splits[FEED_MAX_BATCH_LEASES];
+  bool has_leased; /* rc LOOM_ETIMEDOUT: how many leases other tasks hold */
+  int64_t leased;
+} wire_feed_leased;
+
+typedef struct { /* FEED_RENEW's answer */
+  json_t *stale; /* an array of 0..FEED_MAX_LIST lease ids no longer this task's */
+} wire_feed_renewed;
+
+int wire_feed_opened_decode(const json_t *reply, wire_feed_opened *o, char *err, size_t errlen);
+/* rc is the reply's: with 0 the answer is the end or 1.. splits. */
+int wire_feed_leased_decode(const json_t *reply, int rc, wire_feed_leased *o, char *err,
+                            size_t errlen);
+int wire_feed_renewed_decode(const json_t *reply, wire_feed_renewed *o, char *err, size_t errlen);
+json_t *wire_feed_opened_encode(const wire_feed_opened *o);
+json_t *wire_feed_leased_encode(const wire_feed_leased *o);
+json_t *wire_feed_renewed_encode(const wire_feed_renewed *o);
+
 typedef struct {
   uint16_t type; /* a wire_type */
   union {

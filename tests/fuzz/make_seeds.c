@@ -331,6 +331,26 @@ static void msg_seeds(void) {
   };
   for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++)
     put("wire_msg", BAD[i][0], BAD[i][1], strlen(BAD[i][1]), NULL, 0);
+  /* the feed's answers, in a REPLY (TYPES[15]): good, and one field out */
+  static const char *const ANS[][2] = {
+      {"reply_feed_opened", "\x0f{\"id\":1,\"rc\":0,\"format\":\"lines\",\"epochs\":2,"
+                            "\"epoch\":0,\"splits\":8,\"output\":true,\"lease_ms\":30000,"
+                            "\"shuffle\":true,\"growing\":false}"},
+      {"reply_feed_leased", "\x0f{\"id\":2,\"rc\":0,\"splits\":[{\"split\":3,\"epoch\":1,"
+                            "\"lease\":9,\"path\":\"/d/a\",\"off\":0,\"len\":4096,\"rec\":0,"
+                            "\"rseed\":77,\"tmp\":\"/o/.t/3\"},{\"split\":4,\"epoch\":1,"
+                            "\"lease\":10,\"path\":\"hdfs://nn/b\",\"off\":4096,\"len\":1,"
+                            "\"rec\":5}]}"},
+      {"reply_feed_end", "\x0f{\"id\":3,\"rc\":0,\"end\":true}"},
+      {"reply_feed_busy", "\x0f{\"id\":4,\"rc\":-4,\"msg\":\"no split is free yet\","
+                          "\"leased\":3}"},
+      {"reply_feed_renewed", "\x0f{\"id\":5,\"rc\":0,\"stale\":[4,9]}"},
+      {"reply_feed_leased_bad_off", "\x0f{\"id\":6,\"rc\":0,\"splits\":[{\"split\":3,"
+                                    "\"epoch\":1,\"lease\":9,\"path\":\"/d/a\",\"off\":-1,"
+                                    "\"len\":4096,\"rec\":0}]}"},
+  };
+  for (size_t i = 0; i < sizeof ANS / sizeof ANS[0]; i++)
+    put("wire_msg", ANS[i][0], ANS[i][1], strlen(ANS[i][1]), NULL, 0);
 }
 
 int main(int argc, char **argv) {

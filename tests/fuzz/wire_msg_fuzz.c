@@ -3,7 +3,9 @@
  * to the first NUL and a blob after it; they are framed, read back with a
  * wire_reader and decoded as the coordinator, agents and libloom do.
  * Aborts when a message that decoded does not encode again or does not
- * decode the same way the second time. Built by LOOM_FUZZ=ON with clang;
+ * decode the same way the second time. A REPLY that decoded also goes
+ * through the three decoders of the feed's answers (OPEN, LEASE, RENEW),
+ * with the same rule for each answer that decodes. Built by LOOM_FUZZ=ON with clang;
  * driver.c runs it over the committed corpus in every build. */
 #include "core/bytes.h"
 #include "wire/wire_msg.h"
@@ -11,6 +13,59 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+static bool same_str(const char *a, const char *b) {
+  return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+/* The feed's answers in reply j (rc its rc): each that decodes encodes
+ * again into an answer that decodes to the same fields. */
+static void answers(const json_t *j, int rc) {
+  char err[256] = "";
+  wire_feed_opened o, o2;
+  if (wire_feed_opened_decode(j, &o, err, sizeof err) == 0) {
+    json_t *e = wire_feed_opened_encode(&o);
+    if (!e || wire_feed_opened_decode(e, &o2, err, sizeof err) < 0) abort();
+    if (!same_str(o.format, o2.format) || o.epochs != o2.epochs || o.epoch != o2.epoch ||
+        o.splits != o2.splits || o.output != o2.output || o.lease_ms != o2.lease_ms ||
+        o.shuffle != o2.shuffle || o.growing != o2.growing)
+      abort();
+    json_decref(e);
+  } else if (!err[0]) {
+    abort(); /* a failure always says where */
+  }
+  static wire_feed_leased l, l2;
+  err[0] = 0;
+  if (wire_feed_leased_decode(j, rc, &l, err, sizeof err) == 0) {
+    json_t *e = wire_feed_leased_encode(&l);
+    if (!e || wire_feed_leased_decode(e, rc, &l2, err, sizeof err) < 0) abort();
+    if (l.end != l2.end || l.nsplits != l2.nsplits || l.has_leased != l2.has_leased ||
+        l.leased != l2.leased || l.nsplits > FEED_MAX_BATCH_LEASES)
+      abort();
+    for (size_t i = 0; i < l.nsplits; i++) {
+      const wire_feed_split *a = &l.splits[i], *b = &l2.splits[i];
+      if (a->split != b->split || a->epoch != b->epoch || a->lease != b->lease ||
+          !same_str(a->path, b->path) || a->off != b->off || a->len != b->len || a->rec != b->rec ||
+          a->has_rseed != b->has_rseed || a->rseed != b->rseed || !same_str(a->tmp, b->tmp) ||
+          a->len < 1 || !a->path)
+        abort();
+    }
+    json_decref(e);
+  } else if (!err[0]) {
+    abort();
+  }
+  wire_feed_renewed r, r2;
+  err[0] = 0;
+  if (wire_feed_renewed_decode(j, &r, err, sizeof err) == 0) {
+    json_t *e = wire_feed_renewed_encode(&r);
+    if (!e || wire_feed_renewed_decode(e, &r2, err, sizeof err) < 0 ||
+        !json_equal(r.stale, r2.stale))
+      abort();
+    json_decref(e);
+  } else if (!err[0]) {
+    abort();
+  }
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -66,6 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!decode_one(again, alen, &f2, &m2, err, sizeof err)) abort();
     if (m2.type != m.type || m2.blob_len != m.blob_len) abort();
     if (m.blob_len && memcmp(m.blob, m2.blob, m.blob_len)) abort();
+    if (m.type == WIRE_REPLY) answers(m.u.reply.json, (int)m.u.reply.rc);
     wire_msg_free(&m2);
     wire_frame_free(&f2);
     free(again);

@@ -509,6 +509,228 @@ static void test_bad_fields(void **state) {
   }
 }
 
+/* ---- the feed's answers ------------------------------------------------ */
+/* Decodes the answer in REPLY frame text json with the decoder of kind
+ * ('o' OPEN, 'l' LEASE, 'r' RENEW) and reply rc; the message in err. */
+static int answer_decode(char kind, const char *json, int rc, void *out, char *err, size_t errlen) {
+  json_error_t je;
+  json_t *j = json_loads(json, 0, &je);
+  if (!j) fail_msg("bad test JSON %s: %s", json, je.text);
+  int r = kind == 'o'   ? wire_feed_opened_decode(j, out, err, errlen)
+          : kind == 'l' ? wire_feed_leased_decode(j, rc, out, err, errlen)
+                        : wire_feed_renewed_decode(j, out, err, errlen);
+  json_decref(j); /* out borrows from it: only rc and err are looked at */
+  return r;
+}
+
+/* Each answer goes through the REPLY it rides in, as the coordinator sends
+ * it, and comes out of its decoder with its fields intact. */
+static void test_feed_answers_roundtrip(void **state) {
+  wire_frame f;
+  wire_msg d;
+  char err[256] = "";
+  wire_feed_opened o = {.format = "lines",
+                        .epochs = 3,
+                        .epoch = 2,
+                        .splits = 40,
+                        .output = true,
+                        .lease_ms = 30000,
+                        .shuffle = false,
+                        .growing = true};
+  json_t *oj = wire_feed_opened_encode(&o);
+  assert_non_null(oj);
+  /* the field names on the wire are the ones clients have always read */
+  assert_string_equal(json_string_value(json_object_get(oj, "format")), "lines");
+  assert_true(json_is_false(json_object_get(oj, "shuffle")));
+  assert_int_equal(json_integer_value(json_object_get(oj, "lease_ms")), 30000);
+  assert_int_equal(json_object_size(oj), 8);
+  roundtrip(&(wire_msg){.type = WIRE_REPLY, .u.reply = {.id = 7, .rc = 0, .json = oj}}, &f, &d);
+  json_decref(oj);
+  wire_feed_opened o2;
+  if (wire_feed_opened_decode(d.u.reply.json, &o2, err, sizeof err) < 0) fail_msg("%s", err);
+  assert_string_equal(o2.format, "lines");
+  assert_int_equal(o2.epochs, 3);
+  assert_int_equal(o2.epoch, 2);
+  assert_int_equal(o2.splits, 40);
+  assert_true(o2.output);
+  assert_int_equal(o2.lease_ms, 30000);
+  assert_false(o2.shuffle);
+  assert_true(o2.growing);
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  wire_feed_leased l = {.nsplits = 2};
+  l.splits[0] = (wire_feed_split){.split = 4,
+                                  .epoch = 1,
+                                  .lease = 9,
+                                  .path = "/data/a.txt",
+                                  .off = 0,
+                                  .len = 1024,
+                                  .rec = 0,
+                                  .has_rseed = true,
+                                  .rseed = 77};
+  l.splits[1] = (wire_feed_split){.split = 5,
+                                  .epoch = 1,
+                                  .lease = 10,
+                                  .path = "hdfs://nn:8020/b",
+                                  .off = 1024,
+                                  .len = 1,
+                                  .rec = 12,
+                                  .tmp = "/out/.tmp/5"};
+  json_t *lj = wire_feed_leased_encode(&l);
+  assert_non_null(lj);
+  assert_null(json_object_get(lj, "end"));
+  assert_null(json_object_get(json_array_get(json_object_get(lj, "splits"), 0), "tmp"));
+  assert_null(json_object_get(json_array_get(json_object_get(lj, "splits"), 1), "rseed"));
+  roundtrip(&(wire_msg){.type = WIRE_REPLY, .u.reply = {.id = 8, .json = lj}}, &f, &d);
+  json_decref(lj);
+  wire_feed_leased l2;
+  if (wire_feed_leased_decode(d.u.reply.json, 0, &l2, err, sizeof err) < 0) fail_msg("%s", err);
+  assert_false(l2.end);
+  assert_false(l2.has_leased);
+  assert_int_equal(l2.nsplits, 2);
+  assert_int_equal(l2.splits[0].split, 4);
+  assert_int_equal(l2.splits[0].lease, 9);
+  assert_string_equal(l2.splits[0].path, "/data/a.txt");
+  assert_int_equal(l2.splits[0].len, 1024);
+  assert_true(l2.splits[0].has_rseed);
+  assert_int_equal(l2.splits[0].rseed, 77);
+  assert_null(l2.splits[0].tmp);
+  assert_string_equal(l2.splits[1].path, "hdfs://nn:8020/b");
+  assert_int_equal(l2.splits[1].off, 1024);
+  assert_int_equal(l2.splits[1].rec, 12);
+  assert_false(l2.splits[1].has_rseed);
+  assert_string_equal(l2.splits[1].tmp, "/out/.tmp/5");
+  wire_msg_free(&d);
+  wire_frame_free(&f);
+
+  /* the end; and nothing free yet (rc LOOM_ETIMEDOUT, beside the msg) */
+  json_t *ej = wire_feed_leased_encode(&(wire_feed_leased){.end = true});
+  assert_true(json_is_true(json_object_get(ej, "end")));
+  assert_int_equal(json_object_size(ej), 1);
+  assert_int_equal(wire_feed_leased_decode(ej, 0, &l2, err, sizeof err), 0);
+  assert_true(l2.end);
+  assert_int_equal(l2.nsplits, 0);
+  json_decref(ej);
+  json_t *bj = wire_feed_leased_encode(&(wire_feed_leased){.has_leased = true, .leased = 3});
+  assert_int_equal(json_object_size(bj), 1);
+  json_object_set_new(bj, "msg", json_string("no split is free yet"));
+  assert_int_equal(wire_feed_leased_decode(bj, LOOM_ETIMEDOUT, &l2, err, sizeof err), 0);
+  assert_true(l2.has_leased);
+  assert_int_equal(l2.leased, 3);
+  json_decref(bj);
+
+  json_t *stale = json_pack("[I, I]", (json_int_t)3, (json_int_t)11);
+  json_t *rj = wire_feed_renewed_encode(&(wire_feed_renewed){.stale = stale});
+  json_decref(stale);
+  wire_feed_renewed r2;
+  assert_int_equal(wire_feed_renewed_decode(rj, &r2, err, sizeof err), 0);
+  assert_int_equal(json_array_size(r2.stale), 2);
+  assert_int_equal(json_integer_value(json_array_get(r2.stale, 1)), 11);
+  json_decref(rj);
+  /* a required value left out is no answer */
+  assert_null(wire_feed_renewed_encode(&(wire_feed_renewed){0}));
+  assert_null(wire_feed_opened_encode(&(wire_feed_opened){.epochs = 1}));
+  (void)state;
+}
+
+#define SPLIT_BUT(field, value)                                                                    \
+  "{\"split\":0,\"epoch\":0,\"lease\":1,\"path\":\"/p\",\"off\":0,\"len\":1,\"rec\":0,\"" field    \
+  "\":" value "}"
+#define GOOD_SPLIT SPLIT_BUT("tmp", "\"/t\"")
+#define OPENED_BUT(field, value)                                                                   \
+  "{\"format\":\"lines\",\"epochs\":2,\"epoch\":0,\"splits\":1,\"output\":false,"                  \
+  "\"lease_ms\":1000,\"shuffle\":false,\"growing\":false,\"" field "\":" value "}"
+
+static const struct {
+  char kind; /* 'o' OPEN, 'l' LEASE, 'r' RENEW */
+  int rc;
+  const char *json;
+  const char *err; /* NULL: it decodes; else what the message must say */
+} ANSWERS[] = {
+    {'o', 0, OPENED_BUT("x", "1"), NULL},
+    {'o', 0, OPENED_BUT("splits", "0"),
+     "FEED_OPEN reply: field 'splits' must be at least 1 for an input that does not grow"},
+    {'o', 0, OPENED_BUT("growing", "true,\"splits\":0"), NULL},
+    {'o', 0, OPENED_BUT("epoch", "2"),
+     "FEED_OPEN reply: field 'epoch' (2) must be below 'epochs' (2)"},
+    {'o', 0, OPENED_BUT("epochs", "1000001"),
+     "FEED_OPEN reply: field 'epochs' must be an integer 1..1000000"},
+    {'o', 0, OPENED_BUT("lease_ms", "2"),
+     "FEED_OPEN reply: field 'lease_ms' must be an integer 3..9223372036854775807"},
+    {'o', 0, OPENED_BUT("format", "\"\""),
+     "FEED_OPEN reply: field 'format' must be a string of 1..255 bytes"},
+    {'o', 0, OPENED_BUT("output", "1"), "FEED_OPEN reply: field 'output' must be true or false"},
+    {'o', 0, OPENED_BUT("splits", "4294967296"),
+     "FEED_OPEN reply: field 'splits' must be an integer 0..4294967295"},
+    {'o', 0, "{\"msg\":\"x\"}", "FEED_OPEN reply: field 'format' is missing"},
+    {'o', 0, "[]", "FEED_OPEN reply: not a JSON object"},
+    {'l', 0, "{\"end\":true}", NULL},
+    {'l', 0, "{\"splits\":[" GOOD_SPLIT "]}", NULL},
+    {'l', 0, "{\"splits\":[" GOOD_SPLIT "," SPLIT_BUT("rseed", "5") "]}", NULL},
+    {'l', LOOM_ETIMEDOUT, "{\"msg\":\"m\",\"leased\":2}", NULL},
+    {'l', LOOM_ETIMEDOUT, "{\"msg\":\"m\",\"leased\":-2}",
+     "FEED_LEASE reply: field 'leased' must be an integer 0..9223372036854775807"},
+    {'l', 0, "{}", "FEED_LEASE reply: exactly one of fields 'end' (true) and 'splits'"},
+    {'l', 0, "{\"end\":false}", "FEED_LEASE reply: exactly one of fields 'end' (true)"},
+    {'l', 0, "{\"end\":true,\"splits\":[" GOOD_SPLIT "]}",
+     "FEED_LEASE reply: exactly one of fields 'end' (true)"},
+    {'l', 0, "{\"end\":1}", "FEED_LEASE reply: field 'end' must be true or false"},
+    {'l', 0, "{\"splits\":[]}", "FEED_LEASE reply: field 'splits' must be an array of 1..16"},
+    {'l', 0, "{\"splits\":{}}", "FEED_LEASE reply: field 'splits' must be an array of 1..16"},
+    {'l', 0,
+     "{\"splits\":[" GOOD_SPLIT "," GOOD_SPLIT "," GOOD_SPLIT "," GOOD_SPLIT "," GOOD_SPLIT
+     "," GOOD_SPLIT "," GOOD_SPLIT "," GOOD_SPLIT "," GOOD_SPLIT "," GOOD_SPLIT "," GOOD_SPLIT
+     "," GOOD_SPLIT "," GOOD_SPLIT "," GOOD_SPLIT "," GOOD_SPLIT "," GOOD_SPLIT "," GOOD_SPLIT "]}",
+     "FEED_LEASE reply: field 'splits' must be an array of 1..16"},
+    {'l', 0, "{\"splits\":[" GOOD_SPLIT ",7]}", "FEED_LEASE reply: splits[1] must be an object"},
+    {'l', 0, "{\"splits\":[" GOOD_SPLIT "," GOOD_SPLIT "," SPLIT_BUT("off", "-1") "]}",
+     "FEED_LEASE reply: splits[2].off must be an integer 0..4611686018427387904"},
+    {'l', 0, "{\"splits\":[" SPLIT_BUT("len", "0") "]}",
+     "FEED_LEASE reply: splits[0].len must be an integer 1..4611686018427387904"},
+    {'l', 0, "{\"splits\":[" SPLIT_BUT("path", "\"\"") "]}",
+     "FEED_LEASE reply: splits[0].path must be a string of 1..4096 bytes"},
+    {'l', 0, "{\"splits\":[" SPLIT_BUT("path", "7") "]}",
+     "FEED_LEASE reply: splits[0].path must be a string of 1..4096 bytes"},
+    {'l', 0, "{\"splits\":[" SPLIT_BUT("lease", "0") "]}",
+     "FEED_LEASE reply: splits[0].lease must be an integer 1..9223372036854775807"},
+    {'l', 0, "{\"splits\":[" SPLIT_BUT("rec", "1099511627777") "]}",
+     "FEED_LEASE reply: splits[0].rec must be an integer 0..1099511627776"},
+    {'l', 0, "{\"splits\":[" SPLIT_BUT("rseed", "1.5") "]}",
+     "FEED_LEASE reply: splits[0].rseed must be an integer 0..9223372036854775807"},
+    {'l', 0, "{\"splits\":[" SPLIT_BUT("tmp", "false") "]}",
+     "FEED_LEASE reply: splits[0].tmp must be a string of 1..4096 bytes"},
+    {'l', 0, "{\"splits\":[" SPLIT_BUT("epoch", "1000000") "]}",
+     "FEED_LEASE reply: splits[0].epoch must be an integer 0..999999"},
+    {'l', 0, "{\"splits\":[{\"split\":0}]}",
+     "FEED_LEASE reply: splits[0].epoch is missing (it must be an integer 0..999999)"},
+    {'r', 0, "{\"stale\":[]}", NULL},
+    {'r', 0, "{\"stale\":[4,5]}", NULL},
+    {'r', 0, "{}", "FEED_RENEW reply: field 'stale' is missing"},
+    {'r', 0, "{\"stale\":[0]}",
+     "FEED_RENEW reply: field 'stale' must be an array of 0..256 lease ids"},
+    {'r', 0, "{\"stale\":\"3\"}",
+     "FEED_RENEW reply: field 'stale' must be an array of 0..256 lease ids"},
+};
+
+static void test_feed_answers(void **state) {
+  for (size_t i = 0; i < sizeof ANSWERS / sizeof ANSWERS[0]; i++) {
+    union {
+      wire_feed_opened o;
+      wire_feed_leased l;
+      wire_feed_renewed r;
+    } out;
+    char err[256] = "";
+    int rc = answer_decode(ANSWERS[i].kind, ANSWERS[i].json, ANSWERS[i].rc, &out, err, sizeof err);
+    if (!ANSWERS[i].err) {
+      if (rc != 0) fail_msg("case %zu: rc %d, message \"%s\", want it decoded", i, rc, err);
+    } else if (rc != LOOM_EPROTO || strncmp(err, ANSWERS[i].err, strlen(ANSWERS[i].err)) != 0) {
+      fail_msg("case %zu: rc %d, message \"%s\", want \"%s\"", i, rc, err, ANSWERS[i].err);
+    }
+  }
+  (void)state;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_agent_messages_roundtrip),
@@ -516,6 +738,8 @@ int main(void) {
       cmocka_unit_test(test_feed_messages_roundtrip),
       cmocka_unit_test(test_encode_refuses),
       cmocka_unit_test(test_bad_fields),
+      cmocka_unit_test(test_feed_answers_roundtrip),
+      cmocka_unit_test(test_feed_answers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
