@@ -5,7 +5,8 @@
  * here writes them.
  *
  * A save writes .ckpt-<step>.tmp.<host>.<pid>.<n> in the same directory,
- * fsyncs it, renames it to its name and fsyncs the directory: a reader
+ * fsyncs it, and ckpt_dir_commit (dir.h) renames it to its name, fsyncs
+ * the directory and prunes: a reader
  * sees either the old set of files or the new one, and a file under a
  * checkpoint's name was complete when it got that name. What a crash can
  * leave is a temporary file, which the next open or save on the same host
@@ -333,23 +334,11 @@ static int ckpt_check_tensors(loom_ckpt_t *c, const loom_tensor *t, size_t n) {
   return rc;
 }
 
-/* After a save of step: removes checkpoints of later steps and the oldest
- * beyond keep. Failing to remove one is worth a warning, not an error: the
- * save itself succeeded. Called with mu held. */
+/* ckpt_dir_commit's word that it removed step's checkpoint (a later one,
+ * or the oldest beyond keep). Called with mu held. */
 static void ckpt_forget(void *arg, int64_t step) {
   loom_ckpt_t *c = arg;
   if (c->verified.valid && c->verified.step == step) c->verified.valid = false;
-}
-
-/* After a save of step: removes checkpoints of later steps and the oldest
- * beyond keep (ckpt_dir_prune). Called with mu held. */
-static void ckpt_prune(loom_ckpt_t *c, int64_t step) {
-  int64_t *steps;
-  size_t n;
-  if (ckpt_scan(c, &steps, &n) < 0) return;
-  ckpt_dir d = ckpt_dir_of(c, c->remote != NULL);
-  ckpt_dir_prune(&d, steps, n, step, c->keep, ckpt_forget, c);
-  free(steps);
 }
 
 static int ckpt_save_locked(loom_ckpt_t *c, int64_t step, const loom_tensor *t, size_t n) {
@@ -438,31 +427,19 @@ static int ckpt_save_locked(loom_ckpt_t *c, int64_t step, const loom_tensor *t, 
     unlink(tmp);
     return ckpt_fail(c, LOOM_EIO, "cannot write checkpoint %s: %s", tmp, strerror(-e));
   }
-  if (rename(tmp, path) < 0) {
-    e = errno;
-    unlink(tmp);
-    return ckpt_fail(c, LOOM_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(e));
-  }
   if (c->verified.valid && c->verified.step == step) c->verified.valid = false;
-  /* the rename reaches the disk with the directory */
-  int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || (fsync(dfd) < 0 && errno != EINVAL)) {
-    e = errno;
-    if (dfd >= 0) close(dfd);
-    return ckpt_fail(c, LOOM_EIO, "cannot sync checkpoint directory %s: %s", c->dir, strerror(e));
-  }
-  close(dfd);
-  if (c->remote) {
-    /* up whole, under a temporary name renamed over the step's: atomic */
-    char name[PATH_MAX + 32], why[1024];
-    int prc = ckpt_remote_path(c, step, name, sizeof name);
-    if (prc == 0) prc = loom__fs_put(path, name, true, why, sizeof why);
-    unlink(path);
-    if (prc < 0) return ckpt_fail(c, LOOM_EIO, "cannot save checkpoint %s: %s", name, why);
-  }
-  ckpt_prune(c, step);
-  loom__log(LOOM_LOG_DEBUG, "ckpt", "saved %s (%zu tensors, %llu bytes)", path, n,
-            (unsigned long long)file_size);
+  /* into place and pruned; with a remote directory, uploaded under a
+   * temporary name renamed over the step's */
+  char why[1024];
+  ckpt_dir d = ckpt_dir_of(c, c->remote != NULL);
+  rc = ckpt_dir_commit(&d, step, tmp, c->keep, ckpt_forget, c, why, sizeof why);
+  if (rc < 0) return ckpt_fail(c, LOOM_EIO, "%s", why);
+  /* dead savers' temporary files go too */
+  int64_t *steps;
+  size_t nsteps;
+  if (!c->remote && ckpt_scan(c, &steps, &nsteps) == 0) free(steps);
+  loom__log(LOOM_LOG_DEBUG, "ckpt", "saved step %lld in %s (%zu tensors, %llu bytes)",
+            (long long)step, loom_ckpt_dir(c), n, (unsigned long long)file_size);
   return 0;
 }
 

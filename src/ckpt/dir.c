@@ -1,14 +1,18 @@
 /* dir.c: a directory of checkpoints, one entry per step (dir.h): naming,
- * listing and pruning, local or on HDFS, for libloom's checkpoints and
+ * listing, committing and pruning, local or on HDFS, for libloom's checkpoints and
  * the parameter server's. */
 #include "ckpt/dir.h"
 #include "core/core.h"
 #include "fs/fs.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int ckpt_dir_path(const ckpt_dir *d, int64_t step, char *out, size_t len) {
   size_t n =
@@ -84,4 +88,80 @@ void ckpt_dir_prune(const ckpt_dir *d, const int64_t *steps, size_t n, int64_t s
       loom__log(LOOM_LOG_WARN, d->tag, "cannot remove an old checkpoint: %s", why);
     if (dropped) dropped(arg, s);
   }
+}
+
+/* Removes tmp after a failed commit. */
+static void drop_tmp(const char *tmp) {
+  char why[256];
+  loom__fs_remove(tmp, false, why, sizeof why);
+}
+
+int ckpt_dir_commit(const ckpt_dir *d, int64_t step, const char *tmp, int keep,
+                    void (*dropped)(void *arg, int64_t step), void *arg, char *why, size_t whylen) {
+  char path[PATH_MAX + 128], err[1024];
+  int rc = ckpt_dir_path(d, step, path, sizeof path);
+  if (rc == 0 && d->manifest) {
+    size_t n = strlen(path);
+    if ((size_t)snprintf(path + n, sizeof path - n, "/%s", d->manifest) >= sizeof path - n)
+      rc = LOOM_ERANGE;
+  }
+  if (rc < 0) {
+    snprintf(why, whylen, "checkpoint path too long in %s", d->dir);
+    drop_tmp(tmp);
+    return rc;
+  }
+  bool remote = loom__fs_remote(path);
+  if (remote && !loom__fs_remote(tmp)) {
+    rc = loom__fs_put(tmp, path, true, err, sizeof err);
+    unlink(tmp);
+    if (rc < 0) {
+      snprintf(why, whylen, "cannot save checkpoint %s: %s", path, err);
+      return rc;
+    }
+  } else {
+    rc = loom__fs_rename(tmp, path, true, why, whylen);
+    if (rc < 0) {
+      drop_tmp(tmp);
+      return rc;
+    }
+  }
+  if (!remote) {
+    /* the rename reaches the disk with the directory */
+    char parent[sizeof path];
+    memcpy(parent, path, sizeof parent);
+    const char *pd = dirname(parent);
+    int dfd = open(pd, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || (fsync(dfd) < 0 && errno != EINVAL)) {
+      int e = errno;
+      if (dfd >= 0) close(dfd);
+      snprintf(why, whylen, "cannot sync checkpoint directory %s: %s", pd, strerror(e));
+      return LOOM_EIO;
+    }
+    close(dfd);
+  }
+  if (d->latest) {
+    char latest[32];
+    int n = snprintf(latest, sizeof latest, "%lld\n", (long long)step);
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", d->dir, d->latest) >= sizeof path) {
+      snprintf(why, whylen, "checkpoint path too long in %s", d->dir);
+      return LOOM_ERANGE;
+    }
+    snprintf(err, sizeof err, "%s", "cannot write it");
+    rc = remote ? loom__fs_write_all(path, latest, (size_t)n, true, err, sizeof err)
+                : loom__write_atomic(path, latest, (size_t)n, 0644, true);
+    if (rc < 0 && !remote) snprintf(err, sizeof err, "%s", strerror(errno));
+    if (rc < 0) {
+      snprintf(why, whylen, "cannot write %s: %s", path, err);
+      return rc;
+    }
+  }
+  int64_t *steps;
+  size_t n;
+  if (ckpt_dir_steps(d, &steps, &n, err, sizeof err) < 0) {
+    loom__log(LOOM_LOG_WARN, d->tag, "cannot list checkpoints to prune in %s: %s", d->dir, err);
+    return 0;
+  }
+  ckpt_dir_prune(d, steps, n, step, keep, dropped, arg);
+  free(steps);
+  return 0;
 }

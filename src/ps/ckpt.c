@@ -6,7 +6,7 @@
  *
  * Each shard writes its file to a temporary name, fsyncs and renames it;
  * then shard 0, asked by the client once every shard is done, writes the
- * manifest and LATEST the same way. A crash at any point leaves LATEST
+ * manifest the same way and LATEST, and prunes (ckpt_dir_commit). A crash at any point leaves LATEST
  * naming the previous complete checkpoint. A shard file is
  *
  *   "LOOMPSCK" | u32 version | u32 shard | u32 nshards | u64 step | u32 nvars
@@ -209,16 +209,28 @@ int ps_ckpt_write(const ps_state *st, const char *dir, uint64_t step, char *err,
 }
 
 /* ---- committing --------------------------------------------------------- */
-/* Keeps the `keep` newest step directories and the one just committed
- * (ckpt_dir_prune, as libloom's checkpoints). */
-static void prune(const char *dir, uint64_t keep_step, int keep) {
-  ckpt_dir d = {.dir = dir, .prefix = "step-", .suffix = "", .is_dir = true, .tag = "ps"};
-  int64_t *steps;
-  size_t n;
-  char why[1024];
-  if (ckpt_dir_steps(&d, &steps, &n, why, sizeof why) < 0) return;
-  ckpt_dir_prune(&d, steps, n, (int64_t)keep_step, keep, NULL, NULL);
-  free(steps);
+/* The directory of checkpoints as ckpt_dir sees it: step-<S> directories,
+ * each committed by its manifest, and LATEST. */
+static ckpt_dir ps_ckpt_dir(const char *dir) {
+  return (ckpt_dir){.dir = dir,
+                    .prefix = "step-",
+                    .suffix = "",
+                    .is_dir = true,
+                    .tag = "ps",
+                    .manifest = "MANIFEST.json",
+                    .latest = "LATEST"};
+}
+
+/* Writes len bytes of data to the new local file path, fsynced. */
+static int write_file(const char *path, const char *data, size_t len, char *err, size_t errlen) {
+  FILE *f = fopen(path, "wbe");
+  bool bad = !f || fwrite(data, 1, len, f) != len || fflush(f) != 0 || fsync(fileno(f)) != 0;
+  int e = errno;
+  if (f && fclose(f) != 0 && !bad) bad = true, e = errno;
+  if (!bad) return 0;
+  if (f) unlink(path);
+  snprintf(err, errlen, "cannot write %s: %s", path, strerror(e));
+  return LOOM_EIO;
 }
 
 int ps_ckpt_commit(const char *dir, uint64_t step, int nshards, int keep, char *err,
@@ -233,36 +245,35 @@ int ps_ckpt_commit(const char *dir, uint64_t step, int nshards, int keep, char *
       return LOOM_ENOENT;
     }
   }
-  char sdir[PS_MAX_PATH + 64];
-  step_dir(sdir, sizeof sdir, dir, step);
   char when[40];
   loom__wall_iso(loom__wall(), when, sizeof when);
   json_t *m =
       json_pack("{s:I, s:i, s:s}", "step", (json_int_t)step, "shards", nshards, "time", when);
   char *ms = m ? json_dumps(m, JSON_INDENT(2)) : NULL;
   json_decref(m);
-  snprintf(path, sizeof path, "%s/MANIFEST.json", sdir);
-  bool remote = loom__fs_remote(dir);
-  snprintf(why, sizeof why, "out of memory");
-  int rc = !ms      ? LOOM_ENOMEM
-           : remote ? loom__fs_write_all(path, ms, strlen(ms), true, why, sizeof why)
-                    : loom__write_atomic(path, ms, strlen(ms), 0644, true);
-  if (rc < 0 && !remote) snprintf(why, sizeof why, "%s", strerror(errno));
+  if (!ms) {
+    snprintf(err, errlen, "out of memory");
+    return LOOM_ENOMEM;
+  }
+  /* the manifest under a temporary name (remote: a local file, uploaded),
+   * then ckpt_dir_commit: put in place, LATEST written, old steps pruned */
+  char tmp[PS_MAX_PATH + 160], tdir[PATH_MAX] = "";
+  int tlock = -1, rc = 0;
+  if (loom__fs_remote(dir)) {
+    rc = local_tmp(tmp, sizeof tmp, "manifest", tdir, &tlock, err, errlen);
+  } else {
+    char sdir[PS_MAX_PATH + 64];
+    step_dir(sdir, sizeof sdir, dir, step);
+    snprintf(tmp, sizeof tmp, "%s/MANIFEST.json.tmp.%d", sdir, (int)getpid());
+  }
+  if (rc == 0) rc = write_file(tmp, ms, strlen(ms), err, errlen);
   free(ms);
   if (rc == 0) {
-    char latest[32];
-    int n = snprintf(latest, sizeof latest, "%llu\n", (unsigned long long)step);
-    snprintf(path, sizeof path, "%s/LATEST", dir);
-    rc = remote ? loom__fs_write_all(path, latest, (size_t)n, true, why, sizeof why)
-                : loom__write_atomic(path, latest, (size_t)n, 0644, true);
-    if (rc < 0 && !remote) snprintf(why, sizeof why, "%s", strerror(errno));
+    ckpt_dir d = ps_ckpt_dir(dir);
+    rc = ckpt_dir_commit(&d, (int64_t)step, tmp, keep < 1 ? 1 : keep, NULL, NULL, err, errlen);
   }
-  if (rc < 0) {
-    snprintf(err, errlen, "cannot write %s: %s", path, why);
-    return rc;
-  }
-  prune(dir, step, keep < 1 ? 1 : keep);
-  return 0;
+  if (tlock >= 0) loom__tmpdir_remove(tdir, tlock);
+  return rc;
 }
 
 int ps_ckpt_latest(const char *dir, uint64_t *step) {
