@@ -112,8 +112,24 @@ int ckpt_dir_commit(const ckpt_dir *d, int64_t step, const char *tmp, int keep,
   }
   bool remote = loom__fs_remote(path);
   if (remote && !loom__fs_remote(tmp)) {
-    rc = loom__fs_put(tmp, path, true, err, sizeof err);
+    /* uploaded whole under the local temporary file's name (unique to
+     * its writer: two savers of one step never share it), then renamed
+     * over the step's */
+    char rtmp[sizeof path], base[PATH_MAX];
+    loom__strlcpy(base, tmp, sizeof base);
+    memcpy(rtmp, path, sizeof rtmp);
+    char *slash = strrchr(rtmp, '/');
+    size_t at = slash ? (size_t)(slash - rtmp) + 1 : 0;
+    if ((size_t)snprintf(rtmp + at, sizeof rtmp - at, "%s", basename(base)) >= sizeof rtmp - at) {
+      unlink(tmp);
+      snprintf(why, whylen, "checkpoint path too long in %s", d->dir);
+      return LOOM_ERANGE;
+    }
+    rc = loom__fs_put(tmp, rtmp, true, err, sizeof err);
     unlink(tmp);
+    char scratch[256];
+    if (rc == 0 && (rc = loom__fs_rename(rtmp, path, true, err, sizeof err)) < 0)
+      loom__fs_remove(rtmp, false, scratch, sizeof scratch);
     if (rc < 0) {
       snprintf(why, whylen, "cannot save checkpoint %s: %s", path, err);
       return rc;

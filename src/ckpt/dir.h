@@ -49,8 +49,9 @@ void ckpt_dir_prune(const ckpt_dir *d, const int64_t *steps, size_t n, int64_t s
  * step's entry (or, with d->manifest, the manifest in the step's entry
  * directory), atomically, replacing one there:
  *   tmp and d->dir local: rename(2), then fsync of the parent directory;
- *   d->dir remote, tmp local: uploaded under the name + "._COPYING_",
- *     renamed over it by the NameNode (loom__fs_put), tmp removed;
+ *   d->dir remote, tmp local: uploaded beside the entry under tmp's own
+ *     file name (its writer's: two savers of one step never share it),
+ *     renamed over the entry by the NameNode, tmp removed;
  *   both remote: renamed over it (loom__fs_rename).
  * Then d->latest, when set, is written atomically; then the directory is
  * listed and pruned (ckpt_dir_steps, ckpt_dir_prune with keep, dropped and
