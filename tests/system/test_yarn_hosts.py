@@ -158,8 +158,10 @@ def check_stock_node(h, n, seen, theirs, mine, client_server, tmp_path):
     _, _, token, peers = client_server
     other = 3 - n
     assert seen["hostname"] == f"loom-node{n}"
-    # the checkout and the environments: empty
-    assert seen["dirs"] == {str(ROOT): [], str(Path.home() / ".cache/loom/venvs"): []}, seen
+    # the checkout and the environments: empty (a checkout under /tmp, as a
+    # CI clone may be, is not there at all: the node has a /tmp of its own)
+    hidden = [] if not str(ROOT).startswith("/tmp/") else "error: No such file or directory"
+    assert seen["dirs"] == {str(ROOT): hidden, str(Path.home() / ".cache/loom/venvs"): []}, seen
     ex = seen["exists"]
     for p in (ROOT / "CMakeLists.txt", LOOM, BUILD / "libloom.so", theirs,
               h.dir / f"nm{other}", h.dir / f"dn{other}", h.dir / "conf", h.dir / "logs",
