@@ -468,6 +468,7 @@ static int refuse_protocol(coord *co, conn *c, task *t, const wire_register *r) 
   loom__strlcpy(c->who, t->name, sizeof c->who);
   coord_conn_send_msg(c,
                       &(wire_msg){.type = WIRE_ABORT, .u.abort = {.reason = why, .final = true}});
+  coord_conn_close_soon(c);
   if (t->agent || t->state != T_LAUNCHED || (co->jstate != J_RENDEZVOUS && co->jstate != J_RUNNING))
     return 0;
   snprintf(t->reason, sizeof t->reason, "never started: %s", why);

@@ -272,6 +272,14 @@ static void auth_expired(uv_timer_t *tm) {
   coord_conn_close(c, "it did not authenticate in time");
 }
 
+static void refused_expired(uv_timer_t *tm) {
+  coord_conn_close(tm->data, "it was refused and did not close its connection");
+}
+
+void coord_conn_close_soon(conn *c) {
+  if (!c->closing) uv_timer_start(&c->timer, refused_expired, 500, 0);
+}
+
 void coord_on_connection(uv_stream_t *server, int status) {
   coord *co = server->data;
   if (status < 0) return;

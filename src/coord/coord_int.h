@@ -231,6 +231,9 @@ void coord_state_free(coord *co);
 
 /* conn.c */
 void coord_conn_close(conn *c, const char *why);
+/* Closes c in 500 ms unless its peer closes first: what was queued on it
+ * last (a refusal saying why) has time to leave. */
+void coord_conn_close_soon(conn *c);
 int coord_conn_send_shared(conn *c, shared_frame *sf);
 /* Encodes m and queues it on c. */
 int coord_conn_send_msg(conn *c, const wire_msg *m);

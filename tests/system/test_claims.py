@@ -67,10 +67,11 @@ roles:
     r = run_with_fake_gpus(loom, 2, "run", spec)
     assert r.returncode == 0, r.stdout + r.stderr
     # handed out round-robin over the machine's 2 GPUs, in task order;
-    # a task without gpus has no CUDA_VISIBLE_DEVICES at all
+    # a task without gpus sees none: CUDA_VISIBLE_DEVICES set and empty
+    # (issue 31: unset would mean every GPU of the machine)
     assert ids_by_task(loom, loom.job_dir()) == {
         "chief:0": "0", "worker:0": "1", "worker:1": "0", "evaluator:0": "1,0",
-        "tensorboard:0": "-"}
+        "tensorboard:0": ""}
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a mount namespace")
