@@ -522,3 +522,17 @@ class HadoopHosts:
             if m:
                 out[f.stem] = int(m.group(1)) / 1024
         return out
+
+
+def dn_bytes_written(webs):
+    """The DataNodes' BytesWritten (their DataNodeActivity metrics) summed,
+    from their web addresses ("host:port" each): what was written to HDFS,
+    for tests that count what a job uploaded."""
+    total = 0
+    for web in webs:
+        url = f"http://{web}/jmx?qry=Hadoop:service=DataNode,name=DataNodeActivity-*"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            beans = json.load(r)["beans"]
+        assert len(beans) == 1, beans
+        total += beans[0]["BytesWritten"]
+    return total

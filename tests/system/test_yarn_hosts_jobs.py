@@ -18,11 +18,11 @@ import pwd
 import re
 import signal
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+import clusters
 from conftest import BUILD, LOOM
 from netns import ip
 
@@ -537,16 +537,8 @@ roles:
 
 
 def dn_bytes_written(h):
-    """The DataNodes' BytesWritten (DataNodeActivity), summed over both."""
-    total = 0
-    for n in NODES:
-        url = (f"http://{h.addrs[f'node{n}']}:{h.ports()[f'dn{n}-web']}/jmx"
-               "?qry=Hadoop:service=DataNode,name=DataNodeActivity-*")
-        with urllib.request.urlopen(url, timeout=10) as r:
-            beans = json.load(r)["beans"]
-        assert len(beans) == 1, beans
-        total += beans[0]["BytesWritten"]
-    return total
+    return clusters.dn_bytes_written(
+        f"{h.addrs[f'node{n}']}:{h.ports()[f'dn{n}-web']}" for n in NODES)
 
 
 def settled_bytes(hloom, h, tag):

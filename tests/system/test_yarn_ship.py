@@ -6,16 +6,13 @@ build directory; a second job with the same binary uploads nothing, which
 the DataNodes' own count of bytes written (their JMX) shows. On the test
 run's one Hadoop cluster (conftest's `yarn` and `hdfs`)."""
 import hashlib
-import json
 import os
 import pwd
-import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+import clusters
 from clusters import hadoop_available
 from conftest import LOOM, SAN_REPORT, loom_pids_of
 
@@ -159,16 +156,7 @@ def test_submit_the_managed_am_and_its_agents_run_the_localized_copy(sloom, yarn
 
 
 def dn_bytes_written(hdfs):
-    """The DataNodes' BytesWritten (their DataNodeActivity metrics), summed."""
-    total = 0
-    for i in (1, 2):
-        url = (f"http://127.0.0.1:{hdfs.ports[f'dn{i}-web']}/jmx"
-               "?qry=Hadoop:service=DataNode,name=DataNodeActivity-*")
-        with urllib.request.urlopen(url, timeout=10) as r:
-            beans = json.load(r)["beans"]
-        assert len(beans) == 1, beans
-        total += beans[0]["BytesWritten"]
-    return total
+    return clusters.dn_bytes_written(f"127.0.0.1:{hdfs.ports[f'dn{i}-web']}" for i in (1, 2))
 
 
 def settled_bytes(sloom, hdfs, tag):
