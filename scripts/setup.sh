@@ -10,6 +10,7 @@ PKGS=(build-essential cmake pkg-config git
       libuv1-dev libyaml-dev libjansson-dev libssl-dev zlib1g-dev libcmocka-dev
       libopenblas-dev dataset-fashion-mnist
       python3-torch python3-numpy python3-pytest python3-venv python3-setuptools python3-wheel
+      python3-cloudpickle
       protobuf-compiler
       libprotobuf-c-dev protobuf-c-compiler
       openmpi-bin libopenmpi-dev procps iproute2 tcpdump chromium unzip zip

@@ -1,6 +1,6 @@
 """loom from Python: run and follow jobs as the command line does, and,
 inside a task, talk to the job through libloom (ctypes; no compiled
-extension, no dependency beyond the standard library).
+extension; cloudpickle, for loom.run(fn), its one dependency).
 
     import loom
     spec = loom.Spec(name="hello", roles={
@@ -9,6 +9,8 @@ extension, no dependency beyond the standard library).
     job = loom.submit("job.yaml")   # detached: the job id
     loom.status(job)["state"]; loom.logs(job, "worker:1"); loom.events(job)
     loom.kill(job)
+    r = loom.run(train, args=(lr,), num_workers=2)   # a function in every task
+    r.values                        # {"worker:0": ..., "worker:1": ...}; TaskError if one raised
 
 Inside a task:
 
@@ -30,7 +32,7 @@ from typing import Any
 
 from .cli import JobFailed, Result, events, kill, logs, run, status, submit
 from .errors import (BackendError, CommandError, JobTimeout, LoomError, NotFound, NotInTask,
-                     SpecError)
+                     NotPicklable, SpecError, TaskError)
 from .spec import Role, Spec
 from .task import Task, task
 from ._find import binary, library
@@ -57,7 +59,7 @@ __version__ = _version()
 __all__ = ["Loom", "Feed", "LoomError", "END", "EPOCH", "run", "submit", "status", "logs",
            "events", "kill", "Result", "Spec", "Role", "task", "Task", "CommandError",
            "SpecError", "BackendError", "JobTimeout", "JobFailed", "NotFound", "NotInTask",
-           "binary", "library"]
+           "TaskError", "NotPicklable", "binary", "library"]
 
 _LAZY = {"Loom": "core", "Feed": "feed", "END": "feed", "EPOCH": "feed"}
 

@@ -28,7 +28,7 @@ from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, S
 
 from ._find import binary
 from .errors import BackendError, CommandError, JobTimeout, LoomError, SpecError
-from .spec import Spec
+from .spec import Role, Spec
 
 PathLike = Union[str, "os.PathLike[str]"]
 SpecLike = Union[PathLike, Spec, Mapping[str, Any]]
@@ -56,6 +56,9 @@ class Result:
     stderr: str                # loom's own messages (job id, root cause)
     job_dir: Path              # $LOOM_HOME/jobs/<id>
     argv: List[str] = field(default_factory=list)
+    # loom.run(fn): each task's return value, by task ("worker:1"; with
+    # procs > 1, "worker:1/LOCAL_RANK"); empty for a spec's job
+    values: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -233,11 +236,16 @@ class _Run:
         return res
 
 
-def run(spec: SpecLike, *, backend: Optional[str] = None,
+def run(spec: Union[SpecLike, Callable[..., Any]], *, backend: Optional[str] = None,
         overrides: Optional[Mapping[str, Any]] = None, bind: Optional[str] = None,
         advertise: Optional[str] = None, timeout: Optional[float] = None, check: bool = False,
         echo: bool = False, home: Optional[PathLike] = None,
-        env: Optional[Mapping[str, str]] = None) -> Result:
+        env: Optional[Mapping[str, str]] = None, args: Sequence[Any] = (),
+        kwargs: Optional[Mapping[str, Any]] = None,
+        roles: Optional[Mapping[str, Union[Role, Mapping[str, Any]]]] = None,
+        num_workers: Optional[int] = None, python: Optional[str] = None,
+        files: Optional[Mapping[str, str]] = None, queue: Optional[str] = None,
+        retries: int = 0, name: Optional[str] = None) -> Result:
     """`loom run SPEC`: runs the job and waits for it. Returns a Result
     (ok, state, exit_code, the tasks' output) for a job that ran, failed
     or not; with check=True a failed job raises JobFailed. overrides are
@@ -245,13 +253,67 @@ def run(spec: SpecLike, *, backend: Optional[str] = None,
     output to sys.stdout/sys.stderr as it comes; timeout (seconds) stops
     the job as Ctrl-C would and raises JobTimeout; home sets LOOM_HOME,
     env adds to the environment loom (and so every task) gets. Raises
-    SpecError (exit status 2), BackendError (3), CommandError (other)."""
+    SpecError (exit status 2), BackendError (3), CommandError (other).
+
+    run(fn, args=, kwargs=, roles= or num_workers=, ...): when the first
+    argument is callable, every task runs fn(*args, **kwargs) (shipped
+    with cloudpickle) and the Result's values maps each task ("worker:1")
+    to its return value. roles are Roles without a command (default: one
+    worker; num_workers=N is {"worker": Role(instances=N)}); python is
+    the tasks' interpreter (default: sys.executable on the local backend,
+    python3 on the task's PATH elsewhere); files, queue, retries and name
+    are the spec's. An exception in a task raises TaskError (its task and
+    traceback) once the job has stopped; a job that failed otherwise
+    raises JobFailed. NotPicklable (fn or an argument cannot be pickled)
+    and NotFound (no cloudpickle) are raised before anything starts."""
     e = _env(home, env)
+    if callable(spec):
+        return _run_fn(spec, e, backend=backend, overrides=overrides, bind=bind,
+                       advertise=advertise, timeout=timeout, echo=echo, env=env, args=args,
+                       kwargs=kwargs, roles=roles, num_workers=num_workers, python=python,
+                       files=files, queue=queue, retries=retries, name=name)
+    given = [k for k, v in (("args", args), ("kwargs", kwargs), ("roles", roles),
+                            ("num_workers", num_workers), ("python", python), ("files", files),
+                            ("queue", queue), ("retries", retries), ("name", name)) if v]
+    if given:
+        raise TypeError(f"loom.run: {', '.join(given)} apply to a function (loom.run(fn, ...)); "
+                        "for a spec set them in the spec")
     with _spec_file(spec) as path:
         argv = [binary(), "run", *_job_args(path, backend, overrides, bind, advertise)]
         run = _Run(argv, e, echo)
         run.wait(timeout)
     return run.result(check, "loom run")
+
+
+def _run_fn(fn: Callable[..., Any], e: Dict[str, str], *, backend: Optional[str],
+            overrides: Optional[Mapping[str, Any]], bind: Optional[str],
+            advertise: Optional[str], timeout: Optional[float], echo: bool,
+            env: Optional[Mapping[str, str]], args: Sequence[Any],
+            kwargs: Optional[Mapping[str, Any]],
+            roles: Optional[Mapping[str, Union[Role, Mapping[str, Any]]]],
+            num_workers: Optional[int], python: Optional[str],
+            files: Optional[Mapping[str, str]], queue: Optional[str], retries: int,
+            name: Optional[str]) -> Result:
+    """loom.run(fn, ...): see run() and loom.functions."""
+    from . import functions
+    with functions.make_tmp() as tmp:
+        spec = functions.build(fn, tmp, args=args, kwargs=kwargs, roles=roles,
+                               num_workers=num_workers, backend=backend, python=python,
+                               files=files, env=env, queue=queue, retries=retries, name=name)
+        with _spec_file(spec) as path:
+            argv = [binary(), "run", *_job_args(path, backend, overrides, bind, advertise)]
+            run = _Run(argv, e, echo)
+            run.wait(timeout)
+        res = run.result(False, "loom run")
+    values, err = functions.collect(events(res.job_id, env=e))
+    res.values = values
+    if err is not None and res.exit_code:
+        te = functions.task_error(err, res.job_id)
+        te.result = res
+        raise te
+    if res.exit_code:
+        raise JobFailed(res.stderr.rstrip("\n"), res)
+    return res
 
 
 def submit(spec: SpecLike, *, backend: Optional[str] = None,

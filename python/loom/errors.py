@@ -5,11 +5,14 @@
         SpecError      exit 2: a usage or spec error (file:line:column ...)
         BackendError   exit 3: a backend or infrastructure error
         JobTimeout     run(timeout=...) ran out; the job was stopped
+      TaskError        loom.run(fn): a task's function raised (its task, traceback)
+      NotPicklable     loom.run(fn): fn or an argument cannot be pickled
       NotFound         no `loom` binary or libloom.so where the package looked
+                       (or cloudpickle, for loom.run(fn))
       NotInTask        loom.task() outside a loom job
 """
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 
 class LoomError(Exception):
@@ -95,4 +98,54 @@ class NotInTask(LoomError):
         self.code = 0
         self.name = "not in a task"
         self.message = message
+        Exception.__init__(self, message)
+
+
+class TaskError(LoomError):
+    """loom.run(fn): a task's function raised (or could not be loaded, or
+    its return value could not be pickled). Raised in the caller once the
+    job has stopped (it fails fast, as for a command). task names the task
+    ("worker:1"), traceback is the task's traceback text, remote_type the
+    exception's class name, module the module a task could not import
+    while loading the function (None otherwise), job_id the job, result
+    the job's Result (values: what the other tasks returned, if any).
+    str(e) is the message and then the traceback."""
+
+    result: Any = None
+    task: str
+    traceback: str
+    module: Optional[str]
+    job_id: Optional[str]
+    remote_type: str
+
+    def __init__(self, message: str, task: str, traceback: str = "",
+                 module: Optional[str] = None, job_id: Optional[str] = None,
+                 remote_type: str = "") -> None:
+        self.code = 0
+        self.name = "task failed"
+        self.message = message
+        self.task = task
+        self.traceback = traceback
+        self.module = module
+        self.job_id = job_id
+        self.remote_type = remote_type
+        text = message
+        if traceback:
+            text += f"\n\n{task}'s traceback (job {job_id}):\n" + traceback.rstrip("\n")
+        Exception.__init__(self, text)
+
+
+class NotPicklable(LoomError, TypeError):
+    """loom.run(fn): the function, an argument, or something the function
+    closes over cannot be pickled; nothing was started. what names it
+    ("args[0] (a _thread.lock)", "lock (...), a variable that function
+    train closes over")."""
+
+    what: str
+
+    def __init__(self, message: str, what: str) -> None:
+        self.code = 0
+        self.name = "not picklable"
+        self.message = message
+        self.what = what
         Exception.__init__(self, message)
