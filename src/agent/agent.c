@@ -184,7 +184,7 @@ static void stop_procs(agent *a, uint64_t grace_ms) {
 }
 
 void agent_maybe_finish(agent *a) {
-  if (a->running > 0 || a->open_pipes > 0) return;
+  if (a->running > 0 || a->open_pipes > 0 || a->guards > 0) return;
   uv_timer_stop(&a->grace);
   uv_timer_stop(&a->drain);
   if (!a->exited_sent) {
@@ -225,12 +225,44 @@ static void coordinator_lost(agent *a, const char *why) {
 
 static void proc_closed(uv_handle_t *h) {}
 
+/* ---- the guards (see exec.c) ---------------------------------------------- */
+static void guard_closed(uv_handle_t *h) {
+  uproc *u = h->data;
+  u->a->guards--;
+  agent_maybe_finish(u->a);
+}
+
+void agent_close_guard(uproc *u) {
+  if (!u->guarded) return;
+  u->guarded = false;
+  uv_close((uv_handle_t *)&u->guard, guard_closed);
+}
+
+static void guard_alloc(uv_handle_t *h, size_t size, uv_buf_t *buf) {
+  static char slab[64];
+  *buf = uv_buf_init(slab, sizeof slab);
+}
+
+/* The guard never writes: the end of its socket means it is gone. */
+static void guard_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  if (n < 0) agent_close_guard(s->data);
+}
+
+/* u's first process was reaped: its guard may go (it exits on this byte,
+ * and kills the task's session on the end of the socket without it). */
+static void release_guard(uproc *u) {
+  if (!u->guarded) return;
+  uv_buf_t b = uv_buf_init("q", 1);
+  if (uv_try_write((uv_stream_t *)&u->guard, &b, 1) != 1) agent_close_guard(u);
+}
+
 static void proc_exited(uv_process_t *p, int64_t status, int sig) {
   uproc *u = p->data;
   agent *a = u->a;
   u->running = false;
   a->running--;
   uv_close((uv_handle_t *)p, proc_closed);
+  release_guard(u);
   if ((status != 0 || sig != 0) && !a->have_fail) {
     if (a->saw_inuse) /* it may have tried a plain bind of its port */
       agent_log("%s: the task failed while its port %d was still held for it "
@@ -272,7 +304,7 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
   const char *shell = a->as.shell;
   json_t *argvj = a->as.argv;
   size_t nargs = shell ? 3 : json_array_size(argvj);
-  char **args = calloc(nargs + 4, sizeof *args);
+  char **args = calloc(nargs + 6, sizeof *args);
   char self[PATH_MAX];
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
   if (!args || sl <= 0) {
@@ -283,6 +315,8 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
   int k = 0;
   args[k++] = self;
   args[k++] = "__exec";
+  args[k++] = "--guard";
+  args[k++] = "3"; /* stdio[3] below */
   args[k++] = "--";
   if (shell) {
     args[k++] = "/bin/sh";
@@ -311,10 +345,19 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
     uproc *u = &a->procs[i];
     u->a = a;
     u->local = i;
+    /* the guard's socket: [0] the agent's end, [1] the process's (fd 3) */
+    int gs[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, gs) < 0) {
+      agent_log("%s: cannot start process %d: its guard's socket: %s", a->task, i, strerror(errno));
+      rc = LOOM_EIO;
+      break;
+    }
     envv e;
     agent_build_env(a, &e, i, cl, cluster_s, tf_cluster);
-    uv_stdio_container_t stdio[3];
+    uv_stdio_container_t stdio[4];
     stdio[0].flags = UV_IGNORE;
+    stdio[3].flags = UV_INHERIT_FD;
+    stdio[3].data.fd = gs[1];
     for (int s = 0; s < 2; s++) {
       outpipe *o = &u->out[s];
       o->a = a;
@@ -334,17 +377,30 @@ static int start_procs(agent *a, const wire_cluster *cl, const char *cluster_s,
                                 .env = e.v,
                                 .cwd = wd,
                                 .flags = UV_PROCESS_DETACHED,
-                                .stdio_count = 3,
+                                .stdio_count = 4,
                                 .stdio = stdio};
     u->proc.data = u;
     int r = uv_spawn(&a->loop, &u->proc, &opt);
     agent_env_free(&e);
+    close(gs[1]);
     if (r < 0) {
       agent_log("%s: cannot start process %d: %s", a->task, i, uv_strerror(r));
       uv_close((uv_handle_t *)&u->proc, proc_closed);
       for (int s = 0; s < 2; s++) agent_close_pipe(&u->out[s]);
+      close(gs[0]);
       rc = LOOM_EIO;
       break;
+    }
+    uv_pipe_init(&a->loop, &u->guard, 0);
+    u->guard.data = u;
+    if (uv_pipe_open(&u->guard, gs[0]) == 0) {
+      u->guarded = true;
+      a->guards++;
+      uv_read_start((uv_stream_t *)&u->guard, guard_alloc, guard_read);
+    } else { /* the guard sees the end at once: the task is killed */
+      agent_log("%s: process %d: cannot watch its guard; the task is killed", a->task, i);
+      close(gs[0]);
+      uv_close((uv_handle_t *)&u->guard, NULL);
     }
     u->pid = u->proc.pid;
     u->running = u->spawned = true;

@@ -15,9 +15,12 @@
  * Returns the process exit status. */
 int agent_main(void);
 
-/* `loom __exec -- CMD...`: applies the limits passed in LOOM__* variables
- * (CPU affinity, memory), arranges to die with the agent, then execs CMD.
- * Only returns on failure: 127 if CMD is not found, 126 otherwise. */
+/* `loom __exec [--guard FD] -- CMD...`: applies the limits passed in
+ * LOOM__* variables (CPU affinity, memory), arranges to die with the agent
+ * (with --guard, leaves the guard that kills the rest of the task's session
+ * when the agent dies, FD its end of the agent's socket; see exec.c), then
+ * execs CMD. Only returns on failure: 127 if CMD is not found, 126
+ * otherwise. `loom __exec --guarding FD` is the guard itself. */
 int agent_exec_main(int argc, char **argv);
 
 /* ---- memory limits (cgroup.c) ---- */

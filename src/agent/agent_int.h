@@ -36,6 +36,8 @@ typedef struct {
   int pid;
   uint64_t stopped_since; /* when it was first seen stopped; 0 if running */
   bool running, spawned;
+  bool guarded;    /* guard is open: its guard (exec.c) may be alive */
+  uv_pipe_t guard; /* the agent's end of the socket to the guard */
   outpipe out[2];
 } uproc;
 
@@ -53,6 +55,7 @@ struct agent {
   char start_cwd[PATH_MAX]; /* where the agent started (a YARN container's directory) */
   cg_kind cgkind;           /* how cgroup (if set) limits memory */
   int attempt, port, reserve_fd, nprocs, running, open_pipes;
+  int guards; /* guard handles not yet closed */
   uproc *procs;
   uint64_t last_rx, last_usage, cpu_ticks, started_ms;
   double usage_t0;
@@ -69,8 +72,12 @@ struct agent {
 
 /* agent.c */
 void agent_log(const char *fmt, ...) LOOM__PRINTF(1, 2);
-/* Sends EXIT once nothing runs and no pipe is open, then ends the loop. */
+/* Sends EXIT once nothing runs and no pipe or guard is open, then ends
+ * the loop. */
 void agent_maybe_finish(agent *a);
+/* Closes the agent's end of u's guard socket: a guard still alive then
+ * kills what is left of u's session (see exec.c). */
+void agent_close_guard(uproc *u);
 
 /* output.c: the tasks' output pipes, read into LOG messages */
 void agent_out_alloc(uv_handle_t *h, size_t size, uv_buf_t *buf);

@@ -1,6 +1,21 @@
 /* exec.c: the last step before the user's command, run in the child that
  * becomes it: limits that must be set from inside the process (affinity,
- * memory cgroup or rlimit, parent-death signal), then exec. */
+ * memory cgroup or rlimit, parent-death signal), the task's guard, then
+ * exec.
+ *
+ * The guard: the agent starts each process of a task in a session of its
+ * own, so a cluster manager that kills the agent's process group (YARN's
+ * NodeManager) misses the task, and the parent-death signal reaches the
+ * first process only, not what it started (`sh -c 'sleep 1000 & wait'`).
+ * So __exec leaves a small process behind in the task's session, in a
+ * process group of its own (the agent's kill of the task's group does not
+ * reach it), holding one end of a socket pair whose other end only the
+ * agent holds. The agent writes one byte to it when it has reaped the
+ * task's first process: the guard then exits. The end of the socket
+ * without that byte means the agent died: the guard SIGKILLs every process
+ * left in the task's session, then exits. The agent sees the guard gone
+ * when its end of the socket reads the end: it waits for that before it
+ * reports the task's end, so no guard outlives its task. */
 #include "agent/agent.h"
 #include "core/core.h"
 
@@ -10,9 +25,11 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int set_cpus(const char *list) {
@@ -40,8 +57,106 @@ static int join_cgroup(const char *dir) {
   return rc;
 }
 
+/* ---- the guard ----------------------------------------------------------- */
+/* SIGKILLs every live process of this session but the caller, until none
+ * is left (a process may fork while the others die): at most about 5 s. */
+static void kill_session(void) {
+  pid_t self = getpid(), sid = getsid(0);
+  if (sid <= 0) return;
+  kill(-sid, SIGKILL); /* the task's first process group: the session leader's */
+  for (int round = 0; round < 500; round++) {
+    DIR *d = opendir("/proc");
+    if (!d) return;
+    int left = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      long long pid;
+      if (loom__parse_int(e->d_name, 1, INT32_MAX, &pid) < 0 || (pid_t)pid == self) continue;
+      char path[64], buf[512];
+      snprintf(path, sizeof path, "/proc/%lld/stat", pid);
+      int fd = open(path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      ssize_t n = read(fd, buf, sizeof buf - 1);
+      close(fd);
+      if (n <= 0) continue;
+      buf[n] = 0;
+      /* after the command's ")": state ppid pgrp session */
+      const char *rp = strrchr(buf, ')');
+      char st;
+      int ppid, pgrp, session;
+      if (!rp || sscanf(rp + 1, " %c %d %d %d", &st, &ppid, &pgrp, &session) != 4) continue;
+      if (session != (int)sid || st == 'Z' || st == 'X') continue;
+      kill((pid_t)pid, SIGKILL);
+      left++;
+    }
+    closedir(d);
+    if (!left) return;
+    usleep(10000);
+  }
+}
+
+/* `loom __exec --guarding FD`: the guard's own program (see the top). */
+static int guard_main(int fd) {
+  int ignored[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
+                   SIGPIPE, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU};
+  for (size_t i = 0; i < sizeof ignored / sizeof *ignored; i++) signal(ignored[i], SIG_IGN);
+  for (;;) {
+    char c;
+    ssize_t n = read(fd, &c, 1);
+    if (n == 1) return 0; /* the agent reaped the task's first process */
+    if (n < 0 && errno == EINTR) continue;
+    break; /* the end: the agent is gone */
+  }
+  kill_session();
+  return 0;
+}
+
+/* Leaves the guard behind: a grandchild (its parent exits at once, so
+ * that the command, which this process becomes, has no child it did not
+ * start), in a process group of its own, running `loom __exec --guarding`
+ * with fd (its end of the agent's socket) as its only file besides
+ * /dev/null. A guard that cannot start leaves the task unguarded. */
+static void start_guard(int fd) {
+  pid_t mid = fork();
+  if (mid < 0) {
+    fprintf(stderr, "loom: cannot start the task's guard: %s\n", strerror(errno));
+    return;
+  }
+  if (mid == 0) {
+    pid_t g = fork();
+    if (g < 0) fprintf(stderr, "loom: cannot start the task's guard: %s\n", strerror(errno));
+    if (g != 0) _exit(0);
+    setpgid(0, 0);
+    int null = open("/dev/null", O_RDWR);
+    for (int s = 0; s < 3 && null >= 0; s++)
+      if (s != fd) dup2(null, s);
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      int f = atoi(e->d_name);
+      if (f > 2 && f != fd && f != dirfd(d)) close(f);
+    }
+    if (d) closedir(d);
+    char num[16];
+    snprintf(num, sizeof num, "%d", fd);
+    char *args[] = {"loom", "__exec", "--guarding", num, NULL};
+    execv("/proc/self/exe", args);
+    _exit(guard_main(fd)); /* the same without a fresh image */
+  }
+  while (waitpid(mid, NULL, 0) < 0 && errno == EINTR) {
+  }
+}
+
 int agent_exec_main(int argc, char **argv) {
+  long long gfd = -1;
+  if (argc == 3 && !strcmp(argv[1], "--guarding") &&
+      loom__parse_int(argv[2], 0, INT32_MAX, &gfd) == 0)
+    return guard_main((int)gfd);
   int i = 1;
+  if (i + 1 < argc && !strcmp(argv[i], "--guard")) {
+    if (loom__parse_int(argv[i + 1], 0, INT32_MAX, &gfd) < 0) gfd = -1;
+    i += 2;
+  }
   while (i < argc && strcmp(argv[i], "--")) i++;
   if (i + 1 >= argc) {
     fprintf(stderr, "loom __exec: no command after --\n");
@@ -51,6 +166,10 @@ int agent_exec_main(int argc, char **argv) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   const char *ppid = loom__tun_raw(LOOM_TUN_EXEC_PPID);
   if (ppid && atoi(ppid) != (int)getppid()) return 126; /* the agent is already gone */
+  if (gfd >= 0) { /* before the limits: the guard stays out of the task's cgroup */
+    start_guard((int)gfd);
+    close((int)gfd);
+  }
   const char *cpus = loom__tun_raw(LOOM_TUN_EXEC_CPUS);
   if (cpus && *cpus && set_cpus(cpus) < 0)
     fprintf(stderr, "loom: cannot set CPU affinity to %s: %s\n", cpus, strerror(errno));

@@ -186,6 +186,8 @@ void agent_drain_expired(uv_timer_t *t) {
     uv_timer_start(&a->drain, agent_drain_expired, 100, 0);
     return;
   }
-  for (int i = 0; i < a->nprocs; i++)
+  for (int i = 0; i < a->nprocs; i++) {
     for (int k = 0; k < 2; k++) agent_close_pipe(&a->procs[i].out[k]);
+    agent_close_guard(&a->procs[i]); /* one that did not go when told */
+  }
 }

@@ -4,6 +4,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -168,3 +169,65 @@ roles:
                 assert os.path.basename(p).startswith(f"loom-task-{name}-"), p
                 assert os.path.dirname(p) == str(base), p
                 assert not os.path.exists(p), f"{task}'s TMPDIR {p} outlived it"
+
+
+def _proc(pid):
+    """(state, ppid, session, command line) of a live process; None once it
+    is gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    f = stat.rsplit(")", 1)[1].split()
+    return None if f[0] in ("Z", "X") else (f[0], int(f[1]), int(f[3]), cmd)
+
+
+def test_sigkill_of_a_task_s_agent_ends_what_the_task_started(loom, tmp_path):
+    """A task's agent SIGKILLed (a cluster manager's kill, a lost host):
+    the task's first process dies with it (its parent-death signal) and so,
+    within seconds, does everything that process started in the task's
+    session, here a shell's `sleep &` and a process that left for a process
+    group of its own (which the coordinator's kill of the task's process
+    group on this host misses): the guard `loom __exec` leaves in the
+    session kills them. The task is lost, the job fails (retries 0)."""
+    bg, own = tmp_path / "bg.pid", tmp_path / "own.pid"
+    setpgid = tmp_path / "setpgid.py"
+    setpgid.write_text('import os\nos.setpgid(0, 0)\nos.execvp("sleep", ["sleep", "301"])\n')
+    p = loom.popen("run", loom.spec(f"""
+name: agentkill
+retries: 0
+roles:
+  worker: {{command: 'sleep 300 & echo $! > {bg}; {sys.executable} {setpgid} & echo $! > {own}; wait'}}
+"""))
+    try:
+        loom.wait_for(lambda: running(loom) and all(f.exists() and f.read_text().strip()
+                                                    for f in (bg, own)),
+                      what="the task and its background processes running")
+        sleep, other = int(bg.read_text()), int(own.read_text())
+        task = user_pids(loom)[0]
+        agent = _proc(task)[1]
+        assert _proc(agent)[3][1:2] == [b"agent"], _proc(agent)
+        loom.wait_for(lambda: _proc(other)[3][:2] == [b"sleep", b"301"], what="setpgid and exec")
+        assert _proc(sleep)[2] == _proc(other)[2] == task  # the task's session, not the agent's
+        assert os.getpgid(other) == other != os.getpgid(sleep) == task
+        guards = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and
+                  (_proc(int(d.name)) or (0, 0, 0, []))[2:] == (task, [b"loom", b"__exec",
+                                                                       b"--guarding", b"3", b""])]
+        assert len(guards) == 1, "no guard in the task's session"
+        os.kill(agent, signal.SIGKILL)
+        loom.wait_for(lambda: _proc(sleep) is None and _proc(other) is None, timeout=5,
+                      what="the task's background processes gone")
+        loom.wait_for(lambda: _proc(guards[0]) is None, timeout=5, what="the guard gone")
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 1, out + err
+        assert loom.state()["state"] == "failed"
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate(timeout=10)
+        for f in (bg, own):  # what a failure leaves
+            try:
+                os.kill(int(f.read_text()), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass

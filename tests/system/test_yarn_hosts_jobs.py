@@ -409,16 +409,13 @@ roles:
     assert f"YARN container {cid}: exit status 137" in app["diagnostics"], app
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="the agent starts its task detached (UV_PROCESS_DETACHED in "
-                          "src/agent/agent.c start_procs: a session of its own) and only the "
-                          "first process has PR_SET_PDEATHSIG (src/agent/exec.c): when the agent "
-                          "dies by SIGKILL, the NodeManager's kill of the container's process "
-                          "group misses the task's children, which run on outside any container")
 def test_a_task_s_processes_end_with_its_killed_container(hloom, hadoop_hosts):
     """The agent of a task whose command is a shell with a child (`sleep`
     under `sh -c`) SIGKILLed on its node: within seconds nothing of the
-    task runs on the node any more."""
+    task runs on the node any more. The task runs in a session of its own,
+    which the NodeManager's kill of the container's process group misses:
+    the parent-death signal ends the shell, the guard `loom __exec` left in
+    the task's session (src/agent/exec.c) the `sleep`."""
     h = hadoop_hosts
     s = hloom.spec("""
 name: hostsorphan
@@ -446,7 +443,7 @@ roles:
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
-        for pid in node_job_procs(h, hloom.home):  # what the bug leaves, for the next test
+        for pid in node_job_procs(h, hloom.home):  # what a failure leaves, for the next test
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
