@@ -48,13 +48,18 @@ int jobs_find(const char *arg, char *dir, size_t dirlen, char *err, size_t errle
   return rc;
 }
 
+bool jobs_refresh(const char *dir, backend_job *bj) {
+  backend_job mine;
+  const backend_ops *ops = backend_of_job(dir);
+  return ops && ops->job_state && ops->job_state(dir, bj ? bj : &mine) == 0;
+}
+
 json_t *jobs_state(const char *dir) { return jobdir_read_json(dir, JOBDIR_STATE, 64u << 20); }
 
 bool jobs_coord_alive(const char *dir) {
   /* a coordinator inside a cluster: alive while the manager runs the job */
-  const backend_ops *ops = backend_of_job(dir);
   backend_job bj;
-  if (ops && ops->job_state && ops->job_state(dir, &bj) == 0)
+  if (jobs_refresh(dir, &bj))
     return bj.state == BACKEND_JOB_PENDING || bj.state == BACKEND_JOB_RUNNING;
   json_t *j = jobdir_read_json(dir, JOBDIR_COORD, 1 << 20);
   if (!j) return false;

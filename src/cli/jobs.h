@@ -4,6 +4,7 @@
 #ifndef LOOM_CLI_JOBS_H
 #define LOOM_CLI_JOBS_H
 
+#include "backend/backend.h"
 #include "spec/spec.h"
 
 /* Creates the job directory for spec s: id, logs/, tasks/, tensorboard/,
@@ -13,6 +14,12 @@ int jobs_create(const spec_job *s, char *id, char *dir, char *secret, char *err,
 /* Finds a job from an id, a unique prefix of one, or "last" (see
  * jobdir_resolve); its directory goes to dir. */
 int jobs_find(const char *arg, char *dir, size_t dirlen, char *err, size_t errlen);
+/* For a job whose coordinator runs in its cluster manager: asks the
+ * manager for it into *bj (when not NULL) and, where the coordinator's
+ * job directory is not this one (a YARN managed application master),
+ * brings this one up to date from what the coordinator published. false
+ * for other jobs, or when the manager cannot say. */
+bool jobs_refresh(const char *dir, backend_job *bj);
 /* The job's state, or NULL. */
 json_t *jobs_state(const char *dir);
 /* true while the job's coordinator process is alive (for a backend whose

@@ -301,6 +301,12 @@ int cli_coordinator(int argc, char **argv) {
       return cli_bad_usage("coordinator", "unknown option %s", argv[i]);
   }
   char p[PATH_MAX + 32], err[2048], exe[PATH_MAX];
+  /* a job directory of its own (a managed YARN application master's, in
+   * its container) may hold only the spec and the secret yet */
+  if (jobdir_make(dir, err, sizeof err) < 0) {
+    fprintf(stderr, "loom coordinator: %s\n", err);
+    return LOOM_EXIT_INFRA;
+  }
   jobdir_path(dir, JOBDIR_SPEC, p, sizeof p);
   spec_job *s;
   if (spec_load(p, NULL, 0, &s, err, sizeof err) < 0) {
@@ -323,8 +329,15 @@ int cli_coordinator(int argc, char **argv) {
                   .self_exe = exe};
   const backend_ops *ops = backend_find(bopt ? bopt : s->backend);
   if (ops && ops->requeues) {
-    /* a job the cluster manager started again continues its attempts */
+    /* a job the cluster manager started again continues its attempts:
+     * where its directory is new (a managed YARN application master's
+     * next container), the backend first brings back what the previous
+     * attempt published */
     json_t *prev = jobs_state(dir);
+    if (!prev) {
+      jobs_refresh(dir, NULL);
+      prev = jobs_state(dir);
+    }
     if (prev) o.first_attempt = (int)json_integer_value(json_object_get(prev, "attempt")) + 1;
     json_decref(prev);
   }

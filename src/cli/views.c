@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- status ----------------------------------------------------------------- */
@@ -67,11 +68,9 @@ static void print_tensorboard(const char *dir, json_t *st) {
 }
 
 /* The job as its cluster manager sees it, for a backend whose coordinator
- * runs there; false for others (or when the job has none). */
-static bool backend_state(const char *dir, backend_job *bj) {
-  const backend_ops *ops = backend_of_job(dir);
-  return ops && ops->job_state && ops->job_state(dir, bj) == 0;
-}
+ * runs there (its job directory brought up to date: jobs_refresh); false
+ * for others (or when the job has none). */
+static bool backend_state(const char *dir, backend_job *bj) { return jobs_refresh(dir, bj); }
 
 static const char *backend_job_word(backend_job_state st) {
   switch (st) {
@@ -130,6 +129,14 @@ int cli_status(int argc, char **argv) {
       const char *id = all[i].id;
       jobdir_of(id, dir, sizeof dir);
       json_t *st = jobs_state(dir);
+      const char *was = st ? json_string_value(json_object_get(st, "state")) : NULL;
+      if (!was || (strcmp(was, "succeeded") && strcmp(was, "failed") && strcmp(was, "killed"))) {
+        /* not ended yet here: where the coordinator is elsewhere, what
+         * it published since */
+        json_decref(st);
+        jobs_refresh(dir, NULL);
+        st = jobs_state(dir);
+      }
       if (!st) {
         backend_job bj;
         char what[200];
@@ -171,9 +178,9 @@ int cli_status(int argc, char **argv) {
     fprintf(stderr, "loom status: %s\n", err);
     return LOOM_EXIT_USAGE;
   }
-  json_t *st = jobs_state(dir);
   backend_job bj;
   bool in_manager = backend_state(dir, &bj);
+  json_t *st = jobs_state(dir);
   if (!st && in_manager) {
     /* not started yet: what the cluster manager says, asked now */
     const char *slash = strrchr(dir, '/');
@@ -315,6 +322,7 @@ int cli_logs(int argc, char **argv) {
   } else {
     jobdir_path(dir, JOBDIR_ALL_LOG, path, sizeof path);
   }
+  jobs_refresh(dir, NULL); /* what a coordinator elsewhere published */
   FILE *f = fopen(path, "r");
   if (!f && !follow) {
     fprintf(stderr, "loom logs: no log at %s%s\n", path,
@@ -337,6 +345,20 @@ int cli_logs(int argc, char **argv) {
     if (!follow) break;
     if (!job_live(dir) && loom__now_ms() - idle_since > 300) break;
     if (f) clearerr(f);
+    /* a log copied in from where the coordinator published it is a new
+     * file each time, holding the old one's lines first: on from where
+     * this one ended */
+    struct stat now, had;
+    if (f && stat(path, &now) == 0 && fstat(fileno(f), &had) == 0 && now.st_ino != had.st_ino) {
+      long off = ftell(f);
+      FILE *g = fopen(path, "r");
+      if (g && off >= 0 && fseek(g, off, SEEK_SET) == 0) {
+        fclose(f);
+        f = g;
+        continue;
+      }
+      if (g) fclose(g);
+    }
     usleep(100000);
   }
   if (f) fclose(f);
@@ -361,6 +383,7 @@ int cli_events(int argc, char **argv) {
     fprintf(stderr, "loom events: %s\n", err);
     return LOOM_EXIT_USAGE;
   }
+  jobs_refresh(dir, NULL); /* what a coordinator elsewhere published */
   jobdir_path(dir, JOBDIR_EVENTS, path, sizeof path);
   FILE *f = fopen(path, "r");
   if (!f) {

@@ -70,6 +70,10 @@ int jobdir_create(const char *id, char *dir, size_t dirlen, char *err, size_t er
              jobdir_root(), id, JOBDIR_HOME_ENV);
     return LOOM_ERANGE;
   }
+  return jobdir_make(dir, err, errlen);
+}
+
+int jobdir_make(const char *dir, char *err, size_t errlen) {
   char p[PATH_MAX + 64];
   for (int f = -1; f < JOBDIR__COUNT; f++) {
     if (f >= 0 && !files[f].mkdir) continue;

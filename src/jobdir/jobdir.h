@@ -37,7 +37,8 @@
   X(FETCHED, "fetched", 0)           /* fetched/<n>-<name>: hdfs:// files and archives */          \
   X(SLURM_SH, "slurm.sh", 0)         /* slurm: the batch script */                                 \
   X(SLURM_JSON, "slurm.json", 0)     /* slurm: {"job_id": ...} */                                  \
-  X(YARN_JSON, "yarn.json", 0)       /* yarn: {"application": ..., "conf_dir": ...} */
+  X(YARN_JSON, "yarn.json", 0)       /* yarn: {"application": ..., "conf_dir": ...} */             \
+  X(YARN_SYNC, "yarn-sync.json", 0)  /* yarn: what was copied from the AM's published copy */
 
 typedef enum {
 #define JOBDIR__ENUM(name, path, mk) JOBDIR_##name,
@@ -72,6 +73,10 @@ int jobdir_of(const char *id, char *out, size_t len);
  * logs); the directory's path goes to dir. On failure err says which path
  * and why. */
 int jobdir_create(const char *id, char *dir, size_t dirlen, char *err, size_t errlen);
+/* Makes the job directory dir (any path) and its folders where missing,
+ * each 0700, as jobdir_create does: a managed application master's own
+ * job directory in its container. On failure err says which path. */
+int jobdir_make(const char *dir, char *err, size_t errlen);
 /* Writes f of job directory dir atomically, readable by its owner only
  * (0600); durable as loom__write_atomic. */
 int jobdir_write(const char *dir, jobdir_file f, const void *data, size_t len, bool durable);

@@ -369,7 +369,9 @@ roles:
 
 def test_submit_runs_a_managed_application_master_the_client_can_leave(yloom, yarn):
     """`loom submit` returns at once; the coordinator runs in a container YARN
-    started (the client is gone); status, logs and the RM agree."""
+    started (the client is gone), in a job directory of its own there, which
+    it publishes to HDFS and, this host seeing the client's, copies into that
+    too; status, logs and the RM agree."""
     s = yloom.spec("""
 name: ysub
 backend: yarn
@@ -384,6 +386,9 @@ roles:
     jd = yloom.home / "jobs" / job
     yj = json.loads((jd / "yarn.json").read_text())
     assert yj["application"].startswith("application_") and yj["conf_dir"] == str(yarn.conf)
+    user = os.environ.get("HADOOP_USER_NAME") or pwd.getpwuid(os.getuid()).pw_name
+    pub = f"hdfs://127.0.0.1:{yarn.nn_port}/user/{user}/.loom/jobs/{job}"
+    assert yj["published"] == pub, yj
 
     def done():
         st = yloom.run("status", job)
@@ -395,6 +400,11 @@ roles:
     app = wait_app(yloom, yarn, "ysub", ("FINISHED", "FAILED", "KILLED"))
     assert app["id"] == yj["application"] and app["unmanagedApplication"] is False
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED")
+    # the published copy holds the job's end too; this host sees the
+    # client's job directory, so the AM wrote it as well and said so
+    got = yloom.run("fs", "cat", f"{pub}/state.json")
+    assert got.returncode == 0 and json.loads(got.stdout)["state"] == "succeeded", got.stderr
+    assert json.loads((jd / "yarn-sync.json").read_text()) == {"mirror": True}
     no_process_left(yloom)
 
 
@@ -457,7 +467,9 @@ roles:
                     cmd = (p / "cmdline").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                if cmd[1:3] == [b"coordinator", str(yloom.home / "jobs" / job).encode()]:
+                # its own job directory in its container, named by the job's id
+                if cmd[1:3] == [b"coordinator", job.encode()] and \
+                        str(yloom.home).encode() in (p / "environ").read_bytes():
                     return int(p.name)
     first = coordinator()
     assert first

@@ -590,15 +590,13 @@ roles:
           f"{counts[1]} (binary {SIZE}); staging took {took[0]} ms, then {took[1]} ms")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="`loom submit` runs the managed AM as `./loom coordinator JOBDIR "
-                          ">>JOBDIR/coordinator.log` (src/backend/yarn/client.c yarn_submit): "
-                          "the client's job directory, which a node does not have, so the AM "
-                          "container exits 1 at launch and the application FAILS")
 def test_submit_runs_its_application_master_on_a_node(hloom, hadoop_hosts):
     """`loom submit` from the client: the managed application master runs
-    in a container on a node, the client can leave, the job succeeds and
-    `loom status` and `loom logs` say so."""
+    in a container on a node, in a job directory of its own there (the
+    client's is on the client only), the client can leave, the job succeeds
+    and `loom status` and `loom logs` say so from what the application
+    master published in HDFS (/user/<user>/.loom/jobs/<id>/, its owner's
+    only)."""
     h = hadoop_hosts
     s = hloom.spec("""
 name: hostssub
@@ -609,12 +607,64 @@ roles:
     r = hloom.run("submit", "--backend", "yarn", s, timeout=60)
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip()
+    jd = hloom.home / "jobs" / job
+    user = pwd.getpwuid(os.getuid()).pw_name
+    pub = h.url(f"/user/{user}/.loom/jobs/{job}")
+    assert json.loads((jd / "yarn.json").read_text())["published"] == pub
     app = hloom.wait_for(lambda: (lambda a: a["state"] in ("FINISHED", "FAILED", "KILLED") and a)(
         app_named(h, "hostssub")), timeout=90, what="the application to end")
-    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app["diagnostics"]
+    # the AM's own output, in its container's log directory on its node
+    am_log = "".join(p.read_text() for p in h.dir.glob(
+        f"nm*/logs/{app['id']}/container_*_01_000001/coordinator.log"))
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), \
+        (app["diagnostics"], am_log)
     assert app["amHostHttpAddress"].split(":")[0] in (h.addrs["node1"], h.addrs["node2"]), app
+    # nothing of the job came into the client's directory but through loom
+    assert not (jd / "state.json").exists()
     st = hloom.run("status", job)
     assert "state    succeeded" in st.stdout, st.stdout
+    assert f"cluster  YARN application {app['id']} is FINISHED SUCCEEDED" in st.stdout, st.stdout
     logs = hloom.run("logs", job).stdout
     assert re.search(r"\[worker:0\] hello from worker:0 on 10\.", logs), logs
     assert re.search(r"\[worker:1\] hello from worker:1 on 10\.", logs), logs
+    # the coordinator ran on the node: its address there, its log beside
+    coord = json.loads((jd / "coord.json").read_text())
+    assert coord["addr"].rsplit(":", 1)[0] in (h.addrs["node1"], h.addrs["node2"]), coord
+    assert "job_started" in (jd / "events.jsonl").read_text()
+    # the published copy is its owner's only, and holds the spec it ran
+    ls = hloom.run("fs", "ls", h.url(f"/user/{user}/.loom/jobs"))
+    assert ls.returncode == 0, ls.stderr
+    line = [l for l in ls.stdout.splitlines() if l.rstrip().endswith(job)]
+    assert line and line[0].startswith("drwx------"), ls.stdout
+    assert hloom.run("fs", "cat", f"{pub}/spec.yaml").stdout == (jd / "spec.yaml").read_text()
+
+
+def test_submit_status_and_kill_from_the_client(hloom, hadoop_hosts):
+    """A submitted job whose application master runs on a node: `loom
+    status` shows its tasks running there, `loom kill` stops it through the
+    coordinator (its address and the job's secret, which the client holds),
+    and the job ends killed, with nothing left on the nodes."""
+    h = hadoop_hosts
+    s = hloom.spec("""
+name: hostssubkill
+backend: yarn
+roles:
+  worker: {instances: 2, command: 'echo up; sleep 300'}
+""")
+    r = hloom.run("submit", "--backend", "yarn", s, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+
+    def running():
+        st = hloom.run("status", "--json", job)
+        j = json.loads(st.stdout) if st.returncode == 0 and st.stdout.strip() else {}
+        return [t["state"] for t in j.get("tasks", [])] == ["running"] * 2 and j
+    st = hloom.wait_for(running, timeout=120, what="both tasks running, seen from the client")
+    assert {t["host"] for t in st["tasks"]} <= {h.addrs["node1"], h.addrs["node2"]}, st
+    k = hloom.run("kill", job, timeout=60)
+    assert k.returncode == 0, k.stdout + k.stderr
+    assert "cancelling" not in k.stderr, k.stderr  # through the coordinator, not the RM
+    app = final_app(hloom, h, "hostssubkill")
+    assert app["state"] in ("FINISHED", "KILLED"), app
+    st = hloom.run("status", job)
+    assert "state    killed" in st.stdout, st.stdout

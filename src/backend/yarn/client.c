@@ -94,44 +94,69 @@ int yarn_probe(char *msg, size_t len) {
  * starts again, up to the spec's retries + 1 attempts within the
  * cluster's yarn.resourcemanager.am.max-attempts, if it dies), from the
  * copy of exe YARN localized into it (ship.c), which it hands on to its
- * tasks' containers without staging it again (YARN_SHIP_ENV). */
+ * tasks' containers without staging it again (YARN_SHIP_ENV). Its job
+ * directory is its own, ./<id> in the container, made from the spec and
+ * the secret staged in the job's published copy (jobsync.c); what it
+ * writes comes back to the client's job directory through that copy. Its
+ * output goes to the container's log directory (coordinator.log, which
+ * `yarn logs` shows), linked from its job directory. */
 int yarn_submit(const spec_job *s, const char *job_id, const char *job_dir, const char *exe,
                 backend_job *job, char *err, size_t errlen) {
   memset(job, 0, sizeof *job);
-  hyarn_resource ship;
+  char url[PATH_MAX];
+  if (yarn_job_url(job_id, url, sizeof url) < 0) {
+    snprintf(err, errlen, "the published copy of job %s is too long a path", job_id);
+    return LOOM_EBACKEND;
+  }
+  hyarn_resource res[3];
   yarn_ship_info info;
-  int rc = yarn_ship(exe, &ship, &info, err, errlen);
+  int rc = yarn_ship(exe, &res[0], &info, err, errlen);
   if (rc < 0) return rc;
-  char *ship_env = yarn_ship_env(&ship);
+  if ((rc = yarn_job_stage(job_dir, url, &res[1], err, errlen)) < 0) {
+    free((char *)res[0].name);
+    free((char *)res[0].path);
+    return rc;
+  }
+  char *ship_env = yarn_ship_env(&res[0]);
+  char *job_env = loom__asprintf("%s=%s", YARN_JOB_ENV, url);
+  char *client_env = loom__asprintf("%s=%s", YARN_CLIENT_DIR_ENV, job_dir);
+  const char *spec = jobdir_name(JOBDIR_SPEC), *secret = jobdir_name(JOBDIR_SECRET);
+  const char *clog = jobdir_name(JOBDIR_COORD_LOG);
   loom__buf cmd;
   loom__buf_init(&cmd, 1 << 20);
-  loom__buf_printf(&cmd, "exec ./" YARN_SHIP_NAME " coordinator ");
-  hyarn_shell_quote(&cmd, job_dir);
-  loom__buf_printf(&cmd, " --backend yarn >>");
-  char logp[PATH_MAX + 32];
-  jobdir_path(job_dir, JOBDIR_COORD_LOG, logp, sizeof logp);
-  hyarn_shell_quote(&cmd, logp);
-  loom__buf_printf(&cmd, " 2>&1");
+  /* the id is a job id: letters, digits, '_' and '-', nothing to quote */
+  loom__buf_printf(&cmd,
+                   "umask 077 && mkdir -p %s && cp %s %s %s/ && ln -sf <LOG_DIR>/%s %s/%s && "
+                   "exec ./" YARN_SHIP_NAME " coordinator %s --backend yarn >><LOG_DIR>/%s 2>&1",
+                   job_id, spec, secret, job_id, clog, job_id, clog, job_id, clog);
   extern char **environ;
   int n = 0;
   while (environ[n]) n++;
-  char **env = calloc((size_t)n + 3, sizeof *env);
+  char **env = calloc((size_t)n + 5, sizeof *env);
   int k = 0;
+  /* HADOOP_CONF_DIR is the node's (the NodeManager's whitelist hands on
+   * its own where the container sets none): the client's may not exist
+   * there */
   for (int i = 0; env && i < n; i++)
-    if (!yarn_nm_sets_itself(environ[i]) &&
-        strncmp(environ[i], YARN_SHIP_ENV "=", strlen(YARN_SHIP_ENV) + 1))
+    if (!yarn_nm_sets_itself(environ[i]) && strncmp(environ[i], "HADOOP_CONF_DIR=", 16) &&
+        strncmp(environ[i], YARN_SHIP_ENV "=", strlen(YARN_SHIP_ENV) + 1) &&
+        strncmp(environ[i], YARN_JOB_ENV "=", strlen(YARN_JOB_ENV) + 1) &&
+        strncmp(environ[i], YARN_CLIENT_DIR_ENV "=", strlen(YARN_CLIENT_DIR_ENV) + 1))
       env[k++] = environ[i];
   if (env) env[k++] = YARN_MANAGED_ENV "=1";
   if (env) env[k++] = ship_env;
+  if (env) env[k++] = job_env;
+  if (env) env[k++] = client_env;
   char app[64] = "", why[4096] = "";
-  rc = env && cmd.p && ship_env
-           ? hyarn_submit_managed(NULL, s->name, s->queue, cmd.p, env, &ship, 1, YARN_AM_MB,
+  rc = env && cmd.p && ship_env && job_env && client_env
+           ? hyarn_submit_managed(NULL, s->name, s->queue, cmd.p, env, res, 3, YARN_AM_MB,
                                   s->retries + 1, YARN_RPC_TIMEOUT_MS, app, why, sizeof why)
            : LOOM_ENOMEM;
   free(env);
   free(ship_env);
-  free((char *)ship.name);
-  free((char *)ship.path);
+  free(job_env);
+  free(client_env);
+  for (int i = 0; i < 3; i++) free((char *)res[i].name), free((char *)res[i].path);
   loom__buf_free(&cmd);
   if (rc < 0) {
     snprintf(err, errlen, "YARN refused the application: %s", why[0] ? why : loom_strerror(rc));
@@ -139,7 +164,8 @@ int yarn_submit(const spec_job *s, const char *job_id, const char *job_dir, cons
   }
   hyarn_rms rms;
   const char *conf = hyarn_find_rm(NULL, &rms, why, sizeof why) == 0 ? rms.conf_dir : "";
-  json_t *j = json_pack("{s:s, s:s, s:s}", "application", app, "conf_dir", conf, "job", job_id);
+  json_t *j = json_pack("{s:s, s:s, s:s, s:s}", "application", app, "conf_dir", conf, "job", job_id,
+                        "published", url);
   char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
   json_decref(j);
   rc = js ? jobdir_write(job_dir, JOBDIR_YARN_JSON, js, strlen(js), false) : LOOM_ENOMEM;
@@ -151,15 +177,19 @@ int yarn_submit(const spec_job *s, const char *job_id, const char *job_dir, cons
   return rc;
 }
 
-/* The application and configuration directory of a job directory. */
-static int app_of(const char *job_dir, char *app, size_t applen, char *conf, size_t conflen) {
+/* The application, configuration directory and published copy (url, ""
+ * when none) of a job directory. */
+static int app_of(const char *job_dir, char *app, size_t applen, char *conf, size_t conflen,
+                  char *url, size_t urllen) {
   json_t *j = jobdir_read_json(job_dir, JOBDIR_YARN_JSON, 1 << 20);
   const char *a = j ? json_string_value(json_object_get(j, "application")) : NULL;
   const char *c = j ? json_string_value(json_object_get(j, "conf_dir")) : NULL;
+  const char *u = j ? json_string_value(json_object_get(j, "published")) : NULL;
   int rc = a && *a ? 0 : LOOM_ENOENT;
   if (rc == 0) {
     loom__strlcpy(app, a, applen);
     loom__strlcpy(conf, c ? c : "", conflen);
+    loom__strlcpy(url, u ? u : "", urllen);
   }
   json_decref(j);
   return rc;
@@ -167,8 +197,17 @@ static int app_of(const char *job_dir, char *app, size_t applen, char *conf, siz
 
 int yarn_job_state(const char *job_dir, backend_job *job) {
   memset(job, 0, sizeof *job);
-  char conf[1024], state[16], final[16], diag[256], err[1024];
-  if (app_of(job_dir, job->id, sizeof job->id, conf, sizeof conf) < 0) return LOOM_ENOENT;
+  char conf[1024], url[PATH_MAX], state[16], final[16], diag[256], err[1024];
+  if (app_of(job_dir, job->id, sizeof job->id, conf, sizeof conf, url, sizeof url) < 0) {
+    /* a new attempt of a managed application master, in its own job
+     * directory (./<id>): what the previous one published */
+    const char *pub = getenv(YARN_MANAGED_ENV) ? getenv(YARN_JOB_ENV) : NULL;
+    const char *id = pub ? strrchr(pub, '/') : NULL, *base = strrchr(job_dir, '/');
+    if (id && !strcmp(id + 1, base ? base + 1 : job_dir)) yarn_job_pull(job_dir, pub, true);
+    return LOOM_ENOENT;
+  }
+  /* what the application master published, into the client's directory */
+  if (url[0]) yarn_job_pull(job_dir, url, false);
   int rc = hyarn_app_report(conf[0] ? conf : NULL, job->id, YARN_RPC_TIMEOUT_MS, state, final, diag,
                             sizeof diag, err, sizeof err);
   if (rc < 0) {
@@ -193,8 +232,8 @@ int yarn_job_state(const char *job_dir, backend_job *job) {
 }
 
 int yarn_cancel(const char *job_dir, char *msg, size_t msglen) {
-  char app[64], conf[1024], err[1024];
-  if (app_of(job_dir, app, sizeof app, conf, sizeof conf) < 0) {
+  char app[64], conf[1024], url[PATH_MAX], err[1024];
+  if (app_of(job_dir, app, sizeof app, conf, sizeof conf, url, sizeof url) < 0) {
     snprintf(msg, msglen, "%s has no yarn.json: no YARN application to kill", job_dir);
     return LOOM_ENOENT;
   }

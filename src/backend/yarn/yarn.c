@@ -101,6 +101,7 @@ typedef struct {
   char stage_dir[PATH_MAX];
   hyarn_container *release; /* granted containers to give back */
   int nrelease, caprelease;
+  yarn_pub *pub; /* a managed AM: publishes its job directory (jobsync.c) */
 } ypriv;
 
 /* Queues an exit for the loop thread (mu held). */
@@ -428,6 +429,7 @@ static void *yarn_thread(void *arg) {
     free(rel);
     free(asks);
     free(stops);
+    yarn_pub_sync(p->pub, false);
 
     pthread_mutex_lock(&p->mu);
     if (rc < 0 || res.shutdown) {
@@ -624,6 +626,7 @@ static int yarn_create(backend *b, const spec_job *s, int ntasks) {
                       "registered_ms", (json_int_t)took, "tracking", hyarn_am_tracking(p->am)),
             say);
   pthread_mutex_unlock(&p->mu);
+  if (managed) p->pub = yarn_pub_open();
   b->priv = p;
   if (pthread_create(&p->th, NULL, yarn_thread, p) != 0) {
     hyarn_am_free(p->am, true);
@@ -827,10 +830,13 @@ static int yarn_launch(backend *b, int task_id, char *const *argv, char *const *
   loom__buf_free(&cmd);
   for (int i = 0, k = 0; e && i < n; i++) {
     /* the NodeManager sets these itself; the managed AM's own markers
-     * (managed, the binary its client staged) are not the agents' */
+     * (managed, the binary its client staged, its job's published copy,
+     * the client's job directory) are not the agents' */
     if (yarn_nm_sets_itself(env[i]) ||
         !strncmp(env[i], YARN_MANAGED_ENV "=", strlen(YARN_MANAGED_ENV) + 1) ||
-        !strncmp(env[i], YARN_SHIP_ENV "=", strlen(YARN_SHIP_ENV) + 1))
+        !strncmp(env[i], YARN_SHIP_ENV "=", strlen(YARN_SHIP_ENV) + 1) ||
+        !strncmp(env[i], YARN_JOB_ENV "=", strlen(YARN_JOB_ENV) + 1) ||
+        !strncmp(env[i], YARN_CLIENT_DIR_ENV "=", strlen(YARN_CLIENT_DIR_ENV) + 1))
       continue;
     if (!(e[k++] = strdup(env[i]))) break;
   }
@@ -924,6 +930,8 @@ static void yarn_finish(backend *b, int exit_status, const char *why) {
   pthread_mutex_unlock(&p->mu);
   if (p->th_started) pthread_join(p->th, NULL);
   p->th_started = false;
+  /* the job's end where the client reads it, before YARN says it ended */
+  yarn_pub_sync(p->pub, true);
   if (!p->am || p->gone) return;
   char err[2048];
   int st = exit_status == 0 ? 0 : exit_status == 130 ? 2 : 1; /* 130: interrupted, killed */
@@ -955,6 +963,7 @@ static void yarn_destroy(backend *b) {
   free(p->ex);
   free(p->t);
   free(p->role);
+  yarn_pub_free(p->pub);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
   free(p);

@@ -42,6 +42,38 @@ int yarn_ship(const char *self, hyarn_resource *r, yarn_ship_info *info, char *e
 /* YARN_SHIP_ENV=... for r, malloc'ed; NULL when out of memory. */
 char *yarn_ship_env(const hyarn_resource *r);
 
+/* What a managed application master's environment names besides
+ * YARN_MANAGED_ENV: the URL of its job's published copy (jobsync.c; its
+ * last component is the job's id, and ./<id> in the container the
+ * application master's job directory), and the client's job directory,
+ * which it also writes where its node sees it. */
+#define YARN_JOB_ENV "LOOM_YARN_JOB"
+#define YARN_CLIENT_DIR_ENV "LOOM_YARN_CLIENT_DIR"
+
+/* The URL of job id's published copy (jobsync.c): <fs.defaultFS>/user/
+ * <user>/.loom/jobs/<id> when that is HDFS, else <loom home>/yarn-jobs/
+ * <id>. LOOM_ERANGE when it does not fit. */
+int yarn_job_url(const char *id, char *url, size_t len);
+/* Makes the published copy url (0700) and stages the spec and the secret
+ * of job_dir there; res gets them as the application master's
+ * LocalResources (names and paths malloc'ed). 0, or LOOM_EBACKEND /
+ * LOOM_ENOMEM with err. */
+int yarn_job_stage(const char *job_dir, const char *url, hyarn_resource res[2], char *err,
+                   size_t errlen);
+/* Brings job directory dir up to date from the published copy url: each
+ * file there whose size or time changed since it was last copied (none
+ * when the application master writes dir itself). restore: a new
+ * application master attempt's own directory: the state, events and logs
+ * only. 0, or LOOM_EIO when a copy failed. */
+int yarn_job_pull(const char *dir, const char *url, bool restore);
+/* A managed application master's publisher: NULL when this process is
+ * none (or out of memory). */
+typedef struct yarn_pub yarn_pub;
+yarn_pub *yarn_pub_open(void);
+/* Publishes what changed: at most once a second unless final. */
+void yarn_pub_sync(yarn_pub *p, bool final);
+void yarn_pub_free(yarn_pub *p);
+
 /* Whether kv (NAME=value) is a variable of the client's environment a
  * container does not take: the NodeManager's shell sets it itself. */
 bool yarn_nm_sets_itself(const char *kv);
