@@ -343,7 +343,7 @@ int cli_logs(int argc, char **argv) {
     }
     fflush(stdout);
     if (!follow) break;
-    if (!job_live(dir) && loom__now_ms() - idle_since > 300) break;
+    bool live = job_live(dir); /* which copies in what was published */
     if (f) clearerr(f);
     /* a log copied in from where the coordinator published it is a new
      * file each time, holding the old one's lines first: on from where
@@ -359,6 +359,7 @@ int cli_logs(int argc, char **argv) {
       }
       if (g) fclose(g);
     }
+    if (!live && loom__now_ms() - idle_since > 300) break;
     usleep(100000);
   }
   if (f) fclose(f);

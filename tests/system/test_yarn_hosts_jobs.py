@@ -649,7 +649,7 @@ def test_submit_status_and_kill_from_the_client(hloom, hadoop_hosts):
 name: hostssubkill
 backend: yarn
 roles:
-  worker: {instances: 2, command: 'echo up; sleep 300'}
+  worker: {instances: 2, command: 'trap "echo stopping $LOOM_TASK; exit 0" TERM; echo up; sleep 300 & wait'}
 """)
     r = hloom.run("submit", "--backend", "yarn", s, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -661,9 +661,21 @@ roles:
         return [t["state"] for t in j.get("tasks", [])] == ["running"] * 2 and j
     st = hloom.wait_for(running, timeout=120, what="both tasks running, seen from the client")
     assert {t["host"] for t in st["tasks"]} <= {h.addrs["node1"], h.addrs["node2"]}, st
-    k = hloom.run("kill", job, timeout=60)
-    assert k.returncode == 0, k.stdout + k.stderr
-    assert "cancelling" not in k.stderr, k.stderr  # through the coordinator, not the RM
+    # `loom logs --follow` from the client: the lines published so far, those
+    # the tasks print when stopped (published after it started), and it ends
+    # when the job does
+    follow = hloom.popen("logs", "--follow", job)
+    try:
+        k = hloom.run("kill", job, timeout=60)
+        assert k.returncode == 0, k.stdout + k.stderr
+        assert "cancelling" not in k.stderr, k.stderr  # through the coordinator, not the RM
+        out, err = follow.communicate(timeout=60)
+    finally:
+        if follow.poll() is None:
+            os.killpg(follow.pid, signal.SIGKILL)
+    assert follow.returncode == 0, err
+    assert "[worker:0] up" in out and "[worker:1] up" in out, out
+    assert "[worker:0] stopping worker:0" in out and "[worker:1] stopping worker:1" in out, out
     app = final_app(hloom, h, "hostssubkill")
     assert app["state"] in ("FINISHED", "KILLED"), app
     st = hloom.run("status", job)
