@@ -1,17 +1,21 @@
 """Where the `loom` binary and libloom.so are.
 
 The binary, in order: $LOOM_BIN (and nothing else when it is set); the
-build/ directory of the source tree this package sits in (PYTHONPATH=python
-or an editable install: python/loom/ -> build/loom); the build/ directory
-of the source tree it was installed from (recorded by `pip install`);
-sys.prefix/bin (a virtual environment or the prefix loom was installed
-to); PATH.
+package's own copy, loom/_native/bin/loom (a wheel built by
+scripts/wheel.sh carries one); the build/ directory of the source tree
+this package sits in (PYTHONPATH=python or an editable install:
+python/loom/ -> build/loom); the build/ directory of the source tree it
+was installed from (recorded by `pip install`); sys.prefix/bin (a virtual
+environment or the prefix loom was installed to); PATH.
 
 libloom.so, in order: $LOOM_LIBRARY (or $LOOM_LIB; nothing else when set);
 beside the binary $LOOM_BIN names (a build tree) or in its ../lib (an
-install prefix); the two build/ directories above; sys.prefix/lib; beside
-or under ../lib of the binary found on PATH; wherever the dynamic loader
-finds libloom (ctypes.util.find_library)."""
+install prefix); the package's own copy, loom/_native/lib/libloom.so; the
+two build/ directories above; sys.prefix/lib; beside or under ../lib of
+the binary found on PATH; wherever the dynamic loader finds libloom
+(ctypes.util.find_library).
+
+main() is the `loom` console script of a wheel that carries the binary."""
 import ctypes.util
 import os
 import shutil
@@ -22,6 +26,8 @@ from typing import List, Optional
 from .errors import NotFound
 
 _HERE = Path(__file__).resolve().parent
+# a wheel's copy of the binary and of libloom (setup.py: LOOM_WHEEL_BUILD_DIR)
+_NATIVE = _HERE / "_native"
 
 
 def _build_dirs() -> List[Path]:
@@ -54,7 +60,8 @@ def binary() -> str:
             return env
         raise NotFound(f"LOOM_BIN={env} is not an executable file: point LOOM_BIN at the "
                        f"loom binary (build/loom of a build, or <prefix>/bin/loom)", [env])
-    looked = [str(d / "loom") for d in _build_dirs()] + [os.path.join(sys.prefix, "bin", "loom")]
+    looked = ([str(_NATIVE / "bin" / "loom")] + [str(d / "loom") for d in _build_dirs()] +
+              [os.path.join(sys.prefix, "bin", "loom")])
     for c in looked:
         if _exe(Path(c)):
             return c
@@ -82,6 +89,7 @@ def library() -> str:
     if bin_env:
         b = Path(bin_env).resolve().parent
         cands += [b / "libloom.so", b.parent / "lib" / "libloom.so"]
+    cands.append(_NATIVE / "lib" / "libloom.so")
     cands += [d / "libloom.so" for d in _build_dirs()]
     cands.append(Path(sys.prefix) / "lib" / "libloom.so")
     on_path = shutil.which("loom")
@@ -98,3 +106,18 @@ def library() -> str:
     raise NotFound("cannot find libloom.so; looked in:\n  " + "\n  ".join(looked) +
                    "\nbuild loom (cmake -S . -B build && cmake --build build), install it "
                    "(cmake --install build), or set LOOM_LIBRARY=/path/to/libloom.so", looked)
+
+
+def main() -> None:
+    """The `loom` console script of a wheel that carries the binary: execs
+    the binary binary() finds (the wheel's own copy unless $LOOM_BIN says
+    otherwise) with this command's arguments."""
+    try:
+        exe = binary()
+    except NotFound as e:
+        sys.stderr.write(f"loom: {e}\n")
+        sys.exit(127)
+    if os.path.realpath(exe) == os.path.realpath(sys.argv[0]):  # LOOM_BIN naming this script
+        sys.stderr.write(f"loom: {exe} is this console script, not the loom binary\n")
+        sys.exit(127)
+    os.execv(exe, [exe] + sys.argv[1:])
