@@ -24,6 +24,9 @@ cli_verb_fn cli_status; /* `loom status [JOB] [--json]` */
 cli_verb_fn cli_logs;   /* `loom logs JOB [--task T] [--follow]` */
 cli_verb_fn cli_events; /* `loom events JOB [--json]` */
 cli_verb_fn cli_kill;   /* `loom kill JOB` */
+/* aggrlogs.c: `loom logs`, or from YARN's aggregated logs for an application
+ * id or a YARN job whose directory lacks its logs (else cli_logs) */
+cli_verb_fn cli_logs_any;
 
 /* main.c */
 /* Says on stderr what is wrong with the arguments of verb ("loom VERB:

@@ -181,3 +181,60 @@ roles:
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=120)
     assert p.returncode != 0 and "interrupted" in err, err[-3000:]
+
+
+def test_loom_logs_reads_the_aggregated_logs_when_the_job_directory_is_gone(hloom, hadoop_hosts):
+    """`loom logs` from YARN's aggregated logs (src/cli/aggrlogs.c, loom's
+    own TFile reader over its HDFS client): after the job's directory is
+    gone, `loom logs <application>` prints every task's lines, prefixed,
+    exactly as `yarn logs` has them in the task's container; with --task,
+    the task's own; and `loom logs JOB` of a job whose directory lost its
+    logs reads them from its application too."""
+    h = hadoop_hosts
+    s = hloom.spec("""
+name: yhaggr
+backend: yarn
+roles:
+  chief: {command: 'echo "OUT-$LOOM_TASK"; echo "ERR-$LOOM_TASK" >&2'}
+  worker:
+    instances: 2
+    command: 'for i in 1 2 3; do echo "OUT$i-$LOOM_TASK"; done; echo "ERR-$LOOM_TASK" >&2'
+""")
+    r = hloom.run("run", "--backend", "yarn", "--bind", h.addrs["client"], s, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = [a["id"] for a in apps(h) if a["name"] == "yhaggr"]
+    assert len(found) == 1, found
+    app = found[0]
+    wait_aggregated(hloom, h, app)
+    logs, text = yarn_logs(h, app)
+    # each task's lines as the reference (Hadoop's LogsCLI) has them: the
+    # task named by the container's own first line
+    # (LogsCLI ends each file's contents with a newline of its own)
+    want = {}
+    for cid, files in logs.items():
+        out, err = (files.get(f, "")[:-1] for f in ("stdout", "stderr"))
+        m = re.match(r"OUT1?-(\S+)\n", out)
+        if m:
+            want[m.group(1)] = out + err
+    assert sorted(want) == TASKS, text[-3000:]
+    job = hloom.job_dir()
+    # the job directory lost its logs: `loom logs JOB` reads the application's
+    for f in (job / "logs").iterdir():
+        f.unlink()
+    r = hloom.run("logs", job.name, "--task", "worker:1", timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout == want["worker:1"], (r.stdout, want["worker:1"])
+    # the job directory gone: by the application id
+    import shutil
+    shutil.rmtree(job)
+    r = hloom.run("logs", app, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    expect = "".join(f"[{t}] {l}\n" for t in TASKS for l in want[t].splitlines())
+    assert r.stdout == expect, (r.stdout, expect)
+    for t in TASKS:
+        r = hloom.run("logs", app, "--task", t, timeout=120)
+        assert r.returncode == 0 and r.stdout == want[t], (t, r.stdout, r.stderr[-2000:])
+    r = hloom.run("logs", app, "--task", "worker:7", timeout=120)
+    assert r.returncode == 2 and "no task worker:7" in r.stderr, (r.returncode, r.stderr)
+    r = hloom.run("logs", "application_1_0001", timeout=120)
+    assert r.returncode == 2 and "no aggregated logs of application_1_0001" in r.stderr, r.stderr
