@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config git
       libuv1-dev libyaml-dev libjansson-dev libssl-dev zlib1g-dev libcmocka-dev
+      libsasl2-dev libsasl2-modules
       libopenblas-dev dataset-fashion-mnist
       python3-torch python3-numpy python3-pytest python3-venv python3-setuptools python3-wheel
       python3-cloudpickle

@@ -15,6 +15,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <poll.h>
@@ -214,6 +215,11 @@ struct hipc_client {
   uint8_t client_id[16];
   int32_t next_call;
   char exception[256];
+  /* above qop auth: the SASL security layer, the largest message to wrap
+   * at once, and what was unwrapped but not yet read */
+  hsasl_layer *layer;
+  size_t max_wrap;
+  loom__buf plain;
 };
 
 static int remaining(uint64_t deadline) {
@@ -297,6 +303,107 @@ static int recv_all(hipc_client *c, void *buf, size_t n, uint64_t deadline, int 
   return hipc_recv_fd(c->fd, c->peer, buf, n, deadline, timeout_ms, what, err, errlen);
 }
 
+/* One WRAP message from the server (Hadoop's Server.wrapWithSasl: a
+ * frame whose header has the SASL call id and whose body is an
+ * RpcSaslProto in state WRAP), unwrapped onto c->plain. */
+static int recv_wrapped(hipc_client *c, uint64_t deadline, int timeout_ms, const char *what,
+                        char *err, size_t errlen) {
+  uint8_t hdr[4];
+  uint32_t len = 0;
+  uint8_t *frame = NULL, *plain = NULL;
+  hipc_response r = {0};
+  char why[256];
+  int rc = recv_all(c, hdr, 4, deadline, timeout_ms, what, err, errlen);
+  if (rc == 0 && (rc = hipc_frame_length(hdr, &len, why, sizeof why)) < 0)
+    snprintf(err, errlen, "%s: %s", c->peer, why);
+  if (rc == 0 && !(frame = malloc(len ? len : 1))) rc = LOOM_ENOMEM;
+  if (rc == 0) rc = recv_all(c, frame, len, deadline, timeout_ms, what, err, errlen);
+  if (rc == 0 && (rc = hipc_decode_response(frame, len, &hadoop__common__rpc_sasl_proto__descriptor,
+                                            &r, why, sizeof why)) < 0)
+    snprintf(err, errlen, "%s: a wrapped reply: %s", c->peer, why);
+  Hadoop__Common__RpcSaslProto *m = rc == 0 ? (Hadoop__Common__RpcSaslProto *)r.body : NULL;
+  if (rc == 0 && r.status != 0) {
+    /* an error the server did not wrap: it ends the connection */
+    snprintf(err, errlen, "%s: %s (not integrity-protected): %s%s%s", c->peer, what,
+             r.exception[0] ? r.exception : "an error", r.message[0] ? ": " : "", r.message);
+    rc = LOOM_EPEER;
+  } else if (rc == 0 &&
+             (r.call_id != (uint32_t)HIPC_CALL_SASL ||
+              m->state != HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__WRAP || !m->has_token)) {
+    snprintf(err, errlen,
+             "%s: %s: a reply that is not SASL-wrapped (call %u) where the "
+             "connection is protected",
+             c->peer, what, r.call_id);
+    rc = LOOM_EPROTO;
+  }
+  size_t n = 0;
+  if (rc == 0 && !(plain = malloc(m->token.len ? m->token.len : 1))) rc = LOOM_ENOMEM;
+  if (rc == 0 && hsasl_unwrap(c->layer, m->token.data, m->token.len, plain, m->token.len, &n, why,
+                              sizeof why) < 0) {
+    snprintf(err, errlen, "%s: %s: %s", c->peer, what, why);
+    rc = LOOM_EPROTO;
+  }
+  if (rc == 0 && loom__buf_add(&c->plain, plain, n) < 0) {
+    snprintf(err, errlen, "%s: %s: more unwrapped data than a frame may hold", c->peer, what);
+    rc = LOOM_EPROTO;
+  }
+  hipc_response_free(&r);
+  free(plain);
+  free(frame);
+  return rc;
+}
+
+/* n bytes of the reply stream: from the socket, or above qop auth from
+ * the unwrapped messages. */
+static int recv_stream(hipc_client *c, void *buf, size_t n, uint64_t deadline, int timeout_ms,
+                       const char *what, char *err, size_t errlen) {
+  if (!c->layer) return recv_all(c, buf, n, deadline, timeout_ms, what, err, errlen);
+  while (c->plain.len < n) {
+    int rc = recv_wrapped(c, deadline, timeout_ms, what, err, errlen);
+    if (rc < 0) return rc;
+  }
+  memcpy(buf, c->plain.p, n);
+  loom__buf_consume(&c->plain, n);
+  return 0;
+}
+
+/* Sends n bytes of the request stream: as they are, or above qop auth
+ * wrapped, in pieces no larger than the server takes, each in a WRAP
+ * message (Hadoop's SaslRpcClient.WrappedOutputStream). */
+static int send_stream(hipc_client *c, const void *buf, size_t n, uint64_t deadline,
+                       const char *what, char *err, size_t errlen) {
+  if (!c->layer) return send_all(c, buf, n, deadline, what, err, errlen);
+  const uint8_t *p = buf;
+  uint8_t *w = malloc(c->max_wrap + HSASL_WRAP_OVERHEAD);
+  loom__buf b;
+  loom__buf_init(&b, HIPC_MAX_FRAME);
+  int rc = w ? 0 : LOOM_ENOMEM;
+  while (rc == 0 && n) {
+    size_t k = n < c->max_wrap ? n : c->max_wrap, wl = 0;
+    if (hsasl_wrap(c->layer, p, k, w, c->max_wrap + HSASL_WRAP_OVERHEAD, &wl) < 0) {
+      snprintf(err, errlen, "%s: cannot wrap %s", c->peer, what);
+      rc = LOOM_EIO;
+      break;
+    }
+    Hadoop__Common__RpcSaslProto m = HADOOP__COMMON__RPC_SASL_PROTO__INIT;
+    m.state = HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__WRAP;
+    m.has_token = 1;
+    m.token.data = w;
+    m.token.len = wl;
+    b.len = 0;
+    rc = hipc_encode_sasl(&b, c->client_id, &m.base);
+    if (rc < 0)
+      snprintf(err, errlen, "%s: cannot encode %s", c->peer, what);
+    else
+      rc = send_all(c, b.p, b.len, deadline, what, err, errlen);
+    p += k;
+    n -= k;
+  }
+  loom__buf_free(&b);
+  free(w);
+  return rc;
+}
+
 /* A non-blocking socket connected to ai within the deadline, or -1 with
  * *why set (an errno, or ETIMEDOUT). */
 static int connect_one(const struct addrinfo *ai, uint64_t deadline, int *why) {
@@ -332,14 +439,14 @@ static int read_frame(hipc_client *c, uint64_t deadline, int timeout_ms, const c
   uint8_t hdr[4];
   uint32_t len = 0;
   uint8_t *frame = NULL;
-  int rc = recv_all(c, hdr, 4, deadline, timeout_ms, what, err, errlen);
+  int rc = recv_stream(c, hdr, 4, deadline, timeout_ms, what, err, errlen);
   if (rc == 0) {
     char why[256];
     if ((rc = hipc_frame_length(hdr, &len, why, sizeof why)) < 0)
       snprintf(err, errlen, "%s: %s: %s", c->peer, method, why);
   }
   if (rc == 0 && !(frame = malloc(len ? len : 1))) rc = LOOM_ENOMEM;
-  if (rc == 0) rc = recv_all(c, frame, len, deadline, timeout_ms, what, err, errlen);
+  if (rc == 0) rc = recv_stream(c, frame, len, deadline, timeout_ms, what, err, errlen);
   if (rc == 0) {
     char why[256];
     if ((rc = hipc_decode_response(frame, len, desc, r, why, sizeof why)) < 0)
@@ -396,6 +503,8 @@ static int sasl_handshake(hipc_client *c, const hsasl_token *tok, uint64_t deadl
   }
   hsasl_challenge ch;
   char why[256], resp[12000], rspauth[33];
+  uint8_t ha1[16];
+  int qop = 0;
   size_t resplen = 0;
   if (rc == 0 &&
       (!auth->has_challenge || hsasl_parse_challenge(auth->challenge.data, auth->challenge.len, &ch,
@@ -409,8 +518,16 @@ static int sasl_handshake(hipc_client *c, const hsasl_token *tok, uint64_t deadl
     char cnonce[17];
     if (RAND_bytes(raw, sizeof raw) != 1) rc = LOOM_EIO;
     EVP_EncodeBlock((unsigned char *)cnonce, raw, sizeof raw);
-    if (rc == 0 && hsasl_response(&ch, tok, auth->protocol, auth->serverid, cnonce, resp,
-                                  sizeof resp, &resplen, rspauth) < 0) {
+    qop = hsasl_choose_qop(&ch, HSASL_QOP_ALL);
+    if (rc == 0 && !qop) {
+      /* auth-conf offered without 3des: not a cipher loom has */
+      snprintf(err, errlen,
+               "%s: SASL: the server wants privacy (qop auth-conf) with ciphers '%s' and loom "
+               "has only 3des",
+               c->peer, ch.cipher);
+      rc = LOOM_EPROTO;
+    } else if (rc == 0 && hsasl_response_qop(&ch, tok, auth->protocol, auth->serverid, cnonce, qop,
+                                             resp, sizeof resp, &resplen, rspauth, ha1) < 0) {
       snprintf(err, errlen, "%s: SASL: the token is too large for a DIGEST-MD5 response", c->peer);
       rc = LOOM_EINVAL;
     }
@@ -456,6 +573,20 @@ static int sasl_handshake(hipc_client *c, const hsasl_token *tok, uint64_t deadl
              c->peer);
     rc = LOOM_EAUTH;
   }
+  if (rc == 0 && qop != HSASL_QOP_AUTH) {
+    /* integrity or privacy: from here on everything goes through the
+     * security layer, both ways */
+    c->layer = malloc(sizeof *c->layer);
+    if (!c->layer || hsasl_layer_init(c->layer, qop, ha1, 0) < 0) {
+      free(c->layer);
+      c->layer = NULL;
+      snprintf(err, errlen, "%s: SASL: cannot set up the %s security layer", c->peer,
+               hsasl_qop_name(qop));
+      rc = LOOM_EIO;
+    }
+    c->max_wrap = ch.maxbuf - HSASL_WRAP_OVERHEAD;
+  }
+  OPENSSL_cleanse(ha1, sizeof ha1);
   hipc_response_free(&r);
   loom__buf_free(&b);
   return rc;
@@ -502,6 +633,7 @@ int hipc_connect_token(const char *host, int port, const char *peer, const char 
     return LOOM_ENOMEM;
   }
   c->fd = fd;
+  loom__buf_init(&c->plain, 2 * (size_t)HIPC_MAX_FRAME);
   loom__strlcpy(c->peer, peer, sizeof c->peer);
   loom__strlcpy(c->protocol, protocol, sizeof c->protocol);
   if (RAND_bytes(c->client_id, sizeof c->client_id) != 1) {
@@ -514,7 +646,7 @@ int hipc_connect_token(const char *host, int port, const char *peer, const char 
     rc = tok ? put_context(&b, protocol, user, c->client_id)
              : hipc_encode_preamble(&b, protocol, user, c->client_id);
     if (rc == 0)
-      rc = send_all(c, b.p, b.len, deadline, "the connection header", err, errlen);
+      rc = send_stream(c, b.p, b.len, deadline, "the connection header", err, errlen);
     else
       snprintf(err, errlen, "%s: cannot encode the connection header", peer);
   }
@@ -552,7 +684,7 @@ int hipc_call(hipc_client *c, const char *method, const ProtobufCMessage *req,
   if (rc < 0)
     snprintf(err, errlen, "%s: cannot encode %s (%s)", c->peer, what, loom_strerror(rc));
   else
-    rc = send_all(c, b.p, b.len, deadline, what, err, errlen);
+    rc = send_stream(c, b.p, b.len, deadline, what, err, errlen);
   loom__buf_free(&b);
   snprintf(what, sizeof what, "reply to %s", method);
   hipc_response r = {0};
@@ -605,5 +737,8 @@ const char *hipc_exception(const hipc_client *c) { return c->exception; }
 void hipc_close(hipc_client *c) {
   if (!c) return;
   if (c->fd >= 0) close(c->fd);
+  if (c->layer) hsasl_layer_free(c->layer);
+  free(c->layer);
+  loom__buf_free(&c->plain);
   free(c);
 }

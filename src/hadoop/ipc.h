@@ -20,11 +20,17 @@
  * RpcResponseHeaderProto, then on success the response message.
  *
  * SASL (auth protocol 0xDF, RpcSaslProto frames with call id -33, TOKEN /
- * DIGEST-MD5 with qop=auth, sasl.h) goes between the preamble and the
- * connection context: the ApplicationMasterProtocol (the AMRMToken) and
- * every NodeManager (NMTokens) require it even on a cluster with SIMPLE
+ * DIGEST-MD5, sasl.h) goes between the preamble and the connection
+ * context: the ApplicationMasterProtocol (the AMRMToken) and every
+ * NodeManager (NMTokens) require it even on a cluster with SIMPLE
  * authentication (hipc_connect_token). ApplicationClientProtocol does
- * not (hipc_connect). */
+ * not (hipc_connect). When the negotiated qop is above auth
+ * (hadoop.rpc.protection integrity or privacy), the request stream from
+ * the connection context on (each frame with its 4-byte length) is
+ * wrapped, at most the server's maxbuf at a time, and sent as frames of
+ * the SASL call id holding an RpcSaslProto in state WRAP; the replies
+ * come the same way and are unwrapped into a stream of frames (Hadoop's
+ * SaslRpcClient WrappedOutputStream / WrappedInputStream). */
 #ifndef LOOM_HADOOP_IPC_H
 #define LOOM_HADOOP_IPC_H
 

@@ -80,7 +80,7 @@ static void test_challenges_refused(void **state) {
       {"realm=\"default\",qop=\"auth\",algorithm=md5-sess", "no nonce"},
       {"nonce=\"a\",nonce=\"b\",algorithm=md5-sess", "two nonces"},
       {"nonce=\"a\",algorithm=md5", "not md5-sess"},
-      {"nonce=\"a\",qop=\"auth-conf\",algorithm=md5-sess", "not 'auth'"},
+      {"nonce=\"a\",qop=\"auth-foo\",algorithm=md5-sess", "none of auth, auth-int"},
       {"nonce=\"a,algorithm=md5-sess", "malformed"},
       {"nonce", "not key=value"},
       {"=x", "not key=value"},
