@@ -7,6 +7,7 @@
 #include "agent/agent_int.h"
 #include "fs/fs.h"
 #include "jobdir/jobdir.h"
+#include "yarn/creds.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -685,14 +686,77 @@ static void on_signal(uv_signal_t *h, int sig) {
 }
 
 /* ---- before the loop: reserve, register, prepare ---------------------------- */
+
+/* The job's secret into out: LOOM_SECRET, or where that is not set (YARN,
+ * which keeps it out of the container's environment: the NodeManager
+ * writes the environment into launch_container.sh, which log aggregation
+ * uploads) the secret key HYARN_CREDS_JOB_SECRET of the container's
+ * credentials file, $HADOOP_TOKEN_FILE_LOCATION. One read from the file
+ * becomes LOOM_SECRET, so the task's processes (libloom, loom ps) find it
+ * as on every backend. 0, or -1 having said why on stderr. */
+static int agent_secret(char *out, size_t outlen) {
+  const char *env = getenv("LOOM_SECRET");
+  if (env) {
+    if (strlen(env) >= outlen) {
+      fprintf(stderr, "loom agent: LOOM_SECRET is longer than %zu bytes\n", outlen - 1);
+      return -1;
+    }
+    loom__strlcpy(out, env, outlen);
+    return 0;
+  }
+  const char *file = getenv("HADOOP_TOKEN_FILE_LOCATION");
+  if (!file || !*file) {
+    fprintf(stderr, "loom agent: the job's secret is neither in LOOM_SECRET nor in a container "
+                    "credentials file (HADOOP_TOKEN_FILE_LOCATION is not set); the agent is "
+                    "started by a backend, not by hand\n");
+    return -1;
+  }
+  char *buf = NULL, err[300] = "";
+  size_t len = 0, vlen = 0;
+  uint8_t *v = NULL;
+  errno = 0;
+  int rc = loom__read_file(file, 16u << 20, &buf, &len);
+  if (rc < 0) {
+    fprintf(stderr,
+            "loom agent: LOOM_SECRET is not set and the container's credentials file %s "
+            "(HADOOP_TOKEN_FILE_LOCATION) cannot be read: %s\n",
+            file, errno ? strerror(errno) : loom_strerror(rc));
+    return -1;
+  }
+  rc = hyarn_creds_find_secret((const uint8_t *)buf, len, HYARN_CREDS_JOB_SECRET, &v, &vlen, err,
+                               sizeof err);
+  free(buf);
+  if (rc == 0 && (vlen == 0 || vlen >= outlen || memchr(v, 0, vlen))) {
+    snprintf(err, sizeof err, "its %s is empty, longer than %zu bytes or not text",
+             HYARN_CREDS_JOB_SECRET, outlen - 1);
+    rc = LOOM_EPROTO;
+  }
+  if (rc == 0) memcpy(out, v, vlen + 1);
+  free(v);
+  if (rc < 0) {
+    fprintf(stderr,
+            "loom agent: LOOM_SECRET is not set and the container's credentials file %s "
+            "(HADOOP_TOKEN_FILE_LOCATION) does not hold the job's secret: %s\n",
+            file, err[0] ? err : loom_strerror(rc));
+    return -1;
+  }
+  if (setenv("LOOM_SECRET", out, 1) < 0) {
+    fprintf(stderr, "loom agent: cannot set LOOM_SECRET: %s\n", strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
 int agent_main(void) {
-  const char *coord = getenv("LOOM_COORD"), *secret = getenv("LOOM_SECRET");
+  const char *coord = getenv("LOOM_COORD");
   const char *task = getenv("LOOM_TASK"), *att = getenv("LOOM_ATTEMPT");
-  if (!coord || !secret || !task) {
-    fprintf(stderr, "loom agent: LOOM_COORD, LOOM_SECRET and LOOM_TASK must be set; the "
-                    "agent is started by a backend, not by hand\n");
+  if (!coord || !task) {
+    fprintf(stderr, "loom agent: LOOM_COORD and LOOM_TASK must be set; the agent is started "
+                    "by a backend, not by hand\n");
     return 2;
   }
+  char secret[160];
+  if (agent_secret(secret, sizeof secret) < 0) return 2;
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   signal(SIGPIPE, SIG_IGN);
   agent *a = calloc(1, sizeof *a);

@@ -756,7 +756,8 @@ void hyarn__clc_res_free(hyarn__clc_res *r) {
 }
 
 int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command, char *const *env,
-                    const hyarn_resource *res, int nres, char *err, size_t errlen) {
+                    const hyarn_resource *res, int nres, const uint8_t *tokens, size_t tokens_len,
+                    char *err, size_t errlen) {
   Hadoop__Yarn__ContainerProto *cp =
       hadoop__yarn__container_proto__unpack(NULL, c->proto_len, c->proto);
   if (!cp) {
@@ -778,6 +779,11 @@ int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command,
   if (rc == 0) rc = hyarn__clc_res_make(&cr, res, nres, why, sizeof why);
   clc.n_localresources = cr.n;
   clc.localresources = cr.lrp;
+  if (tokens_len) {
+    clc.has_tokens = 1;
+    clc.tokens.data = (uint8_t *)tokens;
+    clc.tokens.len = tokens_len;
+  }
   Hadoop__Yarn__StartContainerRequestProto one = HADOOP__YARN__START_CONTAINER_REQUEST_PROTO__INIT;
   one.container_launch_context = &clc;
   one.container_token = cp->container_token;

@@ -105,11 +105,15 @@ typedef struct {
 } hyarn_resource;
 
 /* Starts command (run by the NodeManager's shell: quote it) in container
- * c with environment env ("K=V" strings, NULL-terminated) and nres
- * resources localized, on c's NodeManager with its NMToken. Returns 0, or
- * LOOM_EBACKEND (err: the NodeManager's refusal). */
+ * c with environment env ("K=V" strings, NULL-terminated), nres
+ * resources localized and, when tokens_len > 0, the credentials tokens
+ * (Hadoop's "HDTS" bytes, creds.h: the NodeManager writes them to the
+ * container's private container_tokens, HADOOP_TOKEN_FILE_LOCATION), on
+ * c's NodeManager with its NMToken. Returns 0, or LOOM_EBACKEND (err: the
+ * NodeManager's refusal). */
 int hyarn_am_launch(hyarn_am *am, const hyarn_container *c, const char *command, char *const *env,
-                    const hyarn_resource *res, int nres, char *err, size_t errlen);
+                    const hyarn_resource *res, int nres, const uint8_t *tokens, size_t tokens_len,
+                    char *err, size_t errlen);
 /* Stops container c (SIGTERM, then SIGKILL after the NodeManager's
  * delay). */
 int hyarn_am_stop(hyarn_am *am, const hyarn_container *c, char *err, size_t errlen);

@@ -123,3 +123,139 @@ void hyarn_cred_token_free(hyarn_cred_token *t) {
   free(t->password);
   memset(t, 0, sizeof *t);
 }
+
+/* ---- secret keys ---------------------------------------------------------- */
+
+/* How many bytes Hadoop's WritableUtils.writeVLong takes for v >= 0. */
+static size_t vlong_size(uint64_t v) {
+  if (v <= 127) return 1;
+  size_t n = 0;
+  for (uint64_t t = v; t; t >>= 8) n++;
+  return 1 + n;
+}
+
+/* WritableUtils.writeVLong of v >= 0 at p; returns the bytes written. */
+static size_t write_vlong(uint8_t *p, uint64_t v) {
+  if (v <= 127) {
+    p[0] = (uint8_t)v;
+    return 1;
+  }
+  size_t n = vlong_size(v) - 1;
+  p[0] = (uint8_t)(int8_t)(-112 - (int)n);
+  for (size_t i = 0; i < n; i++) p[1 + i] = (uint8_t)(v >> (8 * (n - 1 - i)));
+  return 1 + n;
+}
+
+int hyarn_creds_encode(const hyarn_cred_secret *secrets, int n, uint8_t **out, size_t *outlen) {
+  *out = NULL;
+  *outlen = 0;
+  if (n < 0 || n > HYARN_CREDS_MAX_SECRETS || (n && !secrets)) return LOOM_EINVAL;
+  size_t total = 5 + vlong_size(0) + vlong_size((uint64_t)n);
+  for (int i = 0; i < n; i++) {
+    if (!secrets[i].alias || (secrets[i].len && !secrets[i].value)) return LOOM_EINVAL;
+    size_t al = strlen(secrets[i].alias), vl = secrets[i].len;
+    if (al > HYARN_CREDS_MAX_FIELD || vl > HYARN_CREDS_MAX_FIELD) return LOOM_EINVAL;
+    /* at most 64 * (2 MiB + 18): no overflow */
+    total += vlong_size(al) + al + vlong_size(vl) + vl;
+  }
+  uint8_t *b = malloc(total);
+  if (!b) return LOOM_ENOMEM;
+  size_t at = 0;
+  memcpy(b, "HDTS", 4);
+  b[4] = 0; /* WRITABLE */
+  at = 5;
+  at += write_vlong(b + at, 0); /* no tokens */
+  at += write_vlong(b + at, (uint64_t)n);
+  for (int i = 0; i < n; i++) {
+    size_t al = strlen(secrets[i].alias), vl = secrets[i].len;
+    at += write_vlong(b + at, al);
+    memcpy(b + at, secrets[i].alias, al);
+    at += al;
+    at += write_vlong(b + at, vl);
+    if (vl) memcpy(b + at, secrets[i].value, vl);
+    at += vl;
+  }
+  *out = b;
+  *outlen = at;
+  return 0;
+}
+
+static int secret_take(const uint8_t *v, size_t vl, uint8_t **value, size_t *vlen) {
+  uint8_t *c = malloc(vl + 1);
+  if (!c) return LOOM_ENOMEM;
+  if (vl) memcpy(c, v, vl);
+  c[vl] = 0;
+  *value = c;
+  *vlen = vl;
+  return 0;
+}
+
+int hyarn_creds_find_secret(const uint8_t *buf, size_t len, const char *alias, uint8_t **value,
+                            size_t *vlen, char *err, size_t errlen) {
+  *value = NULL;
+  *vlen = 0;
+  if (len < 5 || memcmp(buf, "HDTS", 4) != 0) {
+    snprintf(err, errlen, "not a Hadoop credentials file (it does not start with HDTS)");
+    return LOOM_EPROTO;
+  }
+  size_t at = 5, want = strlen(alias);
+  if (buf[4] == 1) { /* PROTOBUF: a delimited CredentialsProto */
+    uint32_t ml;
+    size_t vn = loom__varint_get32(buf + at, len - at, &ml);
+    if (!vn || ml > len - at - vn) {
+      snprintf(err, errlen, "the credentials' length is past the file's end");
+      return LOOM_EPROTO;
+    }
+    Hadoop__Common__CredentialsProto *c =
+        hadoop__common__credentials_proto__unpack(NULL, ml, buf + at + vn);
+    if (!c) {
+      snprintf(err, errlen, "the credentials are not a CredentialsProto");
+      return LOOM_EPROTO;
+    }
+    int rc = LOOM_ENOENT;
+    for (size_t i = 0; i < c->n_secrets && rc == LOOM_ENOENT; i++) {
+      const Hadoop__Common__CredentialsKVProto *kv = c->secrets[i];
+      if (kv->alias && !strcmp(kv->alias, alias))
+        rc = secret_take(kv->has_secret ? kv->secret.data : NULL,
+                         kv->has_secret ? kv->secret.len : 0, value, vlen);
+    }
+    protobuf_c_message_free_unpacked(&c->base, NULL);
+    if (rc == LOOM_ENOENT) snprintf(err, errlen, "no secret key %s in the credentials", alias);
+    return rc;
+  }
+  if (buf[4] != 0) {
+    snprintf(err, errlen, "credentials format %d is not known (0 WRITABLE, 1 PROTOBUF)", buf[4]);
+    return LOOM_EPROTO;
+  }
+  int64_t count;
+  if (read_vlong(buf, len, &at, &count) < 0 || count < 0 || count > 1 << 20) {
+    snprintf(err, errlen, "the credentials' token count is malformed");
+    return LOOM_EPROTO;
+  }
+  for (int64_t i = 0; i < count; i++) {
+    const uint8_t *p;
+    size_t pl;
+    for (int f = 0; f < 5; f++) /* alias, identifier, password, kind, service */
+      if (read_bytes(buf, len, &at, &p, &pl) < 0) {
+        snprintf(err, errlen, "token %lld of the credentials runs past the file's end",
+                 (long long)i + 1);
+        return LOOM_EPROTO;
+      }
+  }
+  if (read_vlong(buf, len, &at, &count) < 0 || count < 0 || count > 1 << 20) {
+    snprintf(err, errlen, "the credentials' secret key count is malformed");
+    return LOOM_EPROTO;
+  }
+  for (int64_t i = 0; i < count; i++) {
+    const uint8_t *a, *v;
+    size_t al, vl;
+    if (read_bytes(buf, len, &at, &a, &al) < 0 || read_bytes(buf, len, &at, &v, &vl) < 0) {
+      snprintf(err, errlen, "secret key %lld of the credentials runs past the file's end",
+               (long long)i + 1);
+      return LOOM_EPROTO;
+    }
+    if (al == want && !memcmp(a, alias, al)) return secret_take(v, vl, value, vlen);
+  }
+  snprintf(err, errlen, "no secret key %s among the credentials' %lld", alias, (long long)count);
+  return LOOM_ENOENT;
+}

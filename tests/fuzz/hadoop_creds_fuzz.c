@@ -1,9 +1,9 @@
 /* hadoop_creds_fuzz.c: libFuzzer harness for the Hadoop credentials-file
- * reader (src/yarn/creds.c, hyarn_creds_find): the file a NodeManager
- * writes into a managed application master's container, both formats
- * (WRITABLE with Hadoop's VInts, and the delimited CredentialsProto).
- * Aborts when a token is returned whose lengths reach past the input, or
- * when a failure says nothing. */
+ * readers (src/yarn/creds.c, hyarn_creds_find and
+ * hyarn_creds_find_secret): the file a NodeManager writes into a
+ * container, both formats (WRITABLE with Hadoop's VInts, and the
+ * delimited CredentialsProto). Aborts when a token or secret is returned
+ * whose lengths reach past the input, or when a failure says nothing. */
 #include "yarn/creds.h"
 
 #include <stdint.h>
@@ -25,6 +25,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       abort();
     hyarn_cred_token_free(&t);
   } else if (!err[0] && rc != LOOM_ENOMEM) {
+    abort();
+  }
+  uint8_t *v = NULL;
+  size_t vl = 0;
+  err[0] = 0;
+  rc = hyarn_creds_find_secret(copy, size, HYARN_CREDS_JOB_SECRET, &v, &vl, err, sizeof err);
+  if (rc == 0) {
+    if (vl > size || v[vl] != 0) abort();
+    free(v);
+  } else if (v || (!err[0] && rc != LOOM_ENOMEM)) {
     abort();
   }
   free(copy);

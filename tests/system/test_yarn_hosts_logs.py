@@ -238,3 +238,63 @@ roles:
     assert r.returncode == 2 and "no task worker:7" in r.stderr, (r.returncode, r.stderr)
     r = hloom.run("logs", "application_1_0001", timeout=120)
     assert r.returncode == 2 and "no aggregated logs of application_1_0001" in r.stderr, r.stderr
+
+
+def leaks(secret, texts):
+    """The names of the texts that hold the secret or any 16 hex digits of
+    it (as test_security's)."""
+    parts = [secret[i:i + 16] for i in range(0, len(secret) - 15, 4)]
+    return [name for name, t in texts if any(p in t for p in parts)]
+
+
+def test_the_secret_is_in_no_launch_script_nor_aggregated_log(hloom, hadoop_hosts):
+    """The job's secret reaches each task container in its credentials
+    (the container's private container_tokens, HADOOP_TOKEN_FILE_LOCATION),
+    not its environment: the NodeManager's launch_container.sh (which it
+    keeps in nmPrivate and the container's log directory, and aggregates
+    with the logs) holds LOOM_TASK but no LOOM_SECRET, and `yarn logs` of the
+    application shows no part of it; the agent reads it from the
+    credentials and the tasks have it in LOOM_SECRET as elsewhere."""
+    h = hadoop_hosts
+    s = hloom.spec("""
+name: yhsecret
+backend: yarn
+roles:
+  chief: {command: 'echo "LEN-$LOOM_TASK-${#LOOM_SECRET}"'}
+  worker:
+    instances: 2
+    command: 'echo "LEN-$LOOM_TASK-${#LOOM_SECRET}"'
+""")
+    r = hloom.run("run", "--backend", "yarn", "--bind", h.addrs["client"], s, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    secret = (hloom.job_dir() / "secret").read_text().strip()
+    assert re.fullmatch(r"[0-9a-f]{64}", secret), secret
+    found = [a["id"] for a in apps(h) if a["name"] == "yhsecret"]
+    assert len(found) == 1, found
+    app = found[0]
+    # the NodeManagers keep what they wrote a while
+    # (yarn.nodemanager.delete.debug-delay-sec): each launch script, in
+    # nmPrivate and the container's log directory, and each container's
+    # credentials (nmPrivate's <container>.tokens, which the container
+    # gets as container_tokens)
+    scripts = [p for p in h.dir.rglob("launch_container.sh") if app in str(p)]
+    tokens = [p for p in h.dir.rglob("*tokens") if app in str(p) and p.is_file() and
+              not p.name.startswith(".")]
+    assert len(scripts) >= len(TASKS) and len(tokens) >= len(TASKS), (scripts, tokens)
+    texts = [(str(p), p.read_bytes().decode("utf-8", "replace")) for p in scripts]
+    assert sum("LOOM_TASK=" in t for _, t in texts) >= len(TASKS), texts[0]
+    assert not [n for n, t in texts if "LOOM_SECRET" in t]
+    assert not leaks(secret, texts)
+    # the check can fail: the secret is in each task container's
+    # credentials, under its key
+    creds = [(str(p), p.read_bytes().decode("latin-1")) for p in tokens]
+    assert len(leaks(secret, creds)) == len(creds), creds
+    assert all(t.startswith("HDTS") and "loom.job.secret" in t for _, t in creds), creds
+    wait_aggregated(hloom, h, app)
+    logs, text = yarn_logs(h, app)
+    assert "LogType:launch_container.sh" in text and "LOOM_TASK=" in text, text[-3000:]
+    assert not leaks(secret, [("yarn logs", text)])
+    # the tasks have it, from the agent (64 hex digits)
+    outs = "".join(f.get("stdout", "") for f in logs.values())
+    for t in TASKS:
+        assert f"LEN-{t}-64\n" in outs, outs

@@ -136,9 +136,12 @@ int yarn_submit(const spec_job *s, const char *job_id, const char *job_dir, cons
   int k = 0;
   /* HADOOP_CONF_DIR is the node's (the NodeManager's whitelist hands on
    * its own where the container sets none): the client's may not exist
-   * there */
+   * there. No LOOM_SECRET (a client run inside a task has one): the
+   * environment is written into launch_container.sh, which log
+   * aggregation uploads; the AM's secret is the staged job's */
   for (int i = 0; env && i < n; i++)
     if (!yarn_nm_sets_itself(environ[i]) && strncmp(environ[i], "HADOOP_CONF_DIR=", 16) &&
+        strncmp(environ[i], "LOOM_SECRET=", 12) &&
         strncmp(environ[i], YARN_SHIP_ENV "=", strlen(YARN_SHIP_ENV) + 1) &&
         strncmp(environ[i], YARN_JOB_ENV "=", strlen(YARN_JOB_ENV) + 1) &&
         strncmp(environ[i], YARN_CLIENT_DIR_ENV "=", strlen(YARN_CLIENT_DIR_ENV) + 1))

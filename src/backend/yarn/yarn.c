@@ -17,6 +17,7 @@
 
 #include "fs/fs.h"
 #include "yarn/am.h"
+#include "yarn/creds.h"
 #include "yarn/submit.h"
 #include "hadoop/conf.h"
 #include "hadoop/hdfs.h"
@@ -97,6 +98,11 @@ typedef struct {
    * every container */
   hyarn_resource *res;
   int nres;
+  /* every task container's credentials (creds.h): the job's secret under
+   * HYARN_CREDS_JOB_SECRET, set by the first launch; the secret is the
+   * job's, the same for every launch */
+  uint8_t *creds;
+  size_t ncreds;
   bool aggregation; /* yarn.log-aggregation-enable: logs move to the cluster's filesystem */
   char stage_dir[PATH_MAX];
   hyarn_container *release; /* granted containers to give back */
@@ -277,14 +283,16 @@ typedef struct {
   hyarn_container c;
   char *cmd;
   char **env;
+  const uint8_t *creds; /* p->creds, which lives as long as p */
+  size_t ncreds;
   int rc;
   char err[2300];
 } ystart;
 
 static void *start_one(void *arg) {
   ystart *j = arg;
-  j->rc = hyarn_am_launch(j->p->am, &j->c, j->cmd, j->env, j->p->res, j->p->nres, j->err,
-                          sizeof j->err);
+  j->rc = hyarn_am_launch(j->p->am, &j->c, j->cmd, j->env, j->p->res, j->p->nres, j->creds,
+                          j->ncreds, j->err, sizeof j->err);
   return NULL;
 }
 
@@ -329,6 +337,8 @@ static void start_held(ypriv *p) {
     j->task = i;
     j->cmd = t->command;
     j->env = t->env;
+    j->creds = p->creds;
+    j->ncreds = p->ncreds;
     t->command = NULL;
     t->env = NULL;
     nj++;
@@ -828,11 +838,24 @@ static int yarn_launch(backend *b, int task_id, char *const *argv, char *const *
   char **e = calloc((size_t)n + 1, sizeof *e);
   char *c = cmd.p ? strndup(cmd.p, cmd.len) : NULL;
   loom__buf_free(&cmd);
+  const char *secret = NULL;
   for (int i = 0, k = 0; e && i < n; i++) {
-    /* the NodeManager sets these itself; the managed AM's own markers
-     * (managed, the binary its client staged, its job's published copy,
-     * the client's job directory) are not the agents' */
-    if (yarn_nm_sets_itself(env[i]) ||
+    /* the job's secret goes in the container's credentials, never its
+     * environment: the NodeManager writes the environment into
+     * launch_container.sh, which log aggregation uploads and its web UI
+     * shows; the credentials go to the container's private
+     * container_tokens (HADOOP_TOKEN_FILE_LOCATION), which the agent
+     * reads */
+    if (!strncmp(env[i], "LOOM_SECRET=", 12)) {
+      secret = env[i] + 12;
+      continue;
+    }
+    /* the NodeManager sets these itself (and each container's
+     * credentials file: a managed AM's own is not its tasks'); the
+     * managed AM's own markers (managed, the binary its client staged,
+     * its job's published copy, the client's job directory) are not the
+     * agents' */
+    if (yarn_nm_sets_itself(env[i]) || !strncmp(env[i], "HADOOP_TOKEN_FILE_LOCATION=", 27) ||
         !strncmp(env[i], YARN_MANAGED_ENV "=", strlen(YARN_MANAGED_ENV) + 1) ||
         !strncmp(env[i], YARN_SHIP_ENV "=", strlen(YARN_SHIP_ENV) + 1) ||
         !strncmp(env[i], YARN_JOB_ENV "=", strlen(YARN_JOB_ENV) + 1) ||
@@ -840,11 +863,21 @@ static int yarn_launch(backend *b, int task_id, char *const *argv, char *const *
       continue;
     if (!(e[k++] = strdup(env[i]))) break;
   }
+  uint8_t *creds = NULL;
+  size_t ncreds = 0;
+  int crc = 0;
+  if (secret) {
+    hyarn_cred_secret cs = {HYARN_CREDS_JOB_SECRET, (const uint8_t *)secret, strlen(secret)};
+    crc = hyarn_creds_encode(&cs, 1, &creds, &ncreds);
+  }
   pthread_mutex_lock(&p->mu);
   ytask *t = &p->t[task_id];
   int rc = 0;
-  if (!e || !c) {
+  if (!e || !c || crc == LOOM_ENOMEM) {
     rc = LOOM_ENOMEM;
+  } else if (crc < 0) {
+    snprintf(err, errlen, "the job's secret does not fit in a container's credentials");
+    rc = LOOM_EBACKEND;
   } else if (p->gone) {
     snprintf(err, errlen, "YARN ended application %s: no container can start",
              hyarn_am_app_id(p->am));
@@ -861,6 +894,11 @@ static int yarn_launch(backend *b, int task_id, char *const *argv, char *const *
     t->env = e;
     c = NULL;
     e = NULL;
+    if (creds && !p->creds) {
+      p->creds = creds;
+      p->ncreds = ncreds;
+      creds = NULL;
+    }
     t->gen++;
     t->asked = false;
     t->st = Y_WANT;
@@ -870,6 +908,7 @@ static int yarn_launch(backend *b, int task_id, char *const *argv, char *const *
   pthread_mutex_unlock(&p->mu);
   free(c);
   free_env(e);
+  free(creds);
   return rc;
 }
 
@@ -958,6 +997,7 @@ static void yarn_destroy(backend *b) {
   for (int i = 0; i < p->nrelease; i++) hyarn_container_free(&p->release[i]);
   for (int i = 0; i < p->nres; i++) free((char *)p->res[i].name), free((char *)p->res[i].path);
   free(p->res);
+  free(p->creds);
   free(p->release);
   for (int i = 0; i < p->nex; i++) json_decref(p->ex[i].note);
   free(p->ex);
