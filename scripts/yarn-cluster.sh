@@ -12,6 +12,8 @@
 #   scripts/yarn-cluster.sh rm stop|kill|start [DIR]       # kill: SIGKILL
 #   scripts/yarn-cluster.sh classpath                      # Hadoop's jars, for a Java client
 #   scripts/yarn-cluster.sh start --hdfs --hosts FILE [DIR]  # the daemons on hosts of their own
+#   scripts/yarn-cluster.sh start --hdfs --protection privacy [DIR]  # hadoop.rpc.protection
+#       (authentication: the default; integrity; privacy), after --hdfs/--hosts
 #
 # DIR defaults to $LOOM_HOME/yarn, or /tmp/loom-yarn-$USER without
 # LOOM_HOME. `start` writes the configuration into DIR and starts a
@@ -122,7 +124,7 @@ say() { echo "yarn-cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 usage() {
-  echo "usage: scripts/yarn-cluster.sh start [--hdfs [--hosts FILE] | --hdfs-only] [DIR] | stop [DIR] | status [DIR]" \
+  echo "usage: scripts/yarn-cluster.sh start [--hdfs [--hosts FILE] | --hdfs-only] [--protection authentication|integrity|privacy] [DIR] | stop [DIR] | status [DIR]" \
     "| datanode stop|start N [DIR] | nodemanager stop|start N [DIR] | rm stop|kill|start [DIR] | classpath" >&2
   exit 2
 }
@@ -231,6 +233,7 @@ write_conf() {
   write_xml "$d/conf/core-site.xml" <<EOF
 fs.defaultFS=$fs
 hadoop.security.authentication=simple
+hadoop.rpc.protection=$PROTECTION
 hadoop.tmp.dir=$HADOOP_TMP
 ipc.client.connect.max.retries=3
 ipc.client.connect.retry.interval=500
@@ -781,6 +784,15 @@ HOSTS_FILE=
 if [ "$VERB" = start ] && [ "$HDFS" = 1 ] && [ "$YARN" = 1 ] && [ "${1:-}" = --hosts ]; then
   [ $# -ge 2 ] || usage
   HOSTS_FILE=$(realpath "$2") || die "no hosts file $2"
+  shift 2
+fi
+# --protection: hadoop.rpc.protection (authentication, integrity, privacy):
+# the SASL qop of every token connection (AM to RM and NM, DIGEST-MD5)
+PROTECTION=authentication
+if [ "$VERB" = start ] && [ "${1:-}" = --protection ]; then
+  [ $# -ge 2 ] || usage
+  [[ "$2" =~ ^(authentication|integrity|privacy)$ ]] || die "--protection: authentication, integrity or privacy, not $2"
+  PROTECTION=$2
   shift 2
 fi
 [ $# -le 1 ] || usage

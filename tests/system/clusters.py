@@ -50,13 +50,17 @@ def jvm_pids(d: Path):
     return out
 
 
-def start_hadoop(d: Path):
-    """Starts YARN and HDFS in d (`yarn-cluster.sh start --hdfs d`): returns
-    when the RM lists both NodeManagers RUNNING and the NameNode has both
-    DataNodes and has left safe mode, or raises with the script's words."""
+def start_hadoop(d: Path, protection: str | None = None):
+    """Starts YARN and HDFS in d (`yarn-cluster.sh start --hdfs --protection P
+    d`): returns when the RM lists both NodeManagers RUNNING and the NameNode
+    has both DataNodes and has left safe mode, or raises with the script's
+    words. P, hadoop.rpc.protection: LOOM_TEST_RPC_PROTECTION, or privacy, so
+    that every token connection of the one-host tests is wrapped (DIGEST-MD5
+    auth-conf, 3DES)."""
+    protection = protection or os.environ.get("LOOM_TEST_RPC_PROTECTION", "privacy")
     t0 = time.monotonic()
-    r = subprocess.run(["bash", str(SCRIPT), "start", "--hdfs", str(d)], capture_output=True,
-                       text=True, timeout=400)
+    r = subprocess.run(["bash", str(SCRIPT), "start", "--hdfs", "--protection", protection,
+                        str(d)], capture_output=True, text=True, timeout=400)
     if r.returncode != 0:
         stop_hadoop(d)
         raise RuntimeError(f"yarn-cluster.sh start --hdfs failed:\n{r.stderr[-4000:]}")
