@@ -226,62 +226,41 @@ def test_run_survives_a_resourcemanager_restart(rloom, hadoop_hosts):
                    what="no container of the application on a NodeManager")
 
 
-@pytest.fixture
-def recovering_yarn(tmp_path_factory, monkeypatch):
-    """A one-host YARN of the test's own with recovery on
-    (LOOM_YARN_RECOVERY=1): `loom submit`'s application master writes its
-    job directory where the client reads it, which hosts that are apart do
-    not share (the managed AM cannot run on hadoop_hosts yet)."""
-    from clusters import Yarn, start_hadoop, stop_hadoop
-    d = tmp_path_factory.mktemp("yarn-recovery")
-    monkeypatch.setenv("LOOM_YARN_RECOVERY", "1")
-    start_hadoop(d)
+def test_submit_survives_a_resourcemanager_restart(rloom, hadoop_hosts):
+    """`loom submit` (a managed AM in its own container on a node) with the
+    RM SIGKILLed while both tasks run and started again; the client sees
+    it all through the job's published copy (`loom status`, `loom logs`)."""
+    h = hadoop_hosts
+    gate = Gate(h.addrs["client"])
+    s = spec(rloom, "rmsub", gate)
     try:
-        yield Yarn(d)
-    finally:
-        stop_hadoop(d)
-
-
-def test_submit_survives_a_resourcemanager_restart(loom, recovering_yarn):
-    """`loom submit` (a managed AM in its own container) with the RM
-    SIGKILLed while both tasks run and started again."""
-    y = recovering_yarn
-    loom.env["HADOOP_CONF_DIR"] = str(y.conf)
-    gate = Gate("127.0.0.1")
-    s = spec(loom, "rmsub", gate)
-    try:
-        r = loom.run("submit", s, timeout=120)
+        r = rloom.run("submit", s, timeout=120)
         assert r.returncode == 0, r.stderr
         job = r.stdout.strip()
-        jd = loom.home / "jobs" / job
-        loom.wait_for(lambda: (jd / "state.json").exists() and all(
-            t["state"] == "running" for t in loom.state(jd)["tasks"]), timeout=120,
-            what="both tasks running")
-        app_id = [a["id"] for a in y.apps() if a["name"] == "rmsub"][0]
-        t0 = time.monotonic()
-        y.script("rm", "kill")
-        y.script("rm", "start", timeout=300)
-        away = time.monotonic() - t0
-        loom.wait_for(lambda: [a for a in y.apps() if a["id"] == app_id and
-                               a["state"] == "RUNNING"], timeout=60,
-                      what="the recovered application RUNNING")
-        gate.open()
+        jd = rloom.home / "jobs" / job
 
-        def final():
-            a = [a for a in y.apps() if a["id"] == app_id]
-            return a and a[0]["state"] not in LIVE and a[0]
-        app = loom.wait_for(final, timeout=180, what="the application to end")
+        def running():
+            rloom.run("status", job, timeout=60)  # brings the client's copy up to date
+            return (jd / "state.json").exists() and all(
+                t["state"] == "running" for t in rloom.state(jd)["tasks"])
+        rloom.wait_for(running, timeout=120, what="both tasks running")
+        app_id = [a["id"] for a in apps(h.rest) if a["name"] == "rmsub"][0]
+        away = restart_rm(h)
+        rloom.wait_for(lambda: [a for a in apps(h.rest) if a["id"] == app_id and
+                                a["state"] == "RUNNING"], timeout=60,
+                       what="the recovered application RUNNING")
+        gate.open()
+        app = app_ended(rloom, h, app_id, timeout=180)
     finally:
         gate.close()
-        heal(y)
     print(f"\nRM away {away:.1f}s (SIGKILL to RUNNING again)")
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
+    logs = rloom.run("logs", job).stdout
     # the same attempt of the application master, which registered again
     assert "registered again with the restarted ResourceManager" in \
         (jd / "coordinator.log").read_text()
-    logs = loom.run("logs", job).stdout
-    assert_no_restart(loom, logs, jd)
-    with urllib.request.urlopen(f"{y.web}/ws/v1/cluster/apps/{app_id}/appattempts",
+    assert_no_restart(rloom, logs, jd)
+    with urllib.request.urlopen(f"{h.web}/ws/v1/cluster/apps/{app_id}/appattempts",
                                 timeout=10) as r:
         att = json.load(r)["appAttempts"]["appAttempt"]
     assert len(att) == 1, att
