@@ -181,8 +181,16 @@ def available():
 
 class SlurmCluster:
     def __init__(self, root: Path, nodes=("n1", "n2", "n3"), cpus=4, gpus=0,
-                 task_plugin="task/none"):
+                 task_plugin="task/none", hide_builds=False):
         self.root = root
+        # hide_builds: each slurmd (and every job step it starts) runs in a
+        # mount namespace of its own in which the loom build directories
+        # are empty (hidden.wrap_builds), as on nodes without loom; the
+        # checkout's python/ stays visible. Off by default: the slurm
+        # backend does not ship the binary yet (no agent_exe; the batch
+        # script runs the client's path), so no loom job runs there.
+        self.hide_builds = hide_builds
+        self.hidden = []
         self.nodes = nodes
         self.cpus = cpus
         self.gpus = gpus
@@ -249,9 +257,14 @@ class SlurmCluster:
         self.procs.append(subprocess.Popen(["slurmctld", "-D", "-c", "-i", "-f", str(self.conf)],
                                            env=self.env, start_new_session=True,
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        if self.hide_builds:
+            import hidden
+            self.hidden = hidden.build_dirs()
         for n in self.nodes:
-            self.procs.append(subprocess.Popen(["slurmd", "-D", "-N", n, "-f", str(self.conf)],
-                                               env=self.env, start_new_session=True,
+            cmd = ["slurmd", "-D", "-N", n, "-f", str(self.conf)]
+            if self.hide_builds:
+                cmd = hidden.wrap_builds(cmd)
+            self.procs.append(subprocess.Popen(cmd, env=self.env, start_new_session=True,
                                                stdout=subprocess.DEVNULL,
                                                stderr=subprocess.DEVNULL))
         end = time.time() + 30

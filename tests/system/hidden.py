@@ -25,6 +25,12 @@ daemon's configuration and data directories). It needs root (mount).
 
     subprocess.run(hidden.wrap(["ldd", "build/loom"], tmp=host_tmp))
 
+wrap_builds(cmd) hides only the loom build directories (build_dirs():
+the checkout's build*/, LOOM_BUILD_DIR, every /tmp/build-*), each an empty
+tmpfs, and leaves the rest as it is: the Slurm and Spark harnesses run
+each slurmd and Spark Worker so, and a task there can run only the loom
+its backend shipped.
+
 As a command: python3 tests/system/hidden.py [--tmp DIR] [--keep PATH]...
 -- CMD... (what it hides: python3 tests/system/hidden.py --list)."""
 import glob
@@ -143,6 +149,49 @@ def wrap(cmd, tmp=None, keep=(), hostname=None, etc_hosts=None, build=None):
 def run(cmd, tmp=None, keep=(), **kw):
     """subprocess.run of wrap(cmd, tmp, keep); kw go to subprocess.run."""
     return subprocess.run(wrap(cmd, tmp=tmp, keep=keep), **kw)
+
+
+# ---- only the build directories (the Slurm and Spark harnesses) ----
+
+def build_dirs(build=None):
+    """The loom build directories that exist here: the checkout's build*/
+    (build/, build-asan/), the one under test (LOOM_BUILD_DIR, or build)
+    and every /tmp/build-* (where a session builds apart from the
+    checkout). Real paths, each once."""
+    cands = sorted(ROOT.glob("build*")) + sorted(Path("/tmp").glob("build-*"))
+    b = build or os.environ.get("LOOM_BUILD_DIR")
+    if b:
+        cands.append(ROOT / b)  # an absolute one stays absolute
+    out = []
+    for c in cands:
+        c = Path(os.path.realpath(c))
+        if c.is_dir() and c not in out:
+            out.append(c)
+    return out
+
+
+def wrap_builds(cmd, build=None):
+    """The command line that runs cmd in a mount namespace of its own
+    (private propagation) in which each of build_dirs(build) is an empty
+    tmpfs, and nothing else changes: the checkout's python/ and Python
+    environments, the libraries and /tmp stay as they are. A daemon
+    started so (a slurmd, a Spark Worker) and all it starts run only the
+    loom binary its backend shipped them. It keeps the working directory
+    (unless that is hidden: then /) and, as wrap(), one pid along its
+    chain of execs. It needs root (mount)."""
+    dirs = build_dirs(build)
+    dirs = [d for d in dirs if not any(o != d and _under(d, o) for o in dirs)]
+    q = shlex.quote
+    lines = ["set -e"]
+    # (one gone since build_dirs() listed it has nothing left to hide)
+    lines += [f"if [ -d {q(str(d))} ]; then mount -t tmpfs -o size=64k,mode=0755 loom-hidden "
+              f"{q(str(d))}; fi" for d in dirs]
+    cwd = os.getcwd()
+    if any(_under(cwd, d) for d in dirs):
+        lines.append("cd /")
+    lines.append('exec "$@"')
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", "\n".join(lines),
+            "hidden-builds", *map(str, cmd)]
 
 
 def main(argv):

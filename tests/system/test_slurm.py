@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from conftest import loom_pids_of
-from clusters import available
+import hidden
+from conftest import BUILD, LOOM, ROOT, loom_pids_of
+from clusters import SlurmCluster, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="slurm-wlm and munge are not installed")
 
@@ -438,3 +439,91 @@ roles:
                    what="the job to succeed")
     seen += job_files(jd)
     assert not leaks(secret, seen)
+
+
+# ---- the loom build hidden from the nodes (issue 31) ---------------------------
+
+def build_probe(builds):
+    """A task's shell command: exit 3 if it sees a loom binary in one of
+    builds, else a line "LS DIR [ENTRIES]" for each and "CHAIN EXE..."
+    (the executable of the shell and of each of its ancestors)."""
+    return (f"for d in {' '.join(map(str, builds))}; do "
+            "if test -e $d/loom; then echo SEEN $d/loom; exit 3; fi; "
+            "echo \"LS $d [$(ls -A $d | tr '\\n' ' ')]\"; done; "
+            "p=$$; chain=; while [ \"$p\" -gt 1 ]; do "
+            "chain=\"$chain $(readlink /proc/$p/exe)\"; "
+            "p=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f2); done; "
+            "echo \"CHAIN$chain\"")
+
+
+@pytest.fixture(scope="module")
+def hidden_cluster(tmp_path_factory):
+    """A Slurm cluster of 2 nodes whose slurmds see the loom build
+    directories empty (SlurmCluster(hide_builds=True))."""
+    c = SlurmCluster(tmp_path_factory.mktemp("slurm-hidden"), nodes=("h1", "h2"), cpus=2,
+                     hide_builds=True).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def test_the_nodes_of_a_hidden_cluster_see_no_loom_build(hidden_cluster):
+    """The hiding is real: a job step on each node (started by its slurmd)
+    finds every build directory empty and no loom in it, while the
+    checkout's python/ is there; each slurmd's own view (/proc/PID/root)
+    is as empty, and this process still sees the build."""
+    c = hidden_cluster
+    builds = [b for b in c.hidden if b.is_dir()]  # another /tmp/build-* may have gone
+    assert BUILD.resolve() in builds and LOOM.exists(), (builds, LOOM)
+    r = subprocess.run(["srun", "-N2", "--ntasks-per-node=1", "--label", "sh", "-c",
+                        build_probe(builds) + f"; test -f {ROOT}/python/loom/__init__.py && "
+                        "echo PYTHON ok $SLURMD_NODENAME"],
+                       env=c.env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "SEEN" not in r.stdout, r.stdout + r.stderr
+    for i in (0, 1):
+        for b in builds:
+            assert f"{i}: LS {b} []" in r.stdout, (i, b, r.stdout)
+        assert re.search(rf"^{i}: PYTHON ok h[12]$", r.stdout, re.M), r.stdout
+        chain = re.findall(rf"^{i}: CHAIN (.*)$", r.stdout, re.M)
+        assert len(chain) == 1 and "slurmstepd" in chain[0], r.stdout
+        assert not [e for e in chain[0].split() for b in builds if hidden._under(e, b)], chain
+    slurmds = [p for p in c.procs if "slurmd" in p.args]
+    assert len(slurmds) == 2, [p.args for p in c.procs]
+    for p in slurmds:
+        assert "slurmd" in os.path.basename(os.readlink(f"/proc/{p.pid}/exe"))
+        for b in builds:
+            assert os.listdir(f"/proc/{p.pid}/root{b}") == [], (p.pid, b)
+
+
+@pytest.mark.xfail(strict=True, raises=(AssertionError, subprocess.TimeoutExpired),
+                   reason="the slurm backend does not ship the loom binary yet (no agent_exe: "
+                          "the batch script and every srun run the client's own path), so on "
+                          "nodes without loom the job cannot start (issue 31)")
+def test_a_job_runs_the_shipped_binary_with_the_build_hidden(loom, hidden_cluster):
+    """On nodes that see no loom build, a job runs: each task finds no
+    loom in a build directory, and its agent's executable (an ancestor
+    of the task) is the copy the backend shipped, under none of them."""
+    c = hidden_cluster
+    builds = [b for b in c.hidden if b.is_dir()]  # another /tmp/build-* may have gone
+    loom.env.update(SLURM_CONF=str(c.conf))
+    spec = loom.spec(f"""
+name: hidden
+backend: slurm
+roles:
+  worker: {{instances: 2, command: {json.dumps(build_probe(builds))}}}
+""")
+    try:
+        r = loom.run("run", spec, timeout=60)
+    finally:
+        subprocess.run(["scancel", "--user=root"], env=c.env, capture_output=True, timeout=20)
+    logs = [f.read_text(errors="replace")[-2000:] for f in loom.home.glob("jobs/*/coordinator.log")]
+    assert r.returncode == 0 and "SEEN" not in r.stdout, (r.stdout, r.stderr, logs)
+    for i in (0, 1):
+        for b in builds:
+            assert f"[worker:{i}] LS {b} []" in r.stdout, (i, b, r.stdout)
+        chain = re.findall(rf"^\[worker:{i}\] CHAIN (.*)$", r.stdout, re.M)
+        assert len(chain) == 1, r.stdout
+        exes = chain[0].split()
+        assert [e for e in exes if e.endswith("/loom")], exes
+        assert not [e for e in exes for b in builds if hidden._under(e, b)], (exes, builds)

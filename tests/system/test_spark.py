@@ -2,7 +2,9 @@
 .venv-spark/ that scripts/setup-spark.sh makes): a standalone Master and two
 Workers started here through spark-class (the wheel has no
 start-master.sh), one core each, Java 17; and local-cluster[2,1,1024] where
-separate executor processes are all a test needs. Each test runs one Spark
+separate executor processes are all a test needs. The standalone Workers
+see the loom build directories empty (hidden.wrap_builds): tasks there run
+the binary loom.spark shipped. Each test runs one Spark
 driver (tests/system/spark/driver.py) that calls loom.spark.run(spark,
 spec) and reports what it returned and what Spark's REST API saw.
 
@@ -17,6 +19,7 @@ no process behind."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+import hidden
 from conftest import BUILD, LOOM, ROOT, SANITIZED, loom_pids_of
 
 SPARK_PYTHON = Path(os.environ.get("LOOM_SPARK_PYTHON", ROOT / ".venv-spark" / "bin" / "python"))
@@ -122,8 +126,23 @@ def mixed_totals(stdout):
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory):
-    """A standalone Master and two Workers (1 core, 1 GiB each)."""
+    """A standalone Master and two Workers (1 core, 1 GiB each). Each
+    Worker runs in a mount namespace of its own in which the loom build
+    directories are empty (hidden.wrap_builds): its executors, and the
+    agents and tasks they start, run only the loom binary loom.spark
+    shipped them (SparkContext.addFile), as on a cluster whose nodes have
+    no loom. The checkout's python/ and the Spark environment stay
+    visible."""
     d = tmp_path_factory.mktemp("spark")
+    # libloom.so (and the libloom-deps/ its run path names) where a node
+    # with the loom package installed has it, outside the build
+    # directories: what a feed task's `import loom` loads there (shipping
+    # the Python side is not loom.spark's yet)
+    lib = d / "lib"
+    lib.mkdir()
+    shutil.copy2(BUILD / "libloom.so", lib / "libloom.so")
+    if (BUILD / "libloom-deps").is_dir():
+        shutil.copytree(BUILD / "libloom-deps", lib / "libloom-deps")
     env = spark_env()
     cls = str(spark_home() / "bin" / "spark-class")
     port, ui, wui1, wui2 = free_ports(4)
@@ -135,9 +154,10 @@ def standalone(tmp_path_factory):
     for i, wui in ((1, wui1), (2, wui2)):
         (d / f"w{i}").mkdir()
         procs.append(subprocess.Popen(
-            [cls, "org.apache.spark.deploy.worker.Worker", "-c", "1", "-m", "1g", "--host",
-             "127.0.0.1", "--webui-port", str(wui), "--work-dir", str(d / f"w{i}"),
-             master], env=env, stdout=open(d / f"worker{i}.log", "w"),
+            hidden.wrap_builds(
+                [cls, "org.apache.spark.deploy.worker.Worker", "-c", "1", "-m", "1g", "--host",
+                 "127.0.0.1", "--webui-port", str(wui), "--work-dir", str(d / f"w{i}"),
+                 master], build=BUILD), env=env, stdout=open(d / f"worker{i}.log", "w"),
             stderr=subprocess.STDOUT, start_new_session=True))
 
     def alive_workers():
@@ -149,7 +169,8 @@ def standalone(tmp_path_factory):
             return False
     try:
         wait_for(alive_workers, "the Master to have its 2 Workers", 120)
-        yield {"master": master, "dir": d}
+        yield {"master": master, "dir": d, "hidden": hidden.build_dirs(BUILD),
+               "library": lib / "libloom.so"}
     finally:
         stop_daemons(procs)
 
@@ -311,6 +332,60 @@ def test_every_role_runs_in_one_barrier_stage_on_a_standalone_cluster(loom, stan
     assert all(j["status"] == "SUCCEEDED" for j in r["spark_jobs"]), r["spark_jobs"]
     assert sorted(t["task"] for t in r["spark_tasks"]) == ["chief:0", "ps:0"], r["spark_tasks"]
     assert all(t["runs"] == 1 for t in r["spark_tasks"]), r["spark_tasks"]
+    nothing_left(jd)
+
+
+def test_tasks_on_a_standalone_cluster_run_the_shipped_binary_with_the_build_hidden(
+        loom, standalone):
+    """The Workers see the loom build directories empty (the fixture's
+    hidden.wrap_builds): each task finds no loom there, and the loom
+    binary of its agent (every ancestor's executable, from the task and
+    from here) is the copy Spark fetched into the Worker's directory
+    (SparkContext.addFile), not one under a build directory; the job
+    runs to its end all the same."""
+    # those hidden when the Workers started that are still here (another
+    # build's /tmp/build-* may have gone since)
+    builds = [str(b) for b in standalone["hidden"] if b.is_dir()]
+    assert str(BUILD.resolve()) in builds, builds
+    probe = (f"for d in {' '.join(builds)}; do "
+             "if test -e $d/loom; then echo SEEN $d/loom; exit 3; fi; "
+             "echo \"LS $d [$(ls -A $d | tr '\\n' ' ')]\"; done; "
+             "p=$$; chain=; while [ \"$p\" -gt 1 ]; do "
+             "chain=\"$chain $(readlink /proc/$p/exe)\"; "
+             "p=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f2); done; "
+             "echo \"CHAIN$chain\"")
+    spec = {"name": "sparkhidden", "roles": {
+        "worker": {"instances": 2, "command": probe + "; sleep 3"}}}
+    d = Driver(loom, {"master": standalone["master"], "spec": spec})
+    try:
+        jd = job_dir(loom)
+        st = wait_for(lambda: (s := state(jd))["state"] == "running" and
+                      all(t.get("agent_pid") for t in s["tasks"]) and s, "the job running")
+        # from here: each agent's own view of the build directories is
+        # empty, and its executable is none of theirs
+        for t in st["tasks"]:
+            pid = t["agent_pid"]
+            exe = os.readlink(f"/proc/{pid}/exe")
+            assert exe.endswith("/loom") and exe.startswith(str(standalone["dir"])), (t, exe)
+            for b in builds:
+                assert not hidden._under(exe, b), (exe, b)
+                assert os.listdir(f"/proc/{pid}/root{b}") == [], (pid, b)
+        r = d.result()
+    finally:
+        d.stop()
+    assert r.get("exit_code") == 0 and r["state"] == "succeeded", (r, r.get("stdout"))
+    out = r["stdout"]
+    assert "SEEN" not in out, out
+    for task in ("worker:0", "worker:1"):
+        for b in builds:
+            assert f"[{task}] LS {b} []" in out, (task, b, out)
+        chain = re.findall(rf"^\[{task}\] CHAIN (.*)$", out, re.M)
+        assert len(chain) == 1, out
+        exes = chain[0].split()
+        looms = [e for e in exes if e.endswith("/loom")]
+        assert looms, exes  # the agent (and its guard, if any), above the task's shell
+        assert all(e.startswith(str(standalone["dir"])) for e in looms), exes
+        assert not [e for e in exes for b in builds if hidden._under(e, b)], (exes, builds)
     nothing_left(jd)
 
 
@@ -575,8 +650,13 @@ def test_stopping_from_the_driver_leaves_nothing(stopping, how):
 FEEDTASK = Path(__file__).parent / "spark" / "feedtask.py"
 
 
-def feed_spec(loom, name, mode, instances=2):
-    return {"name": name, "env": {"PYTHONPATH": str(ROOT / "python"), "LOOM_BIN": str(LOOM)},
+def feed_spec(loom, name, mode, instances=2, library=None):
+    """The spec of feedtask.py's tasks. library: the libloom.so they load
+    (LOOM_LIBRARY), for Workers that see no build directory (the
+    standalone fixture's "library"); else the build's, beside LOOM_BIN."""
+    env = {"PYTHONPATH": str(ROOT / "python")}
+    env.update({"LOOM_LIBRARY": str(library)} if library else {"LOOM_BIN": str(LOOM)})
+    return {"name": name, "env": env,
             "roles": {"worker": {"instances": instances,
                                  "command": f"{SPARK_PYTHON} {FEEDTASK} {mode}"}}}
 
@@ -738,7 +818,7 @@ def test_inference_is_exactly_once_with_an_executor_killed_mid_stage(loom, stand
     worker:1 is SIGKILLed. Spark relaunches the stage, the job's attempt 1
     reads the splits not yet committed, and the returned DataFrame still
     has each row's line exactly once."""
-    spec = feed_spec(loom, "dfkill", "infer")
+    spec = feed_spec(loom, "dfkill", "infer", library=standalone["library"])
     spec["retries"] = 1
     spec["env"]["FEEDTASK_DELAY"] = "0.001"
     d = Driver(loom, {"master": standalone["master"], "mode": "inference", "rows": 8000,
