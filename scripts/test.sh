@@ -61,6 +61,28 @@ step "unit tests under ASan/UBSan (build-asan/)"
 ctest --test-dir build-asan --output-on-failure -j2 || fail=1
 # Every decoder of untrusted bytes under libFuzzer (clang, ASan, UBSan) for
 # LOOM_FUZZ_SECONDS each (30), from the committed corpora; a finding fails.
+# The normal pass's one-host Hadoop cluster (clusters.start_hadoop) starts
+# in the background while the fuzzers run: they are time-boxed, so it costs
+# them inputs, not minutes. The pass adopts it (LOOM_TEST_HADOOP_DIR,
+# conftest.py's hadoop fixture); this script stops it after that pass and
+# fails if a JVM of it is left. If it did not start, the pass starts its own.
+HADOOP_DIR=$(mktemp -d /tmp/loom-test-hadoop.XXXXXX)
+hadoop_py() {  # start|stop: clusters.py on $HADOOP_DIR
+  (cd tests/system && $PY -c "import sys; from pathlib import Path; import clusters
+getattr(clusters, sys.argv[1] + '_hadoop')(Path(sys.argv[2]))" "$1" "$HADOOP_DIR")
+}
+stop_shared_hadoop() {
+  [ -n "$HADOOP_DIR" ] || return 0
+  if [ -n "${hadoop_pid:-}" ]; then wait "$hadoop_pid" 2>/dev/null && hadoop_up=1; fi
+  if [ -n "${hadoop_up:-}" ]; then
+    hadoop_py stop >/dev/null || { echo "stopping the shared Hadoop cluster failed"; fail=1; }
+  fi
+  rm -rf "$HADOOP_DIR" "$HADOOP_DIR.log"
+  HADOOP_DIR=
+}
+trap stop_shared_hadoop EXIT
+hadoop_py start >"$HADOOP_DIR.log" 2>&1 &
+hadoop_pid=$!
 step "fuzzing (tests/fuzz/ci.sh, ${LOOM_FUZZ_SECONDS:-30} s a harness)"
 bash tests/fuzz/ci.sh || fail=1
 # Each system-test module runs in both passes unless it is listed here.
@@ -94,8 +116,18 @@ NORMAL_ONLY=(--deselect $S/test_fashion.py --deselect $S/test_yarn_hosts.py
 NORMAL_ONLY+=(-k "not ($(IFS='|'; echo "${SPARK_NORMAL_ONLY[*]}" | sed 's/|/ or /g'))")
 ASAN_ONLY=(--deselect $S/test_yarn_restart.py)
 step "system tests (build/)"
+if wait "$hadoop_pid"; then
+  hadoop_up=1
+  export LOOM_TEST_HADOOP_DIR=$HADOOP_DIR
+else
+  echo "the shared Hadoop cluster did not start (the pass starts its own):"
+  tail -20 "$HADOOP_DIR.log"
+fi
+hadoop_pid=
 LOOM_BUILD_DIR="$PWD/build" $PY -m pytest -q -rs -p no:cacheprovider tests/system \
   "${ASAN_ONLY[@]}" || fail=1
+unset LOOM_TEST_HADOOP_DIR
+stop_shared_hadoop
 # Python loads build-asan's libloom with the ASan runtime preloaded
 # (conftest.pylib_env).
 step "system tests under ASan/UBSan (build-asan/)"

@@ -324,6 +324,15 @@ def hadoop(tmp_path_factory):
     test first needs it and stopped at the end of the run, no JVM of it
     left. Tests share it: each uses paths of its own on HDFS."""
     from clusters import start_hadoop, stop_hadoop
+    shared = os.environ.get("LOOM_TEST_HADOOP_DIR")
+    if shared:
+        # started (and stopped after the run) by scripts/test.sh, which
+        # starts it while the fuzzers run
+        d = Path(shared)
+        if not (d / "conf" / "core-site.xml").exists():
+            pytest.fail(f"LOOM_TEST_HADOOP_DIR={d} holds no started Hadoop cluster")
+        yield d
+        return
     d = tmp_path_factory.mktemp("hadoop")
     start_hadoop(d)
     try:
