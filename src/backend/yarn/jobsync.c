@@ -48,8 +48,12 @@
 static const jobdir_file published[] = {JOBDIR_COORD,  JOBDIR_COORD_LOG, JOBDIR_ALL_LOG,
                                         JOBDIR_EVENTS, JOBDIR_SUMMARY,   JOBDIR_STATE};
 
-/* How often a running application master publishes what changed. */
+/* How often a running application master publishes what changed, at
+ * most; a file is put whole each time, so a large one waits longer
+ * (PUB_MS_PER_KIB: about 1 MiB/s a file), which keeps a long job's growing
+ * logs from costing the square of their size. The last sync puts all. */
 #define PUB_EVERY_MS 1000
+#define PUB_MS_PER_KIB 1
 
 int yarn_job_url(const char *id, char *url, size_t len) {
   char why[512], user[256];
@@ -198,6 +202,7 @@ struct yarn_pub {
   char url[PATH_MAX];    /* the published copy */
   char mirror[PATH_MAX]; /* the client's job directory, when this node sees it; else "" */
   json_t *sent;          /* name -> "size mtime_ns" last published */
+  json_t *when;          /* name -> loom__now_ms() of that */
   bool logs_made;
   uint64_t last;
 };
@@ -218,7 +223,8 @@ yarn_pub *yarn_pub_open(void) {
   const char *slash = url ? strrchr(url, '/') : NULL;
   if (!slash || !jobdir_valid_id(slash + 1)) return NULL;
   yarn_pub *p = calloc(1, sizeof *p);
-  if (!p || !(p->sent = json_object())) {
+  if (!p || !(p->sent = json_object()) || !(p->when = json_object())) {
+    if (p) json_decref(p->sent);
     free(p);
     return NULL;
   }
@@ -239,7 +245,7 @@ yarn_pub *yarn_pub_open(void) {
 }
 
 /* Publishes local name (a path inside the job directory) when it changed. */
-static void pub_one(yarn_pub *p, const char *name) {
+static void pub_one(yarn_pub *p, const char *name, bool final) {
   char *local = loom__asprintf("%s/%s", p->dir, name);
   struct stat st;
   if (!local || stat(local, &st) < 0 || !S_ISREG(st.st_mode)) {
@@ -251,6 +257,12 @@ static void pub_one(yarn_pub *p, const char *name) {
            st.st_mtim.tv_nsec);
   const char *had = json_string_value(json_object_get(p->sent, name));
   if (had && !strcmp(had, now)) {
+    free(local);
+    return;
+  }
+  uint64_t t = loom__now_ms(), wait = (uint64_t)st.st_size / 1024 * PUB_MS_PER_KIB;
+  json_t *last = json_object_get(p->when, name);
+  if (!final && had && last && t - (uint64_t)json_integer_value(last) < wait) {
     free(local);
     return;
   }
@@ -272,7 +284,10 @@ static void pub_one(yarn_pub *p, const char *name) {
       loom__log(LOOM_LOG_WARN, "yarn", "cannot copy %s to %s: %s", name, p->mirror, why);
     free(m);
   }
-  if (rc == 0) json_object_set_new(p->sent, name, json_string(now));
+  if (rc == 0) {
+    json_object_set_new(p->sent, name, json_string(now));
+    json_object_set_new(p->when, name, json_integer((json_int_t)t));
+  }
   free(remote);
   free(local);
 }
@@ -293,18 +308,19 @@ void yarn_pub_sync(yarn_pub *p, bool final) {
   for (size_t i = 0; i < n; i++) {
     if (!strncmp(names[i], p->dir, dlen) && names[i][dlen] == '/' &&
         strcmp(names[i] + dlen + 1, jobdir_name(JOBDIR_ALL_LOG)))
-      pub_one(p, names[i] + dlen + 1);
+      pub_one(p, names[i] + dlen + 1, final);
     free(names[i]);
   }
   free(names);
   free(pat);
   free(logs);
   for (size_t i = 0; i < sizeof published / sizeof *published; i++)
-    pub_one(p, jobdir_name(published[i]));
+    pub_one(p, jobdir_name(published[i]), final);
 }
 
 void yarn_pub_free(yarn_pub *p) {
   if (!p) return;
   json_decref(p->sent);
+  json_decref(p->when);
   free(p);
 }
