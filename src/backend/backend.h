@@ -169,10 +169,12 @@ typedef struct {
   /* Optional: the loom executable every task's agent runs, argv[0] of
    * every launch: into exe (exelen, at least PATH_MAX), after making it
    * reachable where tasks run. self is the coordinator's own executable.
-   * NULL: self as it is (Slurm: its nodes share the path; external).
-   * local gives self; YARN stages it once per content in a per-user cache
-   * on the cluster's filesystem and localizes it into every container
-   * ("./loom"). Called once, after stage_files, before the first launch;
+   * NULL: self as it is (external). local gives self; Slurm gives self
+   * (the client's copy in the job directory, which the batch script runs)
+   * when every node sees the job directory, else sbcasts it to
+   * /tmp/loom-JOBID/loom on every node; YARN stages it once per content
+   * in a per-user cache on the cluster's filesystem and localizes it into
+   * every container ("./loom"). Called once, after stage_files, before the first launch;
    * blocks (may upload). 0, or an error with err filled (the job then
    * fails as a backend failure). */
   int (*agent_exe)(backend *b, const char *self, char *exe, size_t exelen, char *err,

@@ -496,10 +496,6 @@ def test_the_nodes_of_a_hidden_cluster_see_no_loom_build(hidden_cluster):
             assert os.listdir(f"/proc/{p.pid}/root{b}") == [], (p.pid, b)
 
 
-@pytest.mark.xfail(strict=True, raises=(AssertionError, subprocess.TimeoutExpired),
-                   reason="the slurm backend does not ship the loom binary yet (no agent_exe: "
-                          "the batch script and every srun run the client's own path), so on "
-                          "nodes without loom the job cannot start (issue 31)")
 def test_a_job_runs_the_shipped_binary_with_the_build_hidden(loom, hidden_cluster):
     """On nodes that see no loom build, a job runs: each task finds no
     loom in a build directory, and its agent's executable (an ancestor

@@ -46,6 +46,13 @@
 #define SLURM_CMD_TIMEOUT_MS (30 * 1000)
 /* Nodes of a partition looked at, and named in a refusal. */
 #define MAX_NODES 4096
+/* loom's executable as the client ships it: a copy in the job directory,
+ * which the batch script's coordinator runs (the first node reaches the
+ * job directory). */
+#define SHIP_NAME "loom"
+
+static int run_cmd(char *const argv[], int timeout_ms, char *err, size_t errlen);
+static bool job_dir_shared(const char *dir);
 
 /* ---- Slurm's client commands ---------------------------------------------- */
 
@@ -278,7 +285,7 @@ static void comp_opts(const slurm_comp *c, char *buf, size_t len) {
 /* The batch script for spec s under plan p: one component each, then the
  * coordinator, told each role's component. *out is malloc'ed. */
 static int slurm_script(const spec_job *s, const slurm_plan *p, const char *job_id,
-                        const char *job_dir, const char *exe, char **out) {
+                        const char *job_dir, char **out) {
   loom__buf b;
   loom__buf_init(&b, 1 << 20);
   loom__buf_printf(&b, "#!/bin/sh\n# loom job %s: %d component%s (", job_id, p->ncomp,
@@ -301,7 +308,8 @@ static int slurm_script(const spec_job *s, const slurm_plan *p, const char *job_
   loom__buf_printf(&b, "LOOM_SLURM_GROUPS=");
   for (int i = 0; i < s->nroles; i++) loom__buf_printf(&b, "%s%d", i ? "," : "", p->role_comp[i]);
   loom__buf_printf(&b, "\nexport LOOM_SLURM_GROUPS\n");
-  loom__buf_printf(&b, "exec '%s' coordinator '%s' --backend slurm\n", exe, job_dir);
+  loom__buf_printf(&b, "exec '%s/%s' coordinator '%s' --backend slurm\n", job_dir, SHIP_NAME,
+                   job_dir);
   if (!b.p) return LOOM_ENOMEM;
   *out = b.p;
   return 0;
@@ -314,7 +322,19 @@ static int slurm_submit(const spec_job *s, const char *job_id, const char *job_d
   int rc = slurm_plan_for(s, &p, err, errlen);
   if (rc < 0) return rc;
   char *script = NULL, path[4096];
-  rc = slurm_script(s, &p, job_id, job_dir, exe, &script);
+  /* the binary travels with the job: nodes need not see the client's */
+  snprintf(path, sizeof path, "%s/%s", job_dir, SHIP_NAME);
+  char *cp[] = {"cp", (char *)exe, path, NULL};
+  rc = run_cmd(cp, STAGE_TIMEOUT_MS, err, errlen);
+  if (rc == 0 && chmod(path, 0755) < 0) {
+    snprintf(err, errlen, "cannot make %s executable: %s", path, strerror(errno));
+    rc = LOOM_EIO;
+  }
+  if (rc < 0) {
+    slurm_plan_free(&p);
+    return rc;
+  }
+  rc = slurm_script(s, &p, job_id, job_dir, &script);
   slurm_plan_free(&p);
   if (rc < 0) return rc;
   jobdir_path(job_dir, JOBDIR_SLURM_SH, path, sizeof path);
@@ -322,6 +342,9 @@ static int slurm_submit(const spec_job *s, const char *job_id, const char *job_d
   free(script);
   if (rc < 0) {
     snprintf(err, errlen, "cannot write %s", path);
+    char shipped[4096];
+    snprintf(shipped, sizeof shipped, "%s/%s", job_dir, SHIP_NAME);
+    unlink(shipped);
     return rc;
   }
   /* Slurm's own opinion too: what it could never run would wait forever */
@@ -331,6 +354,9 @@ static int slurm_submit(const spec_job *s, const char *job_id, const char *job_d
     int st = run_capture(argv, SLURM_CMD_TIMEOUT_MS, out, sizeof out);
     if (st != 0) {
       one_line(out);
+      char shipped[4096];
+      snprintf(shipped, sizeof shipped, "%s/%s", job_dir, SHIP_NAME);
+      unlink(shipped);
       snprintf(err, errlen, "Slurm refused the job: %s (the batch script is %s)",
                out[0]   ? out
                : st < 0 ? "sbatch did not answer"
@@ -417,6 +443,13 @@ static int slurm_job_state(const char *job_dir, backend_job *job) {
     if (!strcmp(out, pending[i])) job->state = BACKEND_JOB_PENDING;
   for (size_t i = 0; i < LOOM__ARRAY_LEN(running); i++)
     if (!strcmp(out, running[i])) job->state = BACKEND_JOB_RUNNING;
+  /* over for Slurm (not requeued): the shipped binary goes, if the
+   * coordinator could not remove it (killed by Slurm) */
+  if (job->state == BACKEND_JOB_ENDED) {
+    char shipped[4096];
+    snprintf(shipped, sizeof shipped, "%s/%s", job_dir, SHIP_NAME);
+    unlink(shipped);
+  }
   const char *words = job->reason[0] ? reason_words(job->reason) : NULL;
   snprintf(job->what, sizeof job->what, "Slurm job %s is %s%s%s%s%s%s", job->id, job->native,
            job->reason[0] ? " (" : "", job->reason, words ? ": " : "", words ? words : "",
@@ -438,6 +471,10 @@ static int slurm_cancel(const char *job_dir, char *msg, size_t msglen) {
     snprintf(msg, msglen, "scancel %s failed: %s", id, out[0] ? out : "no output");
     return LOOM_EBACKEND;
   }
+  /* a cancelled job is not requeued: its batch script never runs again */
+  char shipped[4096];
+  snprintf(shipped, sizeof shipped, "%s/%s", job_dir, SHIP_NAME);
+  unlink(shipped);
   snprintf(msg, msglen, "Slurm job %s", id);
   return 0;
 }
@@ -577,33 +614,99 @@ static int slurm_stage(backend *b, const spec_job *s, json_t **files, char *err,
   return 0;
 }
 
-static void slurm_unstage(backend *b) {
-  slurm_priv *pr = b->priv;
-  if (!pr->stage_dir[0]) return;
+/* Runs `srun ... cmd arg dir` once on every node of every component of
+ * the job (mkdir, rm). 0, or the first failure with err filled. Blocks. */
+static int on_every_node(const slurm_priv *pr, char *cmd, char *arg, char *dir, char *err,
+                         size_t errlen) {
+  int rc = 0;
   for (int g = 0; g < (pr->ngroups > 1 ? pr->ngroups : 1); g++) {
-    char var[64], hg[32], nn[32], err[256];
+    char var[64], hg[32], nn[32], nt[32];
     snprintf(var, sizeof var,
              pr->ngroups > 1 ? "SLURM_JOB_NUM_NODES_HET_GROUP_%d" : "SLURM_JOB_NUM_NODES", g);
     const char *nodes = getenv(var);
     snprintf(hg, sizeof hg, "--het-group=%d", g);
     snprintf(nn, sizeof nn, "--nodes=%s", nodes ? nodes : "1");
-    char *args[12];
+    snprintf(nt, sizeof nt, "--ntasks=%s", nodes ? nodes : "1");
+    /* one small task a node, whatever the job's tasks ask (the batch
+     * script's environment holds their counts and sizes) */
+    char *args[16];
     int k = 0;
     args[k++] = "srun";
     if (pr->ngroups > 1) args[k++] = hg;
     args[k++] = nn;
+    args[k++] = nt;
     args[k++] = "--ntasks-per-node=1";
+    args[k++] = "--cpus-per-task=1";
+    args[k++] = "--cpu-bind=none";
     args[k++] = "--overlap";
     args[k++] = "--quiet";
-    args[k++] = "rm";
-    args[k++] = "-rf";
-    args[k++] = pr->stage_dir;
+    args[k++] = cmd;
+    args[k++] = arg;
+    args[k++] = dir;
     args[k] = NULL;
-    if (run_cmd(args, UNSTAGE_TIMEOUT_MS, err, sizeof err) < 0)
-      loom__log(LOOM_LOG_WARN, "slurm", "cannot remove %s from the nodes of component %d: %s",
-                pr->stage_dir, g, err);
+    char out[512];
+    int st = run_capture(args, UNSTAGE_TIMEOUT_MS, out, sizeof out);
+    if (st != 0 && rc == 0) {
+      one_line(out);
+      snprintf(err, errlen, "%s %s on the nodes of component %d: srun %s: %s", cmd, dir, g,
+               st < 0 ? "did not finish" : "failed", out[0] ? out : "no output");
+      rc = LOOM_EBACKEND;
+    }
   }
+  return rc;
+}
+
+static void slurm_unstage(backend *b) {
+  slurm_priv *pr = b->priv;
+  char err[512];
+  if (pr->stage_dir[0] && on_every_node(pr, "rm", "-rf", pr->stage_dir, err, sizeof err) < 0)
+    loom__log(LOOM_LOG_WARN, "slurm", "cannot remove the staged files: %s", err);
   pr->stage_dir[0] = 0;
+  if (pr->exe_dir[0] && on_every_node(pr, "rm", "-rf", pr->exe_dir, err, sizeof err) < 0)
+    loom__log(LOOM_LOG_WARN, "slurm", "cannot remove loom's shipped executable: %s", err);
+  pr->exe_dir[0] = 0;
+}
+
+/* The binary every task's agent runs: the batch script's coordinator runs
+ * the client's copy in the job directory (self); agents run it there too
+ * when every node sees the job directory, else from a copy sbcast to
+ * /tmp/loom-JOBID/loom on every node of the job (removed with the staged
+ * files). */
+static int slurm_agent_exe(backend *b, const char *self, char *exe, size_t exelen, char *err,
+                           size_t errlen) {
+  slurm_priv *pr = b->priv;
+  const char *jid = getenv("SLURM_JOB_ID"), *jdir = loom__tun_raw(LOOM_TUN_JOB_DIR_STAGE);
+  if (!jid || job_dir_shared(jdir ? jdir : ".")) {
+    if (strlen(self) >= exelen) {
+      snprintf(err, errlen, "the path of loom's executable is too long: %s", self);
+      return LOOM_ERANGE;
+    }
+    loom__strlcpy(exe, self, exelen);
+    return 0;
+  }
+  snprintf(pr->exe_dir, sizeof pr->exe_dir, "/tmp/loom-%s", jid);
+  snprintf(exe, exelen, "%s/%s", pr->exe_dir, SHIP_NAME);
+  int rc = on_every_node(pr, "mkdir", "-p", pr->exe_dir, err, errlen);
+  for (int g = 0; g < (pr->ngroups > 1 ? pr->ngroups : 1) && rc == 0; g++) {
+    char j[64];
+    snprintf(j, sizeof j, pr->ngroups > 1 ? "%s+%d" : "%s", jid, g);
+    char *bc[] = {"sbcast", "--force", "-j", j, (char *)self, exe, NULL};
+    rc = run_cmd(bc, STAGE_TIMEOUT_MS, err, errlen);
+  }
+  return rc;
+}
+
+/* The job is over: the client's copy of the binary in the job directory
+ * goes, unless Slurm stopped the coordinator (it may requeue the job,
+ * whose batch script runs that copy again; `loom status` and `loom run`
+ * remove it once Slurm says the job ended). */
+static void slurm_finish(backend *b, int exit_status, const char *why) {
+  const char *jdir = loom__tun_raw(LOOM_TUN_JOB_DIR_STAGE);
+  if (!jdir || !strncmp(why, "interrupted by SIG", 18)) return;
+  char shipped[4096];
+  snprintf(shipped, sizeof shipped, "%s/%s", jdir, SHIP_NAME);
+  if (unlink(shipped) < 0 && errno != ENOENT)
+    loom__log(LOOM_LOG_WARN, "slurm", "cannot remove %s: %s", shipped, strerror(errno));
 }
 
 static void slurm_destroy(backend *b) {
@@ -682,6 +785,8 @@ const backend_ops loom__backend_slurm = {
     .signal = slurm_signal,
     .host = slurm_host,
     .stage_files = slurm_stage,
+    .agent_exe = slurm_agent_exe,
     .unstage_files = slurm_unstage,
+    .finish = slurm_finish,
     .destroy = slurm_destroy,
 };

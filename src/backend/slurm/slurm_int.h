@@ -13,7 +13,8 @@ typedef struct srun_proc srun_proc;
 /* The backend's state in the coordinator (b->priv). */
 typedef struct {
   char stage_dir[256];
-  int ngroups; /* components of the Slurm job (1: not heterogeneous) */
+  char exe_dir[256]; /* where loom's executable was sbcast to ("": nowhere) */
+  int ngroups;       /* components of the Slurm job (1: not heterogeneous) */
   int ntasks;
   srun_proc **procs;      /* task id -> its srun, until its exit is reported */
   int *group;             /* task id -> its component (het group) */
