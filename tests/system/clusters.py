@@ -186,9 +186,9 @@ class SlurmCluster:
         # hide_builds: each slurmd (and every job step it starts) runs in a
         # mount namespace of its own in which the loom build directories
         # are empty (hidden.wrap_builds), as on nodes without loom; the
-        # checkout's python/ stays visible. Off by default: the slurm
-        # backend does not ship the binary yet (no agent_exe; the batch
-        # script runs the client's path), so no loom job runs there.
+        # checkout's python/ stays visible; loom jobs run the binary the
+        # backend ships (the job directory's copy, sbcast to the nodes).
+        # Off by default: test_slurm starts such a cluster of its own.
         self.hide_builds = hide_builds
         self.hidden = []
         self.nodes = nodes
