@@ -59,27 +59,65 @@ static int cred_take(hyarn_cred_token *out, const uint8_t *id, size_t idl, const
   return 0;
 }
 
-int hyarn_creds_find(const uint8_t *buf, size_t len, const char *kind, hyarn_cred_token *out,
-                     char *err, size_t errlen) {
-  memset(out, 0, sizeof *out);
+/* The opening of a credentials file, for both readers. PROTOBUF: *c is the
+ * unpacked CredentialsProto (the caller frees it). WRITABLE: *c is NULL,
+ * *count the number of tokens and *at where the first one starts. */
+static int creds_open(const uint8_t *buf, size_t len, Hadoop__Common__CredentialsProto **c,
+                      size_t *at, int64_t *count, char *err, size_t errlen) {
+  *c = NULL;
+  *at = 5;
+  *count = 0;
   if (len < 5 || memcmp(buf, "HDTS", 4) != 0) {
     snprintf(err, errlen, "not a Hadoop credentials file (it does not start with HDTS)");
     return LOOM_EPROTO;
   }
-  size_t at = 5;
   if (buf[4] == 1) { /* PROTOBUF: a delimited CredentialsProto */
     uint32_t ml;
-    size_t vn = loom__varint_get32(buf + at, len - at, &ml);
-    if (!vn || ml > len - at - vn) {
+    size_t vn = loom__varint_get32(buf + *at, len - *at, &ml);
+    if (!vn || ml > len - *at - vn) {
       snprintf(err, errlen, "the credentials' length is past the file's end");
       return LOOM_EPROTO;
     }
-    Hadoop__Common__CredentialsProto *c =
-        hadoop__common__credentials_proto__unpack(NULL, ml, buf + at + vn);
-    if (!c) {
+    *c = hadoop__common__credentials_proto__unpack(NULL, ml, buf + *at + vn);
+    if (!*c) {
       snprintf(err, errlen, "the credentials are not a CredentialsProto");
       return LOOM_EPROTO;
     }
+    return 0;
+  }
+  if (buf[4] != 0) {
+    snprintf(err, errlen, "credentials format %d is not known (0 WRITABLE, 1 PROTOBUF)", buf[4]);
+    return LOOM_EPROTO;
+  }
+  if (read_vlong(buf, len, at, count) < 0 || *count < 0 || *count > 1 << 20) {
+    snprintf(err, errlen, "the credentials' token count is malformed");
+    return LOOM_EPROTO;
+  }
+  return 0;
+}
+
+/* Token i (from 0) of a WRITABLE file at *at: its alias, identifier,
+ * password, kind and service in f[0..4]. */
+static int read_token(const uint8_t *buf, size_t len, size_t *at, int64_t i, const uint8_t *f[5],
+                      size_t fl[5], char *err, size_t errlen) {
+  for (int k = 0; k < 5; k++)
+    if (read_bytes(buf, len, at, &f[k], &fl[k]) < 0) {
+      snprintf(err, errlen, "token %lld of the credentials runs past the file's end",
+               (long long)i + 1);
+      return LOOM_EPROTO;
+    }
+  return 0;
+}
+
+int hyarn_creds_find(const uint8_t *buf, size_t len, const char *kind, hyarn_cred_token *out,
+                     char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  Hadoop__Common__CredentialsProto *c;
+  size_t at;
+  int64_t count;
+  int orc = creds_open(buf, len, &c, &at, &count, err, errlen);
+  if (orc < 0) return orc;
+  if (c) {
     int rc = LOOM_ENOENT;
     for (size_t i = 0; i < c->n_tokens && rc == LOOM_ENOENT; i++) {
       const Hadoop__Common__TokenProto *t = c->tokens[i]->token;
@@ -92,27 +130,12 @@ int hyarn_creds_find(const uint8_t *buf, size_t len, const char *kind, hyarn_cre
     if (rc == LOOM_ENOENT) snprintf(err, errlen, "no %s token in the credentials", kind);
     return rc;
   }
-  if (buf[4] != 0) {
-    snprintf(err, errlen, "credentials format %d is not known (0 WRITABLE, 1 PROTOBUF)", buf[4]);
-    return LOOM_EPROTO;
-  }
-  int64_t count;
-  if (read_vlong(buf, len, &at, &count) < 0 || count < 0 || count > 1 << 20) {
-    snprintf(err, errlen, "the credentials' token count is malformed");
-    return LOOM_EPROTO;
-  }
   for (int64_t i = 0; i < count; i++) {
-    const uint8_t *alias, *id, *pw, *k, *svc;
-    size_t al, idl, pwl, kl, sl;
-    if (read_bytes(buf, len, &at, &alias, &al) < 0 || read_bytes(buf, len, &at, &id, &idl) < 0 ||
-        read_bytes(buf, len, &at, &pw, &pwl) < 0 || read_bytes(buf, len, &at, &k, &kl) < 0 ||
-        read_bytes(buf, len, &at, &svc, &sl) < 0) {
-      snprintf(err, errlen, "token %lld of the credentials runs past the file's end",
-               (long long)i + 1);
-      return LOOM_EPROTO;
-    }
-    if (kl == strlen(kind) && !memcmp(k, kind, kl))
-      return cred_take(out, id, idl, pw, pwl, k, kl, svc, sl);
+    const uint8_t *f[5]; /* alias, identifier, password, kind, service */
+    size_t fl[5];
+    if (read_token(buf, len, &at, i, f, fl, err, errlen) < 0) return LOOM_EPROTO;
+    if (fl[3] == strlen(kind) && !memcmp(f[3], kind, fl[3]))
+      return cred_take(out, f[1], fl[1], f[2], fl[2], f[3], fl[3], f[4], fl[4]);
   }
   snprintf(err, errlen, "no %s token among the credentials' %lld", kind, (long long)count);
   return LOOM_ENOENT;
@@ -194,24 +217,12 @@ int hyarn_creds_find_secret(const uint8_t *buf, size_t len, const char *alias, u
                             size_t *vlen, char *err, size_t errlen) {
   *value = NULL;
   *vlen = 0;
-  if (len < 5 || memcmp(buf, "HDTS", 4) != 0) {
-    snprintf(err, errlen, "not a Hadoop credentials file (it does not start with HDTS)");
-    return LOOM_EPROTO;
-  }
-  size_t at = 5, want = strlen(alias);
-  if (buf[4] == 1) { /* PROTOBUF: a delimited CredentialsProto */
-    uint32_t ml;
-    size_t vn = loom__varint_get32(buf + at, len - at, &ml);
-    if (!vn || ml > len - at - vn) {
-      snprintf(err, errlen, "the credentials' length is past the file's end");
-      return LOOM_EPROTO;
-    }
-    Hadoop__Common__CredentialsProto *c =
-        hadoop__common__credentials_proto__unpack(NULL, ml, buf + at + vn);
-    if (!c) {
-      snprintf(err, errlen, "the credentials are not a CredentialsProto");
-      return LOOM_EPROTO;
-    }
+  Hadoop__Common__CredentialsProto *c;
+  size_t at, want = strlen(alias);
+  int64_t count;
+  int orc = creds_open(buf, len, &c, &at, &count, err, errlen);
+  if (orc < 0) return orc;
+  if (c) {
     int rc = LOOM_ENOENT;
     for (size_t i = 0; i < c->n_secrets && rc == LOOM_ENOENT; i++) {
       const Hadoop__Common__CredentialsKVProto *kv = c->secrets[i];
@@ -223,24 +234,10 @@ int hyarn_creds_find_secret(const uint8_t *buf, size_t len, const char *alias, u
     if (rc == LOOM_ENOENT) snprintf(err, errlen, "no secret key %s in the credentials", alias);
     return rc;
   }
-  if (buf[4] != 0) {
-    snprintf(err, errlen, "credentials format %d is not known (0 WRITABLE, 1 PROTOBUF)", buf[4]);
-    return LOOM_EPROTO;
-  }
-  int64_t count;
-  if (read_vlong(buf, len, &at, &count) < 0 || count < 0 || count > 1 << 20) {
-    snprintf(err, errlen, "the credentials' token count is malformed");
-    return LOOM_EPROTO;
-  }
   for (int64_t i = 0; i < count; i++) {
-    const uint8_t *p;
-    size_t pl;
-    for (int f = 0; f < 5; f++) /* alias, identifier, password, kind, service */
-      if (read_bytes(buf, len, &at, &p, &pl) < 0) {
-        snprintf(err, errlen, "token %lld of the credentials runs past the file's end",
-                 (long long)i + 1);
-        return LOOM_EPROTO;
-      }
+    const uint8_t *f[5];
+    size_t fl[5];
+    if (read_token(buf, len, &at, i, f, fl, err, errlen) < 0) return LOOM_EPROTO;
   }
   if (read_vlong(buf, len, &at, &count) < 0 || count < 0 || count > 1 << 20) {
     snprintf(err, errlen, "the credentials' secret key count is malformed");
