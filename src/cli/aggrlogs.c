@@ -175,7 +175,7 @@ static void print_lines(const loom__buf *b, const char *prefix) {
 /* `loom logs` of YARN application app from its aggregated logs: every
  * task's lines prefixed (stdout, then stderr, a task at a time), or task's
  * alone. An exit status. */
-static int aggr_logs(const char *app, const char *task) {
+int cli_aggr_logs(const char *app, const char *task) {
   char cdir[1024], file[1200], why[1024], root[HDFS_MAX_PATH], suffix[256], user[256];
   const char *how;
   if (hconf_find_dir(NULL, cdir, sizeof cdir, &how, why, sizeof why) < 0) {
@@ -284,7 +284,7 @@ static int aggr_logs(const char *app, const char *task) {
 
 /* The YARN application of the job at dir (its yarn_application event)
  * into app: true when it has one. */
-static bool job_app(const char *dir, char *app, size_t len) {
+bool cli_job_app(const char *dir, char *app, size_t len) {
   char path[PATH_MAX + 32];
   jobdir_path(dir, JOBDIR_EVENTS, path, sizeof path);
   FILE *f = fopen(path, "r");
@@ -295,8 +295,6 @@ static bool job_app(const char *dir, char *app, size_t len) {
     if (!strstr(line, "\"yarn_application\"")) continue;
     json_t *j = json_loads(line, 0, NULL);
     json_t *d = j ? json_object_get(j, "application") : NULL;
-    if (!d) d = json_object_get(json_object_get(j, "data"), "application");
-    if (!d) d = json_object_get(json_object_get(j, "details"), "application");
     if (json_is_string(d) && strlen(json_string_value(d)) < len) {
       loom__strlcpy(app, json_string_value(d), len);
       found = true;
@@ -305,34 +303,4 @@ static bool job_app(const char *dir, char *app, size_t len) {
   }
   fclose(f);
   return found;
-}
-
-int cli_logs_any(int argc, char **argv) {
-  const char *job = NULL, *task = NULL;
-  bool follow = false;
-  for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i], "--task") && i + 1 < argc)
-      task = argv[++i];
-    else if (!strncmp(argv[i], "--task=", 7))
-      task = argv[i] + 7;
-    else if (!strcmp(argv[i], "--follow") || !strcmp(argv[i], "-f"))
-      follow = true;
-    else if (argv[i][0] != '-')
-      job = argv[i];
-  }
-  if (job && !strncmp(job, "application_", 12)) {
-    if (follow)
-      return cli_bad_usage("logs", "--follow: an application's aggregated logs are final");
-    return aggr_logs(job, task);
-  }
-  char dir[PATH_MAX], err[512], app[128], path[PATH_MAX + 200];
-  if (!job || follow || jobs_find(job, dir, sizeof dir, err, sizeof err) < 0 ||
-      !job_app(dir, app, sizeof app))
-    return cli_logs(argc, argv);
-  jobdir_path(dir, JOBDIR_ALL_LOG, path, sizeof path);
-  struct stat st;
-  if (stat(path, &st) == 0) return cli_logs(argc, argv);
-  jobs_refresh(dir, NULL); /* what a coordinator elsewhere published */
-  if (stat(path, &st) == 0) return cli_logs(argc, argv);
-  return aggr_logs(app, task);
 }

@@ -24,9 +24,10 @@ cli_verb_fn cli_status; /* `loom status [JOB] [--json]` */
 cli_verb_fn cli_logs;   /* `loom logs JOB [--task T] [--follow]` */
 cli_verb_fn cli_events; /* `loom events JOB [--json]` */
 cli_verb_fn cli_kill;   /* `loom kill JOB` */
-/* aggrlogs.c: `loom logs`, or from YARN's aggregated logs for an application
- * id or a YARN job whose directory lacks its logs (else cli_logs) */
-cli_verb_fn cli_logs_any;
+/* aggrlogs.c: YARN's aggregated logs, for `loom logs` of an application id
+ * or of a YARN job whose directory lacks its logs */
+int cli_aggr_logs(const char *app, const char *task);     /* every task's, or task's */
+bool cli_job_app(const char *dir, char *app, size_t len); /* the job's application id */
 
 /* main.c */
 /* Says on stderr what is wrong with the arguments of verb ("loom VERB:

@@ -62,7 +62,7 @@ static const struct verb {
      "  --json             print the job's state file as it is\n"
      "  --secret           with --json and JOB: add the job's secret (\"secret\"),\n"
      "                     for agents started by hand (LOOM_SECRET)\n"},
-    {"logs", cli_logs_any, "JOB [--task T] [--follow]", "a task's log, or all tasks interleaved",
+    {"logs", cli_logs, "JOB [--task T] [--follow]", "a task's log, or all tasks interleaved",
      "Prints the log of task T (role:index, e.g. worker:1), or every task's lines\n"
      "interleaved and prefixed. --follow keeps printing until the job ends.\n"
      "JOB may be a YARN application id (application_...): its tasks' lines from\n"

@@ -304,7 +304,12 @@ int cli_logs(int argc, char **argv) {
       job = argv[i];
   }
   if (!job) return cli_bad_usage("logs", "missing JOB");
-  char dir[PATH_MAX], err[512], path[PATH_MAX + 200];
+  if (!strncmp(job, "application_", 12)) {
+    if (follow)
+      return cli_bad_usage("logs", "--follow: an application's aggregated logs are final");
+    return cli_aggr_logs(job, task);
+  }
+  char dir[PATH_MAX], err[512], path[PATH_MAX + 200], app[128];
   if (jobs_find(job, dir, sizeof dir, err, sizeof err) < 0) {
     fprintf(stderr, "loom logs: %s\n", err);
     return LOOM_EXIT_USAGE;
@@ -324,6 +329,8 @@ int cli_logs(int argc, char **argv) {
   }
   jobs_refresh(dir, NULL); /* what a coordinator elsewhere published */
   FILE *f = fopen(path, "r");
+  /* a YARN job whose directory lacks its logs: the aggregated ones */
+  if (!f && !follow && cli_job_app(dir, app, sizeof app)) return cli_aggr_logs(app, task);
   if (!f && !follow) {
     fprintf(stderr, "loom logs: no log at %s%s\n", path,
             task ? " (is the task name right? see "
