@@ -24,6 +24,11 @@ typedef struct {
   size_t idlen, pwlen;
 } token;
 
+/* t as DIGEST-MD5 takes it (the bytes stay t's). */
+static inline hsasl_token hyarn__token_sasl(const token *t) {
+  return (hsasl_token){t->id, t->idlen, t->pw, t->pwlen};
+}
+
 typedef struct {
   char node[300];
   token tok;
