@@ -61,40 +61,59 @@ step "unit tests under ASan/UBSan (build-asan/)"
 ctest --test-dir build-asan --output-on-failure -j2 || fail=1
 # Every decoder of untrusted bytes under libFuzzer (clang, ASan, UBSan) for
 # LOOM_FUZZ_SECONDS each (30), from the committed corpora; a finding fails.
-# The normal pass's one-host Hadoop cluster (clusters.start_hadoop) starts
-# in the background while the fuzzers run: they are time-boxed, so it costs
-# them inputs, not minutes. The pass adopts it (LOOM_TEST_HADOOP_DIR,
-# conftest.py's hadoop fixture); this script stops it after that pass and
-# fails if a JVM of it is left. If it did not start, the pass starts its own.
-HADOOP_DIR=$(mktemp -d /tmp/loom-test-hadoop.XXXXXX)
-hadoop_py() {  # start|stop: clusters.py on $HADOOP_DIR
+# The two system-test passes' one-host Hadoop clusters (clusters.start_hadoop,
+# one a pass: they run at the same time, below) start in the background while
+# the fuzzers run: they are time-boxed, so it costs them inputs, not minutes.
+# Each pass adopts its own (LOOM_TEST_HADOOP_DIR, conftest.py's hadoop
+# fixture); this script stops both after the passes and fails if a JVM of
+# either is left. If one did not start, its pass starts its own.
+HADOOP_DIRS=()
+hadoop_py() {  # start|stop DIR: clusters.py on DIR
   (cd tests/system && $PY -c "import sys; from pathlib import Path; import clusters
-getattr(clusters, sys.argv[1] + '_hadoop')(Path(sys.argv[2]))" "$1" "$HADOOP_DIR")
+getattr(clusters, sys.argv[1] + '_hadoop')(Path(sys.argv[2]))" "$1" "$2")
+}
+# Waits for each cluster's start (DIR.up once it returned 0).
+hadoop_started() {
+  local d pid
+  for d in "${HADOOP_DIRS[@]}"; do
+    pid=$(cat "$d.pid" 2>/dev/null) || continue
+    rm -f "$d.pid"
+    if wait "$pid"; then touch "$d.up"; fi
+  done
 }
 stop_shared_hadoop() {
-  [ -n "$HADOOP_DIR" ] || return 0
-  if [ -n "${hadoop_pid:-}" ]; then wait "$hadoop_pid" 2>/dev/null && hadoop_up=1; fi
-  if [ -n "${hadoop_up:-}" ]; then
-    hadoop_py stop >/dev/null || { echo "stopping the shared Hadoop cluster failed"; fail=1; }
-  fi
-  rm -rf "$HADOOP_DIR" "$HADOOP_DIR.log"
-  HADOOP_DIR=
+  hadoop_started
+  for d in "${HADOOP_DIRS[@]}"; do
+    if [ -f "$d.up" ]; then
+      hadoop_py stop "$d" >/dev/null || { echo "stopping the Hadoop cluster $d failed"; fail=1; }
+    fi
+    rm -rf "$d" "$d.log" "$d.up"
+  done
+  HADOOP_DIRS=()
 }
 trap stop_shared_hadoop EXIT
-hadoop_py start >"$HADOOP_DIR.log" 2>&1 &
-hadoop_pid=$!
+for pass in normal asan; do
+  d=$(mktemp -d "/tmp/loom-test-hadoop-$pass.XXXXXX")
+  HADOOP_DIRS+=("$d")
+  hadoop_py start "$d" >"$d.log" 2>&1 &
+  echo $! >"$d.pid"
+done
 step "fuzzing (tests/fuzz/ci.sh, ${LOOM_FUZZ_SECONDS:-30} s a harness)"
 bash tests/fuzz/ci.sh || fail=1
 # Each system-test module runs in both passes unless it is listed here.
 # NORMAL_ONLY: the time is in other processes (TensorFlow, Spark's JVMs,
 # Hadoop's daemons across network namespaces) and the loom C paths it takes
 # run under ASan in other modules: the long fashion training run; the
-# multi-host harness's modules (test_yarn_hosts*: the one-host YARN modules,
-# the contract and test_yarn_ship run those paths); the Spark cases beyond
-# the three that the ASan pass keeps (a barrier stage, an executor lost,
-# exactly-once inference: the Spark backend's own paths), whose feed,
-# spill, HDFS and YARN paths test_feed, test_hdfs*, test_yarn and the
-# contract run under ASan.
+# TensorFlow modules (test_tf_*: the agent's port hold, TF_CONFIG and
+# restarts run under ASan in test_run, test_contract and test_restart; the
+# other TensorFlow cases skip themselves there, conftest.tf_python); the
+# multi-host harness's modules (test_yarn_hosts*: the one-host YARN
+# modules, the contract and test_yarn_ship run those paths); the Spark
+# cases beyond the three that
+# the ASan pass keeps (a barrier stage, an executor lost, exactly-once
+# inference: the Spark backend's own paths), whose feed, spill, HDFS and
+# YARN paths test_feed, test_hdfs*, test_yarn and the contract run under
+# ASan.
 # ASAN_ONLY: C paths that only this module takes and that need minutes of
 # daemons restarted: the application master's resync across a
 # ResourceManager and a NodeManager restart (test_yarn_restart).
@@ -111,28 +130,48 @@ SPARK_NORMAL_ONLY=(
   test_inference_is_exactly_once_with_an_executor_killed_mid_stage
   test_on_yarn_every_role_runs_in_yarn_containers_and_a_dataframe_streams
   test_across_hosts_the_tasks_run_on_the_workers_hosts_and_a_dataframe_streams)
-NORMAL_ONLY=(--deselect $S/test_fashion.py --deselect $S/test_yarn_hosts.py
-             --deselect $S/test_yarn_hosts_jobs.py --deselect $S/test_yarn_hosts_logs.py)
+NORMAL_ONLY=()
+for m in test_fashion test_tf_ports test_tf_ps test_tf_mwms test_yarn_hosts test_yarn_hosts_jobs \
+         test_yarn_hosts_logs; do
+  NORMAL_ONLY+=(--deselect "$S/$m.py")
+done
 NORMAL_ONLY+=(-k "not ($(IFS='|'; echo "${SPARK_NORMAL_ONLY[*]}" | sed 's/|/ or /g'))")
 ASAN_ONLY=(--deselect $S/test_yarn_restart.py)
-step "system tests (build/)"
-if wait "$hadoop_pid"; then
-  hadoop_up=1
-  export LOOM_TEST_HADOOP_DIR=$HADOOP_DIR
-else
-  echo "the shared Hadoop cluster did not start (the pass starts its own):"
-  tail -20 "$HADOOP_DIR.log"
-fi
-hadoop_pid=
-LOOM_BUILD_DIR="$PWD/build" $PY -m pytest -q -rs -p no:cacheprovider tests/system \
-  "${ASAN_ONLY[@]}" || fail=1
-unset LOOM_TEST_HADOOP_DIR
+# The two passes run at the same time, each a pytest process of its own
+# with its own Hadoop cluster, Slurm clusters (job ids of their own) and
+# temporary directories: one pass alone keeps the 2 cores about 60% busy
+# (the rest is waiting on JVMs, daemons and timeouts). What each pass
+# prints is shown when both are done.
+LOGS=$(mktemp -d /tmp/loom-test-logs.XXXXXX)
+system_pass() {  # NAME BUILD ARGS...: one pass of pytest (its output: the caller redirects it)
+  local name=$1 build=$2 d=
+  shift 2
+  for h in "${HADOOP_DIRS[@]}"; do [[ $h == *-$name.* ]] && d=$h; done
+  if [ -f "$d.up" ]; then
+    export LOOM_TEST_HADOOP_DIR=$d
+  else
+    echo "the $name pass's Hadoop cluster did not start (the pass starts its own):"
+    tail -20 "$d.log"
+  fi
+  # Python loads build-asan's libloom with the ASan runtime preloaded
+  # (conftest.pylib_env).
+  LOOM_BUILD_DIR="$PWD/$build" $PY -m pytest -q -rs -p no:cacheprovider \
+    --basetemp="$LOGS/$name-tmp" tests/system "$@"
+}
+step "system tests (build/) and, at the same time, under ASan/UBSan (build-asan/)"
+hadoop_started
+system_pass normal build "${ASAN_ONLY[@]}" >"$LOGS/normal.log" 2>&1 &
+normal_pid=$!
+system_pass asan build-asan "${NORMAL_ONLY[@]}" >"$LOGS/asan.log" 2>&1 &
+asan_pid=$!
+wait $normal_pid || fail=1
+wait $asan_pid || fail=1
+step "system tests (build/): what the pass printed"
+cat "$LOGS/normal.log"
+step "system tests under ASan/UBSan (build-asan/): what the pass printed"
+cat "$LOGS/asan.log"
 stop_shared_hadoop
-# Python loads build-asan's libloom with the ASan runtime preloaded
-# (conftest.pylib_env).
-step "system tests under ASan/UBSan (build-asan/)"
-LOOM_BUILD_DIR="$PWD/build-asan" $PY -m pytest -q -rs -p no:cacheprovider tests/system \
-  "${NORMAL_ONLY[@]}" || fail=1
+rm -rf "$LOGS"
 
 step "result"
 if [ $fail -ne 0 ]; then echo "SOME TESTS FAILED"; exit 1; fi

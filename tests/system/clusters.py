@@ -15,6 +15,7 @@ them out and sets CUDA_VISIBLE_DEVICES); task_plugin="task/affinity" binds
 each step to its CPUs."""
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -235,6 +236,11 @@ class SlurmCluster:
             "SchedulerParameters=bf_interval=1,sched_interval=2,batch_sched_delay=0",
             "KillWait=2", "ReturnToService=2", "MpiDefault=none", "MinJobAge=300",
             "InactiveLimit=0", "SlurmdTimeout=30",
+            # job ids of their own: loom stages a job's files in the nodes'
+            # /tmp/loom-files-JOBID and /tmp/loom-JOBID, and another Slurm
+            # cluster on this host (the other pass of scripts/test.sh, a
+            # second cluster of this run) must not take the same names
+            f"FirstJobId={random.randrange(1, 60000) * 1000}",
         ]
         gres = ""
         if self.gpus:
@@ -329,12 +335,14 @@ class HadoopHosts:
 
     def __init__(self, d: Path, tag=None, k=None):
         """d: the cluster's directory, under /tmp (each host sees its own
-        part of it inside its own /tmp). tag and k: other names and another
-        subnet than the pid's, for a second cluster in the same process."""
+        part of it inside its own /tmp). tag: other names than the pid's,
+        for a second cluster in the same process; k: a fixed subnet
+        10.79.K.0/24 (else the first one free on this host, _subnet)."""
         pid = os.getpid()
         self.dir = d
         self.conf = d / "conf"
         self.tag = tag or f"loomh{pid}"
+        self.k_given = k is not None
         self.k = k if k is not None else 16 + pid % 224
         self.hub = f"{self.tag}-hub"
         self.ns = {r: f"{self.tag}-{r}" for r in self.ROLES}
@@ -376,9 +384,38 @@ class HadoopHosts:
             if m and gone(m.group(2)):
                 ip("link", "del", m.group(1), check=False)
 
-    def _network(self):
+    def _subnet(self):
+        """Picks self.k, unless given: the first 10.79.K.0/24 from the pid's
+        on that no address on this host is in (another test process, the
+        other pass of scripts/test.sh, may hold one), and addresses the
+        roles in it. Called under _network's lock."""
         from netns import ip
+        if self.k_given:
+            return
+        used = set(re.findall(r"\b10\.79\.(\d+)\.", ip("-o", "addr", check=False)))
+        start = 16 + os.getpid() % 224
+        for i in range(224):
+            k = 16 + (start - 16 + i) % 224
+            if str(k) not in used:
+                break
+        else:
+            raise RuntimeError("no free 10.79.K.0/24 subnet on this host (K = 16..239)")
+        self.k = k
+        self.addrs = {r: f"10.79.{k}.{i + 1}" for i, r in enumerate(self.ROLES)}
+        self.addrs["client"] = f"10.79.{k}.100"
+
+    def _network(self):
+        import fcntl
         self.clean_stale()
+        # the subnet is chosen and the client's address taken under a lock
+        # that every test process on this host shares
+        with open("/tmp/loom-test-subnets.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._subnet()
+            self._network_locked()
+
+    def _network_locked(self):
+        from netns import ip
         self._ns(self.hub)
         ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
         ip("-n", self.hub, "link", "set", "br0", "up")

@@ -364,7 +364,7 @@ def test_a_failed_start_leaves_nothing(tmp_path_factory, monkeypatch):
     cp.write_text("/nonexistent/hadoop.jar\n")
     monkeypatch.setenv("LOOM_YARN_CLASSPATH", str(cp))
     d = tmp_path_factory.mktemp("hadoop-hosts-bad")
-    h = HadoopHosts(d, tag=f"loomf{os.getpid()}", k=16 + (os.getpid() + 1) % 224)
+    h = HadoopHosts(d, tag=f"loomf{os.getpid()}")
     with pytest.raises(RuntimeError, match="yarn-cluster.sh start --hdfs --hosts failed"):
         h.start()
     assert h.tag not in ip("netns", "list") and h.tag not in ip("-o", "link")
