@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "Security.pb-c.h"
+#include "testutil.h"
 #include "yarn/creds.h"
 
 #include <stdio.h>
@@ -167,9 +168,7 @@ static void test_writable_with_tokens(void **state) {
   hyarn_cred_token_free(&t);
   /* every truncation: refused with a message, never read past the end */
   for (size_t cut = 0; cut < at; cut++) {
-    uint8_t *c = malloc(cut ? cut : 1);
-    assert_non_null(c);
-    memcpy(c, b, cut);
+    uint8_t *c = test_prefix(b, cut);
     err[0] = 0;
     v = NULL;
     int rc = hyarn_creds_find_secret(c, cut, HYARN_CREDS_JOB_SECRET, &v, &vl, err, sizeof err);
@@ -232,13 +231,15 @@ static void test_protobuf(void **state) {
   free(v);
   assert_int_equal(hyarn_creds_find_secret(b, n, "missing", &v, &vl, err, sizeof err), LOOM_ENOENT);
   for (size_t cut = 0; cut < n; cut++) {
+    uint8_t *part = test_prefix(b, cut);
     err[0] = 0;
     v = NULL;
     assert_int_equal(
-        hyarn_creds_find_secret(b, cut, HYARN_CREDS_JOB_SECRET, &v, &vl, err, sizeof err),
+        hyarn_creds_find_secret(part, cut, HYARN_CREDS_JOB_SECRET, &v, &vl, err, sizeof err),
         LOOM_EPROTO);
     assert_null(v);
     assert_true(err[0] != 0);
+    free(part);
   }
   free(b);
 }

@@ -12,6 +12,7 @@
 
 #include "Security.pb-c.h"
 #include "core/bytes.h"
+#include "testutil.h"
 #include "yarn/creds.h"
 #include "hadoop/sasl.h"
 
@@ -166,8 +167,7 @@ static void test_credentials_writable(void **state) {
   assert_int_equal(hyarn_creds_find(f, n, "NOPE", &t, err, sizeof err), LOOM_ENOENT);
   /* every truncation is refused or not found, never read past */
   for (size_t cut = 0; cut < n - 1; cut++) {
-    uint8_t *c = malloc(cut ? cut : 1);
-    memcpy(c, f, cut);
+    uint8_t *c = test_prefix(f, cut);
     int rc = hyarn_creds_find(c, cut, "YARN_AM_RM_TOKEN", &t, err, sizeof err);
     if (rc == 0) fail_msg("a file cut at %zu bytes gave a token", cut);
     free(c);

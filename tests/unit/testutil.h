@@ -26,6 +26,15 @@ static inline void test_rm_rf(const char *path) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* A copy of p's first n bytes in a block of exactly n (1 if n is 0), so
+ * that a decoder reading past them is an ASan report; free() it. */
+static inline uint8_t *test_prefix(const void *p, size_t n) {
+  uint8_t *c = malloc(n ? n : 1);
+  assert_non_null(c);
+  if (n) memcpy(c, p, n);
+  return c;
+}
+
 /* Writes len bytes to dir/name; returns the path (free() it). */
 static inline char *test_put_file(const char *dir, const char *name, const void *data, size_t len) {
   char *p = loom__asprintf("%s/%s", dir, name);
