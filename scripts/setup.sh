@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake pkg-config git
       libuv1-dev libyaml-dev libjansson-dev libssl-dev zlib1g-dev libcmocka-dev
       libsasl2-dev libsasl2-modules
+      krb5-kdc krb5-admin-server krb5-user libkrb5-dev
       libopenblas-dev dataset-fashion-mnist
       python3-torch python3-numpy python3-pytest python3-venv python3-setuptools python3-wheel
       python3-cloudpickle
@@ -30,8 +31,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
   $SUDO apt-get update -q >&2
-  # Daemons (slurmctld, munged) are started by the tests themselves, never
-  # as system services: keep the packages from starting them.
+  # Daemons (slurmctld, munged, krb5kdc) are started by the tests themselves,
+  # never as system services: keep the packages from starting them. (The
+  # Kerberos packages write a default /etc/krb5.conf that nothing of loom's
+  # tests reads: tests/system/kdc.py gives everything a private KRB5_CONFIG.)
   made_policy=
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null

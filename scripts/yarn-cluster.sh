@@ -14,6 +14,8 @@
 #   scripts/yarn-cluster.sh start --hdfs --hosts FILE [DIR]  # the daemons on hosts of their own
 #   scripts/yarn-cluster.sh start --hdfs --protection privacy [DIR]  # hadoop.rpc.protection
 #       (authentication: the default; integrity; privacy), after --hdfs/--hosts
+#   scripts/yarn-cluster.sh start --hdfs-only [--protection P] --kerberos KDIR [DIR]
+#       # a Kerberized HDFS (see "Kerberos" below)
 #
 # DIR defaults to $LOOM_HOME/yarn, or /tmp/loom-yarn-$USER without
 # LOOM_HOME. `start` writes the configuration into DIR and starts a
@@ -83,6 +85,18 @@
 # (tests/system/clusters.py's HadoopHosts: network and mount namespaces).
 #
 # Environment: LOOM_YARN_START_TIMEOUT (seconds, default 180) bounds each
+# Kerberos: `--kerberos KDIR` (with --hdfs-only, after --protection) makes
+# the HDFS secure: hadoop.security.authentication=kerberos, the NameNode
+# as nn/localhost@REALM, the DataNodes as dn/localhost@REALM, the web
+# servers' SPNEGO as HTTP/localhost@REALM, each from its keytab in
+# KDIR/keytabs/ (nn.keytab, dn.keytab, HTTP.keytab), the realm in
+# KDIR/realm, every JVM with -Djava.security.krb5.conf=KDIR/krb5.conf
+# (tests/system/kdc.py writes such a KDIR). Block access tokens on;
+# ignore.secure.ports.for.testing instead of root and privileged ports;
+# no dfs.data.transfer.protection (DataNodes take plain data transfer
+# with the NameNode's block tokens). KDIR is recorded in DIR/kerberos for
+# `datanode start`.
+#
 # wait of `start` and `datanode start`; LOOM_YARN_CLASSPATH (a file) skips
 # Maven; LOOM_YARN_RECOVERY=1 gives the one-host cluster the recovery that
 # --hosts has.
@@ -124,7 +138,7 @@ say() { echo "yarn-cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 usage() {
-  echo "usage: scripts/yarn-cluster.sh start [--hdfs [--hosts FILE] | --hdfs-only] [--protection authentication|integrity|privacy] [DIR] | stop [DIR] | status [DIR]" \
+  echo "usage: scripts/yarn-cluster.sh start [--hdfs [--hosts FILE] | --hdfs-only] [--protection authentication|integrity|privacy] [--kerberos KDIR] [DIR] | stop [DIR] | status [DIR]" \
     "| datanode stop|start N [DIR] | nodemanager stop|start N [DIR] | rm stop|kill|start [DIR] | classpath" >&2
   exit 2
 }
@@ -232,7 +246,7 @@ write_conf() {
   [ "$HDFS" = 1 ] && fs=hdfs://$HEAD:${P[11]}
   write_xml "$d/conf/core-site.xml" <<EOF
 fs.defaultFS=$fs
-hadoop.security.authentication=simple
+hadoop.security.authentication=$([ -n "$KRB" ] && echo kerberos || echo simple)
 hadoop.rpc.protection=$PROTECTION
 hadoop.tmp.dir=$HADOOP_TMP
 ipc.client.connect.max.retries=3
@@ -367,6 +381,7 @@ dfs.http.policy=HTTP_ONLY
 dfs.webhdfs.enabled=true
 dfs.permissions.enabled=true
 dfs.block.scanner.volume.bytes.per.second=0
+$([ -n "$KRB" ] && kerberos_keys)
 EOF
   local i
   for i in 1 2; do
@@ -386,6 +401,20 @@ EOF
     } >"$dd/conf/hdfs-site.xml"
     printf 'dn%s %s\ndn%s-web %s\n' "$i" "${P[$base]}" "$i" "${P[$((base + 1))]}" >>"$d/ports"
   done
+}
+
+# The secure HDFS's keys (--kerberos), one name=value a line.
+kerberos_keys() {
+  local r
+  r=$(cat "$KRB/realm")
+  printf '%s\n' "dfs.namenode.kerberos.principal=nn/localhost@$r" \
+    "dfs.namenode.keytab.file=$KRB/keytabs/nn.keytab" \
+    "dfs.datanode.kerberos.principal=dn/localhost@$r" \
+    "dfs.datanode.keytab.file=$KRB/keytabs/dn.keytab" \
+    "dfs.web.authentication.kerberos.principal=HTTP/localhost@$r" \
+    "dfs.web.authentication.kerberos.keytab=$KRB/keytabs/HTTP.keytab" \
+    "dfs.block.access.token.enable=true" \
+    "ignore.secure.ports.for.testing=true"
 }
 
 port_of() { awk -v k="$2" '$1 == k {print $2}' "$1/ports"; }
@@ -795,6 +824,17 @@ if [ "$VERB" = start ] && [ "${1:-}" = --protection ]; then
   PROTECTION=$2
   shift 2
 fi
+# --kerberos KDIR: a Kerberized HDFS (see "Kerberos" above)
+KRB=
+if [ "$VERB" = start ] && [ "${1:-}" = --kerberos ]; then
+  [ $# -ge 2 ] || usage
+  [ "$HDFS" = 1 ] && [ "$YARN" = 0 ] || die "--kerberos: with --hdfs-only (YARN under Kerberos is not built yet)"
+  KRB=$(realpath "$2") || die "--kerberos: no directory $2"
+  for f in krb5.conf realm keytabs/nn.keytab keytabs/dn.keytab keytabs/HTTP.keytab; do
+    [ -s "$KRB/$f" ] || die "--kerberos: $KRB/$f is missing (tests/system/kdc.py writes them)"
+  done
+  shift 2
+fi
 [ $# -le 1 ] || usage
 case ${1:-} in -*) usage ;; esac
 DIR=${1:-$(default_dir)}
@@ -806,6 +846,13 @@ fi
 DIR=$(cd "$DIR" && pwd)
 # start reads --hosts (or none); the other verbs what start recorded
 if [ "$VERB" != start ] && [ -f "$DIR/hosts" ]; then load_hosts "$DIR/hosts"; fi
+if [ "$VERB" = start ]; then
+  if [ -n "$KRB" ]; then echo "$KRB" >"$DIR/kerberos"; else rm -f "$DIR/kerberos"; fi
+elif [ -f "$DIR/kerberos" ]; then
+  KRB=$(cat "$DIR/kerberos")
+fi
+# every JVM (daemons, the format, clients started here) reads KDIR's krb5.conf
+if [ -n "$KRB" ]; then JAVA_FAST+=("-Djava.security.krb5.conf=$KRB/krb5.conf"); fi
 case $VERB in
 start) cmd_start ;;
 stop) stop_all ;;

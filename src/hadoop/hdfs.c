@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -148,6 +149,25 @@ static void client_conf(hdfs *fs) {
                 "is used",
                 dir, v, BPC);
   }
+  if (hconf_get(&c, "hadoop.security.authentication", NULL, v, sizeof v) == 1 &&
+      !strcasecmp(v, "kerberos"))
+    fs->kerberos = true;
+  char pr[512];
+  if (hconf_get(&c, "dfs.namenode.kerberos.principal", NULL, pr, sizeof pr) == 1)
+    loom__strlcpy(fs->nn_principal, pr, sizeof fs->nn_principal);
+  if (hconf_get(&c, "hadoop.rpc.protection", NULL, v, sizeof v) == 1) {
+    /* a comma list: authentication, integrity, privacy */
+    static const struct {
+      const char *name;
+      int qop;
+    } levels[] = {{"authentication", HSASL_QOP_AUTH},
+                  {"integrity", HSASL_QOP_INT},
+                  {"privacy", HSASL_QOP_CONF}};
+    char *save = NULL;
+    for (char *t = strtok_r(v, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save))
+      for (size_t i = 0; i < LOOM__ARRAY_LEN(levels); i++)
+        if (!strcasecmp(t, levels[i].name)) fs->qops |= levels[i].qop;
+  }
   long long rep;
   if (hconf_get(&c, "dfs.replication", NULL, v, sizeof v) == 1) {
     if (loom__parse_int(v, 1, 512, &rep) == 0)
@@ -242,13 +262,24 @@ int hdfs_nn_call(hdfs *fs, const char *method, const ProtobufCMessage *req,
       fs->ipc = NULL;
     }
     if (!fs->ipc) {
-      rc = hipc_connect(fs->host, fs->port, fs->peer, NN_PROTOCOL, fs->user, HDFS_TIMEOUT_MS,
-                        &fs->ipc, err, errlen);
+      hipc_auth a = {
+          .kerberos = true, .principal = fs->nn_principal, .host = fs->host, .qops = fs->qops};
+      rc = hipc_connect_auth(fs->host, fs->port, fs->peer, NN_PROTOCOL, fs->user,
+                             fs->kerberos ? &a : NULL, HDFS_TIMEOUT_MS, &fs->ipc, err, errlen);
       if (rc < 0) break;
       fresh = true;
     }
     rc = hipc_call(fs->ipc, method, req, desc, resp, HDFS_TIMEOUT_MS, err, errlen);
     fs->used_ms = loom__now_ms();
+    if (rc == LOOM_EPEER && !fs->kerberos && strstr(err, "SIMPLE authentication is not enabled")) {
+      /* a secure NameNode with a client configuration that does not say
+       * so: Kerberos, once */
+      hipc_close(fs->ipc);
+      fs->ipc = NULL;
+      fs->kerberos = true;
+      attempt--;
+      continue;
+    }
     if (rc == LOOM_EPEER) rc = exception_code(hipc_exception(fs->ipc));
     if (rc == LOOM_ECONN || rc == LOOM_ETIMEDOUT || rc == LOOM_EPROTO) {
       hipc_close(fs->ipc);

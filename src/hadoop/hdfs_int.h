@@ -50,6 +50,13 @@ struct hdfs {
    * not set: they win over the NameNode's, as in Hadoop's own client */
   uint64_t conf_blocksize;
   uint32_t conf_replication;
+  /* security: Kerberos (hadoop.security.authentication=kerberos in the
+   * configuration, or the NameNode refused SIMPLE), the configured
+   * NameNode principal (dfs.namenode.kerberos.principal, "" if none) and
+   * the levels hadoop.rpc.protection allows (HSASL_QOP_* bits, 0: all) */
+  bool kerberos;
+  char nn_principal[512];
+  int qops;
 };
 
 /* hdfs.c: the NameNode's calls */

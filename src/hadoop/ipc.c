@@ -8,6 +8,7 @@
 #include "ProtobufRpcEngine2.pb-c.h"
 #include "RpcHeader.pb-c.h"
 #include "core/bytes.h"
+#include "hadoop/gss.h"
 #include "hadoop/sasl.h"
 
 #include <errno.h>
@@ -81,7 +82,8 @@ static int put_context(loom__buf *out, const char *protocol, const char *user,
   ui.effectiveuser = (char *)user;
   Hadoop__Common__IpcConnectionContextProto ctx =
       HADOOP__COMMON__IPC_CONNECTION_CONTEXT_PROTO__INIT;
-  ctx.userinfo = &ui;
+  /* no user (after Kerberos): the server takes the authenticated one */
+  ctx.userinfo = user ? &ui : NULL;
   ctx.protocol = (char *)protocol;
   const ProtobufCMessage *msgs[] = {&h.base, &ctx.base};
   return put_frame(out, msgs, 2);
@@ -218,6 +220,8 @@ struct hipc_client {
   /* above qop auth: the SASL security layer, the largest message to wrap
    * at once, and what was unwrapped but not yet read */
   hsasl_layer *layer;
+  hgss *gss; /* after Kerberos: the GSS-API context, wrapping when gss_wrap */
+  bool gss_wrap;
   size_t max_wrap;
   loom__buf plain;
 };
@@ -337,11 +341,18 @@ static int recv_wrapped(hipc_client *c, uint64_t deadline, int timeout_ms, const
     rc = LOOM_EPROTO;
   }
   size_t n = 0;
-  if (rc == 0 && !(plain = malloc(m->token.len ? m->token.len : 1))) rc = LOOM_ENOMEM;
-  if (rc == 0 && hsasl_unwrap(c->layer, m->token.data, m->token.len, plain, m->token.len, &n, why,
-                              sizeof why) < 0) {
-    snprintf(err, errlen, "%s: %s: %s", c->peer, what, why);
-    rc = LOOM_EPROTO;
+  if (rc == 0 && c->gss_wrap) {
+    if (hgss_unwrap(c->gss, m->token.data, m->token.len, &plain, &n, why, sizeof why) < 0) {
+      snprintf(err, errlen, "%s: %s: %s", c->peer, what, why);
+      rc = LOOM_EPROTO;
+    }
+  } else {
+    if (rc == 0 && !(plain = malloc(m->token.len ? m->token.len : 1))) rc = LOOM_ENOMEM;
+    if (rc == 0 && hsasl_unwrap(c->layer, m->token.data, m->token.len, plain, m->token.len, &n, why,
+                                sizeof why) < 0) {
+      snprintf(err, errlen, "%s: %s: %s", c->peer, what, why);
+      rc = LOOM_EPROTO;
+    }
   }
   if (rc == 0 && loom__buf_add(&c->plain, plain, n) < 0) {
     snprintf(err, errlen, "%s: %s: more unwrapped data than a frame may hold", c->peer, what);
@@ -357,7 +368,8 @@ static int recv_wrapped(hipc_client *c, uint64_t deadline, int timeout_ms, const
  * the unwrapped messages. */
 static int recv_stream(hipc_client *c, void *buf, size_t n, uint64_t deadline, int timeout_ms,
                        const char *what, char *err, size_t errlen) {
-  if (!c->layer) return recv_all(c, buf, n, deadline, timeout_ms, what, err, errlen);
+  if (!c->layer && !c->gss_wrap)
+    return recv_all(c, buf, n, deadline, timeout_ms, what, err, errlen);
   while (c->plain.len < n) {
     int rc = recv_wrapped(c, deadline, timeout_ms, what, err, errlen);
     if (rc < 0) return rc;
@@ -372,23 +384,28 @@ static int recv_stream(hipc_client *c, void *buf, size_t n, uint64_t deadline, i
  * message (Hadoop's SaslRpcClient.WrappedOutputStream). */
 static int send_stream(hipc_client *c, const void *buf, size_t n, uint64_t deadline,
                        const char *what, char *err, size_t errlen) {
-  if (!c->layer) return send_all(c, buf, n, deadline, what, err, errlen);
+  if (!c->layer && !c->gss_wrap) return send_all(c, buf, n, deadline, what, err, errlen);
   const uint8_t *p = buf;
-  uint8_t *w = malloc(c->max_wrap + HSASL_WRAP_OVERHEAD);
+  uint8_t *w = c->gss_wrap ? NULL : malloc(c->max_wrap + HSASL_WRAP_OVERHEAD), *gw = NULL;
   loom__buf b;
   loom__buf_init(&b, HIPC_MAX_FRAME);
-  int rc = w ? 0 : LOOM_ENOMEM;
+  int rc = w || c->gss_wrap ? 0 : LOOM_ENOMEM;
   while (rc == 0 && n) {
     size_t k = n < c->max_wrap ? n : c->max_wrap, wl = 0;
-    if (hsasl_wrap(c->layer, p, k, w, c->max_wrap + HSASL_WRAP_OVERHEAD, &wl) < 0) {
-      snprintf(err, errlen, "%s: cannot wrap %s", c->peer, what);
+    char why[600];
+    free(gw);
+    gw = NULL;
+    if (c->gss_wrap ? hgss_wrap(c->gss, p, k, &gw, &wl, why, sizeof why) < 0
+                    : hsasl_wrap(c->layer, p, k, w, c->max_wrap + HSASL_WRAP_OVERHEAD, &wl) < 0) {
+      snprintf(err, errlen, "%s: cannot wrap %s%s%s", c->peer, what, c->gss_wrap ? ": " : "",
+               c->gss_wrap ? why : "");
       rc = LOOM_EIO;
       break;
     }
     Hadoop__Common__RpcSaslProto m = HADOOP__COMMON__RPC_SASL_PROTO__INIT;
     m.state = HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__WRAP;
     m.has_token = 1;
-    m.token.data = w;
+    m.token.data = c->gss_wrap ? gw : w;
     m.token.len = wl;
     b.len = 0;
     rc = hipc_encode_sasl(&b, c->client_id, &m.base);
@@ -401,6 +418,7 @@ static int send_stream(hipc_client *c, const void *buf, size_t n, uint64_t deadl
   }
   loom__buf_free(&b);
   free(w);
+  free(gw);
   return rc;
 }
 
@@ -456,51 +474,17 @@ static int read_frame(hipc_client *c, uint64_t deadline, int timeout_ms, const c
   return rc;
 }
 
-/* The SASL exchange of a TOKEN connection (Hadoop's SaslRpcClient): the
- * client asks (NEGOTIATE), the server offers its mechanisms with a
- * DIGEST-MD5 challenge, the client answers (INITIATE) and the server
- * says SUCCESS with its own proof (rspauth), which is checked: a server
- * that does not know the token's password cannot pass. */
-static int sasl_handshake(hipc_client *c, const hsasl_token *tok, uint64_t deadline, int timeout_ms,
-                          char *err, size_t errlen) {
+/* TOKEN / DIGEST-MD5 with tok, the server's offer auth (its challenge):
+ * the client answers (INITIATE) and the server says SUCCESS with its own
+ * proof (rspauth), which is checked. */
+static int digest_exchange(hipc_client *c, const hsasl_token *tok,
+                           const Hadoop__Common__RpcSaslProto__SaslAuth *auth, uint64_t deadline,
+                           int timeout_ms, char *err, size_t errlen) {
   loom__buf b;
   loom__buf_init(&b, 1 << 16);
-  Hadoop__Common__RpcSaslProto neg = HADOOP__COMMON__RPC_SASL_PROTO__INIT;
-  neg.state = HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__NEGOTIATE;
-  int rc = put_hello(&b, 0xDF);
-  if (rc == 0) rc = hipc_encode_sasl(&b, c->client_id, &neg.base);
-  if (rc == 0) rc = send_all(c, b.p, b.len, deadline, "the SASL negotiation", err, errlen);
   hipc_response r = {0};
-  if (rc == 0)
-    rc = read_frame(c, deadline, timeout_ms, "the SASL negotiation's answer", "SASL negotiation",
-                    &hadoop__common__rpc_sasl_proto__descriptor, &r, err, errlen);
-  if (rc == 0 && r.status != 0) {
-    snprintf(err, errlen, "%s: SASL negotiation refused: %s%s%s", c->peer,
-             r.exception[0] ? r.exception : "an error", r.message[0] ? ": " : "", r.message);
-    rc = LOOM_EPEER;
-  }
-  Hadoop__Common__RpcSaslProto *m = rc == 0 ? (Hadoop__Common__RpcSaslProto *)r.body : NULL;
-  Hadoop__Common__RpcSaslProto__SaslAuth *auth = NULL;
-  if (m && m->state != HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__NEGOTIATE) {
-    snprintf(err, errlen, "%s: SASL: the server answered state %d to NEGOTIATE", c->peer,
-             (int)m->state);
-    rc = LOOM_EPROTO;
-  }
-  char offered[256] = "";
-  for (size_t i = 0; rc == 0 && i < m->n_auths; i++) {
-    Hadoop__Common__RpcSaslProto__SaslAuth *a = m->auths[i];
-    size_t o = strlen(offered);
-    snprintf(offered + o, sizeof offered - o, "%s%.40s/%.40s", o ? ", " : "", a->method,
-             a->mechanism);
-    if (!auth && !strcmp(a->method, "TOKEN") && !strcmp(a->mechanism, "DIGEST-MD5")) auth = a;
-  }
-  if (rc == 0 && !auth) {
-    char clean[256];
-    copy_printable(clean, sizeof clean, offered);
-    snprintf(err, errlen, "%s: SASL: the server offers %s, not TOKEN/DIGEST-MD5", c->peer,
-             clean[0] ? clean : "nothing");
-    rc = LOOM_EPROTO;
-  }
+  Hadoop__Common__RpcSaslProto *m = NULL;
+  int rc = 0;
   hsasl_challenge ch;
   char why[256], resp[12000], rspauth[33];
   uint8_t ha1[16];
@@ -592,6 +576,169 @@ static int sasl_handshake(hipc_client *c, const hsasl_token *tok, uint64_t deadl
   return rc;
 }
 
+/* KERBEROS / GSSAPI (gss.h): the server principal from the server's
+ * offer krb, checked against the configured one; INITIATE with the first
+ * context token, a RESPONSE to each CHALLENGE until the context is
+ * complete (mutual authentication), then the security layer: the
+ * server's wrapped offer answered with the strongest layer want->qops
+ * allows; SUCCESS ends it. Above "none" the connection wraps with GSS. */
+static int gss_exchange(hipc_client *c, const hipc_auth *want,
+                        const Hadoop__Common__RpcSaslProto__SaslAuth *krb, uint64_t deadline,
+                        int timeout_ms, char *err, size_t errlen) {
+  char target[600], why[1200];
+  bool hostbased = false;
+  if (hgss_target(krb->protocol, krb->serverid, want->principal, want->host, target, sizeof target,
+                  &hostbased, why, sizeof why) < 0) {
+    snprintf(err, errlen, "%s: %s", c->peer, why);
+    return LOOM_EAUTH;
+  }
+  uint8_t *tok = NULL;
+  size_t toklen = 0;
+  int rc = hgss_start(target, hostbased, &c->gss, &tok, &toklen, why, sizeof why);
+  if (rc < 0) {
+    snprintf(err, errlen, "%s: %s", c->peer, why);
+    return rc;
+  }
+  loom__buf b;
+  loom__buf_init(&b, HIPC_MAX_FRAME);
+  hipc_response r = {0};
+  bool done = false, layered = false;
+  int layer = 0;
+  size_t max_send = 0;
+  Hadoop__Common__RpcSaslProto__SaslAuth chosen = HADOOP__COMMON__RPC_SASL_PROTO__SASL_AUTH__INIT;
+  chosen.method = krb->method;
+  chosen.mechanism = krb->mechanism;
+  chosen.protocol = krb->protocol;
+  chosen.serverid = krb->serverid;
+  Hadoop__Common__RpcSaslProto__SaslAuth *auths[] = {&chosen};
+  Hadoop__Common__RpcSaslProto out = HADOOP__COMMON__RPC_SASL_PROTO__INIT;
+  out.state = HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__INITIATE;
+  out.n_auths = 1;
+  out.auths = auths;
+  /* a handful of rounds at most: INITIATE, the AP-REP's, the layer's */
+  for (int round = 0; rc == 0; round++) {
+    out.has_token = 1;
+    static uint8_t none[1];
+    out.token.data = tok ? tok : none;
+    out.token.len = toklen;
+    b.len = 0;
+    rc = hipc_encode_sasl(&b, c->client_id, &out.base);
+    if (rc == 0) rc = send_all(c, b.p, b.len, deadline, "a Kerberos SASL message", err, errlen);
+    free(tok);
+    tok = NULL;
+    toklen = 0;
+    out.state = HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__RESPONSE;
+    out.n_auths = 0;
+    out.auths = NULL;
+    hipc_response_free(&r);
+    if (rc == 0)
+      rc = read_frame(c, deadline, timeout_ms, "the Kerberos SASL answer", "SASL authentication",
+                      &hadoop__common__rpc_sasl_proto__descriptor, &r, err, errlen);
+    if (rc < 0) break;
+    if (r.status != 0) {
+      snprintf(err, errlen, "%s: Kerberos authentication was refused: %s%s%s", c->peer,
+               r.exception[0] ? r.exception : "an error", r.message[0] ? ": " : "", r.message);
+      rc = LOOM_EAUTH;
+      break;
+    }
+    Hadoop__Common__RpcSaslProto *m = (Hadoop__Common__RpcSaslProto *)r.body;
+    const uint8_t *in = m->has_token ? m->token.data : NULL;
+    size_t n = m->has_token ? m->token.len : 0;
+    if (m->state == HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__SUCCESS && done && layered) break;
+    if (m->state != HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__CHALLENGE || round >= 8 ||
+        layered) {
+      snprintf(err, errlen, "%s: Kerberos SASL: the server answered state %d where %s was expected",
+               c->peer, (int)m->state, layered ? "SUCCESS" : "CHALLENGE");
+      rc = LOOM_EPROTO;
+      break;
+    }
+    if (!done) {
+      rc = hgss_step(c->gss, in, n, &tok, &toklen, &done, why, sizeof why);
+    } else {
+      rc = hgss_negotiate(c->gss, in, n, want->qops ? want->qops : HSASL_QOP_ALL, &layer, &max_send,
+                          &tok, &toklen, why, sizeof why);
+      layered = rc == 0;
+    }
+    if (rc < 0) snprintf(err, errlen, "%s: %s", c->peer, why);
+  }
+  free(tok);
+  hipc_response_free(&r);
+  loom__buf_free(&b);
+  if (rc == 0 && layer != HGSS_LAYER_NONE) {
+    c->gss_wrap = true;
+    c->max_wrap = max_send;
+  }
+  if (rc == 0)
+    loom__log(LOOM_LOG_DEBUG, "hadoop", "%s: Kerberos: %s authenticated to %s, security layer %s",
+              c->peer, hgss_principal(c->gss), target,
+              layer == HGSS_LAYER_PRIVACY     ? "privacy"
+              : layer == HGSS_LAYER_INTEGRITY ? "integrity"
+                                              : "none");
+  return rc;
+}
+
+/* The SASL exchange (Hadoop's SaslRpcClient): the client asks
+ * (NEGOTIATE), the server offers its mechanisms (TOKEN/DIGEST-MD5 with a
+ * challenge first when it has a secret manager, then KERBEROS/GSSAPI with
+ * its principal); the client takes the first one it has credentials for
+ * and runs its exchange (digest_exchange, gss_exchange): a server that
+ * does not know the token's password, or the service key, cannot pass. */
+static int sasl_handshake(hipc_client *c, const hipc_auth *want, uint64_t deadline, int timeout_ms,
+                          char *err, size_t errlen) {
+  loom__buf b;
+  loom__buf_init(&b, 1 << 16);
+  Hadoop__Common__RpcSaslProto neg = HADOOP__COMMON__RPC_SASL_PROTO__INIT;
+  neg.state = HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__NEGOTIATE;
+  int rc = put_hello(&b, 0xDF);
+  if (rc == 0) rc = hipc_encode_sasl(&b, c->client_id, &neg.base);
+  if (rc == 0) rc = send_all(c, b.p, b.len, deadline, "the SASL negotiation", err, errlen);
+  hipc_response r = {0};
+  if (rc == 0)
+    rc = read_frame(c, deadline, timeout_ms, "the SASL negotiation's answer", "SASL negotiation",
+                    &hadoop__common__rpc_sasl_proto__descriptor, &r, err, errlen);
+  if (rc == 0 && r.status != 0) {
+    snprintf(err, errlen, "%s: SASL negotiation refused: %s%s%s", c->peer,
+             r.exception[0] ? r.exception : "an error", r.message[0] ? ": " : "", r.message);
+    rc = LOOM_EPEER;
+  }
+  Hadoop__Common__RpcSaslProto *m = rc == 0 ? (Hadoop__Common__RpcSaslProto *)r.body : NULL;
+  Hadoop__Common__RpcSaslProto__SaslAuth *auth = NULL, *krb = NULL;
+  if (m && m->state != HADOOP__COMMON__RPC_SASL_PROTO__SASL_STATE__NEGOTIATE) {
+    snprintf(err, errlen, "%s: SASL: the server answered state %d to NEGOTIATE", c->peer,
+             (int)m->state);
+    rc = LOOM_EPROTO;
+  }
+  char offered[256] = "";
+  for (size_t i = 0; rc == 0 && i < m->n_auths; i++) {
+    Hadoop__Common__RpcSaslProto__SaslAuth *a = m->auths[i];
+    size_t o = strlen(offered);
+    snprintf(offered + o, sizeof offered - o, "%s%.40s/%.40s", o ? ", " : "", a->method,
+             a->mechanism);
+    if (!auth && want->token && !strcmp(a->method, "TOKEN") && !strcmp(a->mechanism, "DIGEST-MD5"))
+      auth = a;
+    if (!krb && want->kerberos && !strcmp(a->method, "KERBEROS") && !strcmp(a->mechanism, "GSSAPI"))
+      krb = a;
+  }
+  if (rc == 0 && !auth && !krb) {
+    char clean[256];
+    copy_printable(clean, sizeof clean, offered);
+    snprintf(err, errlen, "%s: SASL: the server offers %s, not %s", c->peer,
+             clean[0] ? clean : "nothing",
+             want->token && want->kerberos ? "TOKEN/DIGEST-MD5 or KERBEROS/GSSAPI"
+             : want->token                 ? "TOKEN/DIGEST-MD5"
+                                           : "KERBEROS/GSSAPI");
+    rc = want->kerberos && !want->token ? LOOM_EAUTH : LOOM_EPROTO;
+  }
+  /* a token the server takes first (Hadoop's own order), else Kerberos */
+  if (rc == 0 && auth)
+    rc = digest_exchange(c, want->token, auth, deadline, timeout_ms, err, errlen);
+  else if (rc == 0)
+    rc = gss_exchange(c, want, krb, deadline, timeout_ms, err, errlen);
+  hipc_response_free(&r);
+  loom__buf_free(&b);
+  return rc;
+}
+
 int hipc_dial(const char *host, int port, const char *peer, int timeout_ms, int *out, char *err,
               size_t errlen) {
   *out = -1;
@@ -619,9 +766,10 @@ int hipc_dial(const char *host, int port, const char *peer, int timeout_ms, int 
   return 0;
 }
 
-int hipc_connect_token(const char *host, int port, const char *peer, const char *protocol,
-                       const char *user, const hsasl_token *tok, int timeout_ms, hipc_client **out,
-                       char *err, size_t errlen) {
+int hipc_connect_auth(const char *host, int port, const char *peer, const char *protocol,
+                      const char *user, const hipc_auth *a, int timeout_ms, hipc_client **out,
+                      char *err, size_t errlen) {
+  bool sasl = a && (a->token || a->kerberos);
   *out = NULL;
   uint64_t deadline = loom__now_ms() + (uint64_t)timeout_ms;
   int fd = -1;
@@ -639,12 +787,14 @@ int hipc_connect_token(const char *host, int port, const char *peer, const char 
   if (RAND_bytes(c->client_id, sizeof c->client_id) != 1) {
     for (size_t i = 0; i < sizeof c->client_id; i++) c->client_id[i] = (uint8_t)rand();
   }
-  int rc = tok ? sasl_handshake(c, tok, deadline, timeout_ms, err, errlen) : 0;
+  int rc = sasl ? sasl_handshake(c, a, deadline, timeout_ms, err, errlen) : 0;
   loom__buf b;
   loom__buf_init(&b, 1 << 16);
   if (rc == 0) {
-    rc = tok ? put_context(&b, protocol, user, c->client_id)
-             : hipc_encode_preamble(&b, protocol, user, c->client_id);
+    /* after Kerberos no user: the server takes the principal it
+     * authenticated (a short name there would ask to impersonate it) */
+    rc = sasl ? put_context(&b, protocol, c->gss ? NULL : user, c->client_id)
+              : hipc_encode_preamble(&b, protocol, user, c->client_id);
     if (rc == 0)
       rc = send_stream(c, b.p, b.len, deadline, "the connection header", err, errlen);
     else
@@ -659,9 +809,16 @@ int hipc_connect_token(const char *host, int port, const char *peer, const char 
   return 0;
 }
 
+int hipc_connect_token(const char *host, int port, const char *peer, const char *protocol,
+                       const char *user, const hsasl_token *tok, int timeout_ms, hipc_client **out,
+                       char *err, size_t errlen) {
+  hipc_auth a = {.token = tok};
+  return hipc_connect_auth(host, port, peer, protocol, user, &a, timeout_ms, out, err, errlen);
+}
+
 int hipc_connect(const char *host, int port, const char *peer, const char *protocol,
                  const char *user, int timeout_ms, hipc_client **out, char *err, size_t errlen) {
-  return hipc_connect_token(host, port, peer, protocol, user, NULL, timeout_ms, out, err, errlen);
+  return hipc_connect_auth(host, port, peer, protocol, user, NULL, timeout_ms, out, err, errlen);
 }
 
 int hipc_call(hipc_client *c, const char *method, const ProtobufCMessage *req,
@@ -739,6 +896,7 @@ void hipc_close(hipc_client *c) {
   if (c->fd >= 0) close(c->fd);
   if (c->layer) hsasl_layer_free(c->layer);
   free(c->layer);
+  hgss_free(c->gss);
   loom__buf_free(&c->plain);
   free(c);
 }

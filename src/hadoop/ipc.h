@@ -20,7 +20,7 @@
  * RpcResponseHeaderProto, then on success the response message.
  *
  * SASL (auth protocol 0xDF, RpcSaslProto frames with call id -33, TOKEN /
- * DIGEST-MD5, sasl.h) goes between the preamble and the connection
+ * DIGEST-MD5, sasl.h, or KERBEROS / GSSAPI, gss.h) goes between the preamble and the connection
  * context: the ApplicationMasterProtocol (the AMRMToken) and every
  * NodeManager (NMTokens) require it even on a cluster with SIMPLE
  * authentication (hipc_connect_token). ApplicationClientProtocol does
@@ -30,7 +30,9 @@
  * wrapped, at most the server's maxbuf at a time, and sent as frames of
  * the SASL call id holding an RpcSaslProto in state WRAP; the replies
  * come the same way and are unwrapped into a stream of frames (Hadoop's
- * SaslRpcClient WrappedOutputStream / WrappedInputStream). */
+ * SaslRpcClient WrappedOutputStream / WrappedInputStream). Under Kerberos
+ * the same framing carries GSS-API wrap tokens (gss_wrap, with
+ * confidentiality under privacy). */
 #ifndef LOOM_HADOOP_IPC_H
 #define LOOM_HADOOP_IPC_H
 
@@ -108,6 +110,28 @@ int hipc_connect(const char *host, int port, const char *peer, const char *proto
 int hipc_connect_token(const char *host, int port, const char *peer, const char *protocol,
                        const char *user, const hsasl_token *tok, int timeout_ms, hipc_client **out,
                        char *err, size_t errlen);
+/* How a connection authenticates (SASL, auth protocol 0xDF), or NULL for
+ * SIMPLE: with token when the server offers TOKEN/DIGEST-MD5 (it does
+ * first, when it has a secret manager), else with Kerberos
+ * (KERBEROS/GSSAPI, gss.h: the user's ticket cache) when kerberos is set.
+ * principal: the configured server principal (dfs.namenode.kerberos.principal,
+ * "_HOST" standing for host), or NULL: the server's own word is taken.
+ * qops: the HSASL_QOP_* levels hadoop.rpc.protection allows, 0 for all. */
+typedef struct {
+  const hsasl_token *token;
+  bool kerberos;
+  const char *principal;
+  const char *host;
+  int qops;
+} hipc_auth;
+/* As hipc_connect_token with a's credentials. After Kerberos the
+ * connection context names no user (the server takes the authenticated
+ * principal); LOOM_EAUTH with err saying so when there is no ticket
+ * ("Kerberos: no valid ticket in the credentials cache ...: run kinit"),
+ * the server refused the ticket, or proved nothing. */
+int hipc_connect_auth(const char *host, int port, const char *peer, const char *protocol,
+                      const char *user, const hipc_auth *a, int timeout_ms, hipc_client **out,
+                      char *err, size_t errlen);
 /* Calls method with req and waits at most timeout_ms for its reply, a
  * message of resp_desc that *resp then holds (the caller frees it with
  * protobuf_c_message_free_unpacked). Returns 0, or:

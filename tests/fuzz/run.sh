@@ -23,7 +23,7 @@ SECONDS_EACH=$SECONDS
 RUNS=${RUNS:--1}
 KEEP_GOING=${KEEP_GOING:-0}
 # Keep this list in step with tests/fuzz/CMakeLists.txt's FUZZ_HARNESSES.
-ALL=(http_parse wire_frame wire_msg wire_auth spec_parse feed_format ps_proto ckpt hadoop_response hadoop_conf hadoop_sasl hadoop_creds hdfs_reply tfile)
+ALL=(http_parse wire_frame wire_msg wire_auth spec_parse feed_format ps_proto ckpt hadoop_response hadoop_conf hadoop_sasl hadoop_gss hadoop_creds hdfs_reply tfile)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${ALL[@]}")
 for n in "${names[@]}"; do

@@ -69,6 +69,24 @@ def start_hadoop(d: Path, protection: str | None = None):
     print(f"\nYARN and HDFS up in {time.monotonic() - t0:.1f}s")
 
 
+def start_secure_hdfs(d: Path, kdc_dir: Path, protection="privacy"):
+    """Starts a Kerberized HDFS alone in d (`yarn-cluster.sh start
+    --hdfs-only --protection P --kerberos KDIR d`: a NameNode and two
+    DataNodes logged in from KDIR's keytabs, tests/system/kdc.py's): returns
+    when the NameNode has both DataNodes and has left safe mode, or raises
+    with the script's words. stop_hadoop(d) stops it."""
+    t0 = time.monotonic()
+    r = subprocess.run(["bash", str(SCRIPT), "start", "--hdfs-only", "--protection", protection,
+                        "--kerberos", str(kdc_dir), str(d)], capture_output=True, text=True,
+                       timeout=400)
+    if r.returncode != 0:
+        stop_hadoop(d)
+        raise RuntimeError(f"yarn-cluster.sh start --hdfs-only --kerberos failed:\n"
+                           f"{r.stderr[-4000:]}")
+    assert r.stdout.strip() == f"export HADOOP_CONF_DIR={d}/conf", r.stdout
+    print(f"\nKerberized HDFS up in {time.monotonic() - t0:.1f}s")
+
+
 def stop_hadoop(d: Path):
     """Stops what start_hadoop started; fails if a JVM of it outlives that."""
     s = subprocess.run(["bash", str(SCRIPT), "stop", str(d)], capture_output=True, text=True,
