@@ -202,7 +202,7 @@ static bool clean(const char *s, size_t max, const char *bad) {
 }
 
 int hgss_target(const char *protocol, const char *server_id, const char *conf, const char *host,
-                char *out, size_t outlen, bool *hostbased, char *err, size_t errlen) {
+                char *out, size_t outlen, char *err, size_t errlen) {
   if (!protocol || !server_id || !*protocol || !*server_id || !clean(protocol, 64, "/@") ||
       !clean(server_id, 255, "/@")) {
     snprintf(err, errlen,
@@ -211,11 +211,10 @@ int hgss_target(const char *protocol, const char *server_id, const char *conf, c
     return -1;
   }
   if (!conf || !*conf) {
-    if ((size_t)snprintf(out, outlen, "%s@%s", protocol, server_id) >= outlen) {
+    if ((size_t)snprintf(out, outlen, "%s/%s", protocol, server_id) >= outlen) {
       snprintf(err, errlen, "Kerberos: the server's principal is too long");
       return -1;
     }
-    *hostbased = true;
     return 0;
   }
   /* conf with _HOST replaced by the URL's host, lowercased */
@@ -246,7 +245,6 @@ int hgss_target(const char *protocol, const char *server_id, const char *conf, c
     snprintf(err, errlen, "Kerberos: the configured principal is too long");
     return -1;
   }
-  *hostbased = false;
   return 0;
 }
 

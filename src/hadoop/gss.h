@@ -48,25 +48,26 @@ int hgss_parse_offer(const uint8_t *p, size_t n, int *mask, uint32_t *maxbuf);
 /* The strongest layer of mask that allowed (a mask too) admits, or 0. */
 int hgss_choose_layer(int mask, int allowed);
 
-/* The server principal to ask a ticket for, from what the server said in
- * NEGOTIATE (protocol "nn", server id "localhost": its own principal
- * nn/localhost@REALM) and the configured principal conf
- * (dfs.namenode.kerberos.principal; NULL or "" when not configured),
- * whose "_HOST" stands for host (the host of the URL, lowercased as
- * Hadoop does). With conf, the server's protocol/serverId must be conf's
- * primary/instance, and out is conf with _HOST replaced (a
- * krb5 principal name, *hostbased false); without it, out is
- * "protocol@serverId", a GSS host-based service name (*hostbased true),
- * whose realm krb5.conf gives. Returns 0, or -1 with err saying what does
- * not match or what is malformed (every input may come from the server:
- * printable characters only, bounded). */
+/* The server principal to ask a ticket for (a krb5 principal name), from
+ * what the server said in NEGOTIATE (protocol "nn", server id
+ * "localhost": its own principal nn/localhost@REALM) and the configured
+ * principal conf (dfs.namenode.kerberos.principal; NULL or "" when not
+ * configured), whose "_HOST" stands for host (the host of the URL,
+ * lowercased as Hadoop does). With conf, the server's protocol/serverId
+ * must be conf's primary/instance, and out is conf with _HOST replaced;
+ * without it, out is "protocol/serverId", which the library completes
+ * with krb5.conf's default realm: Hadoop's own client does the same, and
+ * neither looks the host up in DNS. Returns 0, or -1 with err saying what
+ * does not match or what is malformed (every input may come from the
+ * server: printable characters only, bounded). */
 int hgss_target(const char *protocol, const char *server_id, const char *conf, const char *host,
-                char *out, size_t outlen, bool *hostbased, char *err, size_t errlen);
+                char *out, size_t outlen, char *err, size_t errlen);
 
 /* One GSS-API security context, client side. */
 typedef struct hgss hgss;
 
-/* Starts a context for target (as hgss_target gives it), asking for
+/* Starts a context for target (a krb5 principal name as hgss_target gives
+ * it, or with hostbased a GSS host-based service name, "HTTP@host"), asking for
  * mutual authentication, confidentiality and integrity: the first token
  * goes into *tok (the caller frees it with free()). Returns 0, or
  * LOOM_EAUTH with err saying why: no ticket or an expired one ("no valid

@@ -586,15 +586,14 @@ static int gss_exchange(hipc_client *c, const hipc_auth *want,
                         const Hadoop__Common__RpcSaslProto__SaslAuth *krb, uint64_t deadline,
                         int timeout_ms, char *err, size_t errlen) {
   char target[600], why[1200];
-  bool hostbased = false;
   if (hgss_target(krb->protocol, krb->serverid, want->principal, want->host, target, sizeof target,
-                  &hostbased, why, sizeof why) < 0) {
+                  why, sizeof why) < 0) {
     snprintf(err, errlen, "%s: %s", c->peer, why);
     return LOOM_EAUTH;
   }
   uint8_t *tok = NULL;
   size_t toklen = 0;
-  int rc = hgss_start(target, hostbased, &c->gss, &tok, &toklen, why, sizeof why);
+  int rc = hgss_start(target, false, &c->gss, &tok, &toklen, why, sizeof why);
   if (rc < 0) {
     snprintf(err, errlen, "%s: %s", c->peer, why);
     return rc;

@@ -44,15 +44,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     at += strlen(rest + at) + 1;
   }
   char out[600], err[512] = "";
-  bool hostbased = false;
-  if (hgss_target(parts[0], parts[1], parts[2][0] ? parts[2] : NULL, "Host.Example", out,
-                  sizeof out, &hostbased, err, sizeof err) == 0) {
+  bool conf = parts[2][0] != 0;
+  if (hgss_target(parts[0], parts[1], conf ? parts[2] : NULL, "Host.Example", out, sizeof out, err,
+                  sizeof err) == 0) {
     size_t pl = strlen(parts[0]), sl = strlen(parts[1]);
-    if (strncmp(out, parts[0], pl)) abort();
-    if (hostbased && (out[pl] != '@' || strcmp(out + pl + 1, parts[1]))) abort();
-    if (!hostbased && (out[pl] != '/' || strncmp(out + pl + 1, parts[1], sl) ||
-                       (out[pl + 1 + sl] && out[pl + 1 + sl] != '@')))
+    /* protocol/serverId, then the configured realm or nothing */
+    if (strncmp(out, parts[0], pl) || out[pl] != '/' || strncmp(out + pl + 1, parts[1], sl))
       abort();
+    if (out[pl + 1 + sl] && (!conf || out[pl + 1 + sl] != '@')) abort();
   } else if (!err[0]) {
     abort();
   }

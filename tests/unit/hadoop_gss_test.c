@@ -54,46 +54,42 @@ static void test_choose(void **state) {
 static void test_target(void **state) {
   (void)state;
   char out[600], err[512];
-  bool hb = false;
-  /* no configured principal: the server's word, host-based */
+  /* no configured principal: the server's word */
   assert_int_equal(
-      hgss_target("nn", "localhost", NULL, "localhost", out, sizeof out, &hb, err, sizeof err), 0);
-  assert_string_equal(out, "nn@localhost");
-  assert_true(hb);
+      hgss_target("nn", "localhost", NULL, "localhost", out, sizeof out, err, sizeof err), 0);
+  assert_string_equal(out, "nn/localhost"); /* the library adds the default realm */
   assert_int_equal(
-      hgss_target("nn", "localhost", "", "localhost", out, sizeof out, &hb, err, sizeof err), 0);
-  assert_true(hb);
+      hgss_target("nn", "localhost", "", "localhost", out, sizeof out, err, sizeof err), 0);
+  assert_string_equal(out, "nn/localhost");
   /* configured, exact */
   assert_int_equal(hgss_target("nn", "localhost", "nn/localhost@LOOM.TEST", "127.0.0.1", out,
-                               sizeof out, &hb, err, sizeof err),
+                               sizeof out, err, sizeof err),
                    0);
   assert_string_equal(out, "nn/localhost@LOOM.TEST");
-  assert_false(hb);
   /* _HOST: the URL's host, lowercased */
   assert_int_equal(hgss_target("nn", "nn1.example.com", "nn/_HOST@EXAMPLE.COM", "NN1.Example.com",
-                               out, sizeof out, &hb, err, sizeof err),
+                               out, sizeof out, err, sizeof err),
                    0);
   assert_string_equal(out, "nn/nn1.example.com@EXAMPLE.COM");
   /* a server that is not the configured one */
-  assert_int_equal(hgss_target("nn", "evil", "nn/_HOST@EXAMPLE.COM", "nn1", out, sizeof out, &hb,
-                               err, sizeof err),
-                   -1);
+  assert_int_equal(
+      hgss_target("nn", "evil", "nn/_HOST@EXAMPLE.COM", "nn1", out, sizeof out, err, sizeof err),
+      -1);
   assert_non_null(strstr(err, "nn/evil"));
   assert_non_null(strstr(err, "nn/nn1@EXAMPLE.COM"));
-  assert_int_equal(
-      hgss_target("hdfs", "nn1", "nn/nn1@R", "nn1", out, sizeof out, &hb, err, sizeof err), -1);
-  /* a prefix is not a match */
-  assert_int_equal(
-      hgss_target("nn", "nn1", "nn/nn1x@R", "nn1", out, sizeof out, &hb, err, sizeof err), -1);
-  /* what the server says must be a clean name part */
-  assert_int_equal(hgss_target("nn", "a/b", NULL, "h", out, sizeof out, &hb, err, sizeof err), -1);
-  assert_int_equal(hgss_target("nn", "a@b", NULL, "h", out, sizeof out, &hb, err, sizeof err), -1);
-  assert_int_equal(hgss_target("n n", "h", NULL, "h", out, sizeof out, &hb, err, sizeof err), -1);
-  assert_int_equal(hgss_target("", "h", NULL, "h", out, sizeof out, &hb, err, sizeof err), -1);
-  assert_int_equal(hgss_target("nn", "h\x01", NULL, "h", out, sizeof out, &hb, err, sizeof err),
+  assert_int_equal(hgss_target("hdfs", "nn1", "nn/nn1@R", "nn1", out, sizeof out, err, sizeof err),
                    -1);
+  /* a prefix is not a match */
+  assert_int_equal(hgss_target("nn", "nn1", "nn/nn1x@R", "nn1", out, sizeof out, err, sizeof err),
+                   -1);
+  /* what the server says must be a clean name part */
+  assert_int_equal(hgss_target("nn", "a/b", NULL, "h", out, sizeof out, err, sizeof err), -1);
+  assert_int_equal(hgss_target("nn", "a@b", NULL, "h", out, sizeof out, err, sizeof err), -1);
+  assert_int_equal(hgss_target("n n", "h", NULL, "h", out, sizeof out, err, sizeof err), -1);
+  assert_int_equal(hgss_target("", "h", NULL, "h", out, sizeof out, err, sizeof err), -1);
+  assert_int_equal(hgss_target("nn", "h\x01", NULL, "h", out, sizeof out, err, sizeof err), -1);
   /* no instance in the configured principal */
-  assert_int_equal(hgss_target("nn", "h", "nn@R", "h", out, sizeof out, &hb, err, sizeof err), -1);
+  assert_int_equal(hgss_target("nn", "h", "nn@R", "h", out, sizeof out, err, sizeof err), -1);
 }
 
 /* With MIT's library present: no credentials cache is "no valid ticket",
@@ -118,7 +114,7 @@ static void test_no_ticket(void **state) {
   size_t n = 0;
   char err[1024] = "";
   uint64_t t0 = loom__now_ms();
-  int rc = hgss_start("nn@localhost", true, &g, &tok, &n, err, sizeof err);
+  int rc = hgss_start("nn/localhost", false, &g, &tok, &n, err, sizeof err);
   uint64_t took = loom__now_ms() - t0;
   unlink(conf);
   rmdir(dir);
