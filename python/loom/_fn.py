@@ -39,6 +39,11 @@ def _error(stage: str, e: BaseException, tb: str, module: Optional[str] = None) 
 def main(argv: Any = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     path = argv[0] if argv else "loom-fn.pkl"
+    # on Spark the pickle is a file of the application (SparkContext.addFile)
+    # in SparkFiles' directory, which the Spark task names
+    spark_files = os.environ.get("LOOM_SPARK_FILES")
+    if not os.path.exists(path) and spark_files:
+        path = os.path.join(spark_files, os.path.basename(path))
     from .core import Loom  # libloom: fails with NotFound (and exit 1) if it cannot be found
     with Loom() as lm:
         def fail(d: Dict[str, Any]) -> int:
@@ -59,7 +64,10 @@ def main(argv: Any = None) -> int:
                         "python= names the tasks' interpreter)".format(
                             ".".join(map(str, want)), head.get("caller"),
                             ".".join(map(str, sys.version_info[:2])), sys.executable))
-                import cloudpickle
+                try:
+                    import cloudpickle
+                except ImportError:  # a Spark executor: pyspark carries a copy
+                    from pyspark import cloudpickle
                 fn, args, kwargs = cloudpickle.load(f)
         except ModuleNotFoundError as e:
             return fail(_error("load", e, traceback.format_exc(), e.name))

@@ -29,9 +29,16 @@ FILE = "loom-fn.pkl"  # the pickle's name in each task's working directory
 
 
 def _cloudpickle() -> Any:
+    """cloudpickle, else the copy pyspark carries (pyspark.cloudpickle: a
+    Spark driver and its executors have it)."""
     try:
         import cloudpickle
     except ImportError as e:
+        try:
+            from pyspark import cloudpickle
+            return cloudpickle
+        except ImportError:
+            pass
         raise NotFound("loom.run(fn) ships the function with cloudpickle, which this Python "
                        f"({sys.executable}) cannot import ({e}): install it (Debian: apt-get "
                        "install python3-cloudpickle; pip install cloudpickle)") from None
@@ -162,7 +169,7 @@ def build(fn: Callable[..., Any], tmp: str, *, args: Sequence[Any],
           roles: Optional[Mapping[str, Union[Role, Mapping[str, Any]]]],
           num_workers: Optional[int], backend: Optional[str], python: Optional[str],
           files: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]],
-          queue: Optional[str], retries: int, name: Optional[str]) -> Spec:
+          queue: Optional[str], retries: Optional[int], name: Optional[str]) -> Spec:
     """The job that runs fn in every task, with its pickle written into tmp.
     Raises NotPicklable, ValueError, NotFound before anything starts."""
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):

@@ -44,11 +44,13 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._find import binary
-from .cli import JobFailed, Result, SpecLike, _env, _job_args, _job_id, _loom, _Run, _spec_file
+from .cli import (JobFailed, Result, SpecLike, _env, _job_args, _job_id, _loom, _Run, _spec_file,
+                  events)
 from .errors import CommandError
+from .spec import Role
 
 __all__ = ["run", "slots", "spill", "train", "inference"]
 
@@ -186,7 +188,8 @@ def _stage(names: List[str], addr: str, secret: str, exe: str, exe_name: str,
         fence = ctx.taskAttemptId()
         path = exe if _os.access(exe, _os.X_OK) else SparkFiles.get(exe_name)
         env = dict(_os.environ, LOOM_COORD=addr, LOOM_SECRET=secret, LOOM_TASK=names[p],
-                   LOOM_ATTEMPT="any", LOOM_FENCE=str(fence))
+                   LOOM_ATTEMPT="any", LOOM_FENCE=str(fence),
+                   LOOM_SPARK_FILES=_os.path.abspath(SparkFiles.getRootDirectory()))
         res = ctx.resources()
         if "gpu" in res:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(res["gpu"].addresses)
@@ -251,10 +254,15 @@ def _wait_coordinator(job: str, e: Mapping[str, str], proc: "subprocess.Popen[st
 _shipped: Dict[Tuple[str, str], bool] = {}  # (application id, binary) already added
 
 
-def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = None,
-        timeout: Optional[float] = None, check: bool = False, echo: bool = True,
-        wait_executors: float = 30.0, home: Optional[Any] = None,
-        env: Optional[Mapping[str, str]] = None, _beside: Optional["_Spiller"] = None) -> Result:
+def run(spark: Any, spec: Union[SpecLike, Callable[..., Any]], *,
+        overrides: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None,
+        check: bool = False, echo: bool = True, wait_executors: float = 30.0,
+        home: Optional[Any] = None, env: Optional[Mapping[str, str]] = None,
+        args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None,
+        roles: Optional[Mapping[str, Union[Role, Mapping[str, Any]]]] = None,
+        num_workers: Optional[int] = None, python: Optional[str] = None,
+        files: Optional[Mapping[str, str]] = None, retries: Optional[int] = None,
+        name: Optional[str] = None, _beside: Optional["_Spiller"] = None) -> Result:
     """Runs the job of spec in the Spark application of spark (a
     SparkSession or SparkContext) and waits for it; returns a Result as
     loom.run does (ok, state, exit_code, the tasks' output). The spec's
@@ -265,7 +273,28 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
     max_restarts gets spark.task.maxFailures - 1 for them (each task may
     fail as often as Spark allows). Raises SpecError (exit status 2:
     a bad spec, or what Spark cannot give), BackendError, CommandError;
-    with check=True a failed job raises JobFailed."""
+    with check=True a failed job raises JobFailed.
+
+    run(spark, fn, args=, kwargs=, roles= or num_workers=, ...): as
+    loom.run(fn): every task runs fn(*args, **kwargs) in its Spark task's
+    executor and the Result's values maps each task to its return value;
+    an exception in a task raises TaskError. The function goes to the
+    executors as a file of the application (SparkContext.addFile), so
+    Workers that share nothing with the driver get it; python (default:
+    spark.pyspark.python, else PYSPARK_PYTHON, else the driver's own
+    interpreter) runs it there, and the executors must import loom and
+    cloudpickle (the driver's package directory leads PYTHONPATH)."""
+    if callable(spec):
+        return _run_fn(spark, spec, overrides=overrides, timeout=timeout, echo=echo,
+                       wait_executors=wait_executors, home=home, env=env, args=args,
+                       kwargs=kwargs, roles=roles, num_workers=num_workers, python=python,
+                       files=files, retries=retries, name=name)
+    given = [k for k, v in (("args", args), ("kwargs", kwargs), ("roles", roles),
+                            ("num_workers", num_workers), ("python", python), ("files", files),
+                            ("retries", retries), ("name", name)) if v is not None and v != ()]
+    if given:
+        raise TypeError(f"loom.spark.run: {', '.join(given)} apply to a function "
+                        "(loom.spark.run(spark, fn, ...)); for a spec set them in the spec")
     sc = getattr(spark, "sparkContext", spark)
     dyn = (_conf(sc, "spark.dynamicAllocation.enabled", "false") or "").lower() == "true"
     # with dynamic allocation on the job is refused whatever the slots:
@@ -342,6 +371,48 @@ def run(spark: Any, spec: SpecLike, *, overrides: Optional[Mapping[str, Any]] = 
     res = run_.result(False, "loom.spark.run", ok=(0, 1, 130))
     res.spark_tasks = [json.loads(x) for x in stage_result]  # type: ignore[attr-defined]
     if check and res.exit_code:
+        raise JobFailed(res.stderr.rstrip("\n"), res)
+    return res
+
+
+def _run_fn(spark: Any, fn: Callable[..., Any], *, overrides: Optional[Mapping[str, Any]],
+            timeout: Optional[float], echo: bool, wait_executors: float, home: Optional[Any],
+            env: Optional[Mapping[str, str]], args: Sequence[Any],
+            kwargs: Optional[Mapping[str, Any]],
+            roles: Optional[Mapping[str, Union[Role, Mapping[str, Any]]]],
+            num_workers: Optional[int], python: Optional[str],
+            files: Optional[Mapping[str, str]], retries: Optional[int],
+            name: Optional[str]) -> Result:
+    """loom.spark.run(spark, fn, ...): see run() and loom.functions."""
+    from . import functions
+    sc = getattr(spark, "sparkContext", spark)
+    py = (python or _conf(sc, "spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+          or sys.executable)
+    with functions.make_tmp() as tmp:
+        spec = functions.build(fn, tmp, args=args, kwargs=kwargs, roles=roles,
+                               num_workers=num_workers, backend="spark", python=py, files=files,
+                               env=env, queue=None, retries=retries, name=name)
+        # the pickle goes to the executors as a file of the application
+        # (the job directory's files are the driver's), under a name of its
+        # own (addFile takes a name once); _fn finds it in SparkFiles'
+        # directory (LOOM_SPARK_FILES, which the Spark task sets)
+        fs = dict(spec.files or {})
+        shipped = os.path.join(tmp, f"loom-fn-{uuid.uuid4().hex[:16]}.pkl")
+        os.rename(fs.pop(functions.FILE), shipped)
+        sc.addFile(shipped)
+        spec.files = fs or None
+        for r in spec.roles.values():
+            assert isinstance(r, Role) and isinstance(r.command, list)
+            r.command = [*r.command[:-1], os.path.basename(shipped)]
+        res = run(spark, spec, overrides=overrides, timeout=timeout, echo=echo,
+                  wait_executors=wait_executors, home=home, env=env)
+    values, err = functions.collect(events(res.job_id, env=_env(home, env)))
+    res.values = values
+    if err is not None and res.exit_code:
+        te = functions.task_error(err, res.job_id)
+        te.result = res
+        raise te
+    if res.exit_code:
         raise JobFailed(res.stderr.rstrip("\n"), res)
     return res
 

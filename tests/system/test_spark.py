@@ -812,6 +812,43 @@ def test_inference_returns_each_rows_result_exactly_once(loom):
 
 
 @NORMAL_PASS
+def test_a_function_runs_in_every_task_and_its_values_and_errors_come_back(loom):
+    """loom.spark.run(spark, fn): a function defined in the driver's
+    __main__ and closing over its locals (as in a notebook cell) runs in 2
+    tasks, each under a Spark executor, and the Result's values hold each
+    task's return value; the pickle goes to the executors as a file of the
+    application (SparkContext.addFile), not through the job directory.
+    In the same application a function that raises in worker:1 (retries
+    0: not Spark's budget) raises TaskError in the driver naming worker:1,
+    with its traceback."""
+    base = {"master": "local-cluster[2,1,1024]", "mode": "fn", "num_workers": 2}
+    d = Driver(loom, {"runs": [{**base, "scale": 10, "offset": 3},
+                               {**base, "fail_task": "worker:1", "retries": 0}]})
+    try:
+        r = d.next_result()
+        assert r.get("exit_code") == 0 and r["ok"], (r.get("message"), r.get("trace"))
+        assert r["values"] == {f"worker:{i}": {"task": f"worker:{i}", "value": 10 * (i + 1) + 3,
+                                               "in_executor": True} for i in (0, 1)}, r["values"]
+        assert len(r["spark_tasks"]) == 2, r["spark_tasks"]
+        spec = json.loads((loom.home / "jobs" / r["job"] / "spec.yaml").read_text())
+        assert spec["roles"]["worker"]["command"][-1].startswith("loom-fn-"), spec
+        assert not spec["files"], spec
+        nothing_left(loom.home / "jobs" / r["job"])
+        r = d.next_result()
+        assert r.get("error") == "TaskError", r
+        assert r["task"] == "worker:1" and "worker:1 raised ValueError: boom in worker:1" in \
+            r["message"], r
+        assert "ValueError: boom in worker:1" in r["remote_traceback"], r["remote_traceback"]
+        assert "task_fn" in r["remote_traceback"], r["remote_traceback"]
+        nothing_left(loom.home / "jobs" / r["job"])
+        assert d.p.wait(120) == 0, d.log.read_text()[-3000:]
+        # the driver's JVM (its stdout is the driver's) ends after it
+        wait_for(lambda: not loom_pids_of(loom.home), "the driver's JVM to end", 60)
+    finally:
+        d.stop()
+
+
+@NORMAL_PASS
 def test_inference_is_exactly_once_with_an_executor_killed_mid_stage(loom, standalone):
     """As above on the standalone cluster, slowly (1 ms a record), with
     retries: 1: once some splits are committed, the executor running

@@ -6,7 +6,8 @@ environment's python (scripts/setup-spark.sh):
 CONFIG: {"master": "spark://..." or "local-cluster[2,1,1024]", "conf": {key:
 value}, "spec": a loom spec as a dict, "timeout": seconds or null, "raise_in":
 seconds or null (an exception in the driver that long after run() starts),
-"mode": "run" (default), "train" or "inference", "rows": how many
+"mode": "run" (default), "train", "inference" or "fn" (loom.spark.run of a
+function: fn_of; "scale", "offset", "fail_task", "num_workers", "retries"), "rows": how many
 Fashion-MNIST training rows the DataFrame of train and inference has,
 "partitions": its partitions, "epochs": train's, "stream", "ahead",
 "spill_dir": train's and inference's arguments (spill_dir is watched: the
@@ -104,6 +105,35 @@ def fashion(spark, n, partitions):
     return df, facts
 
 
+def in_executor():
+    """Whether a Spark executor (CoarseGrainedExecutorBackend) is among
+    this process's ancestors."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            if b"CoarseGrainedExecutorBackend" in open(f"/proc/{pid}/cmdline", "rb").read():
+                return True
+            pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
+def fn_of(cfg):
+    """mode "fn": the function loom.spark.run(spark, fn) ships, defined
+    here in __main__ and closing over a local (cloudpickle takes it by
+    value, as from a notebook cell). "fail_task": the task that raises."""
+    scale, fail = cfg.get("scale", 1), cfg.get("fail_task")
+
+    def task_fn(offset):
+        task = os.environ["LOOM_TASK"]
+        if task == fail:
+            raise ValueError(f"boom in {task}")
+        return {"task": task, "value": scale * (int(os.environ["LOOM_INDEX"]) + 1) + offset,
+                "in_executor": in_executor()}
+    return task_fn
+
+
 def session(cfg):
     b = SparkSession.builder.master(cfg["master"]).appName(cfg.get("app", "loom-test"))
     # a barrier stage Spark cannot place yet (a lost executor's replacement
@@ -150,7 +180,7 @@ def one(spark, cfg):
                          args=(cfg.get("home") or os.environ["LOOM_HOME"], box),
                          daemon=True).start()
     mode = cfg.get("mode", "run")
-    if mode != "run":
+    if mode in ("train", "inference"):
         spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
         df, facts = fashion(spark, cfg["rows"], cfg.get("partitions", 4))
         if cfg.get("slow_partition_s") or cfg.get("bad_width_partition") is not None:
@@ -179,6 +209,14 @@ def one(spark, cfg):
                     shutil.rmtree(Path(f.removeprefix("file:")).parent)
             out.update(exit_code=0)
         else:
+            if mode == "fn":
+                r = loom.spark.run(spark, fn_of(cfg), args=(cfg.get("offset", 0),),
+                                   num_workers=cfg.get("num_workers"),
+                                   retries=cfg.get("retries"),
+                                   timeout=cfg.get("timeout"), **kw)
+                out.update(ok=r.ok, exit_code=r.exit_code, state=r.state, job=r.job_id,
+                           values=r.values, stdout=r.stdout, spark_tasks=r.spark_tasks)
+                return finish(sc, out, box, t0)
             if mode == "train":
                 r = loom.spark.train(spark, df, cfg["spec"], epochs=cfg.get("epochs", 1),
                                      timeout=cfg.get("timeout"), **kw)
@@ -192,6 +230,14 @@ def one(spark, cfg):
         out.update(error=type(e).__name__, message=str(e),
                    exit_code=getattr(e, "exit_code", None), job=getattr(e, "job", None),
                    trace=traceback.format_exc()[-2000:])
+        if isinstance(e, loom.TaskError):
+            out.update(task=e.task, remote_traceback=e.traceback, job=e.job_id)
+    return finish(sc, out, box, t0)
+
+
+def finish(sc, out, box, t0):
+    """out with the run's time, the spill's peak and Spark's jobs and
+    stages as its REST API has them."""
     out["elapsed_s"] = time.monotonic() - t0
     box["stop"] = True
     if "peak" in box:
