@@ -5,7 +5,7 @@
 # per harness (tests/fuzz/run.sh) and exits non-zero if any found a crash,
 # a sanitizer report, a leak or a timeout (the input is then in
 # build-fuzz/artifacts/<harness>/: add it to tests/fuzz/corpus/<harness>/
-# with the fix). Total: about 13 x LOOM_FUZZ_SECONDS / cores plus the build.
+# with the fix). Total: about 15 x LOOM_FUZZ_SECONDS / cores plus the build.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 secs=${LOOM_FUZZ_SECONDS:-30}

@@ -590,6 +590,20 @@ roles:
           f"{counts[1]} (binary {SIZE}); staging took {took[0]} ms, then {took[1]} ms")
 
 
+def submit(hloom, name, command):
+    """`loom submit` of a job named name of 2 workers running command (its
+    managed application master on a node): the job's id."""
+    s = hloom.spec(f"""
+name: {name}
+backend: yarn
+roles:
+  worker: {{instances: 2, command: '{command}'}}
+""")
+    r = hloom.run("submit", "--backend", "yarn", s, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
 def test_submit_runs_its_application_master_on_a_node(hloom, hadoop_hosts):
     """`loom submit` from the client: the managed application master runs
     in a container on a node, in a job directory of its own there (the
@@ -598,15 +612,7 @@ def test_submit_runs_its_application_master_on_a_node(hloom, hadoop_hosts):
     master published in HDFS (/user/<user>/.loom/jobs/<id>/, its owner's
     only)."""
     h = hadoop_hosts
-    s = hloom.spec("""
-name: hostssub
-backend: yarn
-roles:
-  worker: {instances: 2, command: 'echo hello from $LOOM_TASK on $NM_HOST'}
-""")
-    r = hloom.run("submit", "--backend", "yarn", s, timeout=60)
-    assert r.returncode == 0, r.stderr
-    job = r.stdout.strip()
+    job = submit(hloom, "hostssub", "echo hello from $LOOM_TASK on $NM_HOST")
     jd = hloom.home / "jobs" / job
     user = pwd.getpwuid(os.getuid()).pw_name
     pub = h.url(f"/user/{user}/.loom/jobs/{job}")
@@ -645,15 +651,8 @@ def test_submit_status_and_kill_from_the_client(hloom, hadoop_hosts):
     coordinator (its address and the job's secret, which the client holds),
     and the job ends killed, with nothing left on the nodes."""
     h = hadoop_hosts
-    s = hloom.spec("""
-name: hostssubkill
-backend: yarn
-roles:
-  worker: {instances: 2, command: 'trap "echo stopping $LOOM_TASK; exit 0" TERM; echo up; sleep 300 & wait'}
-""")
-    r = hloom.run("submit", "--backend", "yarn", s, timeout=60)
-    assert r.returncode == 0, r.stderr
-    job = r.stdout.strip()
+    job = submit(hloom, "hostssubkill",
+                 'trap "echo stopping $LOOM_TASK; exit 0" TERM; echo up; sleep 300 & wait')
 
     def running():
         st = hloom.run("status", "--json", job)

@@ -79,25 +79,35 @@ def wait_aggregated(hloom, h, app):
     hloom.wait_for(aggregated, timeout=120, what="the NodeManagers to aggregate the logs")
 
 
-def test_yarn_logs_prints_every_tasks_lines(hloom, hadoop_hosts):
-    h = hadoop_hosts
-    s = hloom.spec("""
-name: yhlogs
+def run_aggregated(hloom, h, name, worker_command):
+    """Runs a job named name across the nodes (a chief that prints OUT- and
+    ERR- lines, 2 workers running worker_command; the coordinator where the
+    nodes reach it, the client's address), waits for the NodeManagers to
+    aggregate its logs, and returns its application id and what `yarn logs`
+    prints of it (yarn_logs)."""
+    s = hloom.spec(f"""
+name: {name}
 backend: yarn
 roles:
-  chief: {command: 'echo "OUT-$LOOM_TASK"; echo "ERR-$LOOM_TASK" >&2'}
+  chief: {{command: 'echo "OUT-$LOOM_TASK"; echo "ERR-$LOOM_TASK" >&2'}}
   worker:
     instances: 2
-    command: 'echo "OUT-$LOOM_TASK"; echo "ERR-$LOOM_TASK" >&2; echo "OUT2-$LOOM_TASK"'
+    command: '{worker_command}'
 """)
-    # the coordinator where the nodes reach it (the client's address)
     r = hloom.run("run", "--backend", "yarn", "--bind", h.addrs["client"], s, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
-    found = [a["id"] for a in apps(h) if a["name"] == "yhlogs"]
+    found = [a["id"] for a in apps(h) if a["name"] == name]
     assert len(found) == 1, found
     app = found[0]
     wait_aggregated(hloom, h, app)
-    logs, text = yarn_logs(h, app)
+    return (app, *yarn_logs(h, app))
+
+
+def test_yarn_logs_prints_every_tasks_lines(hloom, hadoop_hosts):
+    h = hadoop_hosts
+    app, logs, text = run_aggregated(
+        hloom, h, "yhlogs",
+        'echo "OUT-$LOOM_TASK"; echo "ERR-$LOOM_TASK" >&2; echo "OUT2-$LOOM_TASK"')
     seen = {}
     for cid, files in logs.items():
         assert cid.startswith("container_" + app[len("application_"):]), (cid, app)
@@ -191,22 +201,9 @@ def test_loom_logs_reads_the_aggregated_logs_when_the_job_directory_is_gone(hloo
     the task's own; and `loom logs JOB` of a job whose directory lost its
     logs reads them from its application too."""
     h = hadoop_hosts
-    s = hloom.spec("""
-name: yhaggr
-backend: yarn
-roles:
-  chief: {command: 'echo "OUT-$LOOM_TASK"; echo "ERR-$LOOM_TASK" >&2'}
-  worker:
-    instances: 2
-    command: 'for i in 1 2 3; do echo "OUT$i-$LOOM_TASK"; done; echo "ERR-$LOOM_TASK" >&2'
-""")
-    r = hloom.run("run", "--backend", "yarn", "--bind", h.addrs["client"], s, timeout=240)
-    assert r.returncode == 0, r.stderr[-3000:]
-    found = [a["id"] for a in apps(h) if a["name"] == "yhaggr"]
-    assert len(found) == 1, found
-    app = found[0]
-    wait_aggregated(hloom, h, app)
-    logs, text = yarn_logs(h, app)
+    app, logs, text = run_aggregated(
+        hloom, h, "yhaggr",
+        'for i in 1 2 3; do echo "OUT$i-$LOOM_TASK"; done; echo "ERR-$LOOM_TASK" >&2')
     # each task's lines as the reference (Hadoop's LogsCLI) has them: the
     # task named by the container's own first line
     # (LogsCLI ends each file's contents with a newline of its own)
