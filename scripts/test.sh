@@ -141,29 +141,42 @@ ASAN_ONLY=(--deselect $S/test_yarn_restart.py)
 # The two passes run at the same time, each a pytest process of its own
 # with its own Hadoop cluster, Slurm clusters (job ids of their own) and
 # temporary directories: one pass alone keeps the 2 cores about 60% busy
-# (the rest is waiting on JVMs, daemons and timeouts). What each pass
-# prints is shown when both are done.
+# (the rest is waiting on JVMs, daemons and timeouts). The ASan pass is the
+# shorter, so the normal pass's modules of local jobs that take the longest
+# (NORMAL_LATE: TensorFlow, the 100 MB output, the dashboard in Chromium)
+# run after it, in the same process, on its Hadoop cluster: both processes
+# then end at about the same time. What each printed is shown at the end.
+NORMAL_LATE=(test_tf_ports test_tf_ps test_tf_mwms test_fashion test_output test_dashboard
+             test_metrics test_tensorboard)
+LATE_ARGS=() LATE_OUT=()
+for m in "${NORMAL_LATE[@]}"; do LATE_ARGS+=("$S/$m.py"); LATE_OUT+=(--deselect "$S/$m.py"); done
 LOGS=$(mktemp -d /tmp/loom-test-logs.XXXXXX)
-system_pass() {  # NAME BUILD ARGS...: one pass of pytest (its output: the caller redirects it)
-  local name=$1 build=$2 d=
-  shift 2
-  for h in "${HADOOP_DIRS[@]}"; do [[ $h == *-$name.* ]] && d=$h; done
-  if [ -f "$d.up" ]; then
-    export LOOM_TEST_HADOOP_DIR=$d
-  else
-    echo "the $name pass's Hadoop cluster did not start (the pass starts its own):"
-    tail -20 "$d.log"
-  fi
-  # Python loads build-asan's libloom with the ASan runtime preloaded
-  # (conftest.pylib_env).
-  LOOM_BUILD_DIR="$PWD/$build" $PY -m pytest -q -rs -p no:cacheprovider \
-    --basetemp="$LOGS/$name-tmp" tests/system "$@"
+system_pass() {  # NAME CLUSTER BUILD ARGS...: pytest ARGS on BUILD, with the CLUSTER
+                 # pass's Hadoop cluster (normal, asan), into $LOGS/NAME.log
+  local name=$1 cluster=$2 build=$3 d= h
+  shift 3
+  for h in "${HADOOP_DIRS[@]}"; do [[ $h == *-$cluster.* ]] && d=$h; done
+  (
+    if [ -f "$d.up" ]; then
+      export LOOM_TEST_HADOOP_DIR=$d
+    else
+      echo "the $cluster pass's Hadoop cluster did not start (the pass starts its own):"
+      tail -20 "$d.log"
+    fi
+    # Python loads build-asan's libloom with the ASan runtime preloaded
+    # (conftest.pylib_env).
+    LOOM_BUILD_DIR="$PWD/$build" $PY -m pytest -q -rs -p no:cacheprovider \
+      --basetemp="$LOGS/$name-tmp" "$@"
+  ) >"$LOGS/$name.log" 2>&1
 }
 step "system tests (build/) and, at the same time, under ASan/UBSan (build-asan/)"
 hadoop_started
-system_pass normal build "${ASAN_ONLY[@]}" >"$LOGS/normal.log" 2>&1 &
+system_pass normal normal build tests/system "${ASAN_ONLY[@]}" "${LATE_OUT[@]}" &
 normal_pid=$!
-system_pass asan build-asan "${NORMAL_ONLY[@]}" >"$LOGS/asan.log" 2>&1 &
+( rc=0
+  system_pass asan asan build-asan tests/system "${NORMAL_ONLY[@]}" || rc=1
+  system_pass normal-late asan build "${LATE_ARGS[@]}" || rc=1
+  exit $rc ) &
 asan_pid=$!
 wait $normal_pid || fail=1
 wait $asan_pid || fail=1
@@ -171,6 +184,8 @@ step "system tests (build/): what the pass printed"
 cat "$LOGS/normal.log"
 step "system tests under ASan/UBSan (build-asan/): what the pass printed"
 cat "$LOGS/asan.log"
+step "system tests (build/), the modules that ran after the ASan pass: what they printed"
+cat "$LOGS/normal-late.log"
 stop_shared_hadoop
 rm -rf "$LOGS"
 

@@ -43,6 +43,7 @@ import json, os, sys
 from pyspark.sql import SparkSession
 import loom.spark
 spark = (SparkSession.builder.master(sys.argv[1]).appName("loom-contract")
+         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
          .config("spark.driver.host", "127.0.0.1")
          .config("spark.ui.showConsoleProgress", "false").getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")

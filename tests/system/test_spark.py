@@ -65,7 +65,9 @@ def spark_env():
     e = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
     e.update(SPARK_HOME=str(spark_home()), PYSPARK_PYTHON=str(SPARK_PYTHON),
              PYSPARK_DRIVER_PYTHON=str(SPARK_PYTHON), SPARK_LOCAL_IP="127.0.0.1",
-             SPARK_LOCAL_HOSTNAME="localhost")
+             SPARK_LOCAL_HOSTNAME="localhost",
+             # the standalone Master's and Workers' JVMs, as driver.py's
+             SPARK_DAEMON_JAVA_OPTS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     return e
 
 

@@ -139,7 +139,13 @@ def session(cfg):
     # a barrier stage Spark cannot place yet (a lost executor's replacement
     # still starting) is tried again after this interval (Spark's default:
     # 15 s)
-    conf = {"spark.driver.host": "127.0.0.1", "spark.ui.showConsoleProgress": "false",
+    # the JVMs of a test's short application: the quick JIT tier alone and
+    # the serial collector (as scripts/yarn-cluster.sh runs Hadoop's), less
+    # CPU for compiling code that runs for seconds on a 2-core machine
+    fast = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    conf = {"spark.driver.extraJavaOptions": fast, "spark.executor.extraJavaOptions": fast,
+            "spark.yarn.am.extraJavaOptions": fast,
+            "spark.driver.host": "127.0.0.1", "spark.ui.showConsoleProgress": "false",
             "spark.executorEnv.PYTHONPATH": os.environ.get("PYTHONPATH", ""),
             "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s"}
     conf.update(cfg.get("conf", {}))
