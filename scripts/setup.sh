@@ -41,7 +41,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO chmod +x /usr/sbin/policy-rc.d
     made_policy=1
   fi
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q \
+  # (through env: sudo would drop it, and krb5-config asks for a realm)
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
     --no-install-recommends "${missing[@]}" >&2
   if [ -n "$made_policy" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
 fi

@@ -67,7 +67,11 @@ def main(argv: Any = None) -> int:
                 try:
                     import cloudpickle
                 except ImportError:  # a Spark executor: pyspark carries a copy
-                    from pyspark import cloudpickle
+                    try:
+                        from pyspark import cloudpickle
+                    except ImportError:  # neither: the module to install is cloudpickle
+                        raise ModuleNotFoundError("No module named 'cloudpickle'",
+                                                  name="cloudpickle") from None
                 fn, args, kwargs = cloudpickle.load(f)
         except ModuleNotFoundError as e:
             return fail(_error("load", e, traceback.format_exc(), e.name))

@@ -407,13 +407,15 @@ def loom_procs(home):
         if p.name.isdigit():
             try:
                 cmd = (p / "cmdline").read_bytes().split(b"\0")
-                mine = any(b"yarn-marker" in c for c in cmd) and \
-                    str(home).encode() in (p / "environ").read_bytes()
+                ours = str(home).encode() in (p / "environ").read_bytes()
             except OSError:
                 continue
+            mine = ours and any(b"yarn-marker" in c for c in cmd)
             if mine:
                 marked.append(int(p.name))
-            if mine or cmd[:2] == [str(LOOM.resolve()).encode(), b"agent"]:
+            # an agent of this build with this test's LOOM_HOME: the CI runs
+            # another pass of the same build at the same time
+            if mine or (ours and cmd[:2] == [str(LOOM.resolve()).encode(), b"agent"]):
                 out.append((int(p.name), cmd))
     for pid in marked:  # the agent among each marked task's ancestors
         while pid > 1:
