@@ -153,7 +153,18 @@ static int cmd_cat(int argc, char **argv) {
 }
 
 int loom__fs_main(int argc, char **argv) {
-  /* argv[0] is "fs" */
+  /* argv[0] is "fs"; --principal and --keytab are the tunables' values
+   * for this process (the HDFS client reads them) */
+  while (argc >= 3 && (!strcmp(argv[1], "--principal") || !strcmp(argv[1], "--keytab"))) {
+    if (!argv[2][0]) return usage_err("%s takes a value", argv[1]);
+    setenv(!strcmp(argv[1], "--principal") ? "LOOM_KERBEROS_PRINCIPAL" : "LOOM_KERBEROS_KEYTAB",
+           argv[2], 1);
+    argv[2] = argv[0];
+    argc -= 2;
+    argv += 2;
+  }
+  if (argc >= 2 && (!strcmp(argv[1], "--principal") || !strcmp(argv[1], "--keytab")))
+    return usage_err("%s takes a value", argv[1]);
   if (argc < 2) return usage_err("%s", "no command");
   const char *c = argv[1];
   char err[2048] = "";

@@ -83,7 +83,7 @@ static const struct verb {
     {"ps", cmd_ps, "[--help]", "the built-in parameter server, as a ps role's command",
      "Serves this task's shard of the job's variables until the job ends. Use it\n"
      "as the command of the ps role: `ps: {instances: 2, command: loom ps}`.\n"},
-    {"fs", cmd_fs, "ls|stat|cat|get|put|mkdir|rm|mv ARGS",
+    {"fs", cmd_fs, "[--principal P --keytab F] ls|stat|cat|get|put|mkdir|rm|mv ARGS",
      "files on HDFS, through loom's own client",
      "  loom fs ls URL              a directory's entries (or a file), like hdfs dfs -ls\n"
      "  loom fs stat URL            one line of JSON: type, length, permission, owner, ...\n"
@@ -96,7 +96,9 @@ static const struct verb {
      "  loom fs mv SRC DST          rename (DST must not exist)\n\n"
      "URLs: hdfs://host:port/path, or hdfs:///path for the NameNode of fs.defaultFS\n"
      "in $HADOOP_CONF_DIR/core-site.xml; the user is $HADOOP_USER_NAME or the login,\n"
-     "or on a Kerberized cluster the principal of the ticket in $KRB5CCNAME (kinit).\n"
+     "or on a Kerberized cluster the principal of the ticket in $KRB5CCNAME (kinit),\n"
+     "or with --principal P --keytab F (LOOM_KERBEROS_PRINCIPAL, _KEYTAB) P logged\n"
+     "in from the keytab F, its ticket kept in memory (no kinit, no cache file).\n"
      "get, put, rm and mv take local paths too. Reads check every checksum and go\n"
      "on from another replica when one is dead or corrupt. Exit status: 0, 1 a\n"
      "filesystem error (no such path, permission denied, exists, no good\n"

@@ -76,6 +76,12 @@
     "YARN: how long to wait for the ResourceManager to accept the application")                    \
   N(YARN_DEFAULT_MB, "LOOM_YARN_DEFAULT_MB", 512, 1, 1 << 30, COUNT,                               \
     "YARN: the container memory (MB) of a role that sets no memory")                               \
+  W(KERBEROS_PRINCIPAL, "LOOM_KERBEROS_PRINCIPAL", "", NULL,                                       \
+    "Hadoop with Kerberos: log in as this principal from LOOM_KERBEROS_KEYTAB instead of "         \
+    "using the ticket cache (loom fs --principal)")                                                \
+  W(KERBEROS_KEYTAB, "LOOM_KERBEROS_KEYTAB", "", NULL,                                             \
+    "Hadoop with Kerberos: the keytab file of LOOM_KERBEROS_PRINCIPAL; its tickets stay in "       \
+    "the process's memory, never in a cache file (loom fs --keytab)")                              \
   N(MAX_FRAME, "LOOM_MAX_FRAME", 4 * LOOM__MIB, 4 * LOOM__KIB, LOOM__GIB, BYTES,                   \
     "the largest message to or from the coordinator")                                              \
   N(MAX_LOG_LINE, "LOOM_MAX_LOG_LINE", 64 * LOOM__KIB, 128, 16 * LOOM__MIB, BYTES,                 \

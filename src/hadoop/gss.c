@@ -8,11 +8,13 @@
 #include "hadoop/gss.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* HGSS_OWN_DECLS: the declarations below even where the header is (to
  * check that they compile) */
@@ -72,6 +74,17 @@ static gss_OID_desc nt_krb5_principal = {10, (void *)"\x2a\x86\x48\x86\xf7\x12\x
 
 /* ---- the library ------------------------------------------------------ */
 
+/* gss_key_value_element_desc and gss_key_value_set_desc of MIT's
+ * gssapi_ext.h, under names of loom's (that header is not always
+ * installed). */
+struct hgss_kv {
+  const char *key, *value;
+};
+struct hgss_kvset {
+  OM_uint32 count;
+  struct hgss_kv *elements;
+};
+
 static struct {
   OM_uint32 (*import_name)(OM_uint32 *, gss_buffer_t, gss_OID, gss_name_t *);
   OM_uint32 (*acquire_cred)(OM_uint32 *, gss_name_t, OM_uint32, gss_OID_set, int, gss_cred_id_t *,
@@ -90,6 +103,11 @@ static struct {
   OM_uint32 (*wrap_size_limit)(OM_uint32 *, gss_ctx_id_t, int, gss_qop_t, OM_uint32, OM_uint32 *);
   OM_uint32 (*release_buffer)(OM_uint32 *, gss_buffer_t);
   OM_uint32 (*display_status)(OM_uint32 *, OM_uint32, int, gss_OID, OM_uint32 *, gss_buffer_t);
+  /* MIT's extension (gssapi_ext.h, krb5 1.11): credentials from a keytab
+   * into a cache of loom's choosing; NULL in a library without it */
+  OM_uint32 (*acquire_cred_from)(OM_uint32 *, gss_name_t, OM_uint32, gss_OID_set, int,
+                                 const struct hgss_kvset *, gss_cred_id_t *, gss_OID_set *,
+                                 OM_uint32 *);
 } G;
 static char g_load_err[512];
 static bool g_loaded;
@@ -126,6 +144,8 @@ static void load(void) {
     }
     memcpy((char *)&G + syms[i].off, &f, sizeof f);
   }
+  void *f = dlsym(h, "gss_acquire_cred_from");
+  memcpy(&G.acquire_cred_from, &f, sizeof f);
   g_loaded = true; /* h stays open for the process's life */
 }
 
@@ -312,6 +332,51 @@ static int init_step(hgss *g, const uint8_t *in, size_t n, uint8_t **tok, size_t
   return take(&ob, tok, toklen);
 }
 
+/* g->cred for LOOM_KERBEROS_PRINCIPAL from keytab: MIT gets a ticket
+ * from the keytab into a memory cache of this process (kept for the next
+ * connection, and renewed from the keytab when it ends), so nothing of it
+ * is written to a file and the user's ticket cache is not touched. */
+static int keytab_cred(hgss *g, const char *keytab, char *err, size_t errlen) {
+  const char *principal = loom__tun_env(LOOM_TUN_KERBEROS_PRINCIPAL);
+  if (!principal) {
+    snprintf(err, errlen,
+             "Kerberos: a keytab (LOOM_KERBEROS_KEYTAB=%s) needs the principal to log in as "
+             "(--principal, LOOM_KERBEROS_PRINCIPAL)",
+             keytab);
+    return LOOM_EINVAL;
+  }
+  if (access(keytab, R_OK) < 0) {
+    snprintf(err, errlen, "Kerberos: cannot read the keytab %s: %s", keytab, strerror(errno));
+    return LOOM_EAUTH;
+  }
+  if (!G.acquire_cred_from) {
+    snprintf(err, errlen,
+             "Kerberos: %s has no gss_acquire_cred_from (MIT krb5 1.11 or later): log in with "
+             "kinit -k -t %s %s instead",
+             HGSS_LIB, keytab, principal);
+    return LOOM_ENOTSUP;
+  }
+  OM_uint32 minor = 0, m;
+  gss_name_t name = GSS_C_NO_NAME;
+  gss_buffer_desc nb = {strlen(principal), (void *)principal};
+  OM_uint32 major = G.import_name(&minor, &nb, &nt_krb5_principal, &name);
+  if (GSS_ERROR(major)) return gss_fail(major, minor, "the principal to log in as", err, errlen);
+  struct hgss_kv kv[] = {{"client_keytab", keytab}, {"ccache", "MEMORY:loom-keytab"}};
+  struct hgss_kvset set = {2, kv};
+  OM_uint32 life = 0;
+  major = G.acquire_cred_from(&minor, name, GSS_C_INDEFINITE, GSS_C_NO_OID_SET, GSS_C_INITIATE,
+                              &set, &g->cred, NULL, &life);
+  G.release_name(&m, &name);
+  if (GSS_ERROR(major) || life == 0) {
+    char why[600];
+    status_text(major, minor, why, sizeof why);
+    snprintf(err, errlen, "Kerberos: cannot log in as %s with the keytab %s: %s", principal, keytab,
+             why[0] ? why : "no ticket");
+    return LOOM_EAUTH;
+  }
+  return 0;
+}
+
 int hgss_start(const char *target, bool hostbased, hgss **out, uint8_t **tok, size_t *toklen,
                char *err, size_t errlen) {
   *out = NULL;
@@ -331,9 +396,18 @@ int hgss_start(const char *target, bool hostbased, hgss **out, uint8_t **tok, si
    * refused here, not left to the KDC (which takes a ticket a few minutes
    * past its end, its clock skew) */
   OM_uint32 life = 0;
-  major = G.acquire_cred(&minor, GSS_C_NO_NAME, GSS_C_INDEFINITE, GSS_C_NO_OID_SET, GSS_C_INITIATE,
-                         &g->cred, NULL, &life);
-  if (GSS_ERROR(major) || life == 0) {
+  const char *keytab = loom__tun_env(LOOM_TUN_KERBEROS_KEYTAB);
+  if (keytab) {
+    rc = keytab_cred(g, keytab, err, errlen);
+    if (rc < 0) {
+      hgss_free(g);
+      return rc;
+    }
+  } else {
+    major = G.acquire_cred(&minor, GSS_C_NO_NAME, GSS_C_INDEFINITE, GSS_C_NO_OID_SET,
+                           GSS_C_INITIATE, &g->cred, NULL, &life);
+  }
+  if (!keytab && (GSS_ERROR(major) || life == 0)) {
     if (!GSS_ERROR(major)) major = GSS_S_CREDENTIALS_EXPIRED;
     hgss_free(g);
     return gss_fail(major, minor, "the credentials", err, errlen);

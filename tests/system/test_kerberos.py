@@ -284,3 +284,49 @@ def test_a_user_without_a_keytab_cannot_get_in(fs, secure, tmp_path):
     # and Java agrees: no way in without a ticket
     j = secure.java("-ls", "/user/alice", ccache=cc, check=False)
     assert j.returncode != 0
+
+
+def test_a_keytab_logs_in_with_no_kinit_and_no_cache_file(fs, secure, tmp_path):
+    """--principal and --keytab (or LOOM_KERBEROS_PRINCIPAL/_KEYTAB): loom
+    gets alice's ticket from her keytab itself, keeps it in memory (the
+    cache KRB5CCNAME names is never made) and the NameNode sees alice by
+    Kerberos; the same with the variables and with no configuration."""
+    realm, kt = secure.kdc.realm, secure.kdc.keytabs / "alice.keytab"
+    none = tmp_path / "none.ccache"
+    base = "/user/alice/kt"
+    data = blob(200 * 1024 + 3, "keytab")
+    (tmp_path / "kt.bin").write_bytes(data)
+    fs.ok("--principal", f"alice@{realm}", "--keytab", kt, "mkdir", secure.url(base), ccache=none)
+    fs.ok("--keytab", kt, "--principal", f"alice@{realm}", "put", tmp_path / "kt.bin",
+          secure.url(f"{base}/f"), ccache=none)
+    env = {"LOOM_KERBEROS_PRINCIPAL": f"alice@{realm}", "LOOM_KERBEROS_KEYTAB": str(kt)}
+    r = fs.ok("cat", secure.url(f"{base}/f"), ccache=none, env=env, conf=False)
+    assert sha(r.stdout) == sha(data)
+    assert not none.exists(), "loom wrote a credentials cache file"
+    assert ("true", f"alice@{realm}", "KERBEROS") in audit(secure, "create", f"{base}/f")
+    assert sha(secure.java("-cat", f"{base}/f").stdout) == sha(data)
+    fs.ok("rm", "-r", secure.url(base))
+
+
+def test_a_bad_keytab_login_is_a_clear_error(fs, secure, tmp_path):
+    realm, kt = secure.kdc.realm, secure.kdc.keytabs / "alice.keytab"
+    url, none = secure.url("/user/alice"), tmp_path / "none.ccache"
+    # a keytab without the principal: a usage error, before any connection
+    r = fs("--keytab", kt, "ls", url, ccache=none)
+    assert r.returncode == 2 and "--principal" in r.err and str(kt) in r.err, r.err
+    r = fs("ls", url, "--keytab", ccache=none)
+    assert r.returncode == 2, r.err
+    # bob's principal is not in alice's keytab
+    r = fs("--principal", f"bob@{realm}", "--keytab", kt, "ls", url, ccache=none)
+    assert r.returncode == 1 and f"cannot log in as bob@{realm} with the keytab {kt}" in r.err, \
+        r.err
+    assert r.stdout == b"" and "Exception" not in r.err and r.seconds < 5, (r.seconds, r.err)
+    # a keytab that cannot be read
+    r = fs("--principal", f"alice@{realm}", "--keytab", tmp_path / "missing.keytab", "ls", url,
+           ccache=none)
+    assert r.returncode == 1 and "cannot read the keytab" in r.err and "missing.keytab" in r.err, \
+        r.err
+    # a keytab login does not fall back to the ticket cache: with alice's
+    # cache at hand and bob's failed login, nothing is listed
+    r = fs("--principal", f"bob@{realm}", "--keytab", kt, "ls", url)
+    assert r.returncode == 1 and r.stdout == b"", r.err
