@@ -280,17 +280,37 @@ def wait_app(yloom, yarn, name, states, timeout=60):
 
 def test_environment_values_reach_the_task_as_they_are(yloom, yarn):
     """YARN's launch script puts values in double quotes unescaped and expands
-    {{VAR}} and <CPS> itself: loom's escaping gives the task the value."""
+    {{VAR}} and <CPS> itself: loom's escaping gives the task the spec's
+    value. Of the client's environment a container gets loom's variables
+    and HADOOP_USER_NAME, not the rest (a ticket cache, a PATH, a secret
+    of the shell): launch_container.sh, which log aggregation uploads,
+    has none of them either."""
     weird = "a$b\"c`d\\e {{HOME}} <CPS> <LOG_DIR> 'q' $(true) ;x"
-    s = yloom.spec("""
+    show = ("import os; print('W=' + repr(os.environ['WEIRD'])); "
+            "print('E=' + repr(sorted(k for k in os.environ if k in "
+            "('KRB5CCNAME', 'CLIENT_ONLY', 'LOOM_CLIENT_KNOB', 'HADOOP_USER_NAME')))); "
+            "print('P=' + repr(os.environ.get('VIRTUAL_ENV', '-')))")
+    s = yloom.spec(f"""
 name: yenvv
 backend: yarn
+env: {{WEIRD: {json.dumps(weird)}}}
 roles:
-  worker: {command: [python3, -c, "import os; print('W=' + repr(os.environ['WEIRD']))"]}
+  worker: {{command: [python3, -c, {json.dumps(show)}]}}
 """)
-    r = yloom.run("run", s, env={"WEIRD": weird}, timeout=60)
+    r = yloom.run("run", s, env={"KRB5CCNAME": "FILE:/tmp/krb5cc_client_only",
+                                 "CLIENT_ONLY": "s3cr3t-of-the-shell", "LOOM_CLIENT_KNOB": "1",
+                                 "HADOOP_USER_NAME": "root", "VIRTUAL_ENV": "/client/venv"},
+                  timeout=60)
     assert r.returncode == 0, r.stderr
     assert f"[worker:0] W={weird!r}" in r.stdout, r.stdout
+    assert "[worker:0] E=['HADOOP_USER_NAME', 'LOOM_CLIENT_KNOB']" in r.stdout, r.stdout
+    assert "[worker:0] P='-'" in r.stdout, r.stdout
+    app = app_of(yarn, "yenvv")["id"]
+    scripts = list(yarn.dir.glob(f"nm*/logs/{app}/container_*/launch_container.sh"))
+    assert scripts, f"no launch_container.sh of {app} in the NodeManagers' log directories"
+    for f in scripts:
+        text = f.read_text(errors="replace")
+        assert "krb5cc_client_only" not in text and "s3cr3t-of-the-shell" not in text, f
 
 
 def test_a_gpu_role_runs_on_the_labelled_node(yloom, yarn):

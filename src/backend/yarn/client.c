@@ -28,9 +28,12 @@
 /* The managed application master's container. */
 #define YARN_AM_MB 256
 
-bool yarn_nm_sets_itself(const char *kv) {
-  return !strncmp(kv, "PWD=", 4) || !strncmp(kv, "OLDPWD=", 7) || !strncmp(kv, "_=", 2) ||
-         !strncmp(kv, "SHLVL=", 6);
+bool yarn_env_passes(const char *kv) {
+  static const char *const pass[] = {
+      "LOOM_", "HADOOP_USER_NAME=", "ASAN_OPTIONS=", "UBSAN_OPTIONS=", "LSAN_OPTIONS=", NULL};
+  for (int i = 0; pass[i]; i++)
+    if (!strncmp(kv, pass[i], strlen(pass[i]))) return true;
+  return false;
 }
 
 int yarn_check(const spec_job *s, char *err, size_t errlen) {
@@ -134,14 +137,13 @@ int yarn_submit(const spec_job *s, const char *job_id, const char *job_dir, cons
   while (environ[n]) n++;
   char **env = calloc((size_t)n + 5, sizeof *env);
   int k = 0;
-  /* HADOOP_CONF_DIR is the node's (the NodeManager's whitelist hands on
-   * its own where the container sets none): the client's may not exist
-   * there. No LOOM_SECRET (a client run inside a task has one): the
+  /* what of the client's environment a container takes (yarn_env_passes:
+   * HADOOP_CONF_DIR, for one, is the node's, which the NodeManager hands
+   * on). No LOOM_SECRET (a client run inside a task has one): the
    * environment is written into launch_container.sh, which log
    * aggregation uploads; the AM's secret is the staged job's */
   for (int i = 0; env && i < n; i++)
-    if (!yarn_nm_sets_itself(environ[i]) && strncmp(environ[i], "HADOOP_CONF_DIR=", 16) &&
-        strncmp(environ[i], "LOOM_SECRET=", 12) &&
+    if (yarn_env_passes(environ[i]) && strncmp(environ[i], "LOOM_SECRET=", 12) &&
         strncmp(environ[i], YARN_SHIP_ENV "=", strlen(YARN_SHIP_ENV) + 1) &&
         strncmp(environ[i], YARN_JOB_ENV "=", strlen(YARN_JOB_ENV) + 1) &&
         strncmp(environ[i], YARN_CLIENT_DIR_ENV "=", strlen(YARN_CLIENT_DIR_ENV) + 1))

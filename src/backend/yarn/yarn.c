@@ -362,12 +362,12 @@ static int yarn_launch(backend *b, int task_id, char *const *argv, char *const *
       secret = env[i] + 12;
       continue;
     }
-    /* the NodeManager sets these itself (and each container's
-     * credentials file: a managed AM's own is not its tasks'); the
-     * managed AM's own markers (managed, the binary its client staged,
-     * its job's published copy, the client's job directory) are not the
-     * agents' */
-    if (yarn_nm_sets_itself(env[i]) || !strncmp(env[i], "HADOOP_TOKEN_FILE_LOCATION=", 27) ||
+    /* only what a container takes (yarn_env_passes: the NodeManager
+     * sets the rest itself, each container's credentials file included:
+     * a managed AM's own is not its tasks'); the managed AM's own markers
+     * (managed, the binary its client staged, its job's published copy,
+     * the client's job directory) are not the agents' */
+    if (!yarn_env_passes(env[i]) ||
         !strncmp(env[i], YARN_MANAGED_ENV "=", strlen(YARN_MANAGED_ENV) + 1) ||
         !strncmp(env[i], YARN_SHIP_ENV "=", strlen(YARN_SHIP_ENV) + 1) ||
         !strncmp(env[i], YARN_JOB_ENV "=", strlen(YARN_JOB_ENV) + 1) ||

@@ -74,9 +74,16 @@ yarn_pub *yarn_pub_open(void);
 void yarn_pub_sync(yarn_pub *p, bool final);
 void yarn_pub_free(yarn_pub *p);
 
-/* Whether kv (NAME=value) is a variable of the client's environment a
- * container does not take: the NodeManager's shell sets it itself. */
-bool yarn_nm_sets_itself(const char *kv);
+/* Whether kv (NAME=value), a variable of the client's (or the managed
+ * application master's) environment, goes into a container: loom's own
+ * (LOOM_*), HADOOP_USER_NAME and the sanitizers' options, nothing else. A
+ * container runs on a node that is not the client's, and its environment
+ * is written into launch_container.sh, which log aggregation uploads: the
+ * client's KRB5CCNAME, PATH, credentials and the like stay here. A task's
+ * variables are the spec's env (which travels in the task's assignment),
+ * loom's and the NodeManager's (its env-whitelist: PATH, JAVA_HOME,
+ * HADOOP_CONF_DIR, LANG, ... of the node). */
+bool yarn_env_passes(const char *kv);
 
 /* backend_ops' check, probe, submit, job_state and cancel (backend.h). */
 int yarn_check(const spec_job *s, char *err, size_t errlen);
