@@ -307,6 +307,10 @@ int cli_coordinator(int argc, char **argv) {
     fprintf(stderr, "loom coordinator: %s\n", err);
     return LOOM_EXIT_INFRA;
   }
+  /* tasks get the directory as an absolute path (LOOM_JOB_DIR): a managed
+   * YARN application master is given one relative to its container */
+  char adir[PATH_MAX];
+  if (dir[0] != '/' && realpath(dir, adir)) dir = adir;
   jobdir_path(dir, JOBDIR_SPEC, p, sizeof p);
   spec_job *s;
   if (spec_load(p, NULL, 0, &s, err, sizeof err) < 0) {

@@ -396,7 +396,7 @@ def test_submit_runs_a_managed_application_master_the_client_can_leave(yloom, ya
 name: ysub
 backend: yarn
 roles:
-  worker: {instances: 2, command: 'echo hello from $LOOM_TASK; sleep 2'}
+  worker: {instances: 2, command: 'echo hello from $LOOM_TASK in $LOOM_JOB_DIR; sleep 2'}
 """)
     t0 = time.monotonic()
     r = yloom.run("submit", s, timeout=60)
@@ -417,6 +417,10 @@ roles:
     assert f"cluster  YARN application {yj['application']} is FINISHED SUCCEEDED" in st.stdout, st.stdout
     logs = yloom.run("logs", job).stdout
     assert "[worker:0] hello from worker:0" in logs and "[worker:1] hello from worker:1" in logs
+    # the AM's job directory, as a path that means the same on every node:
+    # absolute, in the AM's container
+    dirs = set(re.findall(r"hello from worker:\d in (\S+)", logs))
+    assert len(dirs) == 1 and re.fullmatch(rf"/\S+/container_\w+/{job}", dirs.pop()), logs
     app = wait_app(yloom, yarn, "ysub", ("FINISHED", "FAILED", "KILLED"))
     assert app["id"] == yj["application"] and app["unmanagedApplication"] is False
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED")
