@@ -670,6 +670,11 @@ static void on_signal(uv_signal_t *h, int sig) {
   agent *a = h->data;
   agent_log("%s: got SIG%s; stopping the task", a->task, sigabbrev_np(sig));
   a->exit_status = 128 + sig;
+  /* the node's copies now, not when the agent ends: Slurm kills what is
+   * left of the step KillWait after its signal, and the agent may still
+   * be waiting for its task then */
+  agent_nodecopy_release(a->nodecopy_fd, a->nodecopy_id, true);
+  a->nodecopy_fd = -1;
   /* the coordinator stops tasks with STOP, never a signal: a cluster
    * manager that starts agents itself (Spark) signals one when it kills
    * the task's place (its executor lost, its stage aborted), so the task is
@@ -786,6 +791,7 @@ int agent_main(void) {
   const char *stall = loom__tun_str(LOOM_TUN_FAULT_STALL_TASK);
   if (*stall && !strcmp(stall, task)) pause(); /* fault injection for tests */
 
+  a->nodecopy_fd = agent_nodecopy_hold(a->nodecopy_id, sizeof a->nodecopy_id);
   int status = 3, fd = -1;
   char why[600], iface_err[300] = "";
   why[0] = 0;
@@ -949,6 +955,7 @@ out_loop:
 out:
   remove_cgroup(a);
   remove_tmpdir(a);
+  agent_nodecopy_release(a->nodecopy_fd, a->nodecopy_id, false);
   if (fd >= 0) wire_io_close(fd);
   wire_tls_mem_free(a->tls);
   if (a->reserve_fd >= 0) close(a->reserve_fd);

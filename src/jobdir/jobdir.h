@@ -50,6 +50,13 @@ typedef enum {
 /* The longest job id, with its NUL. */
 #define JOBDIR_ID_MAX 160
 
+/* Node-local copies a Slurm job makes where the nodes do not share its
+ * job directory (sbcast), by Slurm job id: loom's executable
+ * (JOBDIR_NODE_EXE_DIR "/loom") and the spec's files. The coordinator
+ * removes them when the job ends; agents, when Slurm ends it first. */
+#define JOBDIR_NODE_EXE_DIR "/tmp/loom-"
+#define JOBDIR_NODE_FILES_DIR "/tmp/loom-files-"
+
 /* loom's home: $LOOM_HOME when set and not empty, else $HOME/.loom (else
  * /tmp/.loom). Read from the environment at each call; the string lives
  * until the next call. */

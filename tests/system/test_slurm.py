@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -193,6 +194,46 @@ roles:
     assert k.returncode == 0, k.stderr
     assert sloom.state()["state"] == "killed"
     sloom.wait_for(lambda: squeue(cluster).strip() == "", timeout=20, what="Slurm job gone")
+
+
+def test_a_job_slurm_cancels_leaves_no_copy_on_the_nodes(sloom, cluster, tmp_path):
+    """scancel ends the job (as the time limit or a preemption would) before
+    the coordinator can remove the node-local copies of loom and the spec's
+    files, since no step starts in an ending job: the last agent out on
+    each node, which Slurm signalled, removes them."""
+    (tmp_path / "in.txt").write_text("staged\n")
+    sloom.env["LOOM_SLURM_FILES"] = "sbcast"
+    spec = sloom.spec(f"""
+name: cancelled
+backend: slurm
+files: {{in.txt: {tmp_path / "in.txt"}}}
+roles:
+  worker: {{instances: 3, command: 'cat in.txt; sleep 300'}}
+""")
+    p = sloom.popen("run", spec)
+    try:
+        sloom.wait_running(timeout=90)
+        ids = subprocess.run(["squeue", "-h", "-n", sloom.job_dir().name, "-o", "%i"],
+                             env=cluster.env,
+                             capture_output=True, text=True, check=True).stdout.split()
+        assert len(ids) == 1 and ids[0].isdigit(), ids
+        exe, files = Path(f"/tmp/loom-{ids[0]}"), Path(f"/tmp/loom-files-{ids[0]}")
+        # the agents run the node's copy, and the file is the node's copy
+        agents = [pid for pid in loom_pids_of(sloom.home)
+                  if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [b"agent"]]
+        assert len(agents) == 3, agents
+        assert {os.readlink(f"/proc/{pid}/exe") for pid in agents} == {str(exe / "loom")}
+        assert files.is_dir() and any(files.iterdir())
+        subprocess.run(["scancel", ids[0]], env=cluster.env, check=True, timeout=20)
+        out, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode != 0, err
+    sloom.wait_for(lambda: not exe.exists() and not files.exists(), timeout=30,
+                   what=f"{exe} and {files} to be removed")
+    sloom.wait_for(lambda: not loom_pids_of(sloom.home), timeout=30, what="no process of the job")
 
 
 def test_kill_while_pending_cancels(sloom, cluster):

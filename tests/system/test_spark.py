@@ -552,8 +552,10 @@ def test_an_executor_lost_relaunches_the_stage_as_the_next_attempt(loom, standal
         "Spark: the executor was lost", "its connection to the coordinator closed")), ev
     assert [e["event"] for e in ev].count("launch_stale") >= 1
     assert any(e["event"] == "fence_raised" for e in ev), [e["event"] for e in ev]
+    # (the stale agent's refusal, among others: Spark may start one more
+    # agent as the job ends, which is refused for that)
     refused = [e for e in ev if e["event"] == "agent_refused" and e.get("final")]
-    assert refused and "stale Spark stage attempt" in refused[-1]["reason"], refused
+    assert any("stale Spark stage attempt" in e["reason"] for e in refused), refused
     # Spark ran the stage twice: attempt 0 failed, attempt 1 complete
     stages = sorted((s["attempt"], s["status"]) for s in r["spark_stages"] if s["tasks"] == 2)
     assert stages[0] == (0, "FAILED") and stages[-1][1] == "COMPLETE", r["spark_stages"]

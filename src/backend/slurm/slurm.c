@@ -565,7 +565,7 @@ static int slurm_stage(backend *b, const spec_job *s, json_t **files, char *err,
   *files = NULL;
   const char *jid = getenv("SLURM_JOB_ID"), *jdir = loom__tun_raw(LOOM_TUN_JOB_DIR_STAGE);
   if (s->nfiles + s->narchives == 0 || !jid || job_dir_shared(jdir ? jdir : ".")) return 0;
-  snprintf(pr->stage_dir, sizeof pr->stage_dir, "/tmp/loom-files-%s", jid);
+  snprintf(pr->stage_dir, sizeof pr->stage_dir, JOBDIR_NODE_FILES_DIR "%s", jid);
   if (loom__mkdir_p(pr->stage_dir, 0755) < 0) {
     snprintf(err, errlen, "cannot create %s", pr->stage_dir);
     return LOOM_EIO;
@@ -684,7 +684,7 @@ static int slurm_agent_exe(backend *b, const char *self, char *exe, size_t exele
     loom__strlcpy(exe, self, exelen);
     return 0;
   }
-  snprintf(pr->exe_dir, sizeof pr->exe_dir, "/tmp/loom-%s", jid);
+  snprintf(pr->exe_dir, sizeof pr->exe_dir, JOBDIR_NODE_EXE_DIR "%s", jid);
   snprintf(exe, exelen, "%s/%s", pr->exe_dir, SHIP_NAME);
   int rc = on_every_node(pr, "mkdir", "-p", pr->exe_dir, err, errlen);
   for (int g = 0; g < (pr->ngroups > 1 ? pr->ngroups : 1) && rc == 0; g++) {
