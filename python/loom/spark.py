@@ -33,6 +33,7 @@ has a task slot beyond the job's tasks, the spill runs beside the job
 as soon as it is whole (feed.follow); with one epoch the feed removes
 each file once read (feed.consume) and Spark computes a partition only
 while the spill holds at most `ahead` bytes (back-pressure)."""
+import contextlib
 import json
 import os
 import re
@@ -44,13 +45,14 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 from ._find import binary
 from .cli import (JobFailed, Result, SpecLike, _env, _job_args, _job_id, _loom, _Run, _spec_file,
                   events)
 from .errors import CommandError
-from .spec import Role
+from .spec import Role, Spec
 
 __all__ = ["run", "slots", "spill", "train", "inference"]
 
@@ -377,13 +379,24 @@ def run(spark: Any, spec: Union[SpecLike, Callable[..., Any]], *,
 
 def _run_fn(spark: Any, fn: Callable[..., Any], *, overrides: Optional[Mapping[str, Any]],
             timeout: Optional[float], echo: bool, wait_executors: float, home: Optional[Any],
-            env: Optional[Mapping[str, str]], args: Sequence[Any],
-            kwargs: Optional[Mapping[str, Any]],
-            roles: Optional[Mapping[str, Union[Role, Mapping[str, Any]]]],
-            num_workers: Optional[int], python: Optional[str],
-            files: Optional[Mapping[str, str]], retries: Optional[int],
-            name: Optional[str]) -> Result:
+            env: Optional[Mapping[str, str]], **fkw: Any) -> Result:
     """loom.spark.run(spark, fn, ...): see run() and loom.functions."""
+    with _fn_spec(spark, fn, env=env, **fkw) as spec:
+        res = run(spark, spec, overrides=overrides, timeout=timeout, echo=echo,
+                  wait_executors=wait_executors, home=home, env=env)
+    return _fn_outcome(res, home, env)
+
+
+@contextlib.contextmanager
+def _fn_spec(spark: Any, fn: Callable[..., Any], *, env: Optional[Mapping[str, str]],
+             args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None,
+             roles: Optional[Mapping[str, Union[Role, Mapping[str, Any]]]] = None,
+             num_workers: Optional[int] = None, python: Optional[str] = None,
+             files: Optional[Mapping[str, str]] = None, retries: Optional[int] = None,
+             name: Optional[str] = None) -> Iterator[Spec]:
+    """The Spec whose tasks run fn(*args, **kwargs) in their Spark
+    executors (loom.functions), its pickle shipped as a file of the
+    application; removed when the block ends."""
     from . import functions
     sc = getattr(spark, "sparkContext", spark)
     py = (python or _conf(sc, "spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
@@ -404,8 +417,13 @@ def _run_fn(spark: Any, fn: Callable[..., Any], *, overrides: Optional[Mapping[s
         for r in spec.roles.values():
             assert isinstance(r, Role) and isinstance(r.command, list)
             r.command = [*r.command[:-1], os.path.basename(shipped)]
-        res = run(spark, spec, overrides=overrides, timeout=timeout, echo=echo,
-                  wait_executors=wait_executors, home=home, env=env)
+        yield spec
+
+
+def _fn_outcome(res: Result, home: Optional[Any], env: Optional[Mapping[str, str]]) -> Result:
+    """res with the tasks' return values (res.values); raises TaskError
+    for a task's exception, JobFailed for a job that failed otherwise."""
+    from . import functions
     values, err = functions.collect(events(res.job_id, env=_env(home, env)))
     res.values = values
     if err is not None and res.exit_code:
@@ -415,6 +433,19 @@ def _run_fn(spark: Any, fn: Callable[..., Any], *, overrides: Optional[Mapping[s
     if res.exit_code:
         raise JobFailed(res.stderr.rstrip("\n"), res)
     return res
+
+
+_FN_KEYS = ("args", "kwargs", "roles", "num_workers", "python", "files", "retries", "name")
+
+
+def _split_fn_kw(spec: Any, kw: Dict[str, Any], what: str) -> Dict[str, Any]:
+    """The function's arguments (_FN_KEYS) taken out of kw where spec is a
+    function; a TypeError where it is a spec and kw has any."""
+    fkw = {k: kw.pop(k) for k in _FN_KEYS if k in kw}
+    if not callable(spec) and any(v is not None and v != () for v in fkw.values()):
+        raise TypeError(f"{what}: {', '.join(fkw)} apply to a function; for a spec set them in "
+                        "the spec")
+    return fkw
 
 
 # ---- DataFrames in: the spill ---------------------------------------------------
@@ -716,6 +747,61 @@ def _with_feed(spec: SpecLike, feed: Dict[str, Any]) -> Dict[str, Any]:
     return d
 
 
+def _flat(row: Any) -> List[Any]:
+    """A row's numbers in order, nested lists, tuples and numpy arrays
+    flattened; anything else is a TypeError naming its type."""
+    out: List[Any] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, (bool, int, float)):
+            out.append(v)
+        elif hasattr(v, "tolist"):  # a numpy array or scalar
+            walk(v.tolist())
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        else:
+            raise TypeError(f"loom.spark: an RDD row holds a {type(v).__name__}: rows of "
+                            "numbers (nested lists, tuples, numpy arrays) or of bytes make "
+                            "fixed-width records")
+    walk(row)
+    return out
+
+
+def _as_df(spark: Any, data: Any, what: str) -> Any:
+    """data as a DataFrame: a DataFrame as it is; an RDD of bytes as one
+    binary column; an RDD of rows of numbers (tuples, lists, Rows, nested
+    and numpy arrays flattened: TensorFlowOnSpark's (image, label) pairs)
+    as a column per number, bool, long or double as in the first row."""
+    if hasattr(data, "schema") and hasattr(data, "sparkSession"):
+        return data
+    if not (hasattr(data, "mapPartitions") and hasattr(data, "context")):
+        raise TypeError(f"{what}: data must be a DataFrame or an RDD, not "
+                        f"{type(data).__name__}")
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import (BinaryType, BooleanType, DoubleType, LongType, StructField,
+                                   StructType)
+    ss = spark if hasattr(spark, "createDataFrame") else SparkSession(spark)
+    first = data.take(1)
+    if not first:
+        raise ValueError(f"{what}: the RDD has no rows")
+    if isinstance(first[0], (bytes, bytearray)):
+        schema = StructType([StructField("value", BinaryType(), False)])
+        return ss.createDataFrame(data.map(lambda b: (bytearray(b),)), schema)
+    kinds = [bool if isinstance(v, bool) else int if isinstance(v, int) else float
+             for v in _flat(first[0])]
+    types = {bool: BooleanType(), int: LongType(), float: DoubleType()}
+    schema = StructType([StructField(f"_{i}", types[k], False) for i, k in enumerate(kinds)])
+
+    def row(r: Any) -> Tuple[Any, ...]:
+        vs = _flat(r)
+        if len(vs) != len(kinds):
+            raise ValueError(f"loom.spark: an RDD row has {len(vs)} numbers, the first "
+                             f"{len(kinds)}: fixed-width records need the same in every row")
+        return tuple(k(v) for k, v in zip(kinds, vs))
+    return ss.createDataFrame(data.map(row), schema)
+
+
 _FIXED = {"byte": 1, "short": 2, "integer": 4, "long": 8, "float": 4, "double": 8, "boolean": 1}
 
 
@@ -944,12 +1030,18 @@ def _feed_run(spark: Any, df: Any, spec: SpecLike, d: str, feed: Dict[str, Any],
     return run(spark, full, **kw), sp_
 
 
-def train(spark: Any, df: Any, spec: SpecLike, *, epochs: int = 1,
+def train(spark: Any, df: Any, spec: Union[SpecLike, Callable[..., Any]], *, epochs: int = 1,
           spill_dir: Optional[Any] = None, keep_spill: bool = False,
           stream: Optional[bool] = None, ahead: int = 256 << 20, stall: float = 600.0,
           **kw: Any) -> Result:
     """Runs the job of spec (a loom.Spec or dict) with df as its feed's
-    input, epochs times. Tasks read the records with loom.Feed() (Python)
+    input, epochs times. df may be an RDD too: of bytes (a record each),
+    or of rows of numbers, nested lists and numpy arrays flattened (a
+    TensorFlowOnSpark program's (image, label) pairs), a column per number.
+    spec may be a function, with args=, kwargs=, roles= or num_workers=,
+    python=, files=, retries=, name= as for run(spark, fn): each task runs
+    it (reading the feed with loom.Feed()) and the Result's values hold
+    what each returned; a task's exception raises TaskError. Tasks read the records with loom.Feed() (Python)
     or loom_feed_next (C): a record is a row's columns in order, as spill()
     writes them; a spec's own feed keeps its shuffle and seed.
 
@@ -972,6 +1064,13 @@ def train(spark: Any, df: Any, spec: SpecLike, *, epochs: int = 1,
     Spark's writers waited for the tasks, and spill_s."""
     if epochs < 1:
         raise ValueError(f"loom.spark.train: epochs={epochs}: at least 1")
+    fkw = _split_fn_kw(spec, kw, "loom.spark.train")
+    df = _as_df(spark, df, "loom.spark.train")
+    if callable(spec):
+        with _fn_spec(spark, spec, env=kw.get("env"), **fkw) as fs:
+            r = train(spark, df, fs, epochs=epochs, spill_dir=spill_dir, keep_spill=keep_spill,
+                      stream=stream, ahead=ahead, stall=stall, **{**kw, "check": False})
+        return _fn_outcome(r, kw.get("home"), kw.get("env"))
     d, made = _spill_dir(spill_dir)
     try:
         r, sp = _feed_run(spark, df, spec, d, {"epochs": epochs}, stream, ahead, stall,
@@ -983,9 +1082,9 @@ def train(spark: Any, df: Any, spec: SpecLike, *, epochs: int = 1,
             _drop_spill(d, made)
 
 
-def inference(spark: Any, df: Any, spec: SpecLike, *, spill_dir: Optional[Any] = None,
-              stream: Optional[bool] = None, ahead: int = 256 << 20, stall: float = 600.0,
-              **kw: Any) -> Any:
+def inference(spark: Any, df: Any, spec: Union[SpecLike, Callable[..., Any]], *,
+              spill_dir: Optional[Any] = None, stream: Optional[bool] = None,
+              ahead: int = 256 << 20, stall: float = 600.0, **kw: Any) -> Any:
     """Runs the job of spec with df as its feed's input, once, in order (no
     shuffle), and returns a DataFrame of what the tasks wrote with
     loom.Feed().write (loom_feed_write), a row a line, column value: the
@@ -1000,9 +1099,20 @@ def inference(spark: Any, df: Any, spec: SpecLike, *, spill_dir: Optional[Any] =
     directory loom-inference-* under the system's temporary directory. The
     spill is removed (a spill directory loom made, whole). Raises
     JobFailed when the job fails (and then leaves no output directory it
-    made)."""
+    made). df may be an RDD and spec a function, as for train: a task's
+    exception then raises TaskError."""
     import shutil
     import tempfile
+    fkw = _split_fn_kw(spec, kw, "loom.spark.inference")
+    df = _as_df(spark, df, "loom.spark.inference")
+    if callable(spec):
+        with _fn_spec(spark, spec, env=kw.get("env"), **fkw) as fs:
+            try:
+                return inference(spark, df, fs, spill_dir=spill_dir, stream=stream, ahead=ahead,
+                                 stall=stall, **kw)
+            except JobFailed as e:
+                _fn_outcome(e.result, kw.get("home"), kw.get("env"))  # TaskError if a task raised
+                raise
     d, made = _spill_dir(spill_dir)
     out = tempfile.mkdtemp(prefix="loom-inference-") if made else f"{d}/out"
     ok = False

@@ -852,6 +852,34 @@ def test_a_function_runs_in_every_task_and_its_values_and_errors_come_back(loom)
         d.stop()
 
 
+def test_train_and_inference_take_a_function_and_an_rdd(loom):
+    """loom.spark.train(spark, rdd, fn) with an RDD of ([x, y, z], label)
+    rows, as TensorFlowOnSpark programs feed them: the rows become 32-byte
+    records (three doubles and a long), every task's function reads what
+    the feed gives it (splits go to whoever asks), and the values say
+    every row was read once with its numbers intact. loom.spark.inference(spark, rdd, fn) over an RDD
+    of 2-byte records: the DataFrame returned has the line each record's
+    function call wrote, each exactly once. Nothing of either job is left."""
+    base = {"master": "local-cluster[2,1,1024]", "partitions": 4}
+    d = Driver(loom, {"runs": [{**base, "mode": "train_fn", "rows": 300},
+                               {**base, "mode": "inference_fn", "rows": 250}]})
+    try:
+        r = d.next_result()
+        assert r.get("exit_code") == 0, (r.get("message"), r.get("trace"))
+        vals = r["values"]
+        assert sorted(vals) == ["worker:0", "worker:1"], vals
+        assert sum(v["rows"] for v in vals.values()) == 300, vals
+        assert abs(sum(v["sum"] for v in vals.values()) - r["expect"]) < 1e-6, (vals, r["expect"])
+        nothing_left(loom.home / "jobs" / r["job"])
+        r = d.next_result()
+        assert r.get("exit_code") == 0, (r.get("message"), r.get("trace"))
+        assert r["lines"] == r["expect"], (len(r["lines"]), r["lines"][:5], r["expect"][:5])
+        assert d.p.wait(120) == 0, d.log.read_text()[-3000:]
+        wait_for(lambda: not loom_pids_of(loom.home), "the driver's JVM to end", 60)
+    finally:
+        d.stop()
+
+
 @NORMAL_PASS
 def test_inference_is_exactly_once_with_an_executor_killed_mid_stage(loom, standalone):
     """As above on the standalone cluster, slowly (1 ms a record), with

@@ -6,8 +6,10 @@ environment's python (scripts/setup-spark.sh):
 CONFIG: {"master": "spark://..." or "local-cluster[2,1,1024]", "conf": {key:
 value}, "spec": a loom spec as a dict, "timeout": seconds or null, "raise_in":
 seconds or null (an exception in the driver that long after run() starts),
-"mode": "run" (default), "train", "inference" or "fn" (loom.spark.run of a
-function: fn_of; "scale", "offset", "fail_task", "num_workers", "retries"), "rows": how many
+"mode": "run" (default), "train", "inference", "fn" (loom.spark.run of a
+function: fn_of; "scale", "offset", "fail_task", "num_workers", "retries"),
+"train_fn" or "inference_fn" (train and inference of a function over an
+RDD: rdd_job), "rows": how many
 Fashion-MNIST training rows the DataFrame of train and inference has,
 "partitions": its partitions, "epochs": train's, "stream", "ahead",
 "spill_dir": train's and inference's arguments (spill_dir is watched: the
@@ -134,6 +136,37 @@ def fn_of(cfg):
     return task_fn
 
 
+def rdd_job(spark, cfg):
+    """modes "train_fn" and "inference_fn": an RDD and the function that
+    reads it from the feed. train_fn: "rows" rows ([i/2, i/4, 1.0], i % 10)
+    (a list and a label, as TensorFlowOnSpark programs feed them: 32-byte
+    records, three doubles and a long); each task returns how many records
+    it read and their numbers' sum. inference_fn: "rows" 2-byte records;
+    each task writes "a,b" a record. Also what the driver expects."""
+    sc = spark.sparkContext
+    n, parts = cfg["rows"], cfg.get("partitions", 4)
+    if cfg["mode"] == "train_fn":
+        rdd = sc.parallelize([([i / 2, i / 4, 1.0], i % 10) for i in range(n)], parts)
+
+        def fn(scale):
+            import struct
+            got, total = 0, 0.0
+            with loom.Feed() as f:
+                for rec in f:
+                    a, b, c, label = struct.unpack("<dddq", rec)
+                    got += 1
+                    total += scale * (a + b + c + label)
+            return {"rows": got, "sum": total}
+        return rdd, fn, sum(i / 2 + i / 4 + 1.0 + i % 10 for i in range(n))
+    rdd = sc.parallelize([bytes([i % 256, (i * 7) % 256]) for i in range(n)], parts)
+
+    def infer():
+        with loom.Feed() as f:
+            for rec in f:
+                f.write(f"{rec[0]},{rec[1]}\n")
+    return rdd, infer, sorted(f"{i % 256},{(i * 7) % 256}" for i in range(n))
+
+
 def session(cfg):
     b = SparkSession.builder.master(cfg["master"]).appName(cfg.get("app", "loom-test"))
     # a barrier stage Spark cannot place yet (a lost executor's replacement
@@ -215,6 +248,18 @@ def one(spark, cfg):
                     shutil.rmtree(Path(f.removeprefix("file:")).parent)
             out.update(exit_code=0)
         else:
+            if mode in ("train_fn", "inference_fn"):
+                rdd, fn, out["expect"] = rdd_job(spark, cfg)
+                if mode == "train_fn":
+                    r = loom.spark.train(spark, rdd, fn, args=(1.0,), num_workers=2,
+                                         timeout=cfg.get("timeout"), **kw)
+                    out.update(values=r.values, job=r.job_id)
+                else:
+                    res = loom.spark.inference(spark, rdd, fn, num_workers=2,
+                                               timeout=cfg.get("timeout"), **kw)
+                    out["lines"] = sorted(r.value for r in res.collect())
+                out.update(ok=True, exit_code=0)
+                return finish(sc, out, box, t0)
             if mode == "fn":
                 r = loom.spark.run(spark, fn_of(cfg), args=(cfg.get("offset", 0),),
                                    num_workers=cfg.get("num_workers"),
