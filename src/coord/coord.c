@@ -763,7 +763,17 @@ int coord_run(const coord_opts *o) {
   loom__ratelog_flush(&co->rl_refused, "coord", "refused connections");
   coord_kv_drop_waiters(co, NULL);
 out_be:
-  if (co->be->ops->finish) co->be->ops->finish(co->be, status, co->root_msg);
+  if (co->be->ops->finish) {
+    /* the cause as the console's root cause says it, the task named (a
+     * cluster manager shows it: YARN's diagnostics) */
+    char cause[sizeof co->root_msg + 160];
+    if (co->root >= 0 && co->outcome != O_SUCCESS && co->outcome != O_KILLED)
+      snprintf(cause, sizeof cause, "%s (attempt %d) %s", co->tasks[co->root].name,
+               co->tasks[co->root].attempt, co->root_msg);
+    else
+      loom__strlcpy(cause, co->root_msg, sizeof cause);
+    co->be->ops->finish(co->be, status, cause);
+  }
   uv_walk(&co->loop, close_walk, NULL);
   uv_run(&co->loop, UV_RUN_DEFAULT);
   co->be->ops->destroy(co->be);

@@ -361,7 +361,7 @@ roles:
     st = hloom.state()
     assert (st["state"], st["exit_status"]) == ("failed", 1), st
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "FAILED"), app
-    assert "exited with code 1" in app["diagnostics"], app
+    assert "worker:1 (attempt 0) exited with code 1" in app["diagnostics"], app
 
 
 def test_a_container_killed_on_a_node_fails_the_job_with_yarns_diagnostics(hloom,
