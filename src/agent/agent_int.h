@@ -51,7 +51,8 @@ struct agent {
   json_t *assign; /* the ASSIGN frame's JSON, which as borrows from */
   wire_assign as; /* what to run */
   char task[96], host[256], secret[160], cgroup[1024];
-  char tmpdir[PATH_MAX];    /* the task's TMPDIR, removed when it ends; "" if none */
+  char iface[64];        /* the interface of host, "" if unknown: the task's collectives use it */
+  char tmpdir[PATH_MAX]; /* the task's TMPDIR, removed when it ends; "" if none */
   char start_cwd[PATH_MAX]; /* where the agent started (a YARN container's directory) */
   cg_kind cgkind;           /* how cgroup (if set) limits memory */
   int attempt, port, reserve_fd, nprocs, running, open_pipes;

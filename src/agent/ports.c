@@ -168,6 +168,7 @@ int agent_choose_host(agent *a, int fd, char *why, size_t whylen, char *err, siz
   const char *h = getenv("LOOM_HOST");
   if (h && *h) {
     loom__strlcpy(a->host, h, sizeof a->host);
+    iface_of(h, a->iface, sizeof a->iface);
     snprintf(why, whylen, "LOOM_HOST names it");
     return 0;
   }
@@ -178,6 +179,7 @@ int agent_choose_host(agent *a, int fd, char *why, size_t whylen, char *err, siz
     rc = iface_addr(iface, ip, sizeof ip, err, errlen);
     if (rc == 0) {
       loom__strlcpy(a->host, ip, sizeof a->host);
+      loom__strlcpy(a->iface, iface, sizeof a->iface);
       snprintf(why, whylen, "LOOM_IFACE names the interface %s", iface);
       return 0;
     }
@@ -196,6 +198,7 @@ int agent_choose_host(agent *a, int fd, char *why, size_t whylen, char *err, siz
   }
   loom__strlcpy(a->host, mine, sizeof a->host);
   iface_of(mine, ifn, sizeof ifn);
+  loom__strlcpy(a->iface, ifn, sizeof a->iface);
   if (!strncmp(coord, "127.", 4))
     snprintf(why, whylen, "the coordinator is on loopback at %s: every task is on this host",
              coord);

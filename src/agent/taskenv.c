@@ -39,6 +39,13 @@ static void env_setf(envv *e, const char *k, const char *fmt, ...) {
   env_set(e, k, buf);
 }
 
+static bool env_has(const envv *e, const char *k) {
+  size_t kl = strlen(k);
+  for (int i = 0; i < e->n; i++)
+    if (!strncmp(e->v[i], k, kl) && e->v[i][kl] == '=') return true;
+  return false;
+}
+
 void agent_env_free(envv *e) {
   for (int i = 0; i < e->n; i++) free(e->v[i]);
   free(e->v);
@@ -143,6 +150,15 @@ void agent_build_env(agent *a, envv *e, int local, const wire_cluster *cl, const
   const char *key;
   json_t *v;
   json_object_foreach(a->as.env, key, v) env_set(e, key, json_string_value(v));
+  /* the task's collectives (PyTorch's Gloo and TensorPipe, NCCL's
+   * bootstrap) on the interface the task is published at, unless the spec
+   * or the environment names one: left alone they take the address the
+   * host's name resolves to (127.0.1.1 in Debian's /etc/hosts) or the
+   * first interface, which may not reach the other tasks */
+  static const char *const IFVARS[] = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+                                       "TP_SOCKET_IFNAME", NULL};
+  for (int i = 0; a->iface[0] && IFVARS[i]; i++)
+    if (!env_has(e, IFVARS[i])) env_set(e, IFVARS[i], a->iface);
   if (a->tmpdir[0]) env_set(e, "TMPDIR", a->tmpdir);
   const wire_assign *as = &a->as;
   /* a task joining a running elastic job gets its rank in the CLUSTER */

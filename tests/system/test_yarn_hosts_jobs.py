@@ -246,17 +246,19 @@ backend: yarn
 files: {{ddp.py: {script}, libuv.so.1: {libuv}}}
 # gloo binds the address the host's name resolves to, which on these
 # nodes (Debian's /etc/hosts) is 127.0.1.1: without its interface named,
-# rank 1 is told to connect to 127.0.1.1 and is refused
-env: {{OMP_NUM_THREADS: "1", GLOO_SOCKET_IFNAME: lan0}}
+# rank 1 is told to connect to 127.0.1.1 and is refused. loom names it
+# (GLOO_SOCKET_IFNAME: the interface the task is published at, lan0)
+env: {{OMP_NUM_THREADS: "1"}}
 roles:
   worker:
     instances: 2
     memory: 2560MiB
-    command: 'echo on $NM_HOST; LD_LIBRARY_PATH=$PWD exec /usr/bin/python3 ddp.py'
+    command: 'echo on $NM_HOST $GLOO_SOCKET_IFNAME $NCCL_SOCKET_IFNAME; LD_LIBRARY_PATH=$PWD exec /usr/bin/python3 ddp.py'
 """)
     r = run(hloom, h, s, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
-    on = dict(re.findall(r"^\[(worker:\d)\] on (\S+)$", r.stdout, re.M))
+    assert len(re.findall(r"^\[worker:\d\] on \S+ lan0 lan0$", r.stdout, re.M)) == 2, r.stdout
+    on = dict(re.findall(r"^\[(worker:\d)\] on (\S+)", r.stdout, re.M))
     assert sorted(on.values()) == sorted(h.addrs[f"node{n}"] for n in NODES), r.stdout
     lines = re.findall(r"^\[(worker:\d)\] DDP rank=(\d) world=(\d) local=0 sum=\[(.*)\] "
                        r"max=([\d.]+) grad=(\S+)$", r.stdout, re.M)
