@@ -287,6 +287,10 @@ def test_functions_on_yarn(yloom, yarn):
     out = program(yloom, """
         import json, os, loom
         seen = {"n": 5}
+        # a YARN container takes none of this shell's environment but LOOM_*
+        # and the sanitizers' options: what the tasks' Python needs (under
+        # ASan, the runtime preloaded) goes in the job's env
+        task_env = {k: os.environ[k] for k in ("LD_PRELOAD",) if k in os.environ}
 
         def where(k):
             return [os.environ["LOOM_TASK"], "CONTAINER_ID" in os.environ, k * seen["n"],
@@ -295,7 +299,7 @@ def test_functions_on_yarn(yloom, yarn):
         r = loom.run(where, args=(2,), backend="yarn", roles={
             "chief": loom.Role(memory="256MiB"), "worker": loom.Role(instances=2,
                                                                       memory="256MiB")},
-            timeout=120)
+            env=task_env, timeout=120)
 
         def fails():
             if os.environ["LOOM_TASK"] == "worker:0":
@@ -303,7 +307,7 @@ def test_functions_on_yarn(yloom, yarn):
             return 1
 
         try:
-            loom.run(fails, num_workers=2, backend="yarn", timeout=120)
+            loom.run(fails, num_workers=2, backend="yarn", env=task_env, timeout=120)
             err = None
         except loom.TaskError as e:
             err = [e.task, e.message, e.traceback]

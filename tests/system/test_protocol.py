@@ -11,7 +11,7 @@ import re
 import socket
 import subprocess
 
-from conftest import LOOM, ROOT
+from conftest import LOOM, ROOT, loom_pids_of
 from test_security import authenticate, frame, read_frame
 
 VERSION = (ROOT / "VERSION").read_text().strip()
@@ -28,6 +28,13 @@ def submit(loom, name):
     loom.wait_for(lambda: (jd / "coord.json").exists(), what="the coordinator's address")
     host, port = json.loads((jd / "coord.json").read_text())["addr"].rsplit(":", 1)
     return jd, host, int(port), (jd / "secret").read_text().strip().encode()
+
+
+def coordinator_exits(loom):
+    """The detached coordinator writes the failed state, then ends (under
+    ASan its exit takes a moment): nothing of the job outlives it."""
+    loom.wait_for(lambda: not loom_pids_of(loom.home), timeout=30,
+                  what="the job's coordinator to exit")
 
 
 def test_the_coordinator_refuses_an_agent_of_another_protocol(loom):
@@ -50,6 +57,7 @@ def test_the_coordinator_refuses_an_agent_of_another_protocol(loom):
     assert st["state"] == "failed", st
     r = loom.run("status", str(jd.name))
     assert f"loom 0.0.9 (protocol {PROTOCOL - 1})" in r.stdout + r.stderr, r.stdout + r.stderr
+    coordinator_exits(loom)
 
 
 def test_an_agent_without_a_protocol_is_refused_too(loom):
@@ -63,6 +71,7 @@ def test_an_agent_without_a_protocol_is_refused_too(loom):
     reason = json.loads(got[1])["reason"]
     assert "(protocol none)" in reason and f"loom {VERSION} (protocol {PROTOCOL})" in reason, reason
     loom.wait_for(lambda: loom.state(jd)["state"] == "failed", what="the job failed")
+    coordinator_exits(loom)
 
 
 def test_an_agent_refuses_a_coordinator_of_another_protocol(loom, tmp_path):
