@@ -547,7 +547,10 @@ roles:
     h = backend.start(spec)
     try:
         loom.wait_running(timeout=90)
-        loom.wait_for(lambda: len(marked(marker)) >= 3, timeout=20, what="the 3 tasks' shells")
+        # a task's marked processes are more than its shell (its guard, an
+        # `__exec` not yet replaced): wait for 3 tasks' agents, not for 3 pids
+        loom.wait_for(lambda: len(agents_of(marked(marker))) >= 3, timeout=20,
+                      what="the 3 tasks' shells under their agents")
         agents = agents_of(marked(marker))
         assert len(agents) == 3, agents  # an agent a task
         t0 = time.monotonic()
