@@ -291,12 +291,9 @@ def run(spark: Any, spec: Union[SpecLike, Callable[..., Any]], *,
                        wait_executors=wait_executors, home=home, env=env, args=args,
                        kwargs=kwargs, roles=roles, num_workers=num_workers, python=python,
                        files=files, retries=retries, name=name)
-    given = [k for k, v in (("args", args), ("kwargs", kwargs), ("roles", roles),
-                            ("num_workers", num_workers), ("python", python), ("files", files),
-                            ("retries", retries), ("name", name)) if v is not None and v != ()]
-    if given:
-        raise TypeError(f"loom.spark.run: {', '.join(given)} apply to a function "
-                        "(loom.spark.run(spark, fn, ...)); for a spec set them in the spec")
+    _refuse_fn_kw(dict(args=args, kwargs=kwargs, roles=roles, num_workers=num_workers,
+                       python=python, files=files, retries=retries, name=name),
+                  "loom.spark.run")
     sc = getattr(spark, "sparkContext", spark)
     dyn = (_conf(sc, "spark.dynamicAllocation.enabled", "false") or "").lower() == "true"
     # with dynamic allocation on the job is refused whatever the slots:
@@ -438,13 +435,21 @@ def _fn_outcome(res: Result, home: Optional[Any], env: Optional[Mapping[str, str
 _FN_KEYS = ("args", "kwargs", "roles", "num_workers", "python", "files", "retries", "name")
 
 
+def _refuse_fn_kw(fkw: Mapping[str, Any], what: str) -> None:
+    """A TypeError naming the function's arguments fkw gives (not None or
+    empty), for a call with a spec."""
+    given = [k for k, v in fkw.items() if v is not None and v != ()]
+    if given:
+        raise TypeError(f"{what}: {', '.join(given)} apply to a function given in place of "
+                        "the spec; for a spec set them in the spec")
+
+
 def _split_fn_kw(spec: Any, kw: Dict[str, Any], what: str) -> Dict[str, Any]:
     """The function's arguments (_FN_KEYS) taken out of kw where spec is a
-    function; a TypeError where it is a spec and kw has any."""
+    function; a TypeError where it is a spec and kw gives any."""
     fkw = {k: kw.pop(k) for k in _FN_KEYS if k in kw}
-    if not callable(spec) and any(v is not None and v != () for v in fkw.values()):
-        raise TypeError(f"{what}: {', '.join(fkw)} apply to a function; for a spec set them in "
-                        "the spec")
+    if not callable(spec):
+        _refuse_fn_kw(fkw, what)
     return fkw
 
 
