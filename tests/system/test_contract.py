@@ -549,10 +549,14 @@ roles:
         loom.wait_running(timeout=90)
         # a task's marked processes are more than its shell (its guard, an
         # `__exec` not yet replaced): wait for 3 tasks' agents, not for 3 pids
-        loom.wait_for(lambda: len(agents_of(marked(marker))) >= 3, timeout=20,
-                      what="the 3 tasks' shells under their agents")
-        agents = agents_of(marked(marker))
-        assert len(agents) == 3, agents  # an agent a task
+        # one reading, waited for: two readings can differ while a task's
+        # guard is between its fork and its exec
+        def three_agents():
+            a = agents_of(marked(marker))
+            return a if len(a) == 3 else None
+
+        agents = loom.wait_for(three_agents, timeout=30,
+                               what="the 3 tasks' shells under 3 agents (an agent a task)")
         t0 = time.monotonic()
         r = backend.stop(h, how)
         assert r.returncode == 130, r.stdout + r.stderr
