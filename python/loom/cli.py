@@ -59,6 +59,9 @@ class Result:
     # loom.run(fn): each task's return value, by task ("worker:1"; with
     # procs > 1, "worker:1/LOCAL_RANK"); empty for a spec's job
     values: Dict[str, Any] = field(default_factory=dict)
+    # loom.run(fn) off the local backend: the archives shipped with the job
+    # (what, url, sha256, packed, bytes, uploaded, seconds; see loom.pyenv)
+    shipped: List[Dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -243,7 +246,8 @@ def run(spec: Union[SpecLike, Callable[..., Any]], *, backend: Optional[str] = N
         env: Optional[Mapping[str, str]] = None, args: Sequence[Any] = (),
         kwargs: Optional[Mapping[str, Any]] = None,
         roles: Optional[Mapping[str, Union[Role, Mapping[str, Any]]]] = None,
-        num_workers: Optional[int] = None, python: Optional[str] = None,
+        num_workers: Optional[int] = None,
+        python: Union[None, str, Mapping[str, str]] = None,
         files: Optional[Mapping[str, str]] = None, queue: Optional[str] = None,
         retries: int = 0, name: Optional[str] = None) -> Result:
     """`loom run SPEC`: runs the job and waits for it. Returns a Result
@@ -261,11 +265,16 @@ def run(spec: Union[SpecLike, Callable[..., Any]], *, backend: Optional[str] = N
     to its return value. roles are Roles without a command (default: one
     worker; num_workers=N is {"worker": Role(instances=N)}); python is
     the tasks' interpreter (default: sys.executable on the local backend,
-    python3 on the task's PATH elsewhere); files, queue, retries and name
-    are the spec's. An exception in a task raises TaskError (its task and
+    python3 on the task's PATH elsewhere), "auto" (the caller's virtual
+    environment, packed and cached: loom.pyenv), an environment archive,
+    or a dict of those by node label; off the local backend loom and the
+    caller's modules are shipped too (Result.shipped says what); files,
+    queue, retries and name are the spec's. An exception in a task raises TaskError (its task and
     traceback) once the job has stopped; a job that failed otherwise
-    raises JobFailed. NotPicklable (fn or an argument cannot be pickled)
-    and NotFound (no cloudpickle) are raised before anything starts."""
+    raises JobFailed. NotPicklable (fn or an argument cannot be pickled),
+    NotFound (no cloudpickle, no such archive) and PackError (an
+    environment that cannot be packed) are raised before anything
+    starts."""
     e = _env(home, env)
     if callable(spec):
         return _run_fn(spec, e, backend=backend, overrides=overrides, bind=bind,
@@ -291,15 +300,17 @@ def _run_fn(fn: Callable[..., Any], e: Dict[str, str], *, backend: Optional[str]
             env: Optional[Mapping[str, str]], args: Sequence[Any],
             kwargs: Optional[Mapping[str, Any]],
             roles: Optional[Mapping[str, Union[Role, Mapping[str, Any]]]],
-            num_workers: Optional[int], python: Optional[str],
+            num_workers: Optional[int], python: Union[None, str, Mapping[str, str]],
             files: Optional[Mapping[str, str]], queue: Optional[str], retries: int,
             name: Optional[str]) -> Result:
     """loom.run(fn, ...): see run() and loom.functions."""
     from . import functions
+    shipped: List[Dict[str, Any]] = []
     with functions.make_tmp() as tmp:
         spec = functions.build(fn, tmp, args=args, kwargs=kwargs, roles=roles,
                                num_workers=num_workers, backend=backend, python=python,
-                               files=files, env=env, queue=queue, retries=retries, name=name)
+                               files=files, env=env, queue=queue, retries=retries, name=name,
+                               python_env=e, shipped=shipped)
         with _spec_file(spec) as path:
             argv = [binary(), "run", *_job_args(path, backend, overrides, bind, advertise)]
             run = _Run(argv, e, echo)
@@ -307,6 +318,7 @@ def _run_fn(fn: Callable[..., Any], e: Dict[str, str], *, backend: Optional[str]
         res = run.result(False, "loom run")
     values, err = functions.collect(events(res.job_id, env=e))
     res.values = values
+    res.shipped = shipped
     if err is not None and res.exit_code:
         te = functions.task_error(err, res.job_id)
         te.result = res

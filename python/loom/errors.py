@@ -7,6 +7,8 @@
         JobTimeout     run(timeout=...) ran out; the job was stopped
       TaskError        loom.run(fn): a task's function raised (its task, traceback)
       NotPicklable     loom.run(fn): fn or an argument cannot be pickled
+      PackError        loom.run(fn, python=...): an environment or a module
+                       directory that cannot be packed (the path named)
       NotFound         no `loom` binary or libloom.so where the package looked
                        (or cloudpickle, for loom.run(fn))
       NotInTask        loom.task() outside a loom job
@@ -148,4 +150,17 @@ class NotPicklable(LoomError, TypeError):
         self.name = "not picklable"
         self.message = message
         self.what = what
+        Exception.__init__(self, message)
+
+
+class PackError(LoomError, ValueError):
+    """loom.run(fn, python=...): the environment or a module directory to
+    ship cannot be packed (not a virtual environment, a file that cannot be
+    read, modules too large); the message names the path. Nothing was
+    started."""
+
+    def __init__(self, message: str) -> None:
+        self.code = 0
+        self.name = "cannot pack"
+        self.message = message
         Exception.__init__(self, message)

@@ -22,6 +22,7 @@ import sys
 import tempfile
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from . import pyenv
 from .errors import NotFound, NotPicklable, TaskError
 from .spec import Role, Spec
 
@@ -167,11 +168,17 @@ def python_path(env: Optional[Mapping[str, str]]) -> str:
 def build(fn: Callable[..., Any], tmp: str, *, args: Sequence[Any],
           kwargs: Optional[Mapping[str, Any]],
           roles: Optional[Mapping[str, Union[Role, Mapping[str, Any]]]],
-          num_workers: Optional[int], backend: Optional[str], python: Optional[str],
+          num_workers: Optional[int], backend: Optional[str], python: pyenv.PythonLike,
           files: Optional[Mapping[str, str]], env: Optional[Mapping[str, str]],
-          queue: Optional[str], retries: Optional[int], name: Optional[str]) -> Spec:
+          queue: Optional[str], retries: Optional[int], name: Optional[str],
+          python_env: Optional[Mapping[str, str]] = None,
+          shipped: Optional[List[Dict[str, Any]]] = None) -> Spec:
     """The job that runs fn in every task, with its pickle written into tmp.
-    Raises NotPicklable, ValueError, NotFound before anything starts."""
+    Off the local backend (Spark's executors have their Python) and for an
+    environment archive, python= and the caller's modules are shipped
+    (loom.pyenv, with python_env the environment loom runs in; what was
+    shipped is appended to shipped). Raises NotPicklable, ValueError,
+    NotFound, PackError before anything starts."""
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         raise TypeError(f"loom.run(fn): args must be a tuple or list, got {type(args).__name__}")
     rs = roles_of(roles, num_workers)
@@ -183,18 +190,40 @@ def build(fn: Callable[..., Any], tmp: str, *, args: Sequence[Any],
         pickle.dump({"python": list(sys.version_info[:2]), "caller": sys.executable}, f,
                     protocol=2)
         f.write(data)
-    cmd = [task_python(backend, python), "-m", "loom._fn", FILE]
-    for r in rs.values():
-        r.command = cmd
     fs = dict(files or {})
     if FILE in fs:
         raise ValueError(f"loom.run(fn): files may not name {FILE}: loom.run ships the function "
                          "under that name")
     fs[FILE] = pkl
     e = dict(env or {})
-    e["PYTHONPATH"] = python_path(env)
+    where = backend or "local"
+    archives: Optional[Dict[str, str]] = None
+    if where != "spark" and (isinstance(python, Mapping) or python == "auto"
+                             or pyenv.wants_shipping(where, python)):
+        from .cli import _env
+        sh = pyenv.ship(python, where, python_env or _env(None, env), tmp, pyenv.caller_dir())
+        for r in rs.values():
+            r.command = [sh.python_for(r.label), "-m", "loom._fn", FILE]
+        archives = sh.archives or None
+        if where == "local":  # the tasks see the caller's files
+            e["PYTHONPATH"] = python_path(env)
+        for k, v in sh.env.items():
+            if k == "PYTHONPATH" and e.get(k):
+                v = v + os.pathsep + e[k]
+            e[k] = v
+        for rec in sh.shipped:
+            sys.stderr.write(pyenv.say(rec) + "\n")
+        if shipped is not None:
+            shipped.extend(sh.shipped)
+    else:
+        if python is not None and not isinstance(python, str):
+            raise TypeError("loom.run(fn): python= must be a string or a dict by node label")
+        cmd = [task_python(backend, python), "-m", "loom._fn", FILE]
+        for r in rs.values():
+            r.command = cmd
+        e["PYTHONPATH"] = python_path(env)
     return Spec(name=name or job_name(fn), roles=dict(rs), backend=backend, retries=retries,
-                env=e, files=fs, queue=queue)
+                env=e, files=fs, archives=archives, queue=queue)
 
 
 def collect(events: List[Dict[str, Any]]) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:

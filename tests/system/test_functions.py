@@ -6,6 +6,7 @@ item 2). Each program is a script run by /usr/bin/python3 with
 PYTHONPATH=python, so its functions live in __main__ and are pickled by
 value, as a notebook cell's are."""
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -201,6 +202,79 @@ def test_python_names_the_tasks_interpreter(loom, tmp_path):
         """)
     state, values, msg = out
     assert state == "failed" and values == {} and "worker:0" in msg, out
+
+
+def bare_venv(path):
+    """A virtual environment of /usr/bin/python3 with Debian's cloudpickle
+    copied into its site-packages; its directory."""
+    r = subprocess.run([PY, "-m", "venv", "--without-pip", str(path)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    site = next((path / "lib").glob("python3.*")) / "site-packages"
+    shutil.copytree("/usr/lib/python3/dist-packages/cloudpickle", site / "cloudpickle")
+    return site
+
+
+def test_python_auto_refuses_what_it_cannot_pack_before_anything_starts(loom, tmp_path):
+    # /usr/bin/python3 runs in no virtual environment; a conda environment
+    # is packed with conda-pack, not by loom: both named, no job started
+    code = """
+        import json, loom
+        try:
+            loom.run(print, backend="yarn", python="auto", timeout=60)
+            print(json.dumps(None))
+        except loom.PackError as e:
+            print(json.dumps([type(e).__name__, str(e)]))
+        """
+    name, msg = program(loom, code)
+    assert name == "PackError" and f"{PY} runs in none" in msg, msg
+    assert "python='auto' packs the active virtual environment" in msg, msg
+    conda = tmp_path / "conda"
+    bare_venv(conda)
+    (conda / "conda-meta").mkdir()
+    script = loom.tmp / "conda.py"
+    script.write_text(textwrap.dedent(code))
+    e = dict(loom.env, PYTHONPATH=str(ROOT / "python"), LOOM_BIN=str(LOOM),
+             LOOM_LIBRARY=str(LIBLOOM), **pylib_env())
+    r = subprocess.run([str(conda / "bin" / "python"), str(script)], capture_output=True,
+                       text=True, env=e, timeout=120)
+    assert r.returncode == 0, r.stderr
+    name, msg = json.loads(r.stdout.strip().splitlines()[-1])
+    assert name == "PackError" and f"{conda} is a conda environment" in msg, msg
+    assert "conda-pack" in msg, msg
+    assert not loom.jobs()  # nothing started
+
+
+def test_python_names_an_environment_archive_the_tasks_run(loom, tmp_path):
+    # a whole environment packed as tf-yarn's pyenv_zip_path is (a
+    # virtualenv with a package only it has): unpacked at loom-env in each
+    # task's directory, whose bin/python runs the function
+    site = bare_venv(tmp_path / "env")
+    (site / "onlyinenv.py").write_text("WHERE = 'env'\n")
+    arch = tmp_path / "env.tar.gz"
+    subprocess.run(["tar", "-C", str(tmp_path / "env"), "-czf", str(arch), "."], check=True)
+    out = program(loom, f"""
+        import json, loom, sys
+
+        def where():
+            import onlyinenv
+            return [onlyinenv.WHERE, sys.executable, sys.prefix]
+
+        r = loom.run(where, num_workers=2, python={str(arch)!r}, timeout=60)
+        print(json.dumps(r.values))
+        """)
+    assert sorted(out) == ["worker:0", "worker:1"], out
+    for what, exe, prefix in out.values():
+        assert what == "env" and exe.endswith("/loom-env/bin/python"), (what, exe)
+        assert prefix == exe[:-len("/bin/python")], (exe, prefix)
+    out = program(loom, """
+        import json, loom
+        try:
+            loom.run(print, python="/nonexistent/env.tar.gz", timeout=60)
+        except loom.NotFound as e:
+            print(json.dumps(str(e)))
+        """)
+    assert out == "loom.run(fn): python='/nonexistent/env.tar.gz': no such archive", out
 
 
 def test_procs_run_the_function_in_each_process(loom):

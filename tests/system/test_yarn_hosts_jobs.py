@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import clusters
-from conftest import BUILD, LOOM
+from conftest import BUILD, LIBLOOM, LOOM, ROOT, pylib_env
 from netns import ip
 
 NODES = (1, 2)
@@ -681,3 +681,111 @@ def test_submit_status_and_kill_from_the_client(hloom, hadoop_hosts):
     assert app["state"] in ("FINISHED", "KILLED"), app
     st = hloom.run("status", job)
     assert "state    killed" in st.stdout, st.stdout
+
+
+# ---- loom.run(fn, python="auto"): the caller's environment goes with the job
+
+CALLER = r"""
+import json, os, sys
+import loom
+import helpers       # a module beside this script: shipped in loom-py
+import onlyhere      # installed only in this script's virtual environment
+
+
+def where(k):
+    import onlyhere, helpers
+    return {"value": helpers.double(onlyhere.VALUE) + k, "python": sys.executable,
+            "version": list(sys.version_info[:2]), "onlyhere": onlyhere.__file__,
+            "helpers": helpers.__file__, "host": os.environ.get("NM_HOST"),
+            "cwd": os.getcwd(), "loom": loom.__file__}
+
+
+r = loom.run(where, args=(1,), num_workers=2, backend="yarn", bind=sys.argv[1], python="auto",
+             timeout=240)
+print(json.dumps({"values": r.values, "shipped": r.shipped,
+                  "prefix": sys.prefix, "stderr": r.stderr}))
+"""
+
+
+def test_a_function_runs_with_the_callers_virtualenv_on_the_nodes(hloom, hadoop_hosts, tmp_path):
+    """A function called from a virtual environment the nodes cannot see
+    (the harness hides the client's /tmp), importing a package installed
+    only there and a module beside the calling script: python="auto" packs
+    the environment's site-packages and the caller's modules (loom and its
+    libloom included) into archives cached on HDFS, and the tasks run the
+    node's own python3.11 with them. The second job packs and uploads
+    nothing: the DataNodes count no more than its pickle written."""
+    h = hadoop_hosts
+    venv = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    site = venv / "lib" / "python3.11" / "site-packages"
+    shutil.copytree("/usr/lib/python3/dist-packages/cloudpickle", site / "cloudpickle")
+    (site / "onlyhere").mkdir()
+    (site / "onlyhere" / "__init__.py").write_text("VALUE = 20\n")
+    # 2 MB that gzip cannot shrink: a second upload would show in the count
+    (site / "onlyhere" / "weights.bin").write_bytes(os.urandom(2 << 20))
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "helpers.py").write_text("def double(x):\n    return 2 * x\n")
+    (app / "caller.py").write_text(CALLER)
+    seen = subprocess.run(h.on_node(1, "/usr/bin/python3", "-c", f"import os; print("
+                                    f"os.path.exists('{site}'), os.path.exists('{ROOT}'))"),
+                          capture_output=True, text=True, timeout=60)
+    assert seen.stdout.split() == ["False", "False"], seen  # the nodes see neither
+
+    def call():
+        e = dict(hloom.env, PYTHONPATH=str(ROOT / "python"), LOOM_BIN=str(LOOM),
+                 LOOM_LIBRARY=str(LIBLOOM), **pylib_env())
+        r = subprocess.run([str(venv / "bin" / "python"), str(app / "caller.py"),
+                            h.addrs["client"]], capture_output=True, text=True, env=e,
+                           cwd=tmp_path, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+    out, err = call()
+    if not all(s["packed"] for s in out["shipped"]):  # a cache of an earlier run: empty it
+        for s in out["shipped"]:
+            fs(hloom, "rm", s["url"])
+        out, err = call()
+    user = pwd.getpwuid(os.getuid()).pw_name
+    cache = h.url(f"/user/{user}/.loom/cache/")
+    assert sorted(s["what"] for s in out["shipped"]) == ["environment", "modules"], out
+    for s in out["shipped"]:
+        assert s["packed"] and s["uploaded"] == s["bytes"] > 0, s
+        assert s["url"].startswith(cache) and s["sha256"] in s["url"], (s, cache)
+        assert fs(hloom, "stat", s["url"]).returncode == 0
+    assert "loom: the tasks' Python environment: " + cache in err, err
+    assert out["prefix"] == str(venv)
+    assert sorted(out["values"]) == ["worker:0", "worker:1"], out
+    hosts = set()
+    for t, v in out["values"].items():
+        assert v["value"] == 41 and v["version"] == [3, 11], v
+        # the node's python, the shipped site-packages and modules in the
+        # container's directory (not the client's paths)
+        assert v["python"] in ("/usr/bin/python3.11", "/bin/python3.11"), v
+        assert v["onlyhere"] == f"{v['cwd']}/loom-env/onlyhere/__init__.py", v
+        assert v["helpers"] == f"{v['cwd']}/loom-py/helpers.py", v
+        assert v["loom"] == f"{v['cwd']}/loom-py/loom/__init__.py", v
+        hosts.add(v["host"])
+    assert hosts <= {h.addrs["node1"], h.addrs["node2"]}, hosts
+    first = {s["what"]: s for s in out["shipped"]}
+    try:
+        before = settled_bytes(hloom, h, "pyenv0")
+        out, err = call()
+        after = settled_bytes(hloom, h, "pyenv1")
+    finally:
+        hloom.run("fs", "rm", "-r", h.url(f"/hosts-ship-{os.getpid()}"))
+    assert sorted(out["values"]) == ["worker:0", "worker:1"], out
+    for s in out["shipped"]:
+        assert not s["packed"] and s["uploaded"] == 0, s
+        assert s["url"] == first[s["what"]]["url"], (s, first)
+    assert "(cached already" in err, err
+    # settled_bytes' marker, the job's pickle, the aggregated logs: not the
+    # archives (each more than 2 MB)
+    assert min(s["bytes"] for s in first.values()) > 2 << 20, first
+    assert after - before < 1 << 20, (after - before, first)
+    print(f"\nshipped: environment {first['environment']['bytes']} B, modules "
+          f"{first['modules']['bytes']} B, packed and uploaded in "
+          f"{first['environment']['seconds']} + {first['modules']['seconds']} s; the second "
+          f"job wrote {after - before} B to HDFS")
