@@ -133,7 +133,7 @@ SPARK_NORMAL_ONLY=(
   test_on_yarn_every_role_runs_in_yarn_containers_and_a_dataframe_streams
   test_across_hosts_the_tasks_run_on_the_workers_hosts_and_a_dataframe_streams)
 NORMAL_ONLY=()
-for m in test_fashion test_tf_ports test_tf_ps test_tf_mwms test_yarn_hosts test_yarn_hosts_jobs \
+for m in test_fashion test_tf_ports test_tf_ps test_tf_mwms test_tf_helpers test_yarn_hosts test_yarn_hosts_jobs \
          test_yarn_hosts_logs; do
   NORMAL_ONLY+=(--deselect "$S/$m.py")
 done
@@ -147,7 +147,7 @@ ASAN_ONLY=(--deselect $S/test_yarn_restart.py)
 # (NORMAL_LATE: TensorFlow, the 100 MB output, the dashboard in Chromium)
 # run after it, in the same process, on its Hadoop cluster: both processes
 # then end at about the same time. What each printed is shown at the end.
-NORMAL_LATE=(test_tf_ports test_tf_ps test_tf_mwms test_fashion test_output test_dashboard
+NORMAL_LATE=(test_tf_ports test_tf_ps test_tf_mwms test_tf_helpers test_fashion test_output test_dashboard
              test_metrics test_tensorboard)
 LATE_ARGS=() LATE_OUT=()
 for m in "${NORMAL_LATE[@]}"; do LATE_ARGS+=("$S/$m.py"); LATE_OUT+=(--deselect "$S/$m.py"); done

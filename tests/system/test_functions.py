@@ -267,6 +267,24 @@ def test_python_names_an_environment_archive_the_tasks_run(loom, tmp_path):
     for what, exe, prefix in out.values():
         assert what == "env" and exe.endswith("/loom-env/bin/python"), (what, exe)
         assert prefix == exe[:-len("/bin/python")], (exe, prefix)
+    # by node label, as tf-yarn's {NodeLabel.CPU: ..., NodeLabel.GPU: ...}:
+    # each role runs its label's environment
+    site2 = bare_venv(tmp_path / "env2")
+    (site2 / "onlyinenv.py").write_text("WHERE = 'env2'\n")
+    arch2 = tmp_path / "env2.tar.gz"
+    subprocess.run(["tar", "-C", str(tmp_path / "env2"), "-czf", str(arch2), "."], check=True)
+    out = program(loom, f"""
+        import json, loom
+
+        def where():
+            import onlyinenv
+            return onlyinenv.WHERE
+
+        r = loom.run(where, roles={{"chief": loom.Role(), "worker": loom.Role(label="gpu")}},
+                     python={{"cpu": {str(arch)!r}, "gpu": {str(arch2)!r}}}, timeout=60)
+        print(json.dumps(r.values))
+        """)
+    assert out == {"chief:0": "env", "worker:0": "env2"}, out
     out = program(loom, """
         import json, loom
         try:
