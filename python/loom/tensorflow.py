@@ -7,6 +7,8 @@
         model = ...
     model.fit(ds.repeat().batch(64), epochs=5, steps_per_epoch=100,
               callbacks=[ltf.Callback(model_dir="hdfs:///models/m1")])
+    # (one process: Keras 3's fit does not run multi-worker; there, a
+    # custom loop calls the callback's on_epoch_end and on_train_end)
 
     # the evaluator role
     ltf.evaluator("hdfs:///models/m1", lambda ckpt: {"accuracy": ...})

@@ -32,6 +32,13 @@ def model():
     return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
 
 
+def strategy_kind(s):
+    d = tf.distribute
+    return ("mwms" if isinstance(s, d.MultiWorkerMirroredStrategy) else
+            "ps" if isinstance(s, d.ParameterServerStrategy) else
+            "mirrored" if isinstance(s, d.MirroredStrategy) else type(s).__name__)
+
+
 if kind == "evaluator":
     grid = np.array([[x, y] for x in np.linspace(-1, 1, 5) for y in np.linspace(-1, 1, 5)],
                     np.float32)
@@ -49,16 +56,42 @@ s = ltf.strategy()
 ds = ltf.dataset(shape=(3,), dtype="float32", cache=True, strategy=s)
 n = int(ds.cardinality())
 keras.utils.set_random_seed(1)
+train = ds.map(lambda r: (r[:2], r[2:])).shuffle(4096, seed=index).repeat().batch(32)
+cb = ltf.Callback(model_dir)
 with s.scope():
     m = model()
-    m.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
-train = ds.map(lambda r: (r[:2], r[2:])).shuffle(4096, seed=index).repeat().batch(32)
-h = m.fit(train, epochs=%(epochs)d, steps_per_epoch=%(steps)d,
-          callbacks=[ltf.Callback(model_dir)], verbose=0)
+    opt = keras.optimizers.SGD(0.1)
+if sys.argv[2] == "fit":  # Keras' own loop (one process: Keras 3's fit has no multi-worker)
+    m.compile(optimizer=opt, loss="mse")
+    losses = m.fit(train, epochs=%(epochs)d, steps_per_epoch=%(steps)d, callbacks=[cb],
+                   verbose=0).history["loss"]
+else:  # a custom loop under MultiWorkerMirroredStrategy, the callback driven by hand
+    opt.build(m.trainable_variables)
+    it = iter(s.experimental_distribute_dataset(train))
+
+    def one(b):
+        x, y = b
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(tf.reduce_mean((m(x, training=True) - y) ** 2,
+                                                             axis=1), global_batch_size=32)
+        grads = tape.gradient(loss, m.trainable_variables)
+        opt.apply_gradients(zip(grads, m.trainable_variables))
+        return loss
+
+    @tf.function
+    def step():
+        return s.reduce(tf.distribute.ReduceOp.SUM, s.run(one, args=(next(it),)), axis=None)
+
+    cb.set_model(m)
+    losses = []
+    for epoch in range(%(epochs)d):
+        losses.append(sum(float(step()) for _ in range(%(steps)d)) / %(steps)d)
+        cb.on_epoch_end(epoch, {"loss": losses[-1]})
+    cb.on_train_end()
 k, b = m.get_weights()
-print("RESULT " + json.dumps({"strategy": type(s).__name__, "replicas": s.num_replicas_in_sync,
+print("RESULT " + json.dumps({"strategy": strategy_kind(s), "replicas": s.num_replicas_in_sync,
                               "records": n, "kernel": k.ravel().tolist(),
-                              "bias": b.tolist(), "loss": h.history["loss"]}), flush=True)
+                              "bias": b.tolist(), "loss": losses}), flush=True)
 """ % {"epochs": EPOCHS, "steps": STEPS}
 
 PS = r"""
@@ -69,7 +102,8 @@ s = ltf.strategy()  # a ps or a worker serves here and never returns
 import tensorflow as tf
 with s.scope():
     v = tf.Variable(3.0)
-print("PSRESULT " + json.dumps({"strategy": type(s).__name__, "device": v.device}), flush=True)
+print("PSRESULT " + json.dumps({"ps": isinstance(s, tf.distribute.ParameterServerStrategy),
+                                "device": v.device}), flush=True)
 os._exit(0)  # the coordinator's teardown at exit takes seconds
 """
 
@@ -95,17 +129,20 @@ def write_records(d):
                 out.write(struct.pack("<3f", x1, x2, 2 * x1 - 3 * x2 + 1))
 
 
-def spec(loom, tf_python, model_dir):
+def spec(loom, tf_python, model_dir, mode):
+    """mwms: a chief and a worker in a custom loop; fit: one chief in
+    Keras' fit. An evaluator beside either."""
     (loom.tmp / "train.py").write_text(TRAIN)
     write_records(loom.tmp / "data")
-    cmd = f"{tf_python} train.py {model_dir}"
+    cmd = f"{tf_python} train.py {model_dir} {mode}"
+    worker = f"worker: {{command: '{cmd}', memory: 2GiB}}" if mode == "mwms" else ""
     return loom.spec(f"""
 name: tfhelpers
 env: {{PYTHONPATH: {ROOT / 'python'}, OMP_NUM_THREADS: "1", TF_CPP_MIN_LOG_LEVEL: "2"}}
 files: {{train.py: train.py}}
 roles:
   chief: {{command: '{cmd}', memory: 2GiB}}
-  worker: {{command: '{cmd}', memory: 2GiB}}
+  {worker}
   evaluator: {{command: '{cmd}', memory: 2GiB}}
 feed:
   input: [data/part-*.bin]
@@ -114,25 +151,26 @@ feed:
 """)
 
 
-def check_training(loom, r, evaluated):
+def check_training(loom, r, mode):
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:]
     res = lines(r.stdout, "RESULT")
-    assert sorted(res) == ["chief:0", "worker:0"], r.stdout[-3000:]
+    tasks = ["chief:0", "worker:0"] if mode == "mwms" else ["chief:0"]
+    assert sorted(res) == tasks, r.stdout[-3000:]
     assert sum(x["records"] for x in res.values()) == RECORDS, res  # the feed's shares
+    want = ("mwms", 2) if mode == "mwms" else ("_DefaultDistributionStrategy", 1)
     for t, x in res.items():
-        assert (x["strategy"], x["replicas"]) == ("MultiWorkerMirroredStrategy", 2), (t, x)
+        assert (x["strategy"], x["replicas"]) == want, (t, x)
         assert x["records"] > 0, (t, x)
         assert x["kernel"] == pytest.approx([2.0, -3.0], abs=0.05), (t, x)
         assert x["bias"] == pytest.approx([1.0], abs=0.05), (t, x)
         assert len(x["loss"]) == EPOCHS and x["loss"][-1] < x["loss"][0], (t, x)
     # the replicas are in sync: the same weights on both tasks
-    assert res["chief:0"]["kernel"] == res["worker:0"]["kernel"], res
+    assert res["chief:0"]["kernel"] == res.get("worker:0", res["chief:0"])["kernel"], res
     ev = lines(r.stdout, "EVAL")["evaluator:0"]
     assert ev, r.stdout[-3000:]
     steps = [e["step"] for e in ev]
     assert steps == sorted(set(steps)) and steps[-1] == EPOCHS, ev
     assert ev[-1]["checkpoint"] == f"ckpt-{EPOCHS}" and ev[-1]["metrics"]["mse"] < 0.01, ev
-    assert evaluated(ev), ev
     # the epochs' losses and the evaluations, as loom metrics
     metrics = [e for e in loom.events() if e.get("event") == "metric"
                and e.get("source", "user") == "user"]
@@ -146,9 +184,9 @@ def check_training(loom, r, evaluated):
 
 def test_strategy_dataset_callback_and_evaluator(loom, tf_python):
     model_dir = loom.tmp / "model"
-    r = loom.run("run", spec(loom, tf_python, model_dir),
+    r = loom.run("run", spec(loom, tf_python, model_dir, "mwms"),
                  env={"LOOM_LIBRARY": str(LIBLOOM), **pylib_env()}, timeout=400)
-    check_training(loom, r, lambda ev: True)
+    check_training(loom, r, "mwms")
     # the chief's checkpoints, TensorFlow's state file, the end marker; the
     # worker's temporary directories removed
     names = sorted(p.name for p in model_dir.iterdir())
@@ -161,12 +199,12 @@ def test_strategy_dataset_callback_and_evaluator(loom, tf_python):
     assert done["job"] == loom.job_dir().name, done
 
 
-def test_the_model_directory_on_hdfs(loom, tf_python, hdfs):
+def test_keras_fit_with_the_model_directory_on_hdfs(loom, tf_python, hdfs):
     url = hdfs.url(f"/tfhelpers-{loom.tmp.name}")
-    r = loom.run("run", spec(loom, tf_python, url),
+    r = loom.run("run", spec(loom, tf_python, url, "fit"),
                  env={"LOOM_LIBRARY": str(LIBLOOM), "HADOOP_CONF_DIR": str(hdfs.conf),
                       **pylib_env()}, timeout=400)
-    check_training(loom, r, lambda ev: True)
+    check_training(loom, r, "fit")
     ls = loom.run("fs", "ls", url, env={"HADOOP_CONF_DIR": str(hdfs.conf)})
     assert ls.returncode == 0, ls.stderr
     assert f"{url}/ckpt-{EPOCHS}.index" in ls.stdout and f"{url}/DONE" in ls.stdout, ls.stdout
@@ -191,5 +229,5 @@ roles:
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:]
     res = lines(r.stdout, "PSRESULT")
     assert list(res) == ["chief:0"], r.stdout[-3000:]  # the others served, and were stopped
-    assert res["chief:0"]["strategy"] == "ParameterServerStrategy", res
+    assert res["chief:0"]["ps"] is True, res
     assert "/job:ps/" in res["chief:0"]["device"], res
