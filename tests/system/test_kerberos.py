@@ -3,7 +3,9 @@ realm LOOM.TEST on 127.0.0.1) and a NameNode and two DataNodes from the
 Maven jars logged in from its keytabs (scripts/yarn-cluster.sh --hdfs-only
 --kerberos, hadoop.security.authentication=kerberos,
 hadoop.rpc.protection=privacy, block access tokens on), both started once
-for this module and stopped at its end, with no JVM and no krb5kdc left.
+for this module and stopped at its end, with no JVM and no krb5kdc left;
+the byte-for-byte case runs again on a Kerberized HDFS of each other
+level (integrity, authentication) on the same KDC.
 
 alice kinit's from her keytab into a private credentials cache; loom
 authenticates to the NameNode with SASL GSSAPI (RFC 4752, src/hadoop/gss.c
@@ -80,13 +82,7 @@ def secure(tmp_path_factory):
             s = Secure(kdc, Hdfs(hd, hadoop_classpath()), d)
             r = kdc.kinit(f"alice@{kdc.realm}", kdc.keytabs / "alice.keytab", s.alice)
             assert r.returncode == 0, r.stderr
-            # the NameNode's superuser is nn (its principal's short name): it
-            # makes alice's home
-            nn = d / "nn.ccache"
-            r = kdc.kinit(f"nn/localhost@{kdc.realm}", kdc.keytabs / "nn.keytab", nn)
-            assert r.returncode == 0, r.stderr
-            s.java("-mkdir", "-p", "/user/alice", ccache=nn)
-            s.java("-chown", "alice", "/user/alice", ccache=nn)
+            with_alice_home(s)
             yield s
         finally:
             stop_hadoop(hd)  # asserts that no JVM of it is left
@@ -156,7 +152,43 @@ def ls_lines(text):
     return out
 
 
-def test_loom_and_java_agree_byte_for_byte(fs, secure, tmp_path):
+def with_alice_home(s: Secure):
+    """Makes /user/alice, alice's, as the NameNode's superuser (nn: its
+    principal's short name)."""
+    kdc = s.kdc
+    nn = s.dir / "nn.ccache"
+    r = kdc.kinit(f"nn/localhost@{kdc.realm}", kdc.keytabs / "nn.keytab", nn)
+    assert r.returncode == 0, r.stderr
+    s.java("-mkdir", "-p", "/user/alice", ccache=nn)
+    s.java("-chown", "alice", "/user/alice", ccache=nn)
+
+
+@pytest.fixture(params=["privacy", "integrity", "authentication"])
+def level(request, secure, tmp_path_factory):
+    """(the protection level, its Secure cluster): privacy is the module's
+    cluster; integrity and authentication (hadoop.rpc.protection) a
+    Kerberized HDFS of their own on the same KDC, started for the case."""
+    if request.param == "privacy":
+        yield request.param, secure
+        return
+    d = tmp_path_factory.mktemp(f"hdfs-{request.param}")
+    start_secure_hdfs(d / "hdfs", secure.kdc.dir, protection=request.param)
+    try:
+        s = Secure(secure.kdc, Hdfs(d / "hdfs", hadoop_classpath()), secure.dir)
+        s.dir = d  # its own nn ticket cache; alice's is the module's
+        with_alice_home(s)
+        yield request.param, s
+    finally:
+        stop_hadoop(d / "hdfs")
+        assert not jvm_pids(d / "hdfs")
+
+
+def test_loom_and_java_agree_byte_for_byte(loom, level, tmp_path):
+    """At each hadoop.rpc.protection (the NameNode offers only its own
+    level: a connection that works is one at that level, which loom's
+    debug log names too)."""
+    protection, secure = level
+    fs = Fs(loom, secure)
     base = "/user/alice/k"
     fs.ok("mkdir", secure.url(base))
     # loom puts (more than one packet, not a round size), Java reads
@@ -179,10 +211,11 @@ def test_loom_and_java_agree_byte_for_byte(fs, secure, tmp_path):
     assert loom_ls == java, (loom_ls, java)
     assert {v[2] for v in java.values()} == {"alice"}, java
     assert java["loom.bin"][4] == len(mine) and java["java.bin"][4] == len(theirs), java
-    # sealed: the security layer loom chose (its debug log) is privacy
+    # the security layer loom chose (its debug log) is the cluster's
     r = fs.ok("stat", secure.url(f"{base}/loom.bin"), env={"LOOM_LOG": "debug:hadoop"})
+    layer = {"authentication": "none"}.get(protection, protection)
     assert re.search(rf"Kerberos: alice@{secure.kdc.realm} authenticated to "
-                     r"nn/localhost@\S+, security layer privacy", r.err), r.err
+                     rf"nn/localhost@\S+, security layer {layer}\b", r.err), r.err
     # the NameNode says the file loom made was alice's, by Kerberos
     assert ("true", f"alice@{secure.kdc.realm}", "KERBEROS") in audit(secure, "create",
                                                                         f"{base}/loom.bin")
