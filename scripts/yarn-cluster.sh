@@ -14,7 +14,7 @@
 #   scripts/yarn-cluster.sh start --hdfs --hosts FILE [DIR]  # the daemons on hosts of their own
 #   scripts/yarn-cluster.sh start --hdfs --protection privacy [DIR]  # hadoop.rpc.protection
 #       (authentication: the default; integrity; privacy), after --hdfs/--hosts
-#   scripts/yarn-cluster.sh start --hdfs-only [--protection P] --kerberos KDIR [DIR]
+#   scripts/yarn-cluster.sh start --hdfs-only [--protection P] [--data-protection P] --kerberos KDIR [DIR]
 #       # a Kerberized HDFS (see "Kerberos" below)
 #
 # DIR defaults to $LOOM_HOME/yarn, or /tmp/loom-yarn-$USER without
@@ -94,8 +94,10 @@
 # (tests/system/kdc.py writes such a KDIR). Block access tokens on;
 # ignore.secure.ports.for.testing instead of root and privileged ports;
 # no dfs.data.transfer.protection (DataNodes take plain data transfer
-# with the NameNode's block tokens). KDIR is recorded in DIR/kerberos for
-# `datanode start`.
+# with the NameNode's block tokens) unless `--data-protection P` (before
+# --kerberos) sets it (DataNodes then take only the SASL handshake of
+# DataTransferProtocol, with the block token). KDIR is recorded in
+# DIR/kerberos for `datanode start`.
 #
 # wait of `start` and `datanode start`; LOOM_YARN_CLASSPATH (a file) skips
 # Maven; LOOM_YARN_RECOVERY=1 gives the one-host cluster the recovery that
@@ -138,7 +140,7 @@ say() { echo "yarn-cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 usage() {
-  echo "usage: scripts/yarn-cluster.sh start [--hdfs [--hosts FILE] | --hdfs-only] [--protection authentication|integrity|privacy] [--kerberos KDIR] [DIR] | stop [DIR] | status [DIR]" \
+  echo "usage: scripts/yarn-cluster.sh start [--hdfs [--hosts FILE] | --hdfs-only] [--protection authentication|integrity|privacy] [--data-protection authentication|integrity|privacy] [--kerberos KDIR] [DIR] | stop [DIR] | status [DIR]" \
     "| datanode stop|start N [DIR] | nodemanager stop|start N [DIR] | rm stop|kill|start [DIR] | classpath" >&2
   exit 2
 }
@@ -415,6 +417,7 @@ kerberos_keys() {
     "dfs.web.authentication.kerberos.keytab=$KRB/keytabs/HTTP.keytab" \
     "dfs.block.access.token.enable=true" \
     "ignore.secure.ports.for.testing=true"
+  if [ -n "$DATA_PROTECTION" ]; then echo "dfs.data.transfer.protection=$DATA_PROTECTION"; fi
 }
 
 port_of() { awk -v k="$2" '$1 == k {print $2}' "$1/ports"; }
@@ -822,6 +825,14 @@ if [ "$VERB" = start ] && [ "${1:-}" = --protection ]; then
   [ $# -ge 2 ] || usage
   [[ "$2" =~ ^(authentication|integrity|privacy)$ ]] || die "--protection: authentication, integrity or privacy, not $2"
   PROTECTION=$2
+  shift 2
+fi
+# --data-protection: dfs.data.transfer.protection of a Kerberized HDFS
+DATA_PROTECTION=
+if [ "$VERB" = start ] && [ "${1:-}" = --data-protection ]; then
+  [ $# -ge 2 ] || usage
+  [[ "$2" =~ ^(authentication|integrity|privacy)$ ]] || die "--data-protection: authentication, integrity or privacy, not $2"
+  DATA_PROTECTION=$2
   shift 2
 fi
 # --kerberos KDIR: a Kerberized HDFS (see "Kerberos" above)

@@ -128,6 +128,24 @@ static bool hadoop_bytes(const char *s, uint64_t *out) {
 
 /* dfs.blocksize and dfs.replication from $HADOOP_CONF_DIR, when set there;
  * a bad value is said once and left to the NameNode's default. */
+
+/* The HSASL_QOP_* bits of a protection list ("authentication, privacy":
+ * hadoop.rpc.protection, dfs.data.transfer.protection). */
+static int qop_levels(char *v) {
+  static const struct {
+    const char *name;
+    int qop;
+  } levels[] = {{"authentication", HSASL_QOP_AUTH},
+                {"integrity", HSASL_QOP_INT},
+                {"privacy", HSASL_QOP_CONF}};
+  int out = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(v, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save))
+    for (size_t i = 0; i < LOOM__ARRAY_LEN(levels); i++)
+      if (!strcasecmp(t, levels[i].name)) out |= levels[i].qop;
+  return out;
+}
+
 static void client_conf(hdfs *fs) {
   char dir[1024], why[1024], file[1100], v[128];
   const char *how;
@@ -155,19 +173,9 @@ static void client_conf(hdfs *fs) {
   char pr[512];
   if (hconf_get(&c, "dfs.namenode.kerberos.principal", NULL, pr, sizeof pr) == 1)
     loom__strlcpy(fs->nn_principal, pr, sizeof fs->nn_principal);
-  if (hconf_get(&c, "hadoop.rpc.protection", NULL, v, sizeof v) == 1) {
-    /* a comma list: authentication, integrity, privacy */
-    static const struct {
-      const char *name;
-      int qop;
-    } levels[] = {{"authentication", HSASL_QOP_AUTH},
-                  {"integrity", HSASL_QOP_INT},
-                  {"privacy", HSASL_QOP_CONF}};
-    char *save = NULL;
-    for (char *t = strtok_r(v, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save))
-      for (size_t i = 0; i < LOOM__ARRAY_LEN(levels); i++)
-        if (!strcasecmp(t, levels[i].name)) fs->qops |= levels[i].qop;
-  }
+  if (hconf_get(&c, "hadoop.rpc.protection", NULL, v, sizeof v) == 1) fs->qops = qop_levels(v);
+  if (hconf_get(&c, "dfs.data.transfer.protection", NULL, v, sizeof v) == 1)
+    fs->dt_qops = qop_levels(v);
   long long rep;
   if (hconf_get(&c, "dfs.replication", NULL, v, sizeof v) == 1) {
     if (loom__parse_int(v, 1, 512, &rep) == 0)

@@ -179,5 +179,12 @@ int hdfs_check_read_reply(const void *block_op_response, uint64_t offset, int *t
 /* PipelineAckProto: every DataNode said SUCCESS (else LOOM_EIO), for
  * packet seqno, from a pipeline of nodes. */
 int hdfs_check_ack(const void *pipeline_ack, int64_t seqno, size_t nodes, char *err, size_t errlen);
+/* DataTransferEncryptorMessageProto, a DataNode's step of the SASL
+ * handshake (hdfs_dtp.c): SUCCESS with a payload, which *payload and
+ * *len then point into (else LOOM_EAUTH for the DataNode's refusal, its
+ * message and whether it was the block token's; LOOM_EPROTO for no
+ * payload). */
+int hdfs_check_dt_sasl(const void *encryptor_message, const uint8_t **payload, size_t *len,
+                       char *err, size_t errlen);
 
 #endif

@@ -57,6 +57,9 @@ struct hdfs {
   bool kerberos;
   char nn_principal[512];
   int qops;
+  /* dfs.data.transfer.protection (HSASL_QOP_* bits; 0: not set, no SASL
+   * handshake with DataNodes) */
+  int dt_qops;
 };
 
 /* hdfs.c: the NameNode's calls */
@@ -79,6 +82,15 @@ int hdfs_recv_delimited(int fd, const char *peer, const ProtobufCMessageDescript
 const char *hdfs_status_name(int s);
 void hdfs_op_header_init(op_header *h, Hadoop__Hdfs__ExtendedBlockProto *b,
                          Hadoop__Common__TokenProto *tok, const char *client);
+
+/* DataTransferProtocol's SASL handshake on a new DataNode connection fd
+ * (xferport: the DataNode's data port), with the block's access token, as
+ * Hadoop's SaslDataTransferClient does: only when the configuration sets
+ * dfs.data.transfer.protection and the port is not privileged (< 1024);
+ * DIGEST-MD5 for "hdfs/0" with the token, at authentication. 0 (nothing
+ * to do, or done), or an error that names the DataNode. */
+int hdfs_dt_sasl(hdfs *fs, int fd, const char *peer, uint32_t xferport,
+                 const Hadoop__Common__TokenProto *tok, char *err, size_t errlen);
 
 /* hdfs_read.c */
 void hdfs_dn_name(const Hadoop__Hdfs__DatanodeInfoProto *d, char *out, size_t len);

@@ -173,6 +173,11 @@ static int stream_open(hdfs_reader *r, int bi, int li, uint64_t off, char *err, 
   int fd = -1;
   int rc = hipc_dial(d->id->ipaddr, (int)d->id->xferport, peer, HDFS_TIMEOUT_MS, &fd, err, errlen);
   if (rc < 0) return rc;
+  rc = hdfs_dt_sasl(r->fs, fd, peer, d->id->xferport, b->blocktoken, err, errlen);
+  if (rc < 0) {
+    close(fd);
+    return rc;
+  }
   int big = 1 << 20;
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
   op_header h;

@@ -244,6 +244,7 @@ static int block_open(hdfs_writer *w, char *err, size_t errlen) {
     snprintf(w->peer, sizeof w->peer, "the DataNode at %s:%u", d->id->ipaddr, d->id->xferport);
     int fd = -1;
     rc = hipc_dial(d->id->ipaddr, (int)d->id->xferport, w->peer, HDFS_TIMEOUT_MS, &fd, err, errlen);
+    if (rc == 0) rc = hdfs_dt_sasl(w->fs, fd, w->peer, d->id->xferport, b->blocktoken, err, errlen);
     Hadoop__Hdfs__BlockOpResponseProto * or = NULL;
     if (rc == 0) {
       int big = 1 << 20;
@@ -340,6 +341,7 @@ static int block_open(hdfs_writer *w, char *err, size_t errlen) {
       }
     }
     protobuf_c_message_free_unpacked(&resp->base, NULL);
+    if (rc == LOOM_ENOTSUP) break; /* what the client cannot do, no DataNode takes */
   }
   exclude_free(ex, nex);
   return rc;

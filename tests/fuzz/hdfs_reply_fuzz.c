@@ -10,7 +10,10 @@
  *   3+ a NameNode reply frame (4-byte length, then the frame) to
  *      getFileInfo, getListing, getBlockLocations, addBlock or create,
  *      hipc_decode_response, then hdfs_stat_of / hdfs_check_located /
- *      hdfs_check_block on what it holds.
+ *      hdfs_check_block on what it holds;
+ *   255 a DataNode's step of the SASL handshake
+ *      (DataTransferEncryptorMessageProto): hdfs_check_dt_sasl, then its
+ *      payload as a DIGEST-MD5 challenge (hsasl_parse_challenge).
  * Aborts when a check's contract breaks: a packet accepted whose parts do
  * not add up to its length, a read reply accepted with a chunk offset past
  * the offset or a checksum size out of range, an error without a message,
@@ -22,6 +25,7 @@
 #include "datatransfer.pb-c.h"
 #include "hadoop/hdfs.h"
 #include "hadoop/ipc.h"
+#include "hadoop/sasl.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -172,9 +176,33 @@ static void nn_reply(uint8_t which, const uint8_t *d, size_t n) {
   hipc_response_free(&r);
 }
 
+static void dt_sasl(const uint8_t *d, size_t n) {
+  uint8_t *m = copy(d, n);
+  if (!m) return;
+  Hadoop__Hdfs__DataTransferEncryptorMessageProto *e =
+      hadoop__hdfs__data_transfer_encryptor_message_proto__unpack(NULL, n, m);
+  free(m);
+  if (!e) return;
+  const uint8_t *p;
+  size_t len;
+  char err[512] = "";
+  int rc = hdfs_check_dt_sasl(e, &p, &len, err, sizeof err);
+  if (rc < 0 && !err[0]) abort();
+  if (rc == 0) {
+    if (len && !p) abort();
+    hsasl_challenge c;
+    err[0] = 0;
+    if (hsasl_parse_challenge(p, len, &c, err, sizeof err) < 0 && !err[0]) abort();
+  }
+  protobuf_c_message_free_unpacked(&e->base, NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
   switch (data[0]) {
+  case 255:
+    dt_sasl(data + 1, size - 1);
+    break;
   case 0:
     packet(data + 1, size - 1);
     break;

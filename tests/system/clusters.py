@@ -69,16 +69,18 @@ def start_hadoop(d: Path, protection: str | None = None):
     print(f"\nYARN and HDFS up in {time.monotonic() - t0:.1f}s")
 
 
-def start_secure_hdfs(d: Path, kdc_dir: Path, protection="privacy"):
+def start_secure_hdfs(d: Path, kdc_dir: Path, protection="privacy", data_protection=None):
     """Starts a Kerberized HDFS alone in d (`yarn-cluster.sh start
-    --hdfs-only --protection P --kerberos KDIR d`: a NameNode and two
-    DataNodes logged in from KDIR's keytabs, tests/system/kdc.py's): returns
-    when the NameNode has both DataNodes and has left safe mode, or raises
-    with the script's words. stop_hadoop(d) stops it."""
+    --hdfs-only --protection P [--data-protection D] --kerberos KDIR d`: a
+    NameNode and two DataNodes logged in from KDIR's keytabs,
+    tests/system/kdc.py's; with D, the DataNodes' dfs.data.transfer.protection):
+    returns when the NameNode has both DataNodes and has left safe mode, or
+    raises with the script's words. stop_hadoop(d) stops it."""
     t0 = time.monotonic()
+    dp = ["--data-protection", data_protection] if data_protection else []
     r = subprocess.run(["bash", str(SCRIPT), "start", "--hdfs-only", "--protection", protection,
-                        "--kerberos", str(kdc_dir), str(d)], capture_output=True, text=True,
-                       timeout=400)
+                        *dp, "--kerberos", str(kdc_dir), str(d)], capture_output=True,
+                       text=True, timeout=400)
     if r.returncode != 0:
         stop_hadoop(d)
         raise RuntimeError(f"yarn-cluster.sh start --hdfs-only --kerberos failed:\n"

@@ -18,6 +18,7 @@ by Kerberos. Without a ticket (no cache, an expired ticket, a user who
 cannot get one) loom fails at once with an error that says Kerberos, the
 ticket and kinit, exit 1 (a filesystem error: permission denied's
 class)."""
+import contextlib
 import hashlib
 import random
 import re
@@ -163,6 +164,22 @@ def with_alice_home(s: Secure):
     s.java("-chown", "alice", "/user/alice", ccache=nn)
 
 
+@contextlib.contextmanager
+def other_hdfs(secure, d: Path, protection="privacy", data_protection=None):
+    """A Kerberized HDFS of its own in d on the module's KDC (alice's home
+    made), stopped at the end with no JVM left."""
+    start_secure_hdfs(d / "hdfs", secure.kdc.dir, protection=protection,
+                      data_protection=data_protection)
+    try:
+        s = Secure(secure.kdc, Hdfs(d / "hdfs", hadoop_classpath()), secure.dir)
+        s.dir = d  # its own nn ticket cache; alice's is the module's
+        with_alice_home(s)
+        yield s
+    finally:
+        stop_hadoop(d / "hdfs")
+        assert not jvm_pids(d / "hdfs")
+
+
 @pytest.fixture(params=["privacy", "integrity", "authentication"])
 def level(request, secure, tmp_path_factory):
     """(the protection level, its Secure cluster): privacy is the module's
@@ -171,16 +188,9 @@ def level(request, secure, tmp_path_factory):
     if request.param == "privacy":
         yield request.param, secure
         return
-    d = tmp_path_factory.mktemp(f"hdfs-{request.param}")
-    start_secure_hdfs(d / "hdfs", secure.kdc.dir, protection=request.param)
-    try:
-        s = Secure(secure.kdc, Hdfs(d / "hdfs", hadoop_classpath()), secure.dir)
-        s.dir = d  # its own nn ticket cache; alice's is the module's
-        with_alice_home(s)
+    with other_hdfs(secure, tmp_path_factory.mktemp(f"hdfs-{request.param}"),
+                    protection=request.param) as s:
         yield request.param, s
-    finally:
-        stop_hadoop(d / "hdfs")
-        assert not jvm_pids(d / "hdfs")
 
 
 def test_loom_and_java_agree_byte_for_byte(loom, level, tmp_path):
@@ -241,9 +251,13 @@ def conf_with(secure, d: Path, **props):
     hdfs-site.xml (core keys are read from either file)."""
     shutil.copytree(secure.hdfs.conf, d)
     site = d / "hdfs-site.xml"
+    text = site.read_text()
+    for k in props:  # a key the cluster's configuration has already: replaced
+        text = re.sub(rf"<property>\s*<name>{re.escape(k)}</name>.*?</property>\s*", "", text,
+                      flags=re.S)
     extra = "".join(f"  <property><name>{k}</name><value>{v}</value></property>\n"
                     for k, v in props.items())
-    site.write_text(site.read_text().replace("</configuration>", extra + "</configuration>"))
+    site.write_text(text.replace("</configuration>", extra + "</configuration>"))
     return d
 
 
@@ -363,3 +377,44 @@ def test_a_bad_keytab_login_is_a_clear_error(fs, secure, tmp_path):
     # cache at hand and bob's failed login, nothing is listed
     r = fs("--principal", f"bob@{realm}", "--keytab", kt, "ls", url)
     assert r.returncode == 1 and r.stdout == b"", r.err
+
+
+def test_datanodes_that_ask_for_sasl(loom, secure, tmp_path):
+    """DataNodes with dfs.data.transfer.protection=authentication (the way a
+    secure DataNode runs without root) take a connection only after
+    DataTransferProtocol's SASL handshake with the block token: loom does
+    it on every read and write, and Java reads what loom wrote and the
+    other way round. A client whose configuration allows only privacy on
+    data transfer, and DataNodes that want integrity, are each a clear
+    error saying what loom does not do, at once, nothing written."""
+    with other_hdfs(secure, tmp_path / "sasl", data_protection="authentication") as s:
+        fs = Fs(loom, s)
+        base = "/user/alice/sasl"
+        fs.ok("mkdir", s.url(base))
+        mine = blob(2 * MiB + 333, "sasl")
+        (tmp_path / "mine").write_bytes(mine)
+        fs.ok("put", tmp_path / "mine", s.url(f"{base}/loom.bin"))
+        assert sha(s.java("-cat", f"{base}/loom.bin").stdout) == sha(mine)
+        theirs = blob(MiB + 1, "sasl-java")
+        (tmp_path / "java.bin").write_bytes(theirs)
+        s.java("-put", tmp_path / "java.bin", f"{base}/java.bin")
+        assert sha(fs.ok("cat", s.url(f"{base}/java.bin")).stdout) == sha(theirs)
+        # a client configuration that wants privacy on data transfer
+        priv = conf_with(s, tmp_path / "priv", **{"dfs.data.transfer.protection": "privacy"})
+        r = fs("put", tmp_path / "mine", s.url(f"{base}/priv.bin"), conf=priv)
+        assert r.returncode == 1, (r.returncode, r.err)
+        assert "dfs.data.transfer.protection in the client's configuration allows only " \
+               "privacy" in r.err and "authentication only" in r.err, r.err
+        assert r.seconds < 30, r.seconds
+    with other_hdfs(secure, tmp_path / "int", data_protection="integrity") as s:
+        fs = Fs(loom, s)
+        (tmp_path / "x").write_bytes(b"x" * 1000)
+        both = conf_with(s, tmp_path / "both", **{
+            "dfs.data.transfer.protection": "authentication,integrity"})
+        r = fs("put", tmp_path / "x", s.url("/user/alice/x.bin"), conf=both)
+        assert r.returncode == 1, (r.returncode, r.err)
+        assert "the DataNode wants qop auth-int" in r.err and "authentication only" in r.err, \
+            r.err
+        assert r.seconds < 30, r.seconds
+        r = s.java("-test", "-s", "/user/alice/x.bin", check=False)
+        assert r.returncode != 0  # nothing written: an empty file at most
