@@ -123,7 +123,7 @@ def pytest_sessionfinish(session, exitstatus):
 # cannot provide: a GPU, or what the kernel is built or booted with (a
 # cgroup v2 hierarchy with the memory controller).
 NO_SKIP = os.environ.get("CI") == "1" or os.environ.get("LOOM_NO_SKIP") == "1"
-SKIP_ALLOWED = re.compile(r"\bGPUs?\b|CUDA|runs in the normal pass|cgroup2 here has no memory "
+SKIP_ALLOWED = re.compile(r"\bGPUs?\b|CUDA|runs in the (normal|ASan/UBSan) pass|cgroup2 here has no memory "
                           r"controller", re.I)
 
 

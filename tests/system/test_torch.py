@@ -68,7 +68,12 @@ for p in range(2):  # one pass reads both epochs; the second nothing
         total += int(b.sum())
     t = torch.tensor([n, total], dtype=torch.int64)
     dist.all_reduce(t)  # what every task read, together (each is at the feed's end)
-    per_epoch.append([int(t[0]), int(t[1]), sorted(shapes), ds.epoch])
+    # the shapes every task saw (one task may have read nothing: the feed
+    # may give all the splits to the other)
+    seen = [None] * world
+    dist.all_gather_object(seen, sorted(shapes))
+    union = sorted({tuple(x) for s in seen for x in s})
+    per_epoch.append([int(t[0]), int(t[1]), union, ds.epoch])
 try:
     next(iter(DataLoader(lt.FeedDataset(), num_workers=1)))
     sub = "no error"
