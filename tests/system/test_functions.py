@@ -245,14 +245,21 @@ def test_python_auto_refuses_what_it_cannot_pack_before_anything_starts(loom, tm
     assert not loom.jobs()  # nothing started
 
 
+def env_archive(tmp_path, name):
+    """tmp_path/NAME.tar.gz: a bare venv whose module onlyinenv says
+    WHERE = NAME, packed whole."""
+    site = bare_venv(tmp_path / name)
+    (site / "onlyinenv.py").write_text(f"WHERE = {name!r}\n")
+    arch = tmp_path / f"{name}.tar.gz"
+    subprocess.run(["tar", "-C", str(tmp_path / name), "-czf", str(arch), "."], check=True)
+    return arch
+
+
 def test_python_names_an_environment_archive_the_tasks_run(loom, tmp_path):
     # a whole environment packed as tf-yarn's pyenv_zip_path is (a
     # virtualenv with a package only it has): unpacked at loom-env in each
     # task's directory, whose bin/python runs the function
-    site = bare_venv(tmp_path / "env")
-    (site / "onlyinenv.py").write_text("WHERE = 'env'\n")
-    arch = tmp_path / "env.tar.gz"
-    subprocess.run(["tar", "-C", str(tmp_path / "env"), "-czf", str(arch), "."], check=True)
+    arch = env_archive(tmp_path, "env")
     out = program(loom, f"""
         import json, loom, sys
 
@@ -269,10 +276,7 @@ def test_python_names_an_environment_archive_the_tasks_run(loom, tmp_path):
         assert prefix == exe[:-len("/bin/python")], (exe, prefix)
     # by node label, as tf-yarn's {NodeLabel.CPU: ..., NodeLabel.GPU: ...}:
     # each role runs its label's environment
-    site2 = bare_venv(tmp_path / "env2")
-    (site2 / "onlyinenv.py").write_text("WHERE = 'env2'\n")
-    arch2 = tmp_path / "env2.tar.gz"
-    subprocess.run(["tar", "-C", str(tmp_path / "env2"), "-czf", str(arch2), "."], check=True)
+    arch2 = env_archive(tmp_path, "env2")
     out = program(loom, f"""
         import json, loom
 
