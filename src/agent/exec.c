@@ -58,39 +58,28 @@ static int join_cgroup(const char *dir) {
 }
 
 /* ---- the guard ----------------------------------------------------------- */
+/* SIGKILLs every live process of session sid but the caller, counting them. */
+typedef struct {
+  int sid, self, left;
+} session_kill;
+
+static void kill_one(int pid, const loom__pstat *st, void *arg) {
+  session_kill *k = arg;
+  if (st->sid != k->sid || pid == k->self || st->state == 'Z' || st->state == 'X') return;
+  kill((pid_t)pid, SIGKILL);
+  k->left++;
+}
+
 /* SIGKILLs every live process of this session but the caller, until none
  * is left (a process may fork while the others die): at most about 5 s. */
 static void kill_session(void) {
-  pid_t self = getpid(), sid = getsid(0);
-  if (sid <= 0) return;
-  kill(-sid, SIGKILL); /* the task's first process group: the session leader's */
+  session_kill k = {.sid = (int)getsid(0), .self = (int)getpid()};
+  if (k.sid <= 0) return;
+  kill(-k.sid, SIGKILL); /* the task's first process group: the session leader's */
   for (int round = 0; round < 500; round++) {
-    DIR *d = opendir("/proc");
-    if (!d) return;
-    int left = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      long long pid;
-      if (loom__parse_int(e->d_name, 1, INT32_MAX, &pid) < 0 || (pid_t)pid == self) continue;
-      char path[64], buf[512];
-      snprintf(path, sizeof path, "/proc/%lld/stat", pid);
-      int fd = open(path, O_RDONLY | O_CLOEXEC);
-      if (fd < 0) continue;
-      ssize_t n = read(fd, buf, sizeof buf - 1);
-      close(fd);
-      if (n <= 0) continue;
-      buf[n] = 0;
-      /* after the command's ")": state ppid pgrp session */
-      const char *rp = strrchr(buf, ')');
-      char st;
-      int ppid, pgrp, session;
-      if (!rp || sscanf(rp + 1, " %c %d %d %d", &st, &ppid, &pgrp, &session) != 4) continue;
-      if (session != (int)sid || st == 'Z' || st == 'X') continue;
-      kill((pid_t)pid, SIGKILL);
-      left++;
-    }
-    closedir(d);
-    if (!left) return;
+    k.left = 0;
+    loom__proc_each(kill_one, &k);
+    if (!k.left) return;
     usleep(10000);
   }
 }

@@ -76,6 +76,15 @@ int loom__read_file(const char *path, size_t max, char **out, size_t *len);
 /* The state letter of process pid from /proc/<pid>/stat ('R', 'S', 'T',
  * 'Z', ...), or 0 when it cannot be read (no such process). */
 char loom__proc_state(int pid);
+/* What /proc/<pid>/stat says of a process: its state letter, parent,
+ * process group and session. */
+typedef struct {
+  char state;
+  int ppid, pgrp, sid;
+} loom__pstat;
+int loom__proc_stat(int pid, loom__pstat *out); /* -1: no such process */
+/* Calls fn for every process in /proc (zombies included: see st->state). */
+void loom__proc_each(void (*fn)(int pid, const loom__pstat *st, void *arg), void *arg);
 
 /* ---- tunables: one table, one accessor (tun.h) ---------------------- */
 #include "core/tun.h"

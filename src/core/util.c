@@ -2,6 +2,7 @@
 #include "core/core.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -311,19 +312,39 @@ int loom__write_atomic(const char *path, const void *data, size_t len, int mode,
   return 0;
 }
 
-char loom__proc_state(int pid) {
+int loom__proc_stat(int pid, loom__pstat *out) {
   char path[64], buf[512];
-  if (pid <= 0) return 0;
+  if (pid <= 0) return -1;
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  if (fd < 0) return -1;
   ssize_t r = read(fd, buf, sizeof buf - 1);
   close(fd);
-  if (r <= 0) return 0;
+  if (r <= 0) return -1;
   buf[r] = 0;
-  /* "pid (comm) S ...": comm may hold spaces and parentheses */
+  /* "pid (comm) S ppid pgrp session ...": comm may hold spaces and ")" */
   const char *e = strrchr(buf, ')');
-  return e && e[1] == ' ' ? e[2] : 0;
+  if (!e || sscanf(e + 1, " %c %d %d %d", &out->state, &out->ppid, &out->pgrp, &out->sid) != 4)
+    return -1;
+  return 0;
+}
+
+char loom__proc_state(int pid) {
+  loom__pstat st;
+  return loom__proc_stat(pid, &st) == 0 ? st.state : 0;
+}
+
+void loom__proc_each(void (*fn)(int pid, const loom__pstat *st, void *arg), void *arg) {
+  DIR *d = opendir("/proc");
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long long pid;
+    loom__pstat st;
+    if (loom__parse_int(e->d_name, 1, INT32_MAX, &pid) == 0 && loom__proc_stat((int)pid, &st) == 0)
+      fn((int)pid, &st, arg);
+  }
+  closedir(d);
 }
 
 FILE *loom__fopen_private(const char *path, bool append) {

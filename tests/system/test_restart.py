@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from conftest import LIBLOOM, yaml_env
+from conftest import LIBLOOM, loom_pids_of, yaml_env
 
 
 def events(loom, name):
@@ -113,7 +113,7 @@ def test_hung_agent_is_lost_after_heartbeat_timeout(loom):
 name: hbagent
 heartbeat_timeout: 2s
 roles:
-  worker: {instances: 2, command: 'sleep 30'}
+  worker: {instances: 2, command: 'sleep 30 & sleep 30 & sleep 30 & wait'}
 """)
     p = loom.popen("run", spec)
     loom.wait_running()
@@ -124,6 +124,10 @@ roles:
     assert p.returncode == 1
     assert "worker:1" in err and "no heartbeat from its agent" in err
     assert 1.5 < time.time() - t0 < 8
+    # the stopped agent could not stop its task: loom did, before it
+    # returned (its guard and the parent-death signal race the end of run)
+    left = loom_pids_of(loom.home)
+    assert not left, [(p, open(f"/proc/{p}/cmdline", "rb").read()) for p in left]
 
 
 def test_a_role_may_have_its_own_restart_policy(loom):
