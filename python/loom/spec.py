@@ -73,6 +73,7 @@ class Spec:
     retry_on: Optional[List[int]] = None
     heartbeat_timeout: Optional[str] = None    # "30s"
     feed: Optional[Dict[str, Any]] = None      # the data feed (README, "The data feed")
+    python: Optional[str] = None               # an environment archive: loom-env/bin on PATH
     extra: Dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, base: Optional[str] = None) -> Dict[str, Any]:
@@ -86,6 +87,8 @@ class Spec:
         for key in ("files", "archives"):
             if isinstance(d.get(key), dict):
                 d[key] = {t: _absolute(s, base) for t, s in d[key].items()}
+        if isinstance(d.get("python"), str) and d["python"] != "auto":
+            d["python"] = _absolute(d["python"], base)
         return d
 
     def to_json(self, base: Optional[str] = None) -> str:

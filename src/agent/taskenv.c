@@ -46,6 +46,13 @@ static bool env_has(const envv *e, const char *k) {
   return false;
 }
 
+static const char *env_get(const envv *e, const char *k) {
+  size_t kl = strlen(k);
+  for (int i = 0; i < e->n; i++)
+    if (!strncmp(e->v[i], k, kl) && e->v[i][kl] == '=') return e->v[i] + kl + 1;
+  return NULL;
+}
+
 void agent_env_free(envv *e) {
   for (int i = 0; i < e->n; i++) free(e->v[i]);
   free(e->v);
@@ -150,6 +157,17 @@ void agent_build_env(agent *a, envv *e, int local, const wire_cluster *cl, const
   const char *key;
   json_t *v;
   json_object_foreach(a->as.env, key, v) env_set(e, key, json_string_value(v));
+  /* python: the environment unpacked in the task's directory, its bin/
+   * first on the PATH (over the spec's PATH too) */
+  const char *pyenv = json_string_value(json_object_get(a->as.env, "LOOM_PYTHON_ENV"));
+  if (pyenv && *pyenv && pyenv[0] != '/' && !strstr(pyenv, "..")) {
+    const char *wd = a->as.workdir ? a->as.workdir : ".", *cur = env_get(e, "PATH");
+    char *np = wd[0] == '/' ? loom__asprintf("%s/%s/bin:%s", wd, pyenv, cur ? cur : "/usr/bin:/bin")
+                            : loom__asprintf("%s/%s/%s/bin:%s", a->start_cwd, wd, pyenv,
+                                             cur ? cur : "/usr/bin:/bin");
+    if (np) env_set(e, "PATH", np);
+    free(np);
+  }
   /* the task's collectives (PyTorch's Gloo and TensorPipe, NCCL's
    * bootstrap) on the interface the task is published at, unless the spec
    * or the environment names one: left alone they take the address the

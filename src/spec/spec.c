@@ -171,13 +171,10 @@ static int want_env(ctx *c, const node *n, const char *what, spec_kv **out, int 
   return 0;
 }
 
-static const char *const JOB_KEYS[] = {"name",     "backend",
-                                       "queue",    "retries",
-                                       "restart",  "max_restarts",
-                                       "retry_on", "heartbeat_timeout",
-                                       "env",      "files",
-                                       "archives", "roles",
-                                       "feed",     NULL};
+static const char *const JOB_KEYS[] = {"name",    "backend",      "queue",    "retries",
+                                       "restart", "max_restarts", "retry_on", "heartbeat_timeout",
+                                       "env",     "files",        "archives", "roles",
+                                       "feed",    "python",       NULL};
 static const char *const ROLE_KEYS[] = {"instances", "command", "vcores",  "memory",
                                         "gpus",      "label",   "procs",   "env",
                                         "service",   "elastic", "restart", NULL};
@@ -371,6 +368,52 @@ static bool archive_name(const char *p) {
   return false;
 }
 
+/* One source of files: or archives: (arch), or of python: (label
+ * "python"), into *slot: hdfs:// as it is, a local path resolved to an
+ * absolute one that exists. label names it in messages ("archives.env"). */
+static int parse_source(ctx *c, const node *v, const char *label, const char *t, bool arch,
+                        spec_kv *slot) {
+  if (v->type != N_SCALAR || !*v->value)
+    return fail(c, v, "the source of %s must be a path", label);
+  char *url = NULL;
+  int prc = spec_path(c, v, label, &url);
+  if (prc < 0) return prc;
+  if (!strncmp(url, "hdfs://", 7)) {
+    /* fetched (or, on YARN, localized) when the job starts: that it
+     * exists is checked then */
+    if (arch && !archive_name(url)) {
+      free(url);
+      return fail(c, v, "%s: source '%s' must end in .tar.gz, .tgz, .tar or .zip", label, v->value);
+    }
+    slot->key = strdup(t);
+    slot->value = url;
+    return slot->key ? 0 : LOOM_ENOMEM;
+  }
+  free(url);
+  char *src = v->value[0] == '/' ? strdup(v->value) : loom__asprintf("%s/%s", c->basedir, v->value);
+  if (!src) return LOOM_ENOMEM;
+  char real[PATH_MAX];
+  if (!realpath(src, real)) {
+    int e = errno;
+    int rc = fail(c, v,
+                  "%s: source '%s' (%s): %s: fix the path (relative paths "
+                  "start at the spec's directory)",
+                  label, v->value, src, strerror(e));
+    free(src);
+    return rc;
+  }
+  free(src);
+  struct stat st;
+  if (arch && (stat(real, &st) < 0 || !S_ISREG(st.st_mode) || !archive_name(real)))
+    return fail(c, v,
+                "%s: source '%s' must be a file ending in .tar.gz, .tgz, .tar or "
+                ".zip (a directory goes under files:)",
+                label, v->value);
+  slot->key = strdup(t);
+  slot->value = strdup(real);
+  return slot->key && slot->value ? 0 : LOOM_ENOMEM;
+}
+
 /* files: and archives: (what is "files" or "archives"): target -> source,
  * sources resolved to absolute paths that exist. */
 static int parse_files(ctx *c, const node *n, spec_job *s, const char *what) {
@@ -380,7 +423,7 @@ static int parse_files(ctx *c, const node *n, spec_job *s, const char *what) {
                 arch ? "pyenv: ./py311.tar.gz" : "data: ./data");
   spec_kv **out = arch ? &s->archives : &s->files;
   int *count = arch ? &s->narchives : &s->nfiles;
-  *out = calloc((size_t)n->n + 1, sizeof **out);
+  *out = calloc((size_t)n->n + 2, sizeof **out); /* + python:'s archive */
   if (!*out) return LOOM_ENOMEM;
   for (int i = 0; i < n->n; i++) {
     const node *k = n->items[2 * i], *v = n->items[2 * i + 1];
@@ -390,56 +433,54 @@ static int parse_files(ctx *c, const node *n, spec_job *s, const char *what) {
                   "%s target '%s' must be a relative path inside the task's "
                   "directory (no leading / and no ..)",
                   what, t);
-    if (v->type != N_SCALAR || !*v->value)
-      return fail(c, v, "the source of %s.%s must be a path", what, t);
-    for (int j = 0; !arch && j < s->narchives; j++)
+    for (int j = 0; j < s->narchives; j++)
       if (!strcmp(s->archives[j].key, t))
-        return fail(c, k, "files.%s: archives has a target of the same name", t);
-    char *url = NULL;
+        return fail(c, k, "%s.%s: %s", what, t,
+                    !strcmp(t, SPEC_PYTHON_ENV)
+                        ? "python: unpacks its environment there; name the target otherwise"
+                        : "archives has a target of the same name");
     char where[80];
     snprintf(where, sizeof where, "%s.%s", what, t);
-    int prc = spec_path(c, v, where, &url);
-    if (prc < 0) return prc;
-    if (!strncmp(url, "hdfs://", 7)) {
-      /* fetched (or, on YARN, localized) when the job starts: that it
-       * exists is checked then */
-      if (arch && !archive_name(url)) {
-        free(url);
-        return fail(c, v, "archives.%s: source '%s' must end in .tar.gz, .tgz, .tar or .zip", t,
-                    v->value);
-      }
-      (*out)[i].key = strdup(t);
-      (*out)[i].value = url;
-      if (!(*out)[i].key) return LOOM_ENOMEM;
-      (*count)++;
-      continue;
-    }
-    free(url);
-    char *src =
-        v->value[0] == '/' ? strdup(v->value) : loom__asprintf("%s/%s", c->basedir, v->value);
-    if (!src) return LOOM_ENOMEM;
-    char real[PATH_MAX];
-    if (!realpath(src, real)) {
-      int e = errno;
-      int rc = fail(c, v,
-                    "%s.%s: source '%s' (%s): %s: fix the path (relative paths "
-                    "start at the spec's directory)",
-                    what, t, v->value, src, strerror(e));
-      free(src);
-      return rc;
-    }
-    free(src);
-    struct stat st;
-    if (arch && (stat(real, &st) < 0 || !S_ISREG(st.st_mode) || !archive_name(real)))
-      return fail(c, v,
-                  "archives.%s: source '%s' must be a file ending in .tar.gz, .tgz, .tar or "
-                  ".zip (a directory goes under files:)",
-                  t, v->value);
-    (*out)[i].key = strdup(t);
-    (*out)[i].value = strdup(real);
-    if (!(*out)[i].key || !(*out)[i].value) return LOOM_ENOMEM;
+    int rc = parse_source(c, v, where, t, arch, &(*out)[i]);
+    if (rc < 0) return rc;
     (*count)++;
   }
+  return 0;
+}
+
+/* python: an environment archive (venv-pack, conda-pack; local or
+ * hdfs://) unpacked at SPEC_PYTHON_ENV in each task's directory, its bin/
+ * first on the task's PATH (the agent does that where the job's env has
+ * LOOM_PYTHON_ENV). "auto" is the Python package's: it packs the caller's
+ * virtualenv first. */
+static int parse_python(ctx *c, const node *n, spec_job *s) {
+  if (n->type == N_SCALAR && !strcmp(n->value, "auto"))
+    return fail(c, n,
+                "python: auto packs the caller's virtualenv, which the Python package does "
+                "for a function (loom.run(fn, python=\"auto\")); in a spec give an archive of "
+                "the environment (.tar.gz, .tgz, .tar or .zip from venv-pack or conda-pack), "
+                "local or hdfs://");
+  spec_kv *a = realloc(s->archives, ((size_t)s->narchives + 2) * sizeof *a);
+  if (!a) return LOOM_ENOMEM;
+  s->archives = a;
+  memset(&a[s->narchives], 0, 2 * sizeof *a);
+  for (int j = 0; j < s->narchives; j++)
+    if (!strcmp(a[j].key, SPEC_PYTHON_ENV))
+      return fail(c, n, "python: its environment goes to %s, which archives names already",
+                  SPEC_PYTHON_ENV);
+  int rc = parse_source(c, n, "python", SPEC_PYTHON_ENV, true, &a[s->narchives]);
+  if (rc < 0) return rc;
+  s->narchives++;
+  for (int j = 0; j < s->nenv; j++)
+    if (!strcmp(s->env[j].key, "LOOM_PYTHON_ENV")) return 0; /* a spec written back */
+  spec_kv *e = realloc(s->env, ((size_t)s->nenv + 2) * sizeof *e);
+  if (!e) return LOOM_ENOMEM;
+  s->env = e;
+  memset(&e[s->nenv], 0, 2 * sizeof *e);
+  e[s->nenv].key = strdup("LOOM_PYTHON_ENV");
+  e[s->nenv].value = strdup(SPEC_PYTHON_ENV);
+  if (!e[s->nenv].key || !e[s->nenv].value) return LOOM_ENOMEM;
+  s->nenv++;
   return 0;
 }
 
@@ -578,6 +619,7 @@ static int parse_job(ctx *c, const node *root, spec_job *s) {
   }
   if ((n = map_get(root, "env")) && (rc = want_env(c, n, "env", &s->env, &s->nenv)) < 0) return rc;
   if ((n = map_get(root, "archives")) && (rc = parse_files(c, n, s, "archives")) < 0) return rc;
+  if ((n = map_get(root, "python")) && (rc = parse_python(c, n, s)) < 0) return rc;
   if ((n = map_get(root, "files")) && (rc = parse_files(c, n, s, "files")) < 0) return rc;
   if ((n = map_get(root, "feed")) && (rc = parse_feed(c, n, &s->feed)) < 0) return rc;
   n = map_get(root, "roles");

@@ -11,6 +11,9 @@ typedef struct {
   char *key, *value;
 } spec_kv;
 
+/* where python: unpacks its environment in each task's directory */
+#define SPEC_PYTHON_ENV "loom-env"
+
 typedef struct {
   char *name;
   int instances;

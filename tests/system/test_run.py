@@ -180,3 +180,42 @@ roles:
     r = loom.run("run", bad)
     assert r.returncode == 2 and "files.a: archives has a target of the same name" in r.stderr, \
         r.stderr
+
+
+def test_python_ships_an_environment_archive_first_on_the_path(loom, tmp_path):
+    """python: ENV.tar.gz: a virtualenv packed with tar (as venv-pack
+    does) is unpacked at loom-env in each task's directory and its bin/
+    leads the task's PATH, so `python` is the environment's: its own
+    package imports and sys.prefix is the unpacked copy; the spec's own
+    PATH stays behind it. "auto", a missing archive, and a target that
+    archives already takes are spec errors that say what to do."""
+    import subprocess
+    import sys
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "only_in_env.py").write_text("WHERE = 'the shipped environment'\n")
+    subprocess.run(["tar", "-C", str(venv), "-czf", str(tmp_path / "env.tar.gz"), "."],
+                   check=True)
+    spec = loom.spec(f"""
+name: pyenv
+python: {tmp_path}/env.tar.gz
+env: {{PATH: "/usr/bin:/bin"}}
+roles:
+  worker:
+    instances: 2
+    command: python -c "import only_in_env, sys, os; print(only_in_env.WHERE, sys.prefix == os.path.realpath('loom-env'), os.environ['PATH'].split(':')[1:])"
+""")
+    r = loom.run("run", spec)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for w in ("worker:0", "worker:1"):
+        assert f"[{w}] the shipped environment True ['/usr/bin', '/bin']" in r.stdout, r.stdout
+    for text, words in (
+            ("python: auto\n", "python: auto packs the caller's virtualenv"),
+            (f"python: {tmp_path}/nope.tar.gz\n", "python: source"),
+            (f"python: {tmp_path}/env.tar.gz\narchives: {{loom-env: {tmp_path}/env.tar.gz}}\n",
+             "python: its environment goes to loom-env, which archives names already")):
+        bad = loom.spec(f"name: pyenv2\n{text}roles:\n  w: {{command: 'true'}}\n",
+                        name="badpy.yaml")
+        r = loom.run("run", bad)
+        assert r.returncode == 2 and words in r.stderr and "badpy.yaml:" in r.stderr, r.stderr
