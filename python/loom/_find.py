@@ -15,13 +15,16 @@ two build/ directories above; sys.prefix/lib; beside or under ../lib of
 the binary found on PATH; wherever the dynamic loader finds libloom
 (ctypes.util.find_library).
 
-main() is the `loom` console script of a wheel that carries the binary."""
+main() is the `loom` console script of a wheel that carries the binary;
+fs() runs `loom fs` for the package's modules that move files (HDFS or
+local)."""
 import ctypes.util
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Mapping, Optional
 
 from .errors import NotFound
 
@@ -121,3 +124,14 @@ def main() -> None:
         sys.stderr.write(f"loom: {exe} is this console script, not the loom binary\n")
         sys.exit(127)
     os.execv(exe, [exe] + sys.argv[1:])
+
+
+def fs(*args: str, env: Optional[Mapping[str, str]] = None, text: bool = True,
+       timeout: float = 600.0) -> "subprocess.CompletedProcess[Any]":
+    """`loom fs ARGS`, its output captured (text or bytes) and its status
+    left to the caller: the one runner of the modules that read and write
+    hdfs:// paths (pyenv's cache, the spill, loom.tensorflow's model
+    directory)."""
+    return subprocess.run([binary(), "fs", *args], env=None if env is None else dict(env),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=text,
+                          timeout=timeout)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ._find import binary
+from ._find import binary, fs
 from .cli import SpecLike
 from .errors import CommandError
 
@@ -24,7 +24,7 @@ def _remote(path: str) -> bool:
 
 def _fs(*args: str, check: bool = True) -> "subprocess.CompletedProcess[str]":
     """`loom fs ARGS` from the driver."""
-    r = subprocess.run([binary(), "fs", *args], capture_output=True, text=True, timeout=300)
+    r = fs(*args, timeout=300)
     if check and r.returncode:
         raise CommandError(f"loom fs {' '.join(args)}: {r.stderr.strip()}", r.returncode)
     return r

@@ -287,9 +287,8 @@ def tree_digest(top: str) -> str:
 # ---- the cache ------------------------------------------------------------
 
 def _loom_fs(e: Mapping[str, str], *args: str) -> "subprocess.CompletedProcess[str]":
-    from ._find import binary
-    return subprocess.run([binary(), "fs", *args], env=dict(e), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=600)
+    from ._find import fs
+    return fs(*args, env=e)
 
 
 def default_fs(e: Mapping[str, str]) -> Optional[str]:

@@ -210,9 +210,8 @@ def _remote(path: str) -> bool:
 
 
 def _fs(*args: str, check: bool = True) -> "subprocess.CompletedProcess[bytes]":
-    from ._find import binary
-    r = subprocess.run([binary(), "fs", *args], stdin=subprocess.DEVNULL, capture_output=True,
-                       timeout=600)
+    from ._find import fs
+    r = fs(*args, text=False)
     if check and r.returncode:
         raise OSError(f"loom fs {' '.join(args)}: {r.stderr.decode(errors='replace').strip()}")
     return r
