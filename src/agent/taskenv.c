@@ -143,10 +143,11 @@ void agent_build_env(agent *a, envv *e, int local, const wire_cluster *cl, const
   }
   /* `loom` itself on the PATH, so `command: loom ps` works wherever the
    * binary is installed */
-  char self[PATH_MAX];
+  char self[PATH_MAX], exe[PATH_MAX] = "";
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
   if (sl > 0) {
     self[sl] = 0;
+    loom__strlcpy(exe, self, sizeof exe);
     char *slash = strrchr(self, '/');
     if (slash) *slash = 0;
     const char *path = getenv("PATH");
@@ -157,6 +158,11 @@ void agent_build_env(agent *a, envv *e, int local, const wire_cluster *cl, const
   const char *key;
   json_t *v;
   json_object_foreach(a->as.env, key, v) env_set(e, key, json_string_value(v));
+  /* the task's `loom` (the Python package's loom.binary(), `loom fs` in a
+   * task) is the agent's own, wherever the spec's PATH points: on a node
+   * that has no loom but the one shipped with the job */
+  const char *lb = env_get(e, "LOOM_BIN");
+  if (exe[0] && (!lb || !*lb)) env_set(e, "LOOM_BIN", exe);
   /* python: the environment unpacked in the task's directory, its bin/
    * first on the PATH (over the spec's PATH too) */
   const char *pyenv = json_string_value(json_object_get(a->as.env, "LOOM_PYTHON_ENV"));
