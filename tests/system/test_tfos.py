@@ -138,7 +138,10 @@ def test_a_tensorflowonspark_program_runs_with_its_import_changed(loom, tmp_path
     vals = res["train"][0]["values"]
     assert sorted(vals) == ["worker:0", "worker:1"], vals
     assert sum(v["rows"] for v in vals.values()) == 3 * 3000, vals
-    assert all(v["should_stop"] and v["steps"] > 0 for v in vals.values()), vals
+    # (the feed's splits go to whichever task asks first: the shares may
+    # be uneven, even empty, but add up)
+    assert all(v["should_stop"] for v in vals.values()), vals
+    assert sum(v["steps"] for v in vals.values()) >= 9000 // 64, vals
     assert all(Path(v["model"]).is_file() for v in vals.values()), vals
 
     # inference: one result per test row, exactly once, from a model that
@@ -151,9 +154,14 @@ def test_a_tensorflowonspark_program_runs_with_its_import_changed(loom, tmp_path
     acc = sum(a == b for a, b in (s.split() for s in out)) / len(out)
     assert acc > 0.6, acc
 
+    # TFParallel: independent instances, each alone (no TF_CONFIG)
+    assert res["parallel"][0]["nodes"] == [
+        {"worker_num": i, "executor_id": i, "num_workers": 2, "tf_config": False}
+        for i in (0, 1)], res["parallel"]
+
     assert not loom_pids_of(loom.home)
     jobs = sorted((loom.home / "jobs").iterdir())
-    assert len(jobs) == 4, jobs  # the two TENSORFLOW clusters, train, inference
+    assert len(jobs) == 5, jobs  # two TENSORFLOW clusters, train, inference, TFParallel
     for j in jobs:
         st = json.loads((j / "state.json").read_text())
         assert st["state"] in ("succeeded", "failed"), (j, st["state"])

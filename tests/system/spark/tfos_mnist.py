@@ -5,7 +5,7 @@ TFNode.DataFeed in a loop until should_stop(), cluster.train(rdd, epochs),
 cluster.shutdown(); inference through DataFeed(ctx.mgr, False) and
 batch_results), with the one line changed that loom asks for:
 
-    from loom.compat.tensorflowonspark import TFCluster, TFNode
+    from loom.compat.tensorflowonspark import TFCluster, TFNode, TFParallel
 
 The model is a softmax regression in numpy, not Keras: the Spark
 environment of the tests has no TensorFlow (tests/system/test_tfos.py).
@@ -22,7 +22,7 @@ import traceback
 import numpy as np
 from pyspark import SparkConf, SparkContext
 
-from loom.compat.tensorflowonspark import TFCluster, TFNode
+from loom.compat.tensorflowonspark import TFCluster, TFNode, TFParallel
 
 DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -59,18 +59,21 @@ def main_fun(args, ctx):
     model_dir = ctx.absolute_path(args.model_dir)
     path = model_dir[len("file://"):] if model_dir.startswith("file://") else model_dir
     os.makedirs(path, exist_ok=True)
-    np.save(os.path.join(path, f"{ctx.job_name}-{ctx.task_index}.npy"), np.vstack([w, b]))
+    # the weights and how many rows made them (the feed's shares may be
+    # uneven: inference weighs each worker's model by them)
+    np.save(os.path.join(path, f"{ctx.job_name}-{ctx.task_index}.npy"),
+            np.vstack([w, b, np.full(10, float(rows))]))
     return {"job_name": ctx.job_name, "task_index": ctx.task_index, "rows": rows,
             "steps": steps, "should_stop": tf_feed.should_stop(),
             "model": os.path.join(path, f"{ctx.job_name}-{ctx.task_index}.npy")}
 
 
 def inference_fun(args, ctx):
-    """The average of the workers' weights, applied to what the feed gives:
+    """The workers' weights averaged (weighed by the rows each read), applied to what the feed gives:
     one "label prediction" result per row."""
     import glob
     ws = [np.load(p) for p in sorted(glob.glob(os.path.join(args.model_path, "*.npy")))]
-    wb = np.mean(ws, axis=0)
+    wb = np.average([m[:785] for m in ws], axis=0, weights=[m[785, 0] + 1e-9 for m in ws])
     tf_feed = TFNode.DataFeed(ctx.mgr, False)
     while not tf_feed.should_stop():
         batch = tf_feed.next_batch(args.batch_size)
@@ -90,6 +93,14 @@ def info_fun(args, ctx):
             "cluster": sorted(ctx.cluster_spec),
             "tf_config": json.loads(os.environ["TF_CONFIG"]),
             "abs": ctx.absolute_path("models/x"), "defaultFS": ctx.defaultFS}
+
+
+def parallel_fun(args, ctx):
+    """TFParallel: an independent instance per executor (parallel
+    inference over a shard each, as TensorFlowOnSpark's examples do)."""
+    with open(os.path.join(args.model_path, f"parallel-{ctx.worker_num}.json"), "w") as f:
+        json.dump({"worker_num": ctx.worker_num, "executor_id": ctx.executor_id,
+                   "num_workers": ctx.num_workers, "tf_config": "TF_CONFIG" in os.environ}, f)
 
 
 def report(what, **kw):
@@ -152,4 +163,8 @@ if __name__ == "__main__":
     out = cluster.inference(testRDD).collect()
     cluster.shutdown()
     report("inference", results=out, labels=[int(l) for l in tlab])
+
+    TFParallel.run(sc, parallel_fun, args, args.cluster_size)
+    report("parallel", nodes=[json.load(open(os.path.join(args.model_path, f"parallel-{i}.json")))
+                              for i in range(args.cluster_size)])
     sc.stop()

@@ -83,6 +83,11 @@ def _node(map_fun: Callable[..., Any], tf_args: Any, meta: Dict[str, Any],
     except ValueError:
         cluster = t.cluster
     mgr = _Mgr(layout)
+    if meta.get("parallel"):  # TFParallel: each instance alone, as TensorFlowOnSpark's
+        os.environ.pop("TF_CONFIG", None)
+        return map_fun(tf_args, TFNodeContext(executor_id=t.index, defaultFS=meta["default_fs"],
+                                              working_dir=meta["working_dir"],
+                                              num_workers=meta["num_workers"]))
     ctx = TFNodeContext(executor_id=first + t.index, job_name=t.role, task_index=t.index,
                         cluster_spec=cluster, defaultFS=meta["default_fs"],
                         working_dir=meta["working_dir"], mgr=mgr,

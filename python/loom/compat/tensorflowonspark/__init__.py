@@ -8,7 +8,7 @@ cluster_spec, ...), TF_CONFIG is set, and with InputMode.SPARK the data of
 cluster.train(rdd) / cluster.inference(rdd) reaches TFNode.DataFeed
 through loom's feed (loom.spark.train / inference), each input row given
 back as the nested lists, tuples and numpy arrays it was."""
-from . import TFCluster, TFNode
+from . import TFCluster, TFNode, TFParallel
 from .TFCluster import InputMode
 
-__all__ = ["TFCluster", "TFNode", "InputMode"]
+__all__ = ["TFCluster", "TFNode", "TFParallel", "InputMode"]
