@@ -147,7 +147,7 @@ ASAN_ONLY=(--deselect $S/test_yarn_restart.py)
 # (NORMAL_LATE: TensorFlow, a notebook's Spark, the 100 MB output, the dashboard in Chromium)
 # run after it, in the same process, on its Hadoop cluster: both processes
 # then end at about the same time. What each printed is shown at the end.
-NORMAL_LATE=(test_tf_ports test_tf_ps test_tf_mwms test_tf_helpers test_notebook test_tfos test_fashion test_output test_dashboard
+NORMAL_LATE=(test_tf_ports test_tf_ps test_tf_mwms test_tf_helpers test_notebook test_fashion test_output test_dashboard
              test_metrics test_tensorboard)
 LATE_ARGS=() LATE_OUT=()
 for m in "${NORMAL_LATE[@]}"; do LATE_ARGS+=("$S/$m.py"); LATE_OUT+=(--deselect "$S/$m.py"); done
@@ -166,7 +166,8 @@ system_pass() {  # NAME CLUSTER BUILD ARGS...: pytest ARGS on BUILD, with the CL
     fi
     # Python loads build-asan's libloom with the ASan runtime preloaded
     # (conftest.pylib_env).
-    LOOM_BUILD_DIR="$PWD/$build" $PY -m pytest -q -rs -p no:cacheprovider \
+    # --durations: the slowest cases of each pass, for the CI-time budget
+    LOOM_BUILD_DIR="$PWD/$build" $PY -m pytest -q -rs -p no:cacheprovider --durations=25 \
       --basetemp="$LOGS/$name-tmp" "$@"
   ) >"$LOGS/$name.log" 2>&1
 }
