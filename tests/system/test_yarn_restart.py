@@ -287,6 +287,10 @@ def test_run_survives_a_nodemanager_restart(rloom, hadoop_hosts):
         old = h.pid(f"nm{n}")
         t0 = time.monotonic()
         os.kill(old, signal.SIGKILL)
+        # the kill is delivered, not yet done: a JVM exiting still has its
+        # command line, and the script refuses to start a NodeManager that
+        # "already runs" (CI saw it)
+        rloom.wait_for(lambda: not alive(old), timeout=30, what=f"the killed nm{n} ({old}) gone")
         h.script("nodemanager", "start", n, timeout=300)
         assert h.pid(f"nm{n}") != old
         # the new NodeManager recovered the same containers, RUNNING
