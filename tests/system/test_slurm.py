@@ -187,9 +187,8 @@ roles:
     sloom.wait_running(timeout=30, what="running in Slurm")
     st = sloom.run("status", job)
     assert "running" in st.stdout
-    time.sleep(1)
-    logs = sloom.run("logs", job, "--task", "worker:1")
-    assert "tick 2" in logs.stdout
+    sloom.wait_for(lambda: "tick 2" in sloom.run("logs", job, "--task", "worker:1").stdout,
+                   timeout=30, what="worker:1's third line in loom logs")
     k = sloom.run("kill", job, timeout=30)
     assert k.returncode == 0, k.stderr
     assert sloom.state()["state"] == "killed"
@@ -251,11 +250,11 @@ roles:
 """, name="hog.yaml")
     h = sloom.run("submit", hog, timeout=30)
     assert h.returncode == 0
-    time.sleep(1)
+    sloom.wait_for(lambda: "RUNNING" in squeue(cluster), timeout=30, what="the hog running")
     r = sloom.run("submit", spec, timeout=30)
     assert r.returncode == 0
     job = r.stdout.strip()
-    time.sleep(1)
+    sloom.wait_for(lambda: "PENDING" in squeue(cluster), timeout=30, what="the job pending")
     k = sloom.run("kill", job, timeout=30)
     assert k.returncode == 0 and "cancelled while pending" in k.stdout, k.stdout + k.stderr
     assert sloom.run("kill", h.stdout.strip(), timeout=30).returncode == 0
@@ -408,7 +407,10 @@ backend: slurm
 roles:
   worker: {vcores: 4, command: 'echo "ran $LOOM_TASK"; sleep 3'}
 """)
-    p = sloom.popen("run", spec)
+    errf = tmp_path / "run.err"
+    with open(errf, "w") as ef:
+        p = subprocess.Popen([str(LOOM), "run", str(spec)], env=sloom.env, stdout=subprocess.PIPE,
+                             stderr=ef, text=True, start_new_session=True)
     try:
         sloom.wait_for(lambda: any(j.name.startswith("waiter-") for j in sloom.jobs()) and
                        "PENDING" in squeue(cluster), timeout=30, what="the waiter pending")
@@ -427,12 +429,16 @@ roles:
         sloom.wait_for(lambda: re.search(r"state\s+pending \(Priority\)",
                                          sloom.run("status", third.stdout.strip()).stdout),
                        timeout=30, what="status: pending (Priority)")
-        time.sleep(11)  # loom run says it again while nothing changes
+        # loom run says it again, with the time waited, while nothing changes
+        sloom.wait_for(lambda: re.search(r"is PENDING \(Resources.*waiting \d+s$",
+                                         errf.read_text(), re.M),
+                       timeout=30, what="loom run repeating the pending reason")
         subprocess.run(["scancel", hog_id], env=cluster.env, check=True)
-        out, err = p.communicate(timeout=90)
+        out, _ = p.communicate(timeout=90)
     finally:
         if p.poll() is None:
             p.kill()
+    err = errf.read_text()
     assert p.returncode == 0, out + err
     assert "[worker:0] ran worker:0" in out
     said = [l for l in err.splitlines() if "is PENDING" in l]
