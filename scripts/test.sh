@@ -43,6 +43,9 @@ export LOOM_TF_PYTHON
 # pyspark, pyarrow and pandas, pinned, in their own environment (.venv-spark/)
 LOOM_SPARK_PYTHON=$(bash scripts/setup-spark.sh) || exit 1
 export LOOM_SPARK_PYTHON
+# mlflow (a tracking server and its client), pinned, in its own environment (.venv-mlflow/)
+LOOM_MLFLOW_PYTHON=$(bash scripts/setup-mlflow.sh) || exit 1
+export LOOM_MLFLOW_PYTHON
 
 PY=/usr/bin/python3
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_odr_violation=0
@@ -113,7 +116,8 @@ bash tests/fuzz/ci.sh || fail=1
 # the ASan pass keeps (a barrier stage, an executor lost, exactly-once
 # inference: the Spark backend's own paths), whose feed, spill, HDFS and
 # YARN paths test_feed, test_hdfs*, test_yarn and the contract run under
-# ASan.
+# ASan; MLflow (test_mlflow: a Python server and client around loom.run(fn),
+# whose C paths test_functions runs under ASan).
 # ASAN_ONLY: C paths that only this module takes and that need minutes of
 # daemons restarted: the application master's resync across a
 # ResourceManager and a NodeManager restart (test_yarn_restart).
@@ -134,7 +138,7 @@ SPARK_NORMAL_ONLY=(
   test_across_hosts_the_tasks_run_on_the_workers_hosts_and_a_dataframe_streams)
 NORMAL_ONLY=()
 for m in test_fashion test_tf_ports test_tf_ps test_tf_mwms test_tf_helpers test_yarn_hosts test_yarn_hosts_jobs \
-         test_yarn_hosts_logs; do
+         test_yarn_hosts_logs test_mlflow; do
   NORMAL_ONLY+=(--deselect "$S/$m.py")
 done
 NORMAL_ONLY+=(-k "not ($(IFS='|'; echo "${SPARK_NORMAL_ONLY[*]}" | sed 's/|/ or /g'))")

@@ -62,6 +62,8 @@ class Result:
     # loom.run(fn) off the local backend: the archives shipped with the job
     # (what, url, sha256, packed, bytes, uploaded, seconds; see loom.pyenv)
     shipped: List[Dict[str, Any]] = field(default_factory=list)
+    # the job's MLflow run (run(mlflow=...), loom._mlflow), or None
+    mlflow_run_id: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -249,7 +251,8 @@ def run(spec: Union[SpecLike, Callable[..., Any]], *, backend: Optional[str] = N
         num_workers: Optional[int] = None,
         python: Union[None, str, Mapping[str, str]] = None,
         files: Optional[Mapping[str, str]] = None, queue: Optional[str] = None,
-        retries: int = 0, name: Optional[str] = None) -> Result:
+        retries: int = 0, name: Optional[str] = None,
+        mlflow: Union[None, bool, str] = None) -> Result:
     """`loom run SPEC`: runs the job and waits for it. Returns a Result
     (ok, state, exit_code, the tasks' output) for a job that ran, failed
     or not; with check=True a failed job raises JobFailed. overrides are
@@ -274,24 +277,78 @@ def run(spec: Union[SpecLike, Callable[..., Any]], *, backend: Optional[str] = N
     raises JobFailed. NotPicklable (fn or an argument cannot be pickled),
     NotFound (no cloudpickle, no such archive) and PackError (an
     environment that cannot be packed) are raised before anything
-    starts."""
+    starts.
+
+    mlflow: with mlflow importable and MLFLOW_TRACKING_URI set (or
+    mlflow=True, or mlflow="URI"; mlflow=False never) the job is one
+    MLflow run: params, metrics, logs and its end (loom._mlflow);
+    Result.mlflow_run_id names it. TrackingError (before anything starts)
+    when it cannot be opened."""
+    from . import _mlflow
     e = _env(home, env)
+    if not callable(spec):
+        given = [k for k, v in (("args", args), ("kwargs", kwargs), ("roles", roles),
+                                ("num_workers", num_workers), ("python", python),
+                                ("files", files), ("queue", queue), ("retries", retries),
+                                ("name", name)) if v]
+        if given:
+            raise TypeError(f"loom.run: {', '.join(given)} apply to a function "
+                            "(loom.run(fn, ...)); for a spec set them in the spec")
+    tr = _mlflow.open_run(mlflow, e, _run_name(spec, name),
+                          _mlflow.arg_params(args, kwargs) if callable(spec) else {})
+    if tr is not None:
+        added = tr.task_env()
+        if callable(spec):
+            env = dict(env or {}, **added)
+        else:
+            overrides = dict(overrides or {}, **{f"env.{k}": v for k, v in added.items()})
+    try:
+        if callable(spec):
+            res = _run_fn(spec, e, backend=backend, overrides=overrides, bind=bind,
+                          advertise=advertise, timeout=timeout, echo=echo, env=env, args=args,
+                          kwargs=kwargs, roles=roles, num_workers=num_workers, python=python,
+                          files=files, queue=queue, retries=retries, name=name,
+                          on_err_line=tr.on_line if tr else None)
+        else:
+            with _spec_file(spec) as path:
+                argv = [binary(), "run", *_job_args(path, backend, overrides, bind, advertise)]
+                run = _Run(argv, e, echo, tr.on_line if tr else None)
+                run.wait(timeout)
+            res = run.result(check, "loom run")
+    except BaseException as ex:
+        if tr is not None:
+            got: Optional[Result] = getattr(ex, "result", None)
+            if got is not None:
+                got.mlflow_run_id = tr.run_id
+            killed = isinstance(ex, (JobTimeout, KeyboardInterrupt))
+            tr.close("KILLED" if killed else "FAILED",
+                     got.state if got else ("killed" if killed else "failed"),
+                     got.exit_code if got else getattr(ex, "exit_code", None), _first(ex))
+        raise
+    if tr is not None:
+        tr.close(_mlflow.status_of(res.state), res.state, res.exit_code)
+        res.mlflow_run_id = tr.run_id
+    return res
+
+
+def _first(ex: BaseException) -> str:
+    """An exception's first line, for the MLflow run's loom.error tag."""
+    lines = str(ex).strip().splitlines()
+    return f"{type(ex).__name__}: {lines[0] if lines else ''}"
+
+
+def _run_name(spec: Union[SpecLike, Callable[..., Any]], name: Optional[str]) -> str:
+    """The job's name as its spec gives it (MLflow's run name)."""
+    if name:
+        return name
     if callable(spec):
-        return _run_fn(spec, e, backend=backend, overrides=overrides, bind=bind,
-                       advertise=advertise, timeout=timeout, echo=echo, env=env, args=args,
-                       kwargs=kwargs, roles=roles, num_workers=num_workers, python=python,
-                       files=files, queue=queue, retries=retries, name=name)
-    given = [k for k, v in (("args", args), ("kwargs", kwargs), ("roles", roles),
-                            ("num_workers", num_workers), ("python", python), ("files", files),
-                            ("queue", queue), ("retries", retries), ("name", name)) if v]
-    if given:
-        raise TypeError(f"loom.run: {', '.join(given)} apply to a function (loom.run(fn, ...)); "
-                        "for a spec set them in the spec")
-    with _spec_file(spec) as path:
-        argv = [binary(), "run", *_job_args(path, backend, overrides, bind, advertise)]
-        run = _Run(argv, e, echo)
-        run.wait(timeout)
-    return run.result(check, "loom run")
+        from .functions import job_name
+        return job_name(spec)
+    if isinstance(spec, Spec):
+        return str(spec.name or "job")
+    if isinstance(spec, Mapping):
+        return str(spec.get("name") or "job")
+    return Path(os.fspath(spec)).stem
 
 
 def _run_fn(fn: Callable[..., Any], e: Dict[str, str], *, backend: Optional[str],
@@ -302,7 +359,8 @@ def _run_fn(fn: Callable[..., Any], e: Dict[str, str], *, backend: Optional[str]
             roles: Optional[Mapping[str, Union[Role, Mapping[str, Any]]]],
             num_workers: Optional[int], python: Union[None, str, Mapping[str, str]],
             files: Optional[Mapping[str, str]], queue: Optional[str], retries: int,
-            name: Optional[str]) -> Result:
+            name: Optional[str],
+            on_err_line: Optional[Callable[[str], None]] = None) -> Result:
     """loom.run(fn, ...): see run() and loom.functions."""
     from . import functions
     shipped: List[Dict[str, Any]] = []
@@ -313,7 +371,7 @@ def _run_fn(fn: Callable[..., Any], e: Dict[str, str], *, backend: Optional[str]
                                python_env=e, shipped=shipped)
         with _spec_file(spec) as path:
             argv = [binary(), "run", *_job_args(path, backend, overrides, bind, advertise)]
-            run = _Run(argv, e, echo)
+            run = _Run(argv, e, echo, on_err_line)
             run.wait(timeout)
         res = run.result(False, "loom run")
     values, err = functions.collect(events(res.job_id, env=e))

@@ -164,3 +164,16 @@ class PackError(LoomError, ValueError):
         self.name = "cannot pack"
         self.message = message
         Exception.__init__(self, message)
+
+
+class TrackingError(LoomError):
+    """loom.run(..., mlflow=...): MLflow tracking was asked for and cannot
+    be done: the module is not importable, or the tracking server cannot
+    be reached or refused to open the run. The message says which and
+    where. Nothing was started."""
+
+    def __init__(self, message: str) -> None:
+        self.code = 0
+        self.name = "mlflow"
+        self.message = message
+        Exception.__init__(self, message)

@@ -61,15 +61,18 @@ static const struct verb {
      "'last'), every task: state, attempt, exit code or signal, elapsed time.\n"
      "  --json             print the job's state file as it is\n"
      "  --secret           with --json and JOB: add the job's secret (\"secret\"),\n"
-     "                     for agents started by hand (LOOM_SECRET)\n"},
+     "                     for agents started by hand (LOOM_SECRET)\n"
+     "  --spec             with --json and JOB: add the spec as the job runs it\n"
+     "                     (\"spec\": defaults filled in, --set applied)\n"},
     {"logs", cli_logs, "JOB [--task T] [--follow]", "a task's log, or all tasks interleaved",
      "Prints the log of task T (role:index, e.g. worker:1), or every task's lines\n"
      "interleaved and prefixed. --follow keeps printing until the job ends.\n"
      "JOB may be a YARN application id (application_...): its tasks' lines from\n"
      "YARN's aggregated logs on HDFS, as for a YARN job whose directory lacks them.\n"},
-    {"events", cli_events, "JOB [--json]", "the job's event log",
+    {"events", cli_events, "JOB [--json] [--follow]", "the job's event log",
      "Prints the event log, one event a line: time, task, attempt, event, details.\n"
-     "  --json             the raw JSON lines\n"},
+     "  --json             the raw JSON lines\n"
+     "  --follow           keep printing events as they come until the job ends\n"},
     {"kill", cli_kill, "JOB", "stop a running job",
      "Asks the job's coordinator to stop every task (SIGTERM, then SIGKILL after\n"
      "the grace period) and waits until it has.\n"},

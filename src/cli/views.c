@@ -97,12 +97,14 @@ static void fmt_dur(double s, char *buf, size_t len) {
 
 int cli_status(int argc, char **argv) {
   const char *job = NULL;
-  bool json = false, with_secret = false;
+  bool json = false, with_secret = false, with_spec = false;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--json"))
       json = true;
     else if (!strcmp(argv[i], "--secret"))
       with_secret = true;
+    else if (!strcmp(argv[i], "--spec"))
+      with_spec = true;
     else if (argv[i][0] == '-')
       return cli_bad_usage("status", "unknown option %s", argv[i]);
     else
@@ -110,6 +112,8 @@ int cli_status(int argc, char **argv) {
   }
   if (with_secret && (!json || !job))
     return cli_bad_usage("status", "--secret goes with --json and a JOB");
+  if (with_spec && (!json || !job))
+    return cli_bad_usage("status", "--spec goes with --json and a JOB");
   if (!job) {
     static char dir[PATH_MAX + 200];
     jobdir_entry *all;
@@ -218,6 +222,16 @@ int cli_status(int argc, char **argv) {
       secret[strcspn(secret, "\r\n")] = 0;
       json_object_set_new(st, "secret", json_string(secret));
       free(secret);
+    }
+    if (with_spec) {
+      /* the spec as the job runs it: defaults filled in, --set applied */
+      json_t *spec = jobdir_read_json(dir, JOBDIR_SPEC, 1 << 24);
+      if (!spec) {
+        fprintf(stderr, "loom status: cannot read %s/%s\n", dir, jobdir_name(JOBDIR_SPEC));
+        json_decref(st);
+        return LOOM_EXIT_INFRA;
+      }
+      json_object_set_new(st, "spec", spec);
     }
     char *s = json_dumps(st, JSON_INDENT(2));
     printf("%s\n", s ? s : "{}");
@@ -374,12 +388,44 @@ int cli_logs(int argc, char **argv) {
 }
 
 /* ---- events ------------------------------------------------------------- */
+/* One event line as `loom events` prints it: raw, or time, task, attempt,
+ * event and the other fields. */
+static void print_event(const char *line, bool raw) {
+  if (raw) {
+    fputs(line, stdout);
+    return;
+  }
+  json_error_t e;
+  json_t *j = json_loads(line, 0, &e);
+  if (!j) return;
+  char iso[40];
+  loom__wall_iso(json_real_value(json_object_get(j, "t")), iso, sizeof iso);
+  const char *task = json_string_value(json_object_get(j, "task"));
+  printf("%s  %-16s a%-3lld %-20s", iso + 11, task ? task : "-",
+         (long long)json_integer_value(json_object_get(j, "attempt")),
+         json_string_value(json_object_get(j, "event")) ?: "?");
+  const char *k;
+  json_t *v;
+  json_object_foreach(j, k, v) {
+    if (!strcmp(k, "t") || !strcmp(k, "task") || !strcmp(k, "attempt") || !strcmp(k, "event") ||
+        !strcmp(k, "job"))
+      continue;
+    char *vs = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    printf(" %s=%s", k, vs ? vs : "?");
+    free(vs);
+  }
+  printf("\n");
+  json_decref(j);
+}
+
 int cli_events(int argc, char **argv) {
   const char *job = NULL;
-  bool raw = false;
+  bool raw = false, follow = false;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--json"))
       raw = true;
+    else if (!strcmp(argv[i], "--follow") || !strcmp(argv[i], "-f"))
+      follow = true;
     else if (argv[i][0] == '-')
       return cli_bad_usage("events", "unknown option %s", argv[i]);
     else
@@ -394,39 +440,47 @@ int cli_events(int argc, char **argv) {
   jobs_refresh(dir, NULL); /* what a coordinator elsewhere published */
   jobdir_path(dir, JOBDIR_EVENTS, path, sizeof path);
   FILE *f = fopen(path, "r");
-  if (!f) {
+  if (!f && !follow) {
     fprintf(stderr, "loom events: no event log at %s\n", path);
     return LOOM_EXIT_INFRA;
   }
+  /* --follow: on until the job has ended and its log has been quiet for
+   * 300 ms, as logs --follow; only whole lines (the coordinator may be
+   * writing one), and a log copied in anew from where a coordinator
+   * elsewhere published it is read on from where the old one ended */
   char line[65536];
-  while (fgets(line, sizeof line, f)) {
-    if (raw) {
-      fputs(line, stdout);
-      continue;
-    }
-    json_error_t e;
-    json_t *j = json_loads(line, 0, &e);
-    if (!j) continue;
-    char iso[40];
-    loom__wall_iso(json_real_value(json_object_get(j, "t")), iso, sizeof iso);
-    const char *task = json_string_value(json_object_get(j, "task"));
-    printf("%s  %-16s a%-3lld %-20s", iso + 11, task ? task : "-",
-           (long long)json_integer_value(json_object_get(j, "attempt")),
-           json_string_value(json_object_get(j, "event")) ?: "?");
-    const char *k;
-    json_t *v;
-    json_object_foreach(j, k, v) {
-      if (!strcmp(k, "t") || !strcmp(k, "task") || !strcmp(k, "attempt") || !strcmp(k, "event") ||
-          !strcmp(k, "job"))
+  uint64_t idle_since = loom__now_ms();
+  for (;;) {
+    if (!f) f = fopen(path, "r");
+    long at = f ? ftell(f) : -1;
+    if (f && fgets(line, sizeof line, f)) {
+      size_t n = strlen(line);
+      if (!follow || line[n - 1] == '\n' || n == sizeof line - 1) {
+        print_event(line, raw);
+        idle_since = loom__now_ms();
         continue;
-      char *vs = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-      printf(" %s=%s", k, vs ? vs : "?");
-      free(vs);
+      }
+      if (at >= 0) fseek(f, at, SEEK_SET); /* the rest of it next time */
     }
-    printf("\n");
-    json_decref(j);
+    fflush(stdout);
+    if (!follow) break;
+    bool live = job_live(dir);
+    if (f) clearerr(f);
+    struct stat now, had;
+    if (f && stat(path, &now) == 0 && fstat(fileno(f), &had) == 0 && now.st_ino != had.st_ino) {
+      long off = ftell(f);
+      FILE *g = fopen(path, "r");
+      if (g && off >= 0 && fseek(g, off, SEEK_SET) == 0) {
+        fclose(f);
+        f = g;
+        continue;
+      }
+      if (g) fclose(g);
+    }
+    if (!live && loom__now_ms() - idle_since > 300) break;
+    usleep(100000);
   }
-  fclose(f);
+  if (f) fclose(f);
   return 0;
 }
 

@@ -5,6 +5,7 @@ backend contract, test_contract.py, run on every backend."""
 import json
 import os
 import re
+import threading
 
 from conftest import BUILD, DURATION, LOOM, parse_status, table
 
@@ -58,6 +59,51 @@ roles:
         assert e["t"] > 1.7e9 and "attempt" in e
     bad = loom.run("logs", "nope-nope")
     assert bad.returncode == 2 and "no job" in bad.stderr
+
+
+def test_events_follow_and_the_spec_as_the_job_runs_it(loom):
+    # loom events --follow prints each event as it comes and returns once
+    # the job has ended; status --json --spec adds the spec with --set applied
+    gate = loom.tmp / "gate"
+    spec = loom.spec(f"""
+name: follow
+roles:
+  worker: {{instances: 2, command: 'while [ ! -e {gate} ]; do sleep 0.05; done; echo done'}}
+""")
+    r = loom.run("submit", spec, "--set", "roles.worker.env.X=1", timeout=30)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    f = loom.popen("events", job, "--json", "--follow")
+    try:
+        lines = []
+        while not any(json.loads(l)["event"] == "started" for l in lines):
+            line = f.stdout.readline()  # as it comes: the job is still waiting on the gate
+            assert line, f.stderr.read()
+            lines.append(line)
+        assert f.poll() is None
+        st = json.loads(loom.run("status", job, "--json", "--spec").stdout)
+        assert st["spec"]["name"] == "follow" and st["state"] in ("starting", "running"), st
+        assert st["spec"]["roles"]["worker"]["env"] == {"X": "1"}, st["spec"]
+        assert st["spec"]["roles"]["worker"]["instances"] == 2, st["spec"]
+        gate.touch()
+        # the rest through the same buffered reader (communicate() reads the
+        # pipe past what readline() has buffered); killed if it never ends
+        stop = threading.Timer(30, f.kill)
+        stop.start()
+        rest, err = f.stdout.read(), f.stderr.read()
+        stop.cancel()
+        f.wait()
+    finally:
+        gate.touch()
+        if f.poll() is None:
+            f.kill()
+    assert f.returncode == 0, err
+    events = [json.loads(l) for l in lines + rest.splitlines()]
+    assert events[-1]["event"] == "job_finished" and events[-1]["outcome"] == "succeeded"
+    every = [json.loads(l) for l in loom.run("events", job, "--json").stdout.splitlines()]
+    assert events == every  # each once, none cut
+    bad = loom.run("status", job, "--spec")
+    assert bad.returncode == 2 and "--spec goes with --json" in bad.stderr, bad.stderr
 
 
 def test_list_command_is_execd_without_shell(loom):
