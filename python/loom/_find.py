@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, List, Mapping, Optional
 
-from .errors import NotFound
+from .errors import FsError, NotFound
 
 _HERE = Path(__file__).resolve().parent
 # a wheel's copy of the binary and of libloom (setup.py: LOOM_WHEEL_BUILD_DIR)
@@ -126,12 +126,28 @@ def main() -> None:
     os.execv(exe, [exe] + sys.argv[1:])
 
 
+def remote(path: str) -> bool:
+    """A URL `loom fs` reads and writes itself (hdfs://, as the C side's
+    loom__fs_remote), not a local path."""
+    return path.startswith("hdfs://")
+
+
+def local_path(path: str) -> str:
+    """path without its file:// scheme."""
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
 def fs(*args: str, env: Optional[Mapping[str, str]] = None, text: bool = True,
-       timeout: float = 600.0) -> "subprocess.CompletedProcess[Any]":
-    """`loom fs ARGS`, its output captured (text or bytes) and its status
-    left to the caller: the one runner of the modules that read and write
-    hdfs:// paths (pyenv's cache, the spill, loom.tensorflow's model
-    directory)."""
-    return subprocess.run([binary(), "fs", *args], env=None if env is None else dict(env),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=text,
-                          timeout=timeout)
+       timeout: float = 600.0, check: bool = False) -> "subprocess.CompletedProcess[Any]":
+    """`loom fs ARGS`, its output captured (text or bytes): the one runner
+    of the modules that read and write hdfs:// paths (pyenv's cache, the
+    spill, loom.tensorflow's model directory, the compat modules). Its
+    status is left to the caller, or with check=True a failure raises
+    FsError (a CommandError and an OSError) with loom's message."""
+    r = subprocess.run([binary(), "fs", *args], env=None if env is None else dict(env),
+                       stdin=subprocess.DEVNULL, capture_output=True, text=text,
+                       timeout=timeout)
+    if check and r.returncode:
+        err = r.stderr if text else r.stderr.decode(errors="replace")
+        raise FsError(f"loom fs {' '.join(args)}: {err.strip()}", r.returncode, r.args)
+    return r

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._find import binary, fs
+from ._find import remote as _remote
 from .cli import SpecLike
 from .errors import CommandError
 
@@ -18,16 +19,9 @@ _shipped: Dict[Tuple[str, str], bool] = {}  # (application id, binary) already a
 
 # ---- DataFrames in: the spill ---------------------------------------------------
 
-def _remote(path: str) -> bool:
-    return path.startswith("hdfs://")
-
-
 def _fs(*args: str, check: bool = True) -> "subprocess.CompletedProcess[str]":
-    """`loom fs ARGS` from the driver."""
-    r = fs(*args, timeout=300)
-    if check and r.returncode:
-        raise CommandError(f"loom fs {' '.join(args)}: {r.stderr.strip()}", r.returncode)
-    return r
+    """`loom fs ARGS` from the driver (FsError, a CommandError, on failure)."""
+    return fs(*args, timeout=300, check=check)
 
 
 def _ls(url: str) -> List[Tuple[str, int]]:

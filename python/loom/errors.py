@@ -65,6 +65,12 @@ class BackendError(CommandError):
     """Exit status 3: a backend or infrastructure error."""
 
 
+class FsError(CommandError, OSError):
+    """`loom fs` failed where the package moves files (HDFS): message is
+    loom's, exit_code its status. An OSError too, as a local file's
+    failure would be."""
+
+
 class JobTimeout(CommandError):
     """run(timeout=...) ran out: the job was stopped (as by Ctrl-C) and
     this raised. job_id names it (None if it had not started)."""

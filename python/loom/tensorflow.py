@@ -206,15 +206,14 @@ def dataset(shape: Optional[Union[int, Sequence[int]]] = None, dtype: Any = "uin
 # ---- model directories: local or hdfs:// ----------------------------------
 
 def _remote(path: str) -> bool:
-    return path.startswith("hdfs://")
+    from ._find import remote
+    return remote(path)
 
 
 def _fs(*args: str, check: bool = True) -> "subprocess.CompletedProcess[bytes]":
+    """`loom fs ARGS` (FsError, an OSError, on failure)."""
     from ._find import fs
-    r = fs(*args, text=False)
-    if check and r.returncode:
-        raise OSError(f"loom fs {' '.join(args)}: {r.stderr.decode(errors='replace').strip()}")
-    return r
+    return fs(*args, text=False, check=check)
 
 
 def _read(d: str, name: str) -> Optional[bytes]:

@@ -6,23 +6,13 @@ import re
 import tempfile
 from typing import Any, Dict, Optional
 
+from ...._find import fs, local_path as _local, remote as _remote
 from .worker import PYTORCH_DPP_RANK
 
 
-def _remote(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
-
-
-def _local(path: str) -> str:
-    return path[len("file://"):] if path.startswith("file://") else path
-
-
 def _fs(*args: str) -> str:
-    from ...._find import fs
-    r = fs(*args)
-    if r.returncode:
-        raise OSError(f"loom fs {' '.join(args)}: {r.stderr.strip()}")
-    return str(r.stdout)
+    """`loom fs ARGS`' output (FsError, an OSError, on failure)."""
+    return str(fs(*args, check=True).stdout)
 
 
 def _unwrap(model: Any) -> Any:
@@ -32,7 +22,6 @@ def _unwrap(model: Any) -> Any:
 def find_latest_ckpt(model_dir: str) -> Optional[str]:
     """The model_<epoch>.pt of the highest epoch in model_dir, or None."""
     if _remote(model_dir):
-        from ...._find import fs
         r = fs("ls", model_dir)
         names = [l.split()[-1] for l in r.stdout.splitlines() if l.split()] \
             if r.returncode == 0 else []

@@ -51,13 +51,13 @@ def _loader(dataset: Any, a: Any) -> Any:
 
 def _upload(local: str, url: str) -> None:
     from ...._find import fs
-    r = fs("mkdir", url)
-    if r.returncode:
-        raise OSError(f"tensorboard_hdfs_dir: loom fs mkdir {url}: {r.stderr.strip()}")
-    for f in sorted(os.listdir(local)):
-        r = fs("put", "-f", os.path.join(local, f), f"{url}/{f}")
-        if r.returncode:
-            raise OSError(f"tensorboard_hdfs_dir: loom fs put {url}/{f}: {r.stderr.strip()}")
+    from ....errors import FsError
+    try:
+        fs("mkdir", url, check=True)
+        for f in sorted(os.listdir(local)):
+            fs("put", "-f", os.path.join(local, f), f"{url}/{f}", check=True)
+    except FsError as e:
+        raise OSError(f"tensorboard_hdfs_dir: {e}") from None
 
 
 def task(experiment_fn: Callable[[], Any], custom_task_module: Optional[str]) -> Any:
