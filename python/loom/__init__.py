@@ -31,8 +31,8 @@ import os
 from typing import Any
 
 from .cli import JobFailed, Result, events, kill, logs, run, status, submit
-from .errors import (BackendError, CommandError, JobTimeout, LoomError, NotFound, NotInTask,
-                     NotPicklable, PackError, SpecError, TaskError, TrackingError)
+from .errors import (BackendError, CommandError, FsError, JobTimeout, LoomError, NotFound,
+                     NotInTask, NotPicklable, PackError, SpecError, TaskError, TrackingError)
 from .spec import Role, Spec
 from .task import Task, task
 from ._find import binary, library
@@ -59,7 +59,8 @@ __version__ = _version()
 __all__ = ["Loom", "Feed", "LoomError", "END", "EPOCH", "run", "submit", "status", "logs",
            "events", "kill", "Result", "Spec", "Role", "task", "Task", "CommandError",
            "SpecError", "BackendError", "JobTimeout", "JobFailed", "NotFound", "NotInTask",
-           "TaskError", "NotPicklable", "PackError", "TrackingError", "binary", "library"]
+           "TaskError", "NotPicklable", "PackError", "TrackingError", "FsError", "binary",
+           "library"]
 
 _LAZY = {"Loom": "core", "Feed": "feed", "END": "feed", "EPOCH": "feed"}
 
