@@ -148,11 +148,12 @@ ASAN_ONLY=(--deselect $S/test_yarn_restart.py)
 # temporary directories: one pass alone keeps the 2 cores about 60% busy
 # (the rest is waiting on JVMs, daemons and timeouts). The ASan pass is the
 # shorter, so the normal pass's modules of local jobs that take the longest
-# (NORMAL_LATE: TensorFlow, a notebook's Spark, the 100 MB output, the dashboard in Chromium)
+# (NORMAL_LATE: TensorFlow, a notebook's Spark, the 100 MB output, the dashboard in Chromium,
+# an MLflow server)
 # run after it, in the same process, on its Hadoop cluster: both processes
 # then end at about the same time. What each printed is shown at the end.
 NORMAL_LATE=(test_tf_ports test_tf_ps test_tf_mwms test_tf_helpers test_notebook test_fashion test_output test_dashboard
-             test_metrics test_tensorboard)
+             test_metrics test_tensorboard test_mlflow)
 LATE_ARGS=() LATE_OUT=()
 for m in "${NORMAL_LATE[@]}"; do LATE_ARGS+=("$S/$m.py"); LATE_OUT+=(--deselect "$S/$m.py"); done
 LOGS=$(mktemp -d /tmp/loom-test-logs.XXXXXX)

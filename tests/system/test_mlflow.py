@@ -125,11 +125,19 @@ def test_a_function_job_is_one_mlflow_run_its_tasks_log_into(loom, server):
     out, err = caller(loom, """
         import json, os, loom
 
+        def measured(task):
+            # the agent's first usage report for this task is in the job's events
+            with open(os.path.join(loom.task().job_dir, "events.jsonl")) as f:
+                return any('"source":"agent"' in l and f'"task":"{task}"' in l for l in f)
+
         def train(lr, epochs=3):
-            import mlflow
+            import time, mlflow
             t = loom.Loom()
             for step in range(epochs):
                 t.metric("loss", step, lr / (step + 1) + t.index)
+            end = time.monotonic() + 60      # (every 3 s: while the task still runs)
+            while not measured(os.environ["LOOM_TASK"]) and time.monotonic() < end:
+                time.sleep(0.1)
             run = os.environ["MLFLOW_RUN_ID"]    # mlflow.end_run() unsets it
             mlflow.log_metric("task_" + str(t.index), 10.0 + t.index)
             mlflow.end_run()
@@ -163,8 +171,10 @@ def test_a_function_job_is_one_mlflow_run_its_tasks_log_into(loom, server):
     assert history(server, run, "loss/worker-0") == [(s, 0.5 / (s + 1)) for s in range(4)]
     assert history(server, run, "loss/worker-1") == [(s, 0.5 / (s + 1) + 1) for s in range(4)]
     assert metrics["task_0"] == 10.0 and metrics["task_1"] == 11.0, metrics
-    # the agents' measurements, as system metrics
-    assert any(k.startswith("system/") and k.endswith("/worker-1") for k in metrics), metrics
+    # the agents' measurements, as system metrics of each task
+    for task in ("worker-0", "worker-1"):
+        assert {f"system/cpu_percent/{task}", f"system/memory_bytes/{task}"} <= set(metrics), \
+            metrics
     assert artifacts(server, run, "loom") == ["loom/events.jsonl", "loom/logs", "loom/spec.json",
                                               "loom/status.json"]
     assert artifacts(server, run, "loom/logs") == ["loom/logs/all.log", "loom/logs/worker-0.log",
