@@ -491,6 +491,7 @@ static void on_msg(agent *a, wire_frame *f) {
   }
   case WIRE_STOP: {
     int64_t g = m.u.stop.grace_ms;
+    if (m.u.stop.ending) a->job_ending = true;
     if (!a->started) {
       a->exited_sent = true;
       send_msg(a, &(wire_msg){.type = WIRE_EXIT, .u.exit = {.code = 0, .signal = SIGTERM}});
@@ -955,7 +956,7 @@ out_loop:
 out:
   remove_cgroup(a);
   remove_tmpdir(a);
-  agent_nodecopy_release(a->nodecopy_fd, a->nodecopy_id, false);
+  agent_nodecopy_release(a->nodecopy_fd, a->nodecopy_id, a->job_ending);
   if (fd >= 0) wire_io_close(fd);
   wire_tls_mem_free(a->tls);
   if (a->reserve_fd >= 0) close(a->reserve_fd);

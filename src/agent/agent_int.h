@@ -70,7 +70,8 @@ struct agent {
   int exit_status;
   int nodecopy_fd; /* its share of a Slurm job's node-local copies (nodecopy.c); -1 if none */
   char nodecopy_id[32];
-  wire_tls *tls; /* the coordinator link's TLS, when it leaves the host */
+  bool job_ending; /* the coordinator's STOP said the job ends (no other attempt) */
+  wire_tls *tls;   /* the coordinator link's TLS, when it leaves the host */
 };
 
 /* agent.c */
@@ -98,15 +99,18 @@ void agent_porthold_tick(uv_timer_t *t);
  * spec's files: JOBDIR_NODE_*), which the coordinator removes when the
  * job ends, but cannot when Slurm ends it first (scancel, the time limit,
  * preemption: no step starts then). Every agent that runs the node's copy
- * holds a shared lock on it while it runs; one that Slurm signalled marks
- * the copies as ending, and the last one out removes marked copies. */
+ * holds a shared lock on it while it runs; one that Slurm signalled, or
+ * whose coordinator's STOP said the job ends (scancel signals the batch
+ * step's coordinator, which may stop the agents before Slurm signals
+ * them), marks the copies as ending, and the last one out removes marked
+ * copies. */
 /* The lock's fd, with the Slurm job id into id; -1 where the agent does
  * not run a node-local copy (or the lock cannot be had). */
 int agent_nodecopy_hold(char *id, size_t idlen);
-/* Lets fd go (-1: nothing), marking the copies first where Slurm
- * signalled the agent; if no other agent holds it and the copies are
- * marked, removes them. */
-void agent_nodecopy_release(int fd, const char *id, bool signalled);
+/* Lets fd go (-1: nothing), marking the copies first where the job ends
+ * (Slurm signalled the agent, or the coordinator said so); if no other
+ * agent holds it and the copies are marked, removes them. */
+void agent_nodecopy_release(int fd, const char *id, bool ending);
 
 /* taskenv.c: the environment of the task's processes */
 typedef struct {

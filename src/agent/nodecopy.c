@@ -1,6 +1,7 @@
 /* nodecopy.c: an agent's share of a Slurm job's node-local copies (see
  * agent_int.h): a shared flock on JOBDIR_NODE_EXE_DIR<id>/.agents while it
- * runs; an agent Slurm signalled marks the copies (.ending), and the last
+ * runs; an agent that knows the job ends (Slurm signalled it, or its
+ * coordinator's STOP said so) marks the copies (.ending), and the last
  * agent out removes marked copies. */
 #include "agent/agent_int.h"
 #include "fs/fs.h"
@@ -17,7 +18,7 @@
 
 #define LOCK_NAME ".agents"
 #define ENDING_NAME ".ending"
-/* how long an agent Slurm signalled waits for the node's other agents */
+/* how long an agent that knows the job ends waits for the node's other agents */
 #define LAST_WAIT_MS 1000
 
 int agent_nodecopy_hold(char *id, size_t idlen) {
@@ -45,29 +46,29 @@ int agent_nodecopy_hold(char *id, size_t idlen) {
   return fd;
 }
 
-void agent_nodecopy_release(int fd, const char *id, bool signalled) {
+void agent_nodecopy_release(int fd, const char *id, bool ending) {
   if (fd < 0) return;
-  char ending[PATH_MAX];
-  snprintf(ending, sizeof ending, JOBDIR_NODE_EXE_DIR "%s/" ENDING_NAME, id);
+  char mark[PATH_MAX];
+  snprintf(mark, sizeof mark, JOBDIR_NODE_EXE_DIR "%s/" ENDING_NAME, id);
   /* Slurm signals a step's processes when the job (or the step) ends;
    * an agent of the node may end by another way first (its task killed,
    * its coordinator gone), and learns from the mark that the job ends */
-  if (signalled) {
-    int m = open(ending, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (ending) {
+    int m = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (m >= 0) close(m);
   }
   /* unlock first, then try for the whole lock: of agents ending together
-   * the last to try always gets it (a failed try holds nothing). Signalled,
-   * an agent waits a little for the others: one whose handlers were
-   * already closed dies of the same signal holding its share, and tries
-   * nothing. */
+   * the last to try always gets it (a failed try holds nothing). Knowing
+   * the job ends, an agent waits a little for the others: one whose
+   * handlers were already closed dies of the same signal holding its
+   * share, and tries nothing. */
   flock(fd, LOCK_UN);
   bool last = flock(fd, LOCK_EX | LOCK_NB) == 0;
-  for (int waited = 0; !last && signalled && waited < LAST_WAIT_MS; waited += 10) {
+  for (int waited = 0; !last && ending && waited < LAST_WAIT_MS; waited += 10) {
     nanosleep(&(struct timespec){.tv_nsec = 10 * 1000000L}, NULL);
     last = flock(fd, LOCK_EX | LOCK_NB) == 0;
   }
-  if (last && (signalled || access(ending, F_OK) == 0)) {
+  if (last && (ending || access(mark, F_OK) == 0)) {
     const char *dirs[] = {JOBDIR_NODE_FILES_DIR, JOBDIR_NODE_EXE_DIR};
     for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
       char path[PATH_MAX], err[512];

@@ -23,7 +23,7 @@
 #include <unistd.h>
 #include <uv.h>
 
-static void stop_tasks(coord *co, bool services_only, uint64_t grace_ms);
+static void stop_tasks(coord *co, bool services_only, bool ending, uint64_t grace_ms);
 static void stop_expired(uv_timer_t *tm);
 static void rdv_expired(uv_timer_t *tm);
 static char **make_env(coord *co, task *t);
@@ -47,13 +47,14 @@ bool coord_all_finishing_done(coord *co) {
   return true;
 }
 
-static void stop_tasks(coord *co, bool services_only, uint64_t grace_ms) {
+static void stop_tasks(coord *co, bool services_only, bool ending, uint64_t grace_ms) {
   for (int i = 0; i < co->ntasks; i++) {
     task *t = &co->tasks[i];
     if (coord_terminal(t) || (services_only && !t->role->service)) continue;
     if (t->agent) {
       coord_conn_send_msg(t->agent,
-                          &(wire_msg){.type = WIRE_STOP, .u.stop.grace_ms = (int64_t)grace_ms});
+                          &(wire_msg){.type = WIRE_STOP,
+                                      .u.stop = {.grace_ms = (int64_t)grace_ms, .ending = ending}});
     } else if (t->agent_running) {
       co->be->ops->signal(co->be, t->id, SIGTERM);
     }
@@ -83,7 +84,11 @@ void coord_begin_stop(coord *co, int outcome, uint64_t grace_ms) {
   co->over_scan = 0;
   co->outcome = outcome;
   uv_timer_stop(&co->rdv_timer);
-  stop_tasks(co, outcome == O_SUCCESS, grace_ms);
+  /* a success or a kill ends the job (a failure may start another
+   * attempt): the agents learn it, so that where the cluster manager ends
+   * the job too (scancel signals the coordinator first) the node-local
+   * copies go with the last agent of each node (agent/nodecopy.c) */
+  stop_tasks(co, outcome == O_SUCCESS, outcome == O_SUCCESS || outcome == O_KILLED, grace_ms);
   uv_timer_start(&co->stop_timer, stop_expired, grace_ms + 2000, 0);
   co->state_dirty = true;
 }

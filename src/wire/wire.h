@@ -44,7 +44,7 @@ typedef enum {
   WIRE_STARTED,       /* agent: {pids} */
   WIRE_LOG,           /* agent: {s: 1|2, p: proc} blob: lines, '\n' ended */
   WIRE_EXIT,          /* agent: {code, signal, reason} */
-  WIRE_STOP,          /* coord: {grace_ms} stop the task's processes */
+  WIRE_STOP,          /* coord: {grace_ms, ending?} stop the task's processes */
   WIRE_HEARTBEAT,     /* both ways */
   WIRE_FAIL,          /* agent: {reason, code} before the command started */
   /* libloom <-> coordinator */

@@ -115,7 +115,10 @@ static const fld F_EXIT[] = {
     OPT("reason", F_STR, wire_exit, reason, TEXT),
     OPT("lost", F_BOOL, wire_exit, lost, 0, 0),
 };
-static const fld F_STOP[] = {REQ("grace_ms", F_INT, wire_stop, grace_ms, NAT64)};
+static const fld F_STOP[] = {
+    REQ("grace_ms", F_INT, wire_stop, grace_ms, NAT64),
+    OPT("ending", F_BOOL, wire_stop, ending, 0, 0),
+};
 static const fld F_FAIL[] = {
     REQ("reason", F_STR, wire_fail, reason, TEXT),
     REQ("code", F_INT, wire_fail, code, I32),

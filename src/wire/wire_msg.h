@@ -84,6 +84,7 @@ typedef struct {
 } wire_exit;
 typedef struct {
   int64_t grace_ms;
+  bool ending; /* the job ends: no other attempt follows (a node's copies may go) */
 } wire_stop;
 typedef struct {
   const char *reason;
