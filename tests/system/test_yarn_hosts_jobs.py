@@ -143,7 +143,9 @@ def test_every_role_sees_the_cluster_of_the_nodes(hloom, hadoop_hosts, tmp_path)
     so that no one node holds them all: TF_CONFIG, LOOM_CLUSTER and the
     torch variables name the nodes' addresses, exactly, each task's its own
     container's node; LOOM_COORD is the client; every agent ran the
-    ./loom YARN localized into its container on that node."""
+    ./loom YARN localized into its container on that node. The ps finishes
+    like the others (service: false): as a service it was stopped when the
+    rest ended, which under load came before its probe printed."""
     h = hadoop_hosts
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
@@ -155,7 +157,7 @@ files: {{probe.py: {probe}}}
 roles:
   chief: {{memory: 1GiB, command: '{py}'}}
   worker: {{instances: 2, procs: 2, memory: 1GiB, command: '{py}'}}
-  ps: {{memory: 1GiB, command: '{py}; exec sleep 60'}}
+  ps: {{memory: 1GiB, service: false, command: '{py}'}}
   evaluator: {{memory: 1GiB, command: '{py}'}}
 """)
     r = run(hloom, h, s, timeout=180)
