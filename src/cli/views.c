@@ -293,6 +293,30 @@ int cli_status(int argc, char **argv) {
 }
 
 /* ---- logs -------------------------------------------------------------- */
+/* How long `loom events --follow` waits for the event log of a job whose
+ * coordinator has not started yet (submitted, or pending in its cluster
+ * manager, but not seen as live) */
+#define FOLLOW_START_MS 10000
+
+/* A log copied in from where a coordinator elsewhere published it is a new
+ * file each time, holding the old one's lines first: *f, open on path, is
+ * replaced by the new file at the offset where the old one ended. True if
+ * it was replaced. */
+static bool reopen_if_replaced(FILE **f, const char *path) {
+  struct stat now, had;
+  if (!*f || stat(path, &now) < 0 || fstat(fileno(*f), &had) < 0 || now.st_ino == had.st_ino)
+    return false;
+  long off = ftell(*f);
+  FILE *g = fopen(path, "r");
+  if (g && off >= 0 && fseek(g, off, SEEK_SET) == 0) {
+    fclose(*f);
+    *f = g;
+    return true;
+  }
+  if (g) fclose(g);
+  return false;
+}
+
 static bool job_live(const char *dir) {
   json_t *st = jobs_state(dir);
   if (!st) return jobs_coord_alive(dir); /* pending in its cluster manager, say */
@@ -366,20 +390,7 @@ int cli_logs(int argc, char **argv) {
     if (!follow) break;
     bool live = job_live(dir); /* which copies in what was published */
     if (f) clearerr(f);
-    /* a log copied in from where the coordinator published it is a new
-     * file each time, holding the old one's lines first: on from where
-     * this one ended */
-    struct stat now, had;
-    if (f && stat(path, &now) == 0 && fstat(fileno(f), &had) == 0 && now.st_ino != had.st_ino) {
-      long off = ftell(f);
-      FILE *g = fopen(path, "r");
-      if (g && off >= 0 && fseek(g, off, SEEK_SET) == 0) {
-        fclose(f);
-        f = g;
-        continue;
-      }
-      if (g) fclose(g);
-    }
+    if (reopen_if_replaced(&f, path)) continue;
     if (!live && loom__now_ms() - idle_since > 300) break;
     usleep(100000);
   }
@@ -449,7 +460,7 @@ int cli_events(int argc, char **argv) {
    * writing one), and a log copied in anew from where a coordinator
    * elsewhere published it is read on from where the old one ended */
   char line[65536];
-  uint64_t idle_since = loom__now_ms();
+  uint64_t started = loom__now_ms(), idle_since = started;
   for (;;) {
     if (!f) f = fopen(path, "r");
     long at = f ? ftell(f) : -1;
@@ -466,18 +477,13 @@ int cli_events(int argc, char **argv) {
     if (!follow) break;
     bool live = job_live(dir);
     if (f) clearerr(f);
-    struct stat now, had;
-    if (f && stat(path, &now) == 0 && fstat(fileno(f), &had) == 0 && now.st_ino != had.st_ino) {
-      long off = ftell(f);
-      FILE *g = fopen(path, "r");
-      if (g && off >= 0 && fseek(g, off, SEEK_SET) == 0) {
-        fclose(f);
-        f = g;
-        continue;
-      }
-      if (g) fclose(g);
+    if (reopen_if_replaced(&f, path)) continue;
+    /* a job just submitted may not have a coordinator, nor its log, yet */
+    if (!f && !live && loom__now_ms() - started > FOLLOW_START_MS) {
+      fprintf(stderr, "loom events: no event log at %s (the job ended without one)\n", path);
+      return LOOM_EXIT_INFRA;
     }
-    if (!live && loom__now_ms() - idle_since > 300) break;
+    if (f && !live && loom__now_ms() - idle_since > 300) break;
     usleep(100000);
   }
   if (f) fclose(f);

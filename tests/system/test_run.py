@@ -104,6 +104,12 @@ roles:
     assert events == every  # each once, none cut
     bad = loom.run("status", job, "--spec")
     assert bad.returncode == 2 and "--spec goes with --json" in bad.stderr, bad.stderr
+    # an ended job without its event log: --follow waits for a starting
+    # coordinator's log (10 s), then says so, exit 3, rather than nothing
+    (loom.job_dir() / "events.jsonl").unlink()
+    gone = loom.run("events", job, "--json", "--follow", timeout=60)
+    assert gone.returncode == 3 and gone.stdout == "", (gone.returncode, gone.stdout)
+    assert "no event log at" in gone.stderr and "ended without one" in gone.stderr, gone.stderr
 
 
 def test_list_command_is_execd_without_shell(loom):
