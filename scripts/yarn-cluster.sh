@@ -95,7 +95,8 @@
 # ignore.secure.ports.for.testing instead of root and privileged ports;
 # no dfs.data.transfer.protection (DataNodes take plain data transfer
 # with the NameNode's block tokens) unless `--data-protection P` (before
-# --kerberos) sets it (DataNodes then take only the SASL handshake of
+# --kerberos; P a level or a comma-separated list of them, the qops the
+# DataNodes offer) sets it (DataNodes then take only the SASL handshake of
 # DataTransferProtocol, with the block token). KDIR is recorded in
 # DIR/kerberos for `datanode start`.
 #
@@ -140,7 +141,7 @@ say() { echo "yarn-cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 usage() {
-  echo "usage: scripts/yarn-cluster.sh start [--hdfs [--hosts FILE] | --hdfs-only] [--protection authentication|integrity|privacy] [--data-protection authentication|integrity|privacy] [--kerberos KDIR] [DIR] | stop [DIR] | status [DIR]" \
+  echo "usage: scripts/yarn-cluster.sh start [--hdfs [--hosts FILE] | --hdfs-only] [--protection authentication|integrity|privacy] [--data-protection LEVEL[,LEVEL...]] [--kerberos KDIR] [DIR] | stop [DIR] | status [DIR]" \
     "| datanode stop|start N [DIR] | nodemanager stop|start N [DIR] | rm stop|kill|start [DIR] | classpath" >&2
   exit 2
 }
@@ -831,7 +832,8 @@ fi
 DATA_PROTECTION=
 if [ "$VERB" = start ] && [ "${1:-}" = --data-protection ]; then
   [ $# -ge 2 ] || usage
-  [[ "$2" =~ ^(authentication|integrity|privacy)$ ]] || die "--data-protection: authentication, integrity or privacy, not $2"
+  [[ "$2" =~ ^(authentication|integrity|privacy)(,(authentication|integrity|privacy))*$ ]] ||
+    die "--data-protection: authentication, integrity or privacy, or a list of them (integrity,privacy), not $2"
   DATA_PROTECTION=$2
   shift 2
 fi

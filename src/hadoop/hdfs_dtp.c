@@ -120,8 +120,183 @@ int hdfs_put_op(loom__buf *b, uint8_t op, const ProtobufCMessage *msg) {
   return rc;
 }
 
-/* Reads a varint-delimited message of desc from fd. */
-int hdfs_recv_delimited(int fd, const char *peer, const ProtobufCMessageDescriptor *desc,
+/* ---- a DataNode connection, through its security layer -------------------- */
+
+void hdfs_dn_init(hdfs_dn *c, int fd) {
+  memset(c, 0, sizeof *c);
+  c->fd = fd;
+}
+
+void hdfs_dn_close(hdfs_dn *c) {
+  if (c->fd >= 0) close(c->fd);
+  if (c->sl) hsasl_layer_free(c->sl);
+  free(c->sl);
+  free(c->raw);
+  free(c->plain);
+  hdfs_dn_init(c, -1);
+}
+
+/* Makes room for n more bytes at the end of a buffer. */
+static int room(uint8_t **b, size_t *cap, size_t len, size_t n) {
+  if (len + n <= *cap) return 0;
+  size_t want = *cap ? *cap : 1 << 16;
+  while (want < len + n) want *= 2;
+  uint8_t *g = realloc(*b, want);
+  if (!g) return LOOM_ENOMEM;
+  *b = g;
+  *cap = want;
+  return 0;
+}
+
+int hdfs_dn_send(hdfs_dn *c, const char *peer, const void *buf, size_t n, uint64_t deadline,
+                 const char *what, char *err, size_t errlen) {
+  if (!c->sl) return hipc_send_fd(c->fd, peer, buf, n, deadline, what, err, errlen);
+  const uint8_t *p = buf;
+  size_t cap = 4 + c->send_max + HSASL_WRAP_OVERHEAD;
+  uint8_t *w = malloc(cap);
+  if (!w) return LOOM_ENOMEM;
+  int rc = 0;
+  while (rc == 0 && n) {
+    size_t k = n < c->send_max ? n : c->send_max, wl = 0;
+    if (hsasl_wrap(c->sl, p, k, w + 4, cap - 4, &wl) < 0) {
+      snprintf(err, errlen, "%s: SASL: cannot wrap %s", peer, what);
+      rc = LOOM_EPROTO;
+      break;
+    }
+    loom__put_be32(w, (uint32_t)wl);
+    rc = hipc_send_fd(c->fd, peer, w, 4 + wl, deadline, what, err, errlen);
+    p += k;
+    n -= k;
+  }
+  free(w);
+  return rc;
+}
+
+int hdfs_dn_take(hdfs_dn *c, const uint8_t *p, size_t n, char *err, size_t errlen) {
+  if (room(&c->raw, &c->raw_cap, c->raw_len, n) < 0) return LOOM_ENOMEM;
+  if (n) memcpy(c->raw + c->raw_len, p, n);
+  c->raw_len += n;
+  size_t at = 0;
+  int rc = 0;
+  while (c->raw_len - at >= 4) {
+    uint32_t len = loom__get_be32(c->raw + at);
+    if (len > HDFS_DN_MAX_WRAPPED) {
+      snprintf(err, errlen, "a SASL-wrapped message of %u bytes (at most %u)", len,
+               HDFS_DN_MAX_WRAPPED);
+      rc = LOOM_EPROTO;
+      break;
+    }
+    if (c->raw_len - at - 4 < len) break;
+    if (!len) { /* Java's wrap of nothing: nothing */
+      at += 4;
+      continue;
+    }
+    /* the plain bytes not yet taken go to the front first */
+    if (c->plain_off) {
+      memmove(c->plain, c->plain + c->plain_off, c->plain_len);
+      c->plain_off = 0;
+    }
+    if (room(&c->plain, &c->plain_cap, c->plain_len, len ? len : 1) < 0) {
+      rc = LOOM_ENOMEM;
+      break;
+    }
+    size_t got = 0;
+    char why[256];
+    if (hsasl_unwrap(c->sl, c->raw + at + 4, len, c->plain + c->plain_len, len, &got, why,
+                     sizeof why) < 0) {
+      snprintf(err, errlen, "SASL: %s", why);
+      rc = LOOM_EPROTO;
+      break;
+    }
+    c->plain_len += got;
+    at += 4 + (size_t)len;
+  }
+  memmove(c->raw, c->raw + at, c->raw_len - at);
+  c->raw_len -= at;
+  return rc;
+}
+
+/* Takes up to cap plain bytes into buf. */
+static size_t take_plain(hdfs_dn *c, uint8_t *buf, size_t cap) {
+  size_t k = c->plain_len < cap ? c->plain_len : cap;
+  memcpy(buf, c->plain + c->plain_off, k);
+  c->plain_off += k;
+  c->plain_len -= k;
+  if (!c->plain_len) c->plain_off = 0;
+  return k;
+}
+
+int hdfs_dn_recv_now(hdfs_dn *c, const char *peer, void *buf, size_t cap, size_t *got, char *err,
+                     size_t errlen) {
+  *got = 0;
+  for (;;) {
+    if (c->sl && c->plain_len) {
+      *got = take_plain(c, buf, cap);
+      return 0;
+    }
+    uint8_t tmp[1 << 16];
+    uint8_t *to = c->sl ? tmp : buf;
+    size_t n = c->sl ? sizeof tmp : cap;
+    ssize_t r = recv(c->fd, to, n, MSG_DONTWAIT);
+    if (r == 0) {
+      snprintf(err, errlen, "closed");
+      return LOOM_ECONN;
+    }
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      snprintf(err, errlen, "%s: reading failed: %s", peer, strerror(errno));
+      return LOOM_ECONN;
+    }
+    if (!c->sl) {
+      *got = (size_t)r;
+      return 0;
+    }
+    char why[300];
+    int rc = hdfs_dn_take(c, tmp, (size_t)r, why, sizeof why);
+    if (rc < 0) {
+      snprintf(err, errlen, "%s: %s", peer, why);
+      return rc;
+    }
+  }
+}
+
+int hdfs_dn_recv(hdfs_dn *c, const char *peer, void *buf, size_t n, uint64_t deadline,
+                 int timeout_ms, const char *what, char *err, size_t errlen) {
+  if (!c->sl) return hipc_recv_fd(c->fd, peer, buf, n, deadline, timeout_ms, what, err, errlen);
+  uint8_t *p = buf;
+  while (n) {
+    if (c->plain_len) {
+      size_t k = take_plain(c, p, n);
+      p += k;
+      n -= k;
+      continue;
+    }
+    /* the rest of the next wrapped message (hdfs_dn_recv_now may have
+     * taken a part of it): its length, then its bytes */
+    size_t need = 4 - c->raw_len;
+    if (c->raw_len >= 4) {
+      uint32_t len = loom__get_be32(c->raw);
+      if (len > HDFS_DN_MAX_WRAPPED) { /* hdfs_dn_take refused it already */
+        snprintf(err, errlen, "%s: %s: a SASL-wrapped message of %u bytes", peer, what, len);
+        return LOOM_EPROTO;
+      }
+      need = 4 + (size_t)len - c->raw_len;
+    }
+    uint8_t *m = malloc(need ? need : 1);
+    if (!m) return LOOM_ENOMEM;
+    int rc = hipc_recv_fd(c->fd, peer, m, need, deadline, timeout_ms, what, err, errlen);
+    char why[300];
+    if (rc == 0 && (rc = hdfs_dn_take(c, m, need, why, sizeof why)) < 0)
+      snprintf(err, errlen, "%s: %s: %s", peer, what, why);
+    free(m);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+/* Reads a varint-delimited message of desc from c. */
+int hdfs_recv_delimited(hdfs_dn *c, const char *peer, const ProtobufCMessageDescriptor *desc,
                         ProtobufCMessage **out, const char *what, char *err, size_t errlen) {
   *out = NULL;
   uint64_t deadline = loom__now_ms() + HDFS_TIMEOUT_MS;
@@ -133,7 +308,7 @@ int hdfs_recv_delimited(int fd, const char *peer, const ProtobufCMessageDescript
       snprintf(err, errlen, "%s: %s: a length prefix longer than 5 bytes", peer, what);
       return LOOM_EPROTO;
     }
-    int rc = hipc_recv_fd(fd, peer, vb + i, 1, deadline, HDFS_TIMEOUT_MS, what, err, errlen);
+    int rc = hdfs_dn_recv(c, peer, vb + i, 1, deadline, HDFS_TIMEOUT_MS, what, err, errlen);
     if (rc < 0) return rc;
     if (!(vb[i] & 0x80)) break;
   }
@@ -143,7 +318,7 @@ int hdfs_recv_delimited(int fd, const char *peer, const ProtobufCMessageDescript
   }
   uint8_t *buf = malloc(len ? len : 1);
   if (!buf) return LOOM_ENOMEM;
-  int rc = hipc_recv_fd(fd, peer, buf, len, deadline, HDFS_TIMEOUT_MS, what, err, errlen);
+  int rc = hdfs_dn_recv(c, peer, buf, len, deadline, HDFS_TIMEOUT_MS, what, err, errlen);
   if (rc == 0 && !(*out = protobuf_c_message_unpack(desc, NULL, len, buf))) {
     snprintf(err, errlen, "%s: %s does not decode (%u bytes)", peer, what, len);
     rc = LOOM_EPROTO;
@@ -179,9 +354,13 @@ void hdfs_op_header_init(op_header *h, Hadoop__Hdfs__ExtendedBlockProto *b,
  * access token's identifier and password (base64) and digest-uri "hdfs/0";
  * the DataNode's rspauth, which proves it knew the token's key. No RPC
  * says what a DataNode wants: the client's own configuration does, as in
- * Java's client. At authentication the stream then goes on as it is; the
- * integrity and privacy layers of the data stream are not built, and are
- * refused with a message that says so. */
+ * Java's client. The qop is the strongest the DataNode offers and the
+ * configuration allows. At authentication the stream then goes on as it
+ * is; at integrity (auth-int) or privacy (auth-conf, the 3des cipher)
+ * every byte after the handshake goes through the security layer
+ * (hdfs_dn_send, hdfs_dn_recv), as Java's SaslOutputStream and
+ * SaslInputStream do. (dfs.encrypt.data.transfer, which negotiates AES
+ * keys inside this handshake, is not done.) */
 
 #define DT_SASL_MAGIC 0xDEADBEEFu
 
@@ -235,12 +414,12 @@ static int dt_sasl_send(int fd, const char *peer, bool magic, const void *payloa
 
 /* Receives the DataNode's next step: its payload copied into out (at most
  * cap - 1 bytes, NUL-terminated), its length in *outlen. */
-static int dt_sasl_recv(int fd, const char *peer, char *out, size_t cap, size_t *outlen,
+static int dt_sasl_recv(hdfs_dn *c, const char *peer, char *out, size_t cap, size_t *outlen,
                         const char *what, char *err, size_t errlen) {
   ProtobufCMessage *m = NULL;
-  int rc = hdfs_recv_delimited(fd, peer,
-                               &hadoop__hdfs__data_transfer_encryptor_message_proto__descriptor, &m,
-                               what, err, errlen);
+  int rc =
+      hdfs_recv_delimited(c, peer, &hadoop__hdfs__data_transfer_encryptor_message_proto__descriptor,
+                          &m, what, err, errlen);
   if (rc < 0) return rc;
   const uint8_t *p;
   size_t n;
@@ -261,17 +440,9 @@ static int dt_sasl_recv(int fd, const char *peer, char *out, size_t cap, size_t 
   return rc;
 }
 
-int hdfs_dt_sasl(hdfs *fs, int fd, const char *peer, uint32_t xferport,
+int hdfs_dt_sasl(hdfs *fs, hdfs_dn *c, const char *peer, uint32_t xferport,
                  const Hadoop__Common__TokenProto *tok, char *err, size_t errlen) {
   if (!fs->dt_qops || xferport < 1024) return 0;
-  if (!(fs->dt_qops & HSASL_QOP_AUTH)) {
-    snprintf(err, errlen,
-             "%s: dfs.data.transfer.protection in the client's configuration allows only %s: "
-             "loom's HDFS client does DataTransferProtocol's SASL at authentication only (the "
-             "integrity and privacy layers of the data stream are not built yet)",
-             peer, fs->dt_qops & HSASL_QOP_INT ? "integrity or above" : "privacy");
-    return LOOM_ENOTSUP;
-  }
   if (!tok || !tok->identifier.len) {
     snprintf(err, errlen,
              "%s: the DataNode asks for SASL (dfs.data.transfer.protection) and the NameNode "
@@ -279,25 +450,35 @@ int hdfs_dt_sasl(hdfs *fs, int fd, const char *peer, uint32_t xferport,
              peer);
     return LOOM_EAUTH;
   }
+  int fd = c->fd;
   uint64_t deadline = loom__now_ms() + HDFS_TIMEOUT_MS;
   char ch_text[4096], resp[12000], fin[512], rspauth[33], why[256];
   size_t n = 0, rl = 0;
   int rc = dt_sasl_send(fd, peer, true, "", 0, deadline, "the SASL start", err, errlen);
   if (rc == 0)
-    rc = dt_sasl_recv(fd, peer, ch_text, sizeof ch_text, &n, "the DataNode's SASL challenge", err,
+    rc = dt_sasl_recv(c, peer, ch_text, sizeof ch_text, &n, "the DataNode's SASL challenge", err,
                       errlen);
   hsasl_challenge ch;
   if (rc == 0 && hsasl_parse_challenge((const uint8_t *)ch_text, n, &ch, why, sizeof why) < 0) {
     snprintf(err, errlen, "%s: SASL: %s", peer, why);
     rc = LOOM_EPROTO;
   }
-  if (rc == 0 && !hsasl_choose_qop(&ch, HSASL_QOP_AUTH)) {
+  int qop = 0;
+  if (rc == 0 && !(qop = hsasl_choose_qop(&ch, fs->dt_qops))) {
+    char allows[64] = "";
+    const char *names[] = {"authentication", "integrity", "privacy"};
+    for (int i = 0; i < 3; i++)
+      if (fs->dt_qops & (1 << i))
+        snprintf(allows + strlen(allows), sizeof allows - strlen(allows), "%s%s",
+                 allows[0] ? ", " : "", names[i]);
     snprintf(err, errlen,
-             "%s: the DataNode wants qop %s (dfs.data.transfer.protection integrity or privacy): "
-             "loom's HDFS client does DataTransferProtocol's SASL at authentication only",
-             peer, ch.qop);
+             "%s: SASL: the DataNode offers qop %s%s%s%s and the client's "
+             "dfs.data.transfer.protection allows %s: no level in common",
+             peer, ch.qop, ch.cipher[0] ? " (ciphers " : "", ch.cipher,
+             ch.cipher[0] ? "; loom's privacy layer takes 3des)" : "", allows);
     rc = LOOM_ENOTSUP;
   }
+  uint8_t ha1[16];
   if (rc == 0) {
     uint8_t raw[12];
     char cnonce[17];
@@ -305,8 +486,8 @@ int hdfs_dt_sasl(hdfs *fs, int fd, const char *peer, uint32_t xferport,
                      tok->password.len};
     if (RAND_bytes(raw, sizeof raw) != 1) rc = LOOM_EIO;
     EVP_EncodeBlock((unsigned char *)cnonce, raw, sizeof raw);
-    if (rc == 0 && hsasl_response_qop(&ch, &t, "hdfs", "0", cnonce, HSASL_QOP_AUTH, resp,
-                                      sizeof resp, &rl, rspauth, NULL) < 0) {
+    if (rc == 0 && hsasl_response_qop(&ch, &t, "hdfs", "0", cnonce, qop, resp, sizeof resp, &rl,
+                                      rspauth, ha1) < 0) {
       snprintf(err, errlen, "%s: the block token is too large for a DIGEST-MD5 response", peer);
       rc = LOOM_EINVAL;
     }
@@ -314,7 +495,7 @@ int hdfs_dt_sasl(hdfs *fs, int fd, const char *peer, uint32_t xferport,
   if (rc == 0)
     rc = dt_sasl_send(fd, peer, false, resp, rl, deadline, "the SASL response", err, errlen);
   if (rc == 0)
-    rc = dt_sasl_recv(fd, peer, fin, sizeof fin, &n, "the DataNode's SASL outcome", err, errlen);
+    rc = dt_sasl_recv(c, peer, fin, sizeof fin, &n, "the DataNode's SASL outcome", err, errlen);
   if (rc == 0 && hsasl_check_rspauth((const uint8_t *)fin, n, rspauth) < 0) {
     snprintf(err, errlen,
              "%s: SASL: the DataNode's proof (rspauth) does not match the block token: not a "
@@ -322,5 +503,20 @@ int hdfs_dt_sasl(hdfs *fs, int fd, const char *peer, uint32_t xferport,
              peer);
     rc = LOOM_EAUTH;
   }
+  /* above authentication every byte from here on goes through the layer */
+  if (rc == 0 && qop != HSASL_QOP_AUTH) {
+    c->sl = calloc(1, sizeof *c->sl);
+    if (!c->sl || hsasl_layer_init(c->sl, qop, ha1, 0) < 0) {
+      free(c->sl);
+      c->sl = NULL;
+      snprintf(err, errlen, "%s: SASL: cannot set up the %s layer", peer, hsasl_qop_name(qop));
+      rc = LOOM_EIO;
+    } else {
+      c->send_max = ch.maxbuf > HSASL_WRAP_OVERHEAD + 4 ? ch.maxbuf - HSASL_WRAP_OVERHEAD - 4 : 64;
+    }
+  }
+  if (rc == 0)
+    loom__log(LOOM_LOG_DEBUG, "hadoop", "%s: DataTransferProtocol SASL at %s", peer,
+              hsasl_qop_name(qop));
   return rc;
 }

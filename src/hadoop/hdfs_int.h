@@ -15,6 +15,7 @@
 #include "hdfs.pb-c.h"
 #include "core/core.h"
 #include "hadoop/ipc.h"
+#include "hadoop/sasl.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -77,19 +78,62 @@ typedef struct {
 } op_header;
 
 int hdfs_put_op(loom__buf *b, uint8_t op, const ProtobufCMessage *msg);
-int hdfs_recv_delimited(int fd, const char *peer, const ProtobufCMessageDescriptor *desc,
+
+/* A DataNode connection: the socket (non-blocking, as hipc_dial gives it)
+ * and, where DataTransferProtocol's SASL settled on integrity or privacy,
+ * the security layer every byte after the handshake goes through, each
+ * way: [4-byte length][SASL-wrapped bytes], as Hadoop's SaslOutputStream
+ * and SaslInputStream frame them. Without a layer the bytes go as they
+ * are. */
+typedef struct {
+  int fd;
+  hsasl_layer *sl; /* NULL: none (no SASL, or at authentication) */
+  size_t send_max; /* the most bytes one wrapped message carries */
+  uint8_t *raw;    /* received bytes not yet a whole wrapped message */
+  size_t raw_len, raw_cap;
+  uint8_t *plain; /* unwrapped bytes not yet taken */
+  size_t plain_off, plain_len, plain_cap;
+} hdfs_dn;
+
+/* The largest wrapped message a DataNode may send (its SaslOutputStream
+ * wraps each write whole: a packet, 64 KiB and its checksums, at most). */
+#define HDFS_DN_MAX_WRAPPED (16u << 20)
+
+/* c on fd, no layer yet. */
+void hdfs_dn_init(hdfs_dn *c, int fd);
+/* Closes the socket and frees the layer and buffers; c is as after
+ * hdfs_dn_init(c, -1). */
+void hdfs_dn_close(hdfs_dn *c);
+/* hipc_send_fd and hipc_recv_fd through c's layer. */
+int hdfs_dn_send(hdfs_dn *c, const char *peer, const void *buf, size_t n, uint64_t deadline,
+                 const char *what, char *err, size_t errlen);
+int hdfs_dn_recv(hdfs_dn *c, const char *peer, void *buf, size_t n, uint64_t deadline,
+                 int timeout_ms, const char *what, char *err, size_t errlen);
+/* What can be had without waiting, at most cap bytes: 0 with *got bytes
+ * (0: nothing yet), LOOM_ECONN (err "closed": the DataNode closed the
+ * connection), or another error with err saying what. */
+int hdfs_dn_recv_now(hdfs_dn *c, const char *peer, void *buf, size_t cap, size_t *got, char *err,
+                     size_t errlen);
+/* Takes n received bytes into c's wrapped messages and unwraps each whole
+ * one (the part of hdfs_dn_recv* a fuzzer drives): 0, or an error with err
+ * saying what (a length over HDFS_DN_MAX_WRAPPED, a message the layer
+ * refuses). */
+int hdfs_dn_take(hdfs_dn *c, const uint8_t *p, size_t n, char *err, size_t errlen);
+
+int hdfs_recv_delimited(hdfs_dn *c, const char *peer, const ProtobufCMessageDescriptor *desc,
                         ProtobufCMessage **out, const char *what, char *err, size_t errlen);
 const char *hdfs_status_name(int s);
 void hdfs_op_header_init(op_header *h, Hadoop__Hdfs__ExtendedBlockProto *b,
                          Hadoop__Common__TokenProto *tok, const char *client);
 
-/* DataTransferProtocol's SASL handshake on a new DataNode connection fd
+/* DataTransferProtocol's SASL handshake on a new DataNode connection c
  * (xferport: the DataNode's data port), with the block's access token, as
  * Hadoop's SaslDataTransferClient does: only when the configuration sets
  * dfs.data.transfer.protection and the port is not privileged (< 1024);
- * DIGEST-MD5 for "hdfs/0" with the token, at authentication. 0 (nothing
- * to do, or done), or an error that names the DataNode. */
-int hdfs_dt_sasl(hdfs *fs, int fd, const char *peer, uint32_t xferport,
+ * DIGEST-MD5 for "hdfs/0" with the token, at the strongest qop both
+ * allow; at integrity or privacy c gets the layer. 0 (nothing to do, or
+ * done), or an error that names the DataNode. */
+int hdfs_dt_sasl(hdfs *fs, hdfs_dn *c, const char *peer, uint32_t xferport,
                  const Hadoop__Common__TokenProto *tok, char *err, size_t errlen);
 
 /* hdfs_read.c */

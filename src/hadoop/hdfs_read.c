@@ -29,7 +29,7 @@ struct hdfs_reader {
   Hadoop__Hdfs__GetBlockLocationsResponseProto *lresp;
   int failovers;
   /* the stream */
-  int fd;
+  hdfs_dn dn;
   int sblock; /* index in lbs->blocks */
   int sdn;    /* index in that block's locs */
   char speer[128];
@@ -52,8 +52,7 @@ struct hdfs_reader {
 };
 
 static void stream_close(hdfs_reader *r) {
-  if (r->fd >= 0) close(r->fd);
-  r->fd = -1;
+  hdfs_dn_close(&r->dn);
   r->data_left = 0;
   r->sblock = -1;
 }
@@ -94,7 +93,7 @@ int hdfs_open(hdfs *fs, const char *path, hdfs_reader **out, char *err, size_t e
   hdfs_reader *r = calloc(1, sizeof *r);
   if (!r) return LOOM_ENOMEM;
   r->fs = fs;
-  r->fd = -1;
+  hdfs_dn_init(&r->dn, -1);
   r->sblock = -1;
   loom__strlcpy(r->path, path, sizeof r->path);
   snprintf(r->url, sizeof r->url, "hdfs://%s:%d%s", fs->host, fs->port, path);
@@ -173,9 +172,11 @@ static int stream_open(hdfs_reader *r, int bi, int li, uint64_t off, char *err, 
   int fd = -1;
   int rc = hipc_dial(d->id->ipaddr, (int)d->id->xferport, peer, HDFS_TIMEOUT_MS, &fd, err, errlen);
   if (rc < 0) return rc;
-  rc = hdfs_dt_sasl(r->fs, fd, peer, d->id->xferport, b->blocktoken, err, errlen);
+  hdfs_dn c;
+  hdfs_dn_init(&c, fd);
+  rc = hdfs_dt_sasl(r->fs, &c, peer, d->id->xferport, b->blocktoken, err, errlen);
   if (rc < 0) {
-    close(fd);
+    hdfs_dn_close(&c);
     return rc;
   }
   int big = 1 << 20;
@@ -190,11 +191,11 @@ static int stream_open(hdfs_reader *r, int bi, int li, uint64_t off, char *err, 
   loom__buf_init(&q, 1 << 20);
   rc = hdfs_put_op(&q, OP_READ_BLOCK, &op.base);
   uint64_t deadline = loom__now_ms() + HDFS_TIMEOUT_MS;
-  if (rc == 0) rc = hipc_send_fd(fd, peer, q.p, q.len, deadline, "the read request", err, errlen);
+  if (rc == 0) rc = hdfs_dn_send(&c, peer, q.p, q.len, deadline, "the read request", err, errlen);
   loom__buf_free(&q);
   Hadoop__Hdfs__BlockOpResponseProto *resp = NULL;
   if (rc == 0)
-    rc = hdfs_recv_delimited(fd, peer, &hadoop__hdfs__block_op_response_proto__descriptor,
+    rc = hdfs_recv_delimited(&c, peer, &hadoop__hdfs__block_op_response_proto__descriptor,
                              (ProtobufCMessage **)&resp, "the answer to the read request", err,
                              errlen);
   if (rc == 0) {
@@ -217,10 +218,10 @@ static int stream_open(hdfs_reader *r, int bi, int li, uint64_t off, char *err, 
   }
   if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
   if (rc < 0) {
-    close(fd);
+    hdfs_dn_close(&c);
     return rc;
   }
-  r->fd = fd;
+  r->dn = c;
   r->sblock = bi;
   r->sdn = li;
   r->send = b->offset + b->b->numbytes;
@@ -234,7 +235,7 @@ static int stream_open(hdfs_reader *r, int bi, int li, uint64_t off, char *err, 
 static int next_packet(hdfs_reader *r, char *err, size_t errlen) {
   uint64_t deadline = loom__now_ms() + HDFS_TIMEOUT_MS;
   uint8_t pre[6];
-  int rc = hipc_recv_fd(r->fd, r->speer, pre, 6, deadline, HDFS_TIMEOUT_MS, "a data packet", err,
+  int rc = hdfs_dn_recv(&r->dn, r->speer, pre, 6, deadline, HDFS_TIMEOUT_MS, "a data packet", err,
                         errlen);
   uint32_t plen = 0;
   uint16_t hlen = 0;
@@ -243,8 +244,8 @@ static int next_packet(hdfs_reader *r, char *err, size_t errlen) {
     snprintf(err, errlen, "%s: %s", r->speer, why);
   uint8_t hdr[MAX_HEADER];
   if (rc == 0)
-    rc = hipc_recv_fd(r->fd, r->speer, hdr, hlen, deadline, HDFS_TIMEOUT_MS, "a packet header", err,
-                      errlen);
+    rc = hdfs_dn_recv(&r->dn, r->speer, hdr, hlen, deadline, HDFS_TIMEOUT_MS, "a packet header",
+                      err, errlen);
   hdfs_packet p;
   if (rc == 0 &&
       (rc = hdfs_packet_decode(hdr, hlen, plen, r->bpc, r->csize, &p, why, sizeof why)) < 0)
@@ -257,7 +258,7 @@ static int next_packet(hdfs_reader *r, char *err, size_t errlen) {
     r->pkt_cap = body;
   }
   if (rc == 0)
-    rc = hipc_recv_fd(r->fd, r->speer, r->pkt, body, deadline, HDFS_TIMEOUT_MS, "packet data", err,
+    rc = hdfs_dn_recv(&r->dn, r->speer, r->pkt, body, deadline, HDFS_TIMEOUT_MS, "packet data", err,
                       errlen);
   if (rc < 0) return rc;
   const Hadoop__Hdfs__LocatedBlockProto *b = r->lbs->blocks[r->sblock];
@@ -303,7 +304,7 @@ static void read_done(hdfs_reader *r) {
     buf[0] = (uint8_t)n;
     protobuf_c_message_pack(&s.base, buf + 1);
     char err[128];
-    hipc_send_fd(r->fd, r->speer, buf, n + 1, loom__now_ms() + 1000, "the read status", err,
+    hdfs_dn_send(&r->dn, r->speer, buf, n + 1, loom__now_ms() + 1000, "the read status", err,
                  sizeof err);
   }
   stream_close(r);
@@ -313,7 +314,7 @@ static void read_done(hdfs_reader *r) {
  * one on a replica not given up on, refetching the locations once when
  * every known one failed. */
 static int stream_to(hdfs_reader *r, uint64_t off, char *err, size_t errlen) {
-  if (r->fd >= 0 && r->spos == off) return 0;
+  if (r->dn.fd >= 0 && r->spos == off) return 0;
   stream_close(r);
   for (int round = 0; round < 2; round++) {
     int bi = block_at(r, off);

@@ -24,7 +24,7 @@ struct hdfs_writer {
   uint32_t replication;
   /* the block being written */
   Hadoop__Hdfs__AddBlockResponseProto *blk;
-  int fd;
+  hdfs_dn dn;
   char peer[128];
   uint64_t inblock; /* bytes sent in this block */
   int64_t seqno;    /* the next packet's */
@@ -62,7 +62,7 @@ static bool prev_block(hdfs_writer *w, Hadoop__Hdfs__ExtendedBlockProto *b) {
 }
 
 static void writer_free(hdfs_writer *w) {
-  if (w->fd >= 0) close(w->fd);
+  hdfs_dn_close(&w->dn);
   if (w->blk) protobuf_c_message_free_unpacked(&w->blk->base, NULL);
   free(w->pkt);
   free(w);
@@ -84,7 +84,7 @@ int hdfs_create(hdfs *fs, const char *path, bool overwrite, uint32_t replication
     return LOOM_ENOMEM;
   }
   w->fs = fs;
-  w->fd = -1;
+  hdfs_dn_init(&w->dn, -1);
   w->acked = -1;
   loom__strlcpy(w->path, path, sizeof w->path);
   snprintf(w->url, sizeof w->url, "hdfs://%s:%d%s", fs->host, fs->port, path);
@@ -168,23 +168,25 @@ static int take_acks(hdfs_writer *w, bool wait, char *err, size_t errlen) {
       w->acklen -= vn + len;
     }
     if (took) return 0;
-    ssize_t r = recv(w->fd, w->ackbuf + w->acklen, sizeof w->ackbuf - w->acklen, MSG_DONTWAIT);
-    if (r > 0) {
-      w->acklen += (size_t)r;
+    size_t got = 0;
+    char why[400];
+    int rc = hdfs_dn_recv_now(&w->dn, w->peer, w->ackbuf + w->acklen, sizeof w->ackbuf - w->acklen,
+                              &got, why, sizeof why);
+    if (rc == 0 && got) {
+      w->acklen += got;
       continue;
     }
-    if (r == 0) {
+    if (rc == LOOM_ECONN && !strcmp(why, "closed")) {
       snprintf(err, errlen, "%s closed the pipeline of block %llu of %s", w->peer,
                (unsigned long long)w->blk->block->b->blockid, w->url);
       return LOOM_ECONN;
     }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      snprintf(err, errlen, "%s: reading acknowledgements: %s", w->peer, strerror(errno));
-      return LOOM_ECONN;
+    if (rc < 0) {
+      snprintf(err, errlen, "%s (reading acknowledgements)", why);
+      return rc;
     }
     if (!wait) return 0;
-    struct pollfd p = {.fd = w->fd, .events = POLLIN};
+    struct pollfd p = {.fd = w->dn.fd, .events = POLLIN};
     uint64_t now = loom__now_ms();
     if (now >= deadline) {
       snprintf(err, errlen, "%s: no acknowledgement of packet %lld within %d ms", w->peer,
@@ -244,7 +246,9 @@ static int block_open(hdfs_writer *w, char *err, size_t errlen) {
     snprintf(w->peer, sizeof w->peer, "the DataNode at %s:%u", d->id->ipaddr, d->id->xferport);
     int fd = -1;
     rc = hipc_dial(d->id->ipaddr, (int)d->id->xferport, w->peer, HDFS_TIMEOUT_MS, &fd, err, errlen);
-    if (rc == 0) rc = hdfs_dt_sasl(w->fs, fd, w->peer, d->id->xferport, b->blocktoken, err, errlen);
+    hdfs_dn c;
+    hdfs_dn_init(&c, fd);
+    if (rc == 0) rc = hdfs_dt_sasl(w->fs, &c, w->peer, d->id->xferport, b->blocktoken, err, errlen);
     Hadoop__Hdfs__BlockOpResponseProto * or = NULL;
     if (rc == 0) {
       int big = 1 << 20;
@@ -278,11 +282,11 @@ static int block_open(hdfs_writer *w, char *err, size_t errlen) {
       loom__buf_init(&q, 1 << 20);
       rc = hdfs_put_op(&q, OP_WRITE_BLOCK, &op.base);
       if (rc == 0)
-        rc = hipc_send_fd(fd, w->peer, q.p, q.len, loom__now_ms() + HDFS_TIMEOUT_MS,
+        rc = hdfs_dn_send(&c, w->peer, q.p, q.len, loom__now_ms() + HDFS_TIMEOUT_MS,
                           "the write request", err, errlen);
       loom__buf_free(&q);
       if (rc == 0)
-        rc = hdfs_recv_delimited(fd, w->peer, &hadoop__hdfs__block_op_response_proto__descriptor,
+        rc = hdfs_recv_delimited(&c, w->peer, &hadoop__hdfs__block_op_response_proto__descriptor,
                                  (ProtobufCMessage **)& or, "the answer to the write request", err,
                                  errlen);
       if (rc == 0 && or->status != HADOOP__HDFS__STATUS__SUCCESS) {
@@ -297,7 +301,7 @@ static int block_open(hdfs_writer *w, char *err, size_t errlen) {
     if (rc == 0) {
       if (or) protobuf_c_message_free_unpacked(& or->base, NULL);
       w->blk = resp;
-      w->fd = fd;
+      w->dn = c;
       w->inblock = 0;
       w->seqno = 0;
       w->acked = -1;
@@ -313,7 +317,7 @@ static int block_open(hdfs_writer *w, char *err, size_t errlen) {
       if (!strcmp(name, or->firstbadlink)) badi = i;
     }
     if (or) protobuf_c_message_free_unpacked(& or->base, NULL);
-    if (fd >= 0) close(fd);
+    hdfs_dn_close(&c);
     loom__log(LOOM_LOG_WARN, "hadoop", "%s: setting up block %llu: %s; trying without %s:%u",
               w->url, (unsigned long long)b->b->blockid, err, b->locs[badi]->id->ipaddr,
               b->locs[badi]->id->xferport);
@@ -369,7 +373,7 @@ static int send_packet(hdfs_writer *w, bool last, char *err, size_t errlen) {
   loom__put_be32(start, (uint32_t)(4 + chunks * 4 + n));
   loom__put_be16(start + 4, (uint16_t)hl);
   protobuf_c_message_pack(&h.base, start + 6);
-  int rc = hipc_send_fd(w->fd, w->peer, start, (size_t)(data + n - start),
+  int rc = hdfs_dn_send(&w->dn, w->peer, start, (size_t)(data + n - start),
                         loom__now_ms() + HDFS_TIMEOUT_MS, "a data packet", err, errlen);
   if (rc < 0) return rc;
   w->seqno++;
@@ -393,8 +397,7 @@ static int block_close(hdfs_writer *w, char *err, size_t errlen) {
   w->prev_gs = b->generationstamp;
   w->prev_bytes = w->inblock;
   w->has_prev = true;
-  close(w->fd);
-  w->fd = -1;
+  hdfs_dn_close(&w->dn);
   protobuf_c_message_free_unpacked(&w->blk->base, NULL);
   w->blk = NULL;
   return 0;
@@ -478,8 +481,7 @@ int hdfs_close_file(hdfs_writer *w, char *err, size_t errlen) {
 
 void hdfs_abort(hdfs_writer *w) {
   if (!w) return;
-  if (w->fd >= 0) close(w->fd);
-  w->fd = -1;
+  hdfs_dn_close(&w->dn);
   char err[256];
   hdfs_delete(w->fs, w->path, false, err, sizeof err);
   writer_free(w);

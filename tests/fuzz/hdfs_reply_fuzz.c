@@ -13,7 +13,13 @@
  *      hdfs_check_block on what it holds;
  *   255 a DataNode's step of the SASL handshake
  *      (DataTransferEncryptorMessageProto): hdfs_check_dt_sasl, then its
- *      payload as a DIGEST-MD5 challenge (hsasl_parse_challenge).
+ *      payload as a DIGEST-MD5 challenge (hsasl_parse_challenge);
+ *   254 a DataNode's stream under the SASL security layer (integrity or
+ *      privacy by the next byte's bit 0): with bit 1 the rest as bytes
+ *      that arrive (hdfs_dn_take, in two parts split at the byte after);
+ *      without it the rest as plain bytes the DataNode's side wraps in
+ *      messages of up to 255 bytes (the byte after says how many), which
+ *      loom's side must take back exactly.
  * Aborts when a check's contract breaks: a packet accepted whose parts do
  * not add up to its length, a read reply accepted with a chunk offset past
  * the offset or a checksum size out of range, an error without a message,
@@ -24,6 +30,7 @@
 #include "core/bytes.h"
 #include "datatransfer.pb-c.h"
 #include "hadoop/hdfs.h"
+#include "hadoop/hdfs_int.h"
 #include "hadoop/ipc.h"
 #include "hadoop/sasl.h"
 
@@ -197,9 +204,54 @@ static void dt_sasl(const uint8_t *d, size_t n) {
   protobuf_c_message_free_unpacked(&e->base, NULL);
 }
 
+static void layered(const uint8_t *d, size_t n) {
+  if (n < 2) return;
+  int qop = d[0] & 1 ? HSASL_QOP_CONF : HSASL_QOP_INT;
+  bool raw = d[0] & 2;
+  size_t cut = d[1];
+  d += 2;
+  n -= 2;
+  uint8_t ha1[16] = {1, 2, 3};
+  hdfs_dn c;
+  hdfs_dn_init(&c, -1);
+  c.sl = calloc(1, sizeof *c.sl);
+  if (!c.sl || hsasl_layer_init(c.sl, qop, ha1, 0) < 0) abort();
+  char err[512] = "";
+  if (raw) {
+    size_t a = cut < n ? cut : n;
+    int rc = hdfs_dn_take(&c, d, a, err, sizeof err);
+    if (rc == 0) rc = hdfs_dn_take(&c, d + a, n - a, err, sizeof err);
+    if (rc < 0 && !err[0]) abort();
+    if (c.plain_len > n) abort(); /* unwrapping never grows */
+    hdfs_dn_close(&c);
+    return;
+  }
+  /* the DataNode's side wraps; loom's takes back what it wrapped */
+  hsasl_layer srv;
+  if (hsasl_layer_init(&srv, qop, ha1, 1) < 0) abort();
+  size_t per = cut ? cut : 1;
+  for (size_t at = 0; at < n; at += per) {
+    size_t k = n - at < per ? n - at : per, wl = 0;
+    uint8_t w[4 + 255 + HSASL_WRAP_OVERHEAD];
+    if (hsasl_wrap(&srv, d + at, k, w + 4, sizeof w - 4, &wl) < 0) abort();
+    loom__put_be32(w, (uint32_t)wl);
+    /* in two parts: a message may arrive cut anywhere */
+    size_t half = (4 + wl) / 2;
+    if (hdfs_dn_take(&c, w, half, err, sizeof err) < 0 ||
+        hdfs_dn_take(&c, w + half, 4 + wl - half, err, sizeof err) < 0)
+      abort();
+  }
+  if (c.plain_len != n || c.raw_len || (n && memcmp(c.plain + c.plain_off, d, n))) abort();
+  hsasl_layer_free(&srv);
+  hdfs_dn_close(&c);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
   switch (data[0]) {
+  case 254:
+    layered(data + 1, size - 1);
+    break;
   case 255:
     dt_sasl(data + 1, size - 1);
     break;

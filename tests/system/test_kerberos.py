@@ -389,44 +389,64 @@ def test_a_bad_keytab_login_is_a_clear_error(fs, secure, tmp_path):
     assert r.returncode == 1 and r.stdout == b"", r.err
 
 
+def round_trip(fs, s, tmp_path, base, conf, name):
+    """loom puts (more than one packet, not a round size) and Java reads;
+    Java puts and loom reads: byte for byte. loom's debug log says the qop
+    its DataTransferProtocol SASL settled on."""
+    mine = blob(2 * MiB + 333, name)
+    (tmp_path / f"{name}.loom").write_bytes(mine)
+    r = fs.ok("put", tmp_path / f"{name}.loom", s.url(f"{base}/{name}.loom"), conf=conf,
+              env={"LOOM_LOG": "debug:hadoop"})
+    assert sha(s.java("-cat", f"{base}/{name}.loom").stdout) == sha(mine)
+    theirs = blob(MiB + 1, f"{name}-java")
+    (tmp_path / f"{name}.java").write_bytes(theirs)
+    s.java("-put", tmp_path / f"{name}.java", f"{base}/{name}.java")
+    assert sha(fs.ok("cat", s.url(f"{base}/{name}.java"), conf=conf).stdout) == sha(theirs)
+    return set(re.findall(r"DataTransferProtocol SASL at (\S+)", r.err))
+
+
 def test_datanodes_that_ask_for_sasl(loom, secure, tmp_path):
-    """DataNodes with dfs.data.transfer.protection=authentication (the way a
-    secure DataNode runs without root) take a connection only after
+    """DataNodes with dfs.data.transfer.protection (the way a secure
+    DataNode runs without root) take a connection only after
     DataTransferProtocol's SASL handshake with the block token: loom does
-    it on every read and write, and Java reads what loom wrote and the
-    other way round. A client whose configuration allows only privacy on
-    data transfer, and DataNodes that want integrity, are each a clear
-    error saying what loom does not do, at once, nothing written."""
+    it on every read and write, at the strongest qop the DataNode offers
+    and the client's configuration allows, and at integrity and privacy
+    every byte after it goes through the SASL security layer (HMAC-MD5;
+    and 3DES); Java reads what loom wrote and the other way round, at each
+    level. A client and DataNodes with no level in common are a clear
+    error naming both, at once, nothing written."""
     if not SANITIZED:
         pytest.skip(ASAN_ONLY)
     with other_hdfs(secure, tmp_path / "sasl", data_protection="authentication") as s:
         fs = Fs(loom, s)
         base = "/user/alice/sasl"
         fs.ok("mkdir", s.url(base))
-        mine = blob(2 * MiB + 333, "sasl")
-        (tmp_path / "mine").write_bytes(mine)
-        fs.ok("put", tmp_path / "mine", s.url(f"{base}/loom.bin"))
-        assert sha(s.java("-cat", f"{base}/loom.bin").stdout) == sha(mine)
-        theirs = blob(MiB + 1, "sasl-java")
-        (tmp_path / "java.bin").write_bytes(theirs)
-        s.java("-put", tmp_path / "java.bin", f"{base}/java.bin")
-        assert sha(fs.ok("cat", s.url(f"{base}/java.bin")).stdout) == sha(theirs)
+        assert round_trip(fs, s, tmp_path, base, True, "auth") == {"auth"}
         # a client configuration that wants privacy on data transfer
         priv = conf_with(s, tmp_path / "priv", **{"dfs.data.transfer.protection": "privacy"})
-        r = fs("put", tmp_path / "mine", s.url(f"{base}/priv.bin"), conf=priv)
+        r = fs("put", tmp_path / "auth.loom", s.url(f"{base}/priv.bin"), conf=priv)
         assert r.returncode == 1, (r.returncode, r.err)
-        assert "dfs.data.transfer.protection in the client's configuration allows only " \
-               "privacy" in r.err and "authentication only" in r.err, r.err
+        assert "the DataNode offers qop auth and the client's dfs.data.transfer.protection " \
+               "allows privacy" in r.err, r.err
         assert r.seconds < 30, r.seconds
-    with other_hdfs(secure, tmp_path / "int", data_protection="integrity") as s:
+        r = s.java("-test", "-s", f"{base}/priv.bin", check=False)
+        assert r.returncode != 0  # nothing written: an empty file at most
+    # DataNodes that take integrity or privacy, never plain authentication
+    with other_hdfs(secure, tmp_path / "int", data_protection="integrity,privacy") as s:
         fs = Fs(loom, s)
-        (tmp_path / "x").write_bytes(b"x" * 1000)
+        base = "/user/alice/layer"
+        fs.ok("mkdir", s.url(base))
+        for level, qop in (("integrity", "auth-int"), ("privacy", "auth-conf")):
+            conf = conf_with(s, tmp_path / f"c-{level}", **{
+                "dfs.data.transfer.protection": f"authentication,{level}"})
+            assert round_trip(fs, s, tmp_path, base, conf, level) == {qop}, level
         both = conf_with(s, tmp_path / "both", **{
-            "dfs.data.transfer.protection": "authentication,integrity"})
-        r = fs("put", tmp_path / "x", s.url("/user/alice/x.bin"), conf=both)
+            "dfs.data.transfer.protection": "authentication"})
+        (tmp_path / "x").write_bytes(b"x" * 1000)
+        r = fs("put", tmp_path / "x", s.url(f"{base}/x.bin"), conf=both)
         assert r.returncode == 1, (r.returncode, r.err)
-        assert "the DataNode wants qop auth-int" in r.err and "authentication only" in r.err, \
-            r.err
+        assert "the DataNode offers qop auth-int,auth-conf" in r.err and \
+            "allows authentication" in r.err, r.err
         assert r.seconds < 30, r.seconds
-        r = s.java("-test", "-s", "/user/alice/x.bin", check=False)
+        r = s.java("-test", "-s", f"{base}/x.bin", check=False)
         assert r.returncode != 0  # nothing written: an empty file at most
