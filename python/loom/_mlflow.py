@@ -195,15 +195,19 @@ class Tracking:
         except (LoomError, OSError, subprocess.SubprocessError):
             return None
 
+    def _batches(self, kind: str, items: List[Any], size: int) -> None:
+        """items (MLflow Params or Metrics) logged size at a time; the
+        first failure is said once and ends it."""
+        for i in range(0, len(items), size):
+            try:
+                self.client.log_batch(self.run_id, **{kind: items[i:i + size]})
+            except Exception as ex:
+                self._warn(f"log {kind}", ex)
+                return
+
     def _params(self, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
-        items = [Param(k, v) for k, v in params.items()]
-        for i in range(0, len(items), PARAMS_PER_BATCH):
-            try:
-                self.client.log_batch(self.run_id, params=items[i:i + PARAMS_PER_BATCH])
-            except Exception as ex:
-                self._warn("log params", ex)
-                return
+        self._batches("params", [Param(k, v) for k, v in params.items()], PARAMS_PER_BATCH)
 
     def on_line(self, line: str) -> None:
         """loom run's stderr, line by line: its first names the job."""
@@ -214,9 +218,13 @@ class Tracking:
             except Exception as ex:
                 self._warn("set the tag loom.job", ex)
             from ._find import binary
-            self.proc = subprocess.Popen([binary(), "events", self.job, "--json", "--follow"],
-                                         env=self.env, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            try:  # nothing may raise here: this is loom run's stderr pump
+                self.proc = subprocess.Popen([binary(), "events", self.job, "--json", "--follow"],
+                                             env=self.env, stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            except (LoomError, OSError) as ex:
+                self._warn("follow the job's events (they are logged at its end)", ex)
+                return
             self.thread = threading.Thread(target=self._follow, name="loom-mlflow", daemon=True)
             self.thread.start()
 
@@ -267,12 +275,22 @@ class Tracking:
             self._warn("set the job's backend and name", ex)
 
     def _metrics(self, ms: List[Any]) -> None:
-        for i in range(0, len(ms), METRICS_PER_BATCH):
-            try:
-                self.client.log_batch(self.run_id, metrics=ms[i:i + METRICS_PER_BATCH])
-            except Exception as ex:
-                self._warn("log metrics", ex)
-                return
+        self._batches("metrics", ms, METRICS_PER_BATCH)
+
+    def _missed(self) -> None:
+        """The event log once more, whole: the lines the follower did not
+        see (it never started, or was killed, or the log was published
+        after it ended) are kept and their metrics logged."""
+        out = self._loom("events", str(self.job), "--json")
+        if out is None:
+            return
+        lines = [line.encode() + b"\n" for line in out.splitlines() if line]
+        seen = set(self.events)
+        new = [line for line in lines if line not in seen]
+        if not new:
+            return
+        self.events = lines
+        self._metrics([m for m in map(_metric, new) if m is not None])
 
     def _files(self, d: Path) -> None:
         """The job's files into d: events.jsonl, spec.json and status.json
@@ -305,8 +323,10 @@ class Tracking:
             if self.thread.is_alive() and self.proc is not None:
                 self.proc.kill()
                 self.thread.join()
-        if self.job is not None and not self.spec_logged:
-            self._spec()
+        if self.job is not None:
+            self._missed()
+            if not self.spec_logged:
+                self._spec()
         tags = {"loom.state": state}
         if exit_code is not None:
             tags["loom.exit_code"] = str(exit_code)
