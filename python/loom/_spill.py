@@ -330,11 +330,13 @@ def _flat(row: Any) -> List[Any]:
     return out
 
 
-def _as_df(spark: Any, data: Any, what: str) -> Any:
+def _as_df(spark: Any, data: Any, what: str, first: Optional[List[Any]] = None) -> Any:
     """data as a DataFrame: a DataFrame as it is; an RDD of bytes as one
     binary column; an RDD of rows of numbers (tuples, lists, Rows, nested
     and numpy arrays flattened: TensorFlowOnSpark's (image, label) pairs)
-    as a column per number, bool, long or double as in the first row."""
+    as a column per number, bool, long or double as in the first row.
+    first: the RDD's take(1) where the caller has it already (one Spark
+    job fewer)."""
     if hasattr(data, "schema") and hasattr(data, "sparkSession"):
         return data
     if not (hasattr(data, "mapPartitions") and hasattr(data, "context")):
@@ -344,7 +346,8 @@ def _as_df(spark: Any, data: Any, what: str) -> Any:
     from pyspark.sql.types import (BinaryType, BooleanType, DoubleType, LongType, StructField,
                                    StructType)
     ss = spark if hasattr(spark, "createDataFrame") else SparkSession(spark)
-    first = data.take(1)
+    if first is None:
+        first = data.take(1)
     if not first:
         raise ValueError(f"{what}: the RDD has no rows")
     if isinstance(first[0], (bytes, bytearray)):

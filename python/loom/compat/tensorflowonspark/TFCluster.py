@@ -147,7 +147,9 @@ class TFCluster:
         first = rdd.take(1)
         if not first:
             raise _refuse(what, "the RDD has no rows")
-        return rdd, Layout(first[0])
+        # the DataFrame the feed reads, made from the row already taken
+        from ..._spill import _as_df
+        return _as_df(self.sc, rdd, what, first=first), Layout(first[0])
 
     def train(self, dataRDD: Any, num_epochs: int = 0, feed_timeout: float = 600,
               qname: str = "input") -> None:
