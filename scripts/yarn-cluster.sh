@@ -14,7 +14,7 @@
 #   scripts/yarn-cluster.sh start --hdfs --hosts FILE [DIR]  # the daemons on hosts of their own
 #   scripts/yarn-cluster.sh start --hdfs --protection privacy [DIR]  # hadoop.rpc.protection
 #       (authentication: the default; integrity; privacy), after --hdfs/--hosts
-#   scripts/yarn-cluster.sh start --hdfs-only [--protection P] [--data-protection P] --kerberos KDIR [DIR]
+#   scripts/yarn-cluster.sh start --hdfs-only [--protection P] [--data-protection P] [--encrypt-data A] --kerberos KDIR [DIR]
 #       # a Kerberized HDFS (see "Kerberos" below)
 #
 # DIR defaults to $LOOM_HOME/yarn, or /tmp/loom-yarn-$USER without
@@ -97,7 +97,10 @@
 # with the NameNode's block tokens) unless `--data-protection P` (before
 # --kerberos; P a level or a comma-separated list of them, the qops the
 # DataNodes offer) sets it (DataNodes then take only the SASL handshake of
-# DataTransferProtocol, with the block token). KDIR is recorded in
+# DataTransferProtocol, with the block token). `--encrypt-data ALGO`
+# (after --data-protection) sets dfs.encrypt.data.transfer and its
+# algorithm: every DataNode connection then takes only the encrypted
+# handshake, with the NameNode's data encryption key, at privacy. KDIR is recorded in
 # DIR/kerberos for `datanode start`.
 #
 # wait of `start` and `datanode start`; LOOM_YARN_CLASSPATH (a file) skips
@@ -141,7 +144,7 @@ say() { echo "yarn-cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 usage() {
-  echo "usage: scripts/yarn-cluster.sh start [--hdfs [--hosts FILE] | --hdfs-only] [--protection authentication|integrity|privacy] [--data-protection LEVEL[,LEVEL...]] [--kerberos KDIR] [DIR] | stop [DIR] | status [DIR]" \
+  echo "usage: scripts/yarn-cluster.sh start [--hdfs [--hosts FILE] | --hdfs-only] [--protection authentication|integrity|privacy] [--data-protection LEVEL[,LEVEL...]] [--encrypt-data 3des|rc4] [--kerberos KDIR] [DIR] | stop [DIR] | status [DIR]" \
     "| datanode stop|start N [DIR] | nodemanager stop|start N [DIR] | rm stop|kill|start [DIR] | classpath" >&2
   exit 2
 }
@@ -419,6 +422,9 @@ kerberos_keys() {
     "dfs.block.access.token.enable=true" \
     "ignore.secure.ports.for.testing=true"
   if [ -n "$DATA_PROTECTION" ]; then echo "dfs.data.transfer.protection=$DATA_PROTECTION"; fi
+  if [ -n "$ENCRYPT_DATA" ]; then
+    printf '%s\n' "dfs.encrypt.data.transfer=true" "dfs.encrypt.data.transfer.algorithm=$ENCRYPT_DATA"
+  fi
 }
 
 port_of() { awk -v k="$2" '$1 == k {print $2}' "$1/ports"; }
@@ -835,6 +841,14 @@ if [ "$VERB" = start ] && [ "${1:-}" = --data-protection ]; then
   [[ "$2" =~ ^(authentication|integrity|privacy)(,(authentication|integrity|privacy))*$ ]] ||
     die "--data-protection: authentication, integrity or privacy, or a list of them (integrity,privacy), not $2"
   DATA_PROTECTION=$2
+  shift 2
+fi
+# --encrypt-data ALGO: dfs.encrypt.data.transfer with that cipher (3des, rc4)
+ENCRYPT_DATA=
+if [ "$VERB" = start ] && [ "${1:-}" = --encrypt-data ]; then
+  [ $# -ge 2 ] || usage
+  [[ "$2" =~ ^(3des|rc4)$ ]] || die "--encrypt-data: 3des or rc4, not $2"
+  ENCRYPT_DATA=$2
   shift 2
 fi
 # --kerberos KDIR: a Kerberized HDFS (see "Kerberos" above)

@@ -211,6 +211,7 @@ int hdfs_get(const char *host, int port, hdfs **out) {
     loom__hex(r, sizeof r, hex);
     snprintf(fs->client, sizeof fs->client, "DFSClient_loom_%d_%s", (int)getpid(), hex);
     pthread_mutex_init(&fs->mu, NULL);
+    pthread_mutex_init(&fs->dek_mu, NULL);
     client_conf(fs);
     fs->next = g_all;
     g_all = fs;
@@ -227,6 +228,7 @@ void hdfs_release_all(void) {
     g_all = fs->next;
     hipc_close(fs->ipc);
     pthread_mutex_destroy(&fs->mu);
+    pthread_mutex_destroy(&fs->dek_mu);
     free(fs);
   }
   pthread_mutex_unlock(&g_mu);
@@ -473,6 +475,8 @@ int hdfs_server_defaults(hdfs *fs, char *err, size_t errlen) {
     } else {
       fs->def_blocksize = bs;
       fs->def_replication = rep;
+      fs->encrypt_dt = resp->serverdefaults->has_encryptdatatransfer &&
+                       resp->serverdefaults->encryptdatatransfer;
     }
   }
   if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);

@@ -359,8 +359,13 @@ void hdfs_op_header_init(op_header *h, Hadoop__Hdfs__ExtendedBlockProto *b,
  * is; at integrity (auth-int) or privacy (auth-conf, the 3des cipher)
  * every byte after the handshake goes through the security layer
  * (hdfs_dn_send, hdfs_dn_recv), as Java's SaslOutputStream and
- * SaslInputStream do. (dfs.encrypt.data.transfer, which negotiates AES
- * keys inside this handshake, is not done.) */
+ * SaslInputStream do. A cluster with dfs.encrypt.data.transfer (its
+ * NameNode's server defaults say so) takes only the encrypted handshake,
+ * on every port: the same DIGEST-MD5 with the NameNode's data encryption
+ * key (user "keyId blockPoolId base64(nonce)", password base64(key)) at
+ * privacy. (The AES/CTR cipher option a client may ask for inside it,
+ * dfs.encrypt.data.transfer.cipher.suites, is not asked for: the
+ * DataNode then stays with the SASL layer's 3des.) */
 
 #define DT_SASL_MAGIC 0xDEADBEEFu
 
@@ -440,10 +445,93 @@ static int dt_sasl_recv(hdfs_dn *c, const char *peer, char *out, size_t cap, siz
   return rc;
 }
 
+/* A data encryption key is fetched again this long before it expires. */
+#define DEK_MARGIN_MS 30000
+
+/* The NameNode's data encryption key as the encrypted handshake uses it,
+ * cached on fs until it is about to expire: the user name into user, the
+ * password into pass, its cipher ("" when the cluster names none) into
+ * alg. */
+static int data_key(hdfs *fs, char *user, size_t ulen, char *pass, size_t plen, char *alg,
+                    size_t alen, char *err, size_t errlen) {
+  pthread_mutex_lock(&fs->dek_mu);
+  uint64_t now = (uint64_t)(loom__wall() * 1000.0);
+  int rc = 0;
+  if (!fs->dek_expiry_ms || now + DEK_MARGIN_MS >= fs->dek_expiry_ms) {
+    Hadoop__Hdfs__GetDataEncryptionKeyRequestProto req =
+        HADOOP__HDFS__GET_DATA_ENCRYPTION_KEY_REQUEST_PROTO__INIT;
+    Hadoop__Hdfs__GetDataEncryptionKeyResponseProto *resp = NULL;
+    rc = hdfs_nn_call(fs, "getDataEncryptionKey", &req.base,
+                      &hadoop__hdfs__get_data_encryption_key_response_proto__descriptor,
+                      (ProtobufCMessage **)&resp, true, err, errlen);
+    const Hadoop__Hdfs__DataEncryptionKeyProto *k = rc == 0 ? resp->dataencryptionkey : NULL;
+    if (rc == 0 && !k) {
+      snprintf(err, errlen,
+               "%s asks for encrypted data transfer (dfs.encrypt.data.transfer) and gave no "
+               "data encryption key",
+               fs->peer);
+      rc = LOOM_EPROTO;
+    }
+    bool bpid_ok = k && k->blockpoolid && *k->blockpoolid && strlen(k->blockpoolid) < 200;
+    for (const char *q = bpid_ok ? k->blockpoolid : ""; *q; q++)
+      if (*q <= ' ' || *q > '~' || *q == '"' || *q == '\\') bpid_ok = false;
+    const char *a = k && k->encryptionalgorithm ? k->encryptionalgorithm : "";
+    if (rc == 0 && (!bpid_ok || !k->nonce.len || k->nonce.len > 256 || !k->encryptionkey.len ||
+                    k->encryptionkey.len > 128 || strlen(a) >= sizeof fs->dek_alg)) {
+      snprintf(err, errlen,
+               "%s gave a data encryption key loom cannot use (block pool, nonce "
+               "or key out of bounds)",
+               fs->peer);
+      rc = LOOM_EPROTO;
+    }
+    if (rc == 0) {
+      unsigned char nonce[400], key[200];
+      EVP_EncodeBlock(nonce, k->nonce.data, (int)k->nonce.len);
+      EVP_EncodeBlock(key, k->encryptionkey.data, (int)k->encryptionkey.len);
+      snprintf(fs->dek_user, sizeof fs->dek_user, "%u %s %s", k->keyid, k->blockpoolid,
+               (char *)nonce);
+      loom__strlcpy(fs->dek_pass, (char *)key, sizeof fs->dek_pass);
+      loom__strlcpy(fs->dek_alg, a, sizeof fs->dek_alg);
+      fs->dek_expiry_ms = k->expirydate ? k->expirydate : 1;
+    }
+    if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
+  }
+  if (rc == 0) {
+    loom__strlcpy(user, fs->dek_user, ulen);
+    loom__strlcpy(pass, fs->dek_pass, plen);
+    loom__strlcpy(alg, fs->dek_alg, alen);
+  }
+  pthread_mutex_unlock(&fs->dek_mu);
+  return rc;
+}
+
+/* A DataNode that did not know the key: the next handshake fetches one. */
+static void data_key_drop(hdfs *fs) {
+  pthread_mutex_lock(&fs->dek_mu);
+  fs->dek_expiry_ms = 0;
+  pthread_mutex_unlock(&fs->dek_mu);
+}
+
 int hdfs_dt_sasl(hdfs *fs, hdfs_dn *c, const char *peer, uint32_t xferport,
                  const Hadoop__Common__TokenProto *tok, char *err, size_t errlen) {
-  if (!fs->dt_qops || xferport < 1024) return 0;
-  if (!tok || !tok->identifier.len) {
+  /* whether the cluster encrypts data transfer: its NameNode's defaults
+   * (asked once per NameNode, as Java's client) */
+  int drc = hdfs_server_defaults(fs, err, errlen);
+  if (drc < 0) return drc;
+  bool enc = fs->encrypt_dt;
+  if (!enc && (!fs->dt_qops || xferport < 1024)) return 0;
+  char user[600], pass[200], alg[32];
+  if (enc) {
+    drc = data_key(fs, user, sizeof user, pass, sizeof pass, alg, sizeof alg, err, errlen);
+    if (drc < 0) return drc;
+    if (alg[0] && strcmp(alg, "3des")) {
+      snprintf(err, errlen,
+               "%s: the cluster encrypts data transfer with %s (dfs.encrypt.data.transfer."
+               "algorithm): loom's privacy layer takes 3des",
+               peer, alg);
+      return LOOM_ENOTSUP;
+    }
+  } else if (!tok || !tok->identifier.len) {
     snprintf(err, errlen,
              "%s: the DataNode asks for SASL (dfs.data.transfer.protection) and the NameNode "
              "gave the block no access token (dfs.block.access.token.enable)",
@@ -463,32 +551,39 @@ int hdfs_dt_sasl(hdfs *fs, hdfs_dn *c, const char *peer, uint32_t xferport,
     snprintf(err, errlen, "%s: SASL: %s", peer, why);
     rc = LOOM_EPROTO;
   }
-  int qop = 0;
-  if (rc == 0 && !(qop = hsasl_choose_qop(&ch, fs->dt_qops))) {
+  int qop = 0, allowed = enc ? HSASL_QOP_CONF : fs->dt_qops;
+  if (rc == 0 && !(qop = hsasl_choose_qop(&ch, allowed))) {
     char allows[64] = "";
     const char *names[] = {"authentication", "integrity", "privacy"};
     for (int i = 0; i < 3; i++)
-      if (fs->dt_qops & (1 << i))
+      if (allowed & (1 << i))
         snprintf(allows + strlen(allows), sizeof allows - strlen(allows), "%s%s",
                  allows[0] ? ", " : "", names[i]);
     snprintf(err, errlen,
-             "%s: SASL: the DataNode offers qop %s%s%s%s and the client's "
-             "dfs.data.transfer.protection allows %s: no level in common",
+             "%s: SASL: the DataNode offers qop %s%s%s%s and %s allows %s: no level in common",
              peer, ch.qop, ch.cipher[0] ? " (ciphers " : "", ch.cipher,
-             ch.cipher[0] ? "; loom's privacy layer takes 3des)" : "", allows);
+             ch.cipher[0] ? "; loom's privacy layer takes 3des)" : "",
+             enc ? "encrypted data transfer (dfs.encrypt.data.transfer)"
+                 : "the client's dfs.data.transfer.protection",
+             allows);
     rc = LOOM_ENOTSUP;
   }
   uint8_t ha1[16];
   if (rc == 0) {
     uint8_t raw[12];
     char cnonce[17];
-    hsasl_token t = {tok->identifier.data, tok->identifier.len, tok->password.data,
-                     tok->password.len};
+    hsasl_token t = {0};
+    if (!enc)
+      t = (hsasl_token){tok->identifier.data, tok->identifier.len, tok->password.data,
+                        tok->password.len};
     if (RAND_bytes(raw, sizeof raw) != 1) rc = LOOM_EIO;
     EVP_EncodeBlock((unsigned char *)cnonce, raw, sizeof raw);
-    if (rc == 0 && hsasl_response_qop(&ch, &t, "hdfs", "0", cnonce, qop, resp, sizeof resp, &rl,
-                                      rspauth, ha1) < 0) {
-      snprintf(err, errlen, "%s: the block token is too large for a DIGEST-MD5 response", peer);
+    if (rc == 0 && (enc ? hsasl_response_user(&ch, user, pass, "hdfs", "0", cnonce, qop, resp,
+                                              sizeof resp, &rl, rspauth, ha1)
+                        : hsasl_response_qop(&ch, &t, "hdfs", "0", cnonce, qop, resp, sizeof resp,
+                                             &rl, rspauth, ha1)) < 0) {
+      snprintf(err, errlen, "%s: the %s is too large for a DIGEST-MD5 response", peer,
+               enc ? "data encryption key" : "block token");
       rc = LOOM_EINVAL;
     }
   }
@@ -498,11 +593,12 @@ int hdfs_dt_sasl(hdfs *fs, hdfs_dn *c, const char *peer, uint32_t xferport,
     rc = dt_sasl_recv(c, peer, fin, sizeof fin, &n, "the DataNode's SASL outcome", err, errlen);
   if (rc == 0 && hsasl_check_rspauth((const uint8_t *)fin, n, rspauth) < 0) {
     snprintf(err, errlen,
-             "%s: SASL: the DataNode's proof (rspauth) does not match the block token: not a "
-             "DataNode of this cluster",
-             peer);
+             "%s: SASL: the DataNode's proof (rspauth) does not match the %s: not a DataNode of "
+             "this cluster",
+             peer, enc ? "data encryption key" : "block token");
     rc = LOOM_EAUTH;
   }
+  if (rc == LOOM_EAUTH && enc) data_key_drop(fs); /* a key it does not know (any more) */
   /* above authentication every byte from here on goes through the layer */
   if (rc == 0 && qop != HSASL_QOP_AUTH) {
     c->sl = calloc(1, sizeof *c->sl);
@@ -516,7 +612,7 @@ int hdfs_dt_sasl(hdfs *fs, hdfs_dn *c, const char *peer, uint32_t xferport,
     }
   }
   if (rc == 0)
-    loom__log(LOOM_LOG_DEBUG, "hadoop", "%s: DataTransferProtocol SASL at %s", peer,
-              hsasl_qop_name(qop));
+    loom__log(LOOM_LOG_DEBUG, "hadoop", "%s: DataTransferProtocol SASL at %s%s", peer,
+              hsasl_qop_name(qop), enc ? " (encrypted data transfer)" : "");
   return rc;
 }

@@ -61,6 +61,18 @@ struct hdfs {
   /* dfs.data.transfer.protection (HSASL_QOP_* bits; 0: not set, no SASL
    * handshake with DataNodes) */
   int dt_qops;
+  /* getServerDefaults' encryptDataTransfer (dfs.encrypt.data.transfer on
+   * the cluster): every DataNode connection's SASL is then with the
+   * NameNode's data encryption key, at privacy */
+  bool encrypt_dt;
+  /* that key as the handshake uses it (user "keyId blockPoolId
+   * base64(nonce)", password base64(key)), its cipher, and when it
+   * expires (wall-clock ms; 0: none yet); under dek_mu */
+  pthread_mutex_t dek_mu;
+  char dek_user[600];
+  char dek_pass[200];
+  char dek_alg[32];
+  uint64_t dek_expiry_ms;
 };
 
 /* hdfs.c: the NameNode's calls */

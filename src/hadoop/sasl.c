@@ -235,15 +235,24 @@ int hsasl_response_qop(const hsasl_challenge *c, const hsasl_token *t, const cha
   unsigned char user[11000], pass[1400];
   EVP_EncodeBlock(user, t->identifier, (int)t->identifier_len);
   EVP_EncodeBlock(pass, t->password, (int)t->password_len);
+  return hsasl_response_user(c, (const char *)user, (const char *)pass, protocol, server_id, cnonce,
+                             qop, out, outcap, outlen, rspauth, ha1);
+}
+
+int hsasl_response_user(const hsasl_challenge *c, const char *user, const char *pass,
+                        const char *protocol, const char *server_id, const char *cnonce, int qop,
+                        char *out, size_t outcap, size_t *outlen, char rspauth[33],
+                        uint8_t ha1[16]) {
+  if (strlen(user) > 11000 || strlen(pass) > 1400 || strpbrk(user, "\"\\")) return -1;
   char uri[600], resp[33];
   if ((size_t)snprintf(uri, sizeof uri, "%s/%s", protocol ? protocol : "",
                        server_id ? server_id : "") >= sizeof uri)
     return -1;
-  hsasl_digest_qop(c, (const char *)user, (const char *)pass, uri, cnonce, qop, resp, rspauth, ha1);
+  hsasl_digest_qop(c, user, pass, uri, cnonce, qop, resp, rspauth, ha1);
   int n = snprintf(out, outcap,
                    "%susername=\"%s\",realm=\"%s\",nonce=\"%s\",nc=00000001,cnonce=\"%s\","
                    "digest-uri=\"%s\",maxbuf=65536,response=%s,qop=%s%s",
-                   strcmp(c->charset, "utf-8") == 0 ? "charset=utf-8," : "", (char *)user, c->realm,
+                   strcmp(c->charset, "utf-8") == 0 ? "charset=utf-8," : "", user, c->realm,
                    c->nonce, cnonce, uri, resp, hsasl_qop_name(qop),
                    qop == HSASL_QOP_CONF ? ",cipher=\"3des\"" : "");
   if (n < 0 || (size_t)n >= outcap) return -1;

@@ -122,6 +122,15 @@ int hsasl_response_qop(const hsasl_challenge *c, const hsasl_token *t, const cha
                        const char *server_id, const char *cnonce, int qop, char *out, size_t outcap,
                        size_t *outlen, char rspauth[33], uint8_t ha1[16]);
 
+/* The same with the user name and password as they go on the wire
+ * (DataTransferProtocol's encrypted handshake: "keyId blockPoolId
+ * base64(nonce)" and base64 of the data encryption key). -1 also for a
+ * user name with a quote or a backslash. */
+int hsasl_response_user(const hsasl_challenge *c, const char *user, const char *pass,
+                        const char *protocol, const char *server_id, const char *cnonce, int qop,
+                        char *out, size_t outcap, size_t *outlen, char rspauth[33],
+                        uint8_t ha1[16]);
+
 /* Checks the server's final message ("rspauth=<hex>") against the
  * expected digest. 0 when it matches, -1 otherwise. */
 int hsasl_check_rspauth(const uint8_t *s, size_t len, const char rspauth[33]);

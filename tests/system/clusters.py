@@ -69,15 +69,19 @@ def start_hadoop(d: Path, protection: str | None = None):
     print(f"\nYARN and HDFS up in {time.monotonic() - t0:.1f}s")
 
 
-def start_secure_hdfs(d: Path, kdc_dir: Path, protection="privacy", data_protection=None):
+def start_secure_hdfs(d: Path, kdc_dir: Path, protection="privacy", data_protection=None,
+                      encrypt=None):
     """Starts a Kerberized HDFS alone in d (`yarn-cluster.sh start
-    --hdfs-only --protection P [--data-protection D] --kerberos KDIR d`: a
-    NameNode and two DataNodes logged in from KDIR's keytabs,
-    tests/system/kdc.py's; with D, the DataNodes' dfs.data.transfer.protection):
+    --hdfs-only --protection P [--data-protection D] [--encrypt-data E]
+    --kerberos KDIR d`: a NameNode and two DataNodes logged in from KDIR's
+    keytabs, tests/system/kdc.py's; with D, the DataNodes'
+    dfs.data.transfer.protection; with E, dfs.encrypt.data.transfer with
+    that algorithm):
     returns when the NameNode has both DataNodes and has left safe mode, or
     raises with the script's words. stop_hadoop(d) stops it."""
     t0 = time.monotonic()
     dp = ["--data-protection", data_protection] if data_protection else []
+    dp += ["--encrypt-data", encrypt] if encrypt else []
     r = subprocess.run(["bash", str(SCRIPT), "start", "--hdfs-only", "--protection", protection,
                         *dp, "--kerberos", str(kdc_dir), str(d)], capture_output=True,
                        text=True, timeout=400)

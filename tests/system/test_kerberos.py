@@ -165,11 +165,11 @@ def with_alice_home(s: Secure):
 
 
 @contextlib.contextmanager
-def other_hdfs(secure, d: Path, protection="privacy", data_protection=None):
+def other_hdfs(secure, d: Path, protection="privacy", data_protection=None, encrypt=None):
     """A Kerberized HDFS of its own in d on the module's KDC (alice's home
     made), stopped at the end with no JVM left."""
     start_secure_hdfs(d / "hdfs", secure.kdc.dir, protection=protection,
-                      data_protection=data_protection)
+                      data_protection=data_protection, encrypt=encrypt)
     try:
         s = Secure(secure.kdc, Hdfs(d / "hdfs", hadoop_classpath()), secure.dir)
         s.dir = d  # its own nn ticket cache; alice's is the module's
@@ -402,7 +402,8 @@ def round_trip(fs, s, tmp_path, base, conf, name):
     (tmp_path / f"{name}.java").write_bytes(theirs)
     s.java("-put", tmp_path / f"{name}.java", f"{base}/{name}.java")
     assert sha(fs.ok("cat", s.url(f"{base}/{name}.java"), conf=conf).stdout) == sha(theirs)
-    return set(re.findall(r"DataTransferProtocol SASL at (\S+)", r.err))
+    return set(re.findall(r"DataTransferProtocol SASL at (\S+(?: \(encrypted data transfer\))?)",
+                          r.err))
 
 
 def test_datanodes_that_ask_for_sasl(loom, secure, tmp_path):
@@ -450,3 +451,20 @@ def test_datanodes_that_ask_for_sasl(loom, secure, tmp_path):
         assert r.seconds < 30, r.seconds
         r = s.java("-test", "-s", f"{base}/x.bin", check=False)
         assert r.returncode != 0  # nothing written: an empty file at most
+
+
+def test_encrypted_data_transfer(loom, secure, tmp_path):
+    """A cluster with dfs.encrypt.data.transfer (3des): every DataNode
+    connection takes only the encrypted handshake, with the NameNode's data
+    encryption key (getDataEncryptionKey; the cluster says so in its server
+    defaults, the client's configuration need not), then everything under
+    DIGEST-MD5's privacy layer: Java reads what loom wrote and the other way
+    round, byte for byte, with no dfs.data.transfer.protection anywhere."""
+    if not SANITIZED:
+        pytest.skip(ASAN_ONLY)
+    with other_hdfs(secure, tmp_path / "enc", encrypt="3des") as s:
+        fs = Fs(loom, s)
+        base = "/user/alice/enc"
+        fs.ok("mkdir", s.url(base))
+        assert round_trip(fs, s, tmp_path, base, True, "enc") == \
+            {"auth-conf (encrypted data transfer)"}
