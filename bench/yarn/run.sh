@@ -15,7 +15,11 @@
 #   name=yarn_am_rss_ratio peer=skein n=8 ratio=...
 #   name=yarn_client_rss peer=loom|skein n=8 rounds=5 bytes=...
 #   name=yarn_client_rss_ratio peer=skein n=8 ratio=...
+#   name=yarn_stage peer=loom cache=cold|warm n=... bytes=... median_s=...
 #
+# (with BENCH_HOSTS=1 each name ends in _hosts). stage: loom's executable
+# staged in the per-user cache (its binary_shipped event): the first job's
+# (cold) and the median of the rest (warm).
 # all_running: the last of the N timestamps less the command's start;
 # end: the command's return less its start (bash's EPOCHREALTIME, the same
 # clock as `date`). The commands: `build/loom run b8.yaml` (backend: yarn;
@@ -46,6 +50,10 @@
 #                         "-XX:+UseSerialGC -XX:TieredStopAtLevel=1", the quick
 #                         start yarn-cluster.sh gives Hadoop's own daemons)
 #   BENCH_TIMEOUT         seconds one run may take (default 300)
+#   BENCH_HOSTS=1         the cluster on hosts of their own (hosts.py: the
+#                         system tests' HadoopHosts, network namespaces whose
+#                         NodeManagers see nothing of loom), the client this
+#                         machine; the figures' names get _hosts
 #   BENCH_KEEP=1          keep the work directory (logs, job directories)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -58,6 +66,9 @@ TASK_MB=${BENCH_TASK_MB:-128}
 PEERS=${BENCH_PEERS:-loom skein skein_warm_driver}
 SKEIN_JAVA_OPTS=${BENCH_SKEIN_JAVA_OPTS--XX:+UseSerialGC -XX:TieredStopAtLevel=1}
 TIMEOUT=${BENCH_TIMEOUT:-300}
+HOSTS=${BENCH_HOSTS:-0}
+SUF=
+[ "$HOSTS" = 1 ] && SUF=_hosts
 AM_MB=512 # skein's default application master memory
 
 say() { echo "bench/yarn: $*" >&2; }
@@ -72,6 +83,14 @@ SKEIN_VENV=$(dirname "$(dirname "$SKEIN_PY")")
 
 TMP=$(mktemp -d /tmp/loom-bench-yarn.XXXXXX)
 YDIR=$TMP/yarn
+# where the tasks write their timestamps: on one host a directory of TMP;
+# across hosts each node has its own /tmp, so a directory the nodes'
+# mount namespaces do not hide (the one thing the bench shares with them:
+# the same disk and the same clock, for the timestamps alone)
+TSD=$TMP/ts
+RM_HOST=127.0.0.1
+HTAG=loomh$$
+LOOM_ARGS=()
 SAMPLERS=()
 CHILD= # the run in progress (timeout, then loom run or skein_job.py)
 WARM=0
@@ -80,7 +99,7 @@ RM_WEB=
 # Lists this cluster's applications that are not over: "id state" lines.
 live_apps() {
   [ -n "$RM_WEB" ] || return 0
-  curl -sf --max-time 5 "http://127.0.0.1:$RM_WEB/ws/v1/cluster/apps?states=NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING" |
+  curl -sf --max-time 5 "http://$RM_HOST:$RM_WEB/ws/v1/cluster/apps?states=NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING" |
     python3 -c '
 import json, sys
 for a in ((json.load(sys.stdin).get("apps") or {}).get("app") or []):
@@ -128,9 +147,13 @@ cleanup() {
     [ -n "$id" ] || continue
     say "killing application $id, still $st"
     curl -sf --max-time 5 -X PUT -H 'Content-Type: application/json' -d '{"state":"KILLED"}' \
-      "http://127.0.0.1:$RM_WEB/ws/v1/cluster/apps/$id/state" >/dev/null
+      "http://$RM_HOST:$RM_WEB/ws/v1/cluster/apps/$id/state" >/dev/null
   done < <(live_apps)
-  if [ -d "$YDIR/pids" ]; then "$ROOT/scripts/yarn-cluster.sh" stop "$YDIR" >/dev/null 2>&1; fi
+  if [ "$HOSTS" = 1 ]; then
+    python3 "$HERE/hosts.py" stop "$YDIR" "$HTAG" >"$TMP/hosts-stop.log" 2>&1 ||
+      { say "stopping the hosts: $(tail -3 "$TMP/hosts-stop.log")"; rc=1; }
+    [ "$TSD" = "$TMP/ts" ] || rm -rf "$TSD"
+  elif [ -d "$YDIR/pids" ]; then "$ROOT/scripts/yarn-cluster.sh" stop "$YDIR" >/dev/null 2>&1; fi
   for p in $(strays); do
     say "process $p outlived its cluster ($(tr '\0' ' ' <"/proc/$p/cmdline" | cut -c1-100)): killing it"
     kill -KILL "$p" 2>/dev/null
@@ -147,9 +170,21 @@ export LOOM_HOME=$TMP/home
 # Hadoop's daemons pass JAVA_HOME on to the containers (skein's AM needs it).
 export JAVA_HOME=${JAVA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")}
 
-say "starting YARN and HDFS in $YDIR (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
-# The conf directory is YDIR/conf; the printed export line is not needed.
-"$ROOT/scripts/yarn-cluster.sh" start --hdfs "$YDIR" >/dev/null
+if [ "$HOSTS" = 1 ]; then
+  say "starting YARN and HDFS on 3 hosts in $YDIR (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
+  mkdir -p "$YDIR"
+  read -r RM_HOST CLIENT_ADDR < <(python3 "$HERE/hosts.py" start "$YDIR" "$HTAG" 2>"$TMP/hosts.log" | tail -1) ||
+    true
+  [ -n "${CLIENT_ADDR:-}" ] || { tail -20 "$TMP/hosts.log" >&2; die "the hosts did not start"; }
+  say "head $RM_HOST, client $CLIENT_ADDR"
+  TSD=$(mktemp -d /var/tmp/loom-bench-yarn-ts.XXXXXX)
+  # the coordinator listens where the nodes reach the client
+  LOOM_ARGS=(--bind "$CLIENT_ADDR")
+else
+  say "starting YARN and HDFS in $YDIR (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
+  # The conf directory is YDIR/conf; the printed export line is not needed.
+  "$ROOT/scripts/yarn-cluster.sh" start --hdfs "$YDIR" >/dev/null
+fi
 RM_WEB=$(awk '$1 == "web" {print $2}' "$YDIR/ports")
 YCONF=$YDIR/conf
 
@@ -165,7 +200,7 @@ fi
 # it has all N (a gang). An administrator's resize of the unlabelled node
 # (yarn rmadmin -updateNodeResource), on the running ResourceManager,
 # gives the default partition room for skein's AM and N containers at once.
-NM2=$(curl -sf --max-time 5 "http://127.0.0.1:$RM_WEB/ws/v1/cluster/nodes" | python3 -c '
+NM2=$(curl -sf --max-time 5 "http://$RM_HOST:$RM_WEB/ws/v1/cluster/nodes" | python3 -c '
 import json, sys
 for n in json.load(sys.stdin)["nodes"]["node"]:
     if not n.get("nodeLabels"):
@@ -178,7 +213,7 @@ HADOOP_CONF_DIR=$YCONF java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -c
   org.apache.hadoop.yarn.client.cli.RMAdminCLI -updateNodeResource "$NM2" "$MB" "$VC" \
   >"$TMP/rmadmin.log" 2>&1 || { tail -20 "$TMP/rmadmin.log" >&2; die "could not resize node $NM2"; }
 for _ in $(seq 100); do
-  curl -sf --max-time 5 "http://127.0.0.1:$RM_WEB/ws/v1/cluster/nodes" | grep -q "\"vCores\":$VC" && break
+  curl -sf --max-time 5 "http://$RM_HOST:$RM_WEB/ws/v1/cluster/nodes" | grep -q "\"vCores\":$VC" && break
   sleep 0.1
 done
 say "node $NM2 resized to $MB MB and $VC vcores"
@@ -220,7 +255,7 @@ case " $PEERS " in
   ;;
 esac
 
-mkdir -p "$TMP/ts" "$TMP/out" "$TMP/rss"
+mkdir -p "$TSD" "$TMP/out" "$TMP/rss"
 
 # Starts the memory sampler (rss.py) writing to $1; its pid goes to SAMPLERS.
 sampler() { # out-file rss.py-arguments...
@@ -250,7 +285,7 @@ field() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" "$2"; }
 # to RESULTS.
 run_one() {
   local peer=$1 r=$2 tag="$1-$2" t0 t1 rc=0 ts out
-  ts=$TMP/ts/$tag
+  ts=$TSD/$tag
   out=$TMP/out/$tag
   : >"$ts"
   if [ "$peer" = loom ]; then
@@ -261,7 +296,7 @@ run_one() {
     sampler "$TMP/rss/$tag.am" --pidfiles "$TMP/loom.pid" --prefix "$LOOM run "
     sleep 0.3 # the sampler's own start stays out of the timing
     t0=$EPOCHREALTIME
-    HADOOP_CONF_DIR=$YCONF timeout "$TIMEOUT" "$LOOM" run "$spec" >"$out" 2>&1 &
+    HADOOP_CONF_DIR=$YCONF timeout "$TIMEOUT" "$LOOM" run "${LOOM_ARGS[@]}" "$spec" >"$out" 2>&1 &
     CHILD=$!
     echo $CHILD >"$TMP/loom.pid"
     wait $CHILD || rc=$?
@@ -307,7 +342,20 @@ run_one() {
   local live
   live=$(live_apps)
   [ -z "$live" ] || die "$peer, round $r: applications not over after the command returned: $live"
-  echo "$peer $ar $end $hwm $crss" >>"$RESULTS"
+  # loom's staging of its executable (the binary_shipped event): bytes
+  # uploaded to the cluster's per-user cache and milliseconds taken
+  local stage="- -"
+  if [ "$peer" = loom ]; then
+    stage=$(python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e.get("event") == "binary_shipped":
+        print(e["uploaded"], e["ms"])
+        break' "$(ls -td "$LOOM_HOME"/jobs/*/ | head -1)events.jsonl")
+    [ -n "$stage" ] || die "loom, round $r: no binary_shipped event in its job's events"
+  fi
+  echo "$peer $ar $end $hwm $crss $stage" >>"$RESULTS"
   local more=""
   if [ "$peer" != loom ]; then
     # skein_job.py's own milestones, from the command's start
@@ -315,6 +363,7 @@ run_one() {
       END {printf " (%s: driver up +%.2fs, submitted +%.2fs, report FINISHED +%.2fs)", v["app_id"],
            v["t_driver"] - t0, v["t_submitted"] - t0, v["t_finished"] - t0}' "$out")
   fi
+  [ "$peer" = loom ] && more=" (its executable staged: ${stage% *} bytes uploaded, ${stage#* } ms)"
   say "round $r $peer: all running ${ar}s, end ${end}s, AM peak $((hwm / 1024)) KiB, client $((crss / 1024)) KiB$more"
 }
 
@@ -341,23 +390,30 @@ has() { case " $PEERS " in *" $1 "*) return 0 ;; esac; return 1; }
 for fig in all_running:2 end:3; do
   name=${fig%:*} col=${fig#*:}
   for p in "${P[@]}"; do
-    echo "name=yarn_$name peer=$p n=$N rounds=$ROUNDS median_s=$(med "$p" "$col")"
+    echo "name=yarn_$name$SUF peer=$p n=$N rounds=$ROUNDS median_s=$(med "$p" "$col")"
   done
   has loom || continue
   for p in "${P[@]}"; do
     [ "$p" = loom ] && continue
     extra=""
     [ "$name" = all_running ] && extra=" target=5"
-    echo "name=yarn_${name}_ratio peer=$p n=$N ratio=$(ratio "$(med "$p" "$col")" "$(med loom "$col")")$extra"
+    echo "name=yarn_${name}${SUF}_ratio peer=$p n=$N ratio=$(ratio "$(med "$p" "$col")" "$(med loom "$col")")$extra"
   done
 done
 for fig in am_rss:4 client_rss:5; do
   name=${fig%:*} col=${fig#*:}
   for p in "${P[@]}"; do
     [ "$p" = skein_warm_driver ] && continue # the same AM as skein's; its driver is not in its tree
-    echo "name=yarn_$name peer=$p n=$N rounds=$ROUNDS bytes=$(med "$p" "$col" 0)"
+    echo "name=yarn_$name$SUF peer=$p n=$N rounds=$ROUNDS bytes=$(med "$p" "$col" 0)"
   done
   if has loom && has skein; then
-    echo "name=yarn_${name}_ratio peer=skein n=$N ratio=$(ratio "$(med skein "$col" 0)" "$(med loom "$col" 0)")"
+    echo "name=yarn_${name}${SUF}_ratio peer=skein n=$N ratio=$(ratio "$(med skein "$col" 0)" "$(med loom "$col" 0)")"
   fi
 done
+# the first loom job on the new cluster (the warm-up round) staged loom's
+# executable into the empty per-user cache; every later one found it there
+if has loom; then
+  read -r cb cms < <(awk '$1 == "loom" {print $6, $7}' "$TMP/warmup.txt")
+  echo "name=yarn_stage$SUF peer=loom cache=cold n=1 bytes=$cb median_s=$(awk -v m="$cms" 'BEGIN {printf "%.3f", m / 1000}')"
+  echo "name=yarn_stage$SUF peer=loom cache=warm n=$ROUNDS bytes=$(med loom 6 0) median_s=$(med loom 7 0 | awk '{printf "%.3f", $1 / 1000}')"
+fi
