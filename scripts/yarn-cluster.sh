@@ -100,7 +100,9 @@
 # DataTransferProtocol, with the block token). `--encrypt-data ALGO`
 # (after --data-protection) sets dfs.encrypt.data.transfer and its
 # algorithm: every DataNode connection then takes only the encrypted
-# handshake, with the NameNode's data encryption key, at privacy. KDIR is recorded in
+# handshake, with the NameNode's data encryption key, at privacy; and
+# dfs.encrypt.data.transfer.cipher.suites=AES/CTR/NoPadding, so that a
+# client that asks for AES (the cluster's configuration does) gets it. KDIR is recorded in
 # DIR/kerberos for `datanode start`.
 #
 # wait of `start` and `datanode start`; LOOM_YARN_CLASSPATH (a file) skips
@@ -423,7 +425,8 @@ kerberos_keys() {
     "ignore.secure.ports.for.testing=true"
   if [ -n "$DATA_PROTECTION" ]; then echo "dfs.data.transfer.protection=$DATA_PROTECTION"; fi
   if [ -n "$ENCRYPT_DATA" ]; then
-    printf '%s\n' "dfs.encrypt.data.transfer=true" "dfs.encrypt.data.transfer.algorithm=$ENCRYPT_DATA"
+    printf '%s\n' "dfs.encrypt.data.transfer=true" "dfs.encrypt.data.transfer.algorithm=$ENCRYPT_DATA" \
+      "dfs.encrypt.data.transfer.cipher.suites=AES/CTR/NoPadding"
   fi
 }
 

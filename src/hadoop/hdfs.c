@@ -176,6 +176,8 @@ static void client_conf(hdfs *fs) {
   if (hconf_get(&c, "hadoop.rpc.protection", NULL, v, sizeof v) == 1) fs->qops = qop_levels(v);
   if (hconf_get(&c, "dfs.data.transfer.protection", NULL, v, sizeof v) == 1)
     fs->dt_qops = qop_levels(v);
+  if (hconf_get(&c, "dfs.encrypt.data.transfer.cipher.suites", NULL, v, sizeof v) == 1)
+    loom__strlcpy(fs->dt_suites, v, sizeof fs->dt_suites);
   long long rep;
   if (hconf_get(&c, "dfs.replication", NULL, v, sizeof v) == 1) {
     if (loom__parse_int(v, 1, 512, &rep) == 0)

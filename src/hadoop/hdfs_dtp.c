@@ -131,6 +131,8 @@ void hdfs_dn_close(hdfs_dn *c) {
   if (c->fd >= 0) close(c->fd);
   if (c->sl) hsasl_layer_free(c->sl);
   free(c->sl);
+  EVP_CIPHER_CTX_free(c->aes_out);
+  EVP_CIPHER_CTX_free(c->aes_in);
   free(c->raw);
   free(c->plain);
   hdfs_dn_init(c, -1);
@@ -148,8 +150,33 @@ static int room(uint8_t **b, size_t *cap, size_t len, size_t n) {
   return 0;
 }
 
+/* AES/CTR over n bytes of in into out (in place when the same). */
+static int ctr(void *ctx, const uint8_t *in, size_t n, uint8_t *out) {
+  while (n) {
+    int k = n > (1u << 30) ? 1 << 30 : (int)n, got = 0;
+    if (EVP_CipherUpdate(ctx, out, &got, in, k) != 1 || got != k) return LOOM_EIO;
+    in += k;
+    out += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
 int hdfs_dn_send(hdfs_dn *c, const char *peer, const void *buf, size_t n, uint64_t deadline,
                  const char *what, char *err, size_t errlen) {
+  if (c->aes_out) {
+    const uint8_t *p = buf;
+    uint8_t tmp[1 << 16];
+    while (n) {
+      size_t k = n < sizeof tmp ? n : sizeof tmp;
+      int rc = ctr(c->aes_out, p, k, tmp);
+      if (rc == 0) rc = hipc_send_fd(c->fd, peer, tmp, k, deadline, what, err, errlen);
+      if (rc < 0) return rc;
+      p += k;
+      n -= k;
+    }
+    return 0;
+  }
   if (!c->sl) return hipc_send_fd(c->fd, peer, buf, n, deadline, what, err, errlen);
   const uint8_t *p = buf;
   size_t cap = 4 + c->send_max + HSASL_WRAP_OVERHEAD;
@@ -249,6 +276,10 @@ int hdfs_dn_recv_now(hdfs_dn *c, const char *peer, void *buf, size_t cap, size_t
       return LOOM_ECONN;
     }
     if (!c->sl) {
+      if (c->aes_in && ctr(c->aes_in, buf, (size_t)r, buf) < 0) {
+        snprintf(err, errlen, "%s: AES/CTR failed", peer);
+        return LOOM_EIO;
+      }
       *got = (size_t)r;
       return 0;
     }
@@ -263,6 +294,14 @@ int hdfs_dn_recv_now(hdfs_dn *c, const char *peer, void *buf, size_t cap, size_t
 
 int hdfs_dn_recv(hdfs_dn *c, const char *peer, void *buf, size_t n, uint64_t deadline,
                  int timeout_ms, const char *what, char *err, size_t errlen) {
+  if (c->aes_in) {
+    int rc = hipc_recv_fd(c->fd, peer, buf, n, deadline, timeout_ms, what, err, errlen);
+    if (rc == 0 && ctr(c->aes_in, buf, n, buf) < 0) {
+      snprintf(err, errlen, "%s: %s: AES/CTR failed", peer, what);
+      rc = LOOM_EIO;
+    }
+    return rc;
+  }
   if (!c->sl) return hipc_recv_fd(c->fd, peer, buf, n, deadline, timeout_ms, what, err, errlen);
   uint8_t *p = buf;
   while (n) {
@@ -292,6 +331,66 @@ int hdfs_dn_recv(hdfs_dn *c, const char *peer, void *buf, size_t n, uint64_t dea
     free(m);
     if (rc < 0) return rc;
   }
+  return 0;
+}
+
+/* An AES/CTR context of key (16, 24 or 32 bytes) and iv (16). */
+static void *aes_ctr(const uint8_t *key, size_t klen, const uint8_t *iv, int enc) {
+  const EVP_CIPHER *ci = klen == 16   ? EVP_aes_128_ctr()
+                         : klen == 24 ? EVP_aes_192_ctr()
+                                      : EVP_aes_256_ctr();
+  EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+  if (x && EVP_CipherInit_ex(x, ci, NULL, key, iv, enc) == 1) return x;
+  EVP_CIPHER_CTX_free(x);
+  return NULL;
+}
+
+int hdfs_dn_cipher(hdfs_dn *c, const void *cipher_option, char *err, size_t errlen) {
+  const Hadoop__Hdfs__CipherOptionProto *o = cipher_option;
+  if (!c->sl) {
+    snprintf(err, errlen, "a cipher option without a SASL layer to unwrap its keys");
+    return LOOM_EPROTO;
+  }
+  if (o->suite != HADOOP__HDFS__CIPHER_SUITE_PROTO__AES_CTR_NOPADDING) {
+    snprintf(err, errlen, "a cipher option of suite %d, not AES/CTR/NoPadding", (int)o->suite);
+    return LOOM_EPROTO;
+  }
+  if (!o->has_inkey || !o->has_outkey || !o->has_iniv || !o->has_outiv || o->iniv.len != 16 ||
+      o->outiv.len != 16 || o->inkey.len > 256 || o->outkey.len > 256) {
+    snprintf(err, errlen, "a cipher option without both keys and both 16-byte IVs");
+    return LOOM_EPROTO;
+  }
+  /* the DataNode wrapped inKey, then outKey */
+  uint8_t in[256], out[256];
+  size_t il = 0, ol = 0;
+  char why[256];
+  if (hsasl_unwrap(c->sl, o->inkey.data, o->inkey.len, in, sizeof in, &il, why, sizeof why) < 0 ||
+      hsasl_unwrap(c->sl, o->outkey.data, o->outkey.len, out, sizeof out, &ol, why, sizeof why) <
+          0) {
+    snprintf(err, errlen, "the cipher option's keys: SASL: %s", why);
+    return LOOM_EPROTO;
+  }
+  if ((il != 16 && il != 24 && il != 32) || ol != il) {
+    snprintf(err, errlen, "the cipher option's keys are of %zu and %zu bytes (16, 24 or 32)", il,
+             ol);
+    return LOOM_EPROTO;
+  }
+  /* the client writes with inKey/inIv and reads with outKey/outIv (the
+   * DataNode the other way round), as Hadoop's createStreamPair */
+  void *w = aes_ctr(in, il, o->iniv.data, 1), *r = aes_ctr(out, ol, o->outiv.data, 0);
+  OPENSSL_cleanse(in, sizeof in);
+  OPENSSL_cleanse(out, sizeof out);
+  if (!w || !r) {
+    EVP_CIPHER_CTX_free(w);
+    EVP_CIPHER_CTX_free(r);
+    snprintf(err, errlen, "cannot set up AES/CTR");
+    return LOOM_EIO;
+  }
+  c->aes_out = w;
+  c->aes_in = r;
+  hsasl_layer_free(c->sl);
+  free(c->sl);
+  c->sl = NULL;
   return 0;
 }
 
@@ -363,9 +462,10 @@ void hdfs_op_header_init(op_header *h, Hadoop__Hdfs__ExtendedBlockProto *b,
  * NameNode's server defaults say so) takes only the encrypted handshake,
  * on every port: the same DIGEST-MD5 with the NameNode's data encryption
  * key (user "keyId blockPoolId base64(nonce)", password base64(key)) at
- * privacy. (The AES/CTR cipher option a client may ask for inside it,
- * dfs.encrypt.data.transfer.cipher.suites, is not asked for: the
- * DataNode then stays with the SASL layer's 3des.) */
+ * privacy. At privacy, with dfs.encrypt.data.transfer.cipher.suites
+ * AES/CTR/NoPadding, the client asks for AES inside the handshake; a
+ * DataNode that has it answers the keys (wrapped in the layer) and the
+ * stream goes on in AES/CTR instead (hdfs_dn_cipher). */
 
 #define DT_SASL_MAGIC 0xDEADBEEFu
 
@@ -394,7 +494,8 @@ int hdfs_check_dt_sasl(const void *encryptor_message, const uint8_t **payload, s
 /* Sends one DataTransferEncryptorMessageProto: SUCCESS and payload,
  * varint-delimited, after the magic number when magic. */
 static int dt_sasl_send(int fd, const char *peer, bool magic, const void *payload, size_t n,
-                        uint64_t deadline, const char *what, char *err, size_t errlen) {
+                        bool ask_aes, uint64_t deadline, const char *what, char *err,
+                        size_t errlen) {
   Hadoop__Hdfs__DataTransferEncryptorMessageProto m =
       HADOOP__HDFS__DATA_TRANSFER_ENCRYPTOR_MESSAGE_PROTO__INIT;
   m.status =
@@ -402,6 +503,14 @@ static int dt_sasl_send(int fd, const char *peer, bool magic, const void *payloa
   m.has_payload = 1;
   m.payload.data = (uint8_t *)payload;
   m.payload.len = n;
+  /* the cipher suites the client takes: AES/CTR/NoPadding, keys to come */
+  Hadoop__Hdfs__CipherOptionProto aes = HADOOP__HDFS__CIPHER_OPTION_PROTO__INIT;
+  Hadoop__Hdfs__CipherOptionProto *opts[1] = {&aes};
+  aes.suite = HADOOP__HDFS__CIPHER_SUITE_PROTO__AES_CTR_NOPADDING;
+  if (ask_aes) {
+    m.n_cipheroption = 1;
+    m.cipheroption = opts;
+  }
   size_t len = protobuf_c_message_get_packed_size(&m.base);
   uint8_t *buf = malloc(4 + 10 + len);
   if (!buf) return LOOM_ENOMEM;
@@ -418,9 +527,10 @@ static int dt_sasl_send(int fd, const char *peer, bool magic, const void *payloa
 }
 
 /* Receives the DataNode's next step: its payload copied into out (at most
- * cap - 1 bytes, NUL-terminated), its length in *outlen. */
+ * cap - 1 bytes, NUL-terminated), its length in *outlen; the message
+ * itself into *keep when keep is not NULL (the caller frees it). */
 static int dt_sasl_recv(hdfs_dn *c, const char *peer, char *out, size_t cap, size_t *outlen,
-                        const char *what, char *err, size_t errlen) {
+                        ProtobufCMessage **keep, const char *what, char *err, size_t errlen) {
   ProtobufCMessage *m = NULL;
   int rc =
       hdfs_recv_delimited(c, peer, &hadoop__hdfs__data_transfer_encryptor_message_proto__descriptor,
@@ -441,7 +551,10 @@ static int dt_sasl_recv(hdfs_dn *c, const char *peer, char *out, size_t cap, siz
     out[n] = 0;
     *outlen = n;
   }
-  protobuf_c_message_free_unpacked(m, NULL);
+  if (rc == 0 && keep)
+    *keep = m;
+  else
+    protobuf_c_message_free_unpacked(m, NULL);
   return rc;
 }
 
@@ -542,10 +655,10 @@ int hdfs_dt_sasl(hdfs *fs, hdfs_dn *c, const char *peer, uint32_t xferport,
   uint64_t deadline = loom__now_ms() + HDFS_TIMEOUT_MS;
   char ch_text[4096], resp[12000], fin[512], rspauth[33], why[256];
   size_t n = 0, rl = 0;
-  int rc = dt_sasl_send(fd, peer, true, "", 0, deadline, "the SASL start", err, errlen);
+  int rc = dt_sasl_send(fd, peer, true, "", 0, false, deadline, "the SASL start", err, errlen);
   if (rc == 0)
-    rc = dt_sasl_recv(c, peer, ch_text, sizeof ch_text, &n, "the DataNode's SASL challenge", err,
-                      errlen);
+    rc = dt_sasl_recv(c, peer, ch_text, sizeof ch_text, &n, NULL, "the DataNode's SASL challenge",
+                      err, errlen);
   hsasl_challenge ch;
   if (rc == 0 && hsasl_parse_challenge((const uint8_t *)ch_text, n, &ch, why, sizeof why) < 0) {
     snprintf(err, errlen, "%s: SASL: %s", peer, why);
@@ -587,10 +700,26 @@ int hdfs_dt_sasl(hdfs *fs, hdfs_dn *c, const char *peer, uint32_t xferport,
       rc = LOOM_EINVAL;
     }
   }
+  /* at privacy, with dfs.encrypt.data.transfer.cipher.suites, ask for
+   * AES/CTR (the only suite Hadoop's client knows) */
+  bool ask_aes = false;
+  if (rc == 0 && qop == HSASL_QOP_CONF && fs->dt_suites[0]) {
+    if (strcmp(fs->dt_suites, "AES/CTR/NoPadding")) {
+      snprintf(err, errlen,
+               "dfs.encrypt.data.transfer.cipher.suites is '%s': the one cipher suite known is "
+               "AES/CTR/NoPadding",
+               fs->dt_suites);
+      rc = LOOM_EINVAL;
+    }
+    ask_aes = true;
+  }
   if (rc == 0)
-    rc = dt_sasl_send(fd, peer, false, resp, rl, deadline, "the SASL response", err, errlen);
+    rc = dt_sasl_send(fd, peer, false, resp, rl, ask_aes, deadline, "the SASL response", err,
+                      errlen);
+  Hadoop__Hdfs__DataTransferEncryptorMessageProto *last = NULL;
   if (rc == 0)
-    rc = dt_sasl_recv(c, peer, fin, sizeof fin, &n, "the DataNode's SASL outcome", err, errlen);
+    rc = dt_sasl_recv(c, peer, fin, sizeof fin, &n, (ProtobufCMessage **)&last,
+                      "the DataNode's SASL outcome", err, errlen);
   if (rc == 0 && hsasl_check_rspauth((const uint8_t *)fin, n, rspauth) < 0) {
     snprintf(err, errlen,
              "%s: SASL: the DataNode's proof (rspauth) does not match the %s: not a DataNode of "
@@ -611,8 +740,20 @@ int hdfs_dt_sasl(hdfs *fs, hdfs_dn *c, const char *peer, uint32_t xferport,
       c->send_max = ch.maxbuf > HSASL_WRAP_OVERHEAD + 4 ? ch.maxbuf - HSASL_WRAP_OVERHEAD - 4 : 64;
     }
   }
+  /* the DataNode took AES: its keys come wrapped in the layer; a DataNode
+   * that does not know AES answers no option, and the layer stays */
+  const char *aes_said = "";
+  if (rc == 0 && ask_aes && last && last->n_cipheroption) {
+    char cwhy[300];
+    rc = hdfs_dn_cipher(c, last->cipheroption[0], cwhy, sizeof cwhy);
+    if (rc < 0)
+      snprintf(err, errlen, "%s: SASL: %s", peer, cwhy);
+    else
+      aes_said = ", then AES/CTR";
+  }
+  if (last) protobuf_c_message_free_unpacked(&last->base, NULL);
   if (rc == 0)
-    loom__log(LOOM_LOG_DEBUG, "hadoop", "%s: DataTransferProtocol SASL at %s%s", peer,
-              hsasl_qop_name(qop), enc ? " (encrypted data transfer)" : "");
+    loom__log(LOOM_LOG_DEBUG, "hadoop", "%s: DataTransferProtocol SASL at %s%s%s", peer,
+              hsasl_qop_name(qop), enc ? " (encrypted data transfer)" : "", aes_said);
   return rc;
 }

@@ -61,6 +61,9 @@ struct hdfs {
   /* dfs.data.transfer.protection (HSASL_QOP_* bits; 0: not set, no SASL
    * handshake with DataNodes) */
   int dt_qops;
+  /* dfs.encrypt.data.transfer.cipher.suites ("" when not set): with
+   * AES/CTR/NoPadding, a handshake at privacy asks for AES */
+  char dt_suites[64];
   /* getServerDefaults' encryptDataTransfer (dfs.encrypt.data.transfer on
    * the cluster): every DataNode connection's SASL is then with the
    * NameNode's data encryption key, at privacy */
@@ -105,6 +108,9 @@ typedef struct {
   size_t raw_len, raw_cap;
   uint8_t *plain; /* unwrapped bytes not yet taken */
   size_t plain_off, plain_len, plain_cap;
+  /* AES/CTR streams (EVP_CIPHER_CTX) where the handshake negotiated the
+   * cipher option: then no SASL layer; NULL otherwise */
+  void *aes_out, *aes_in;
 } hdfs_dn;
 
 /* The largest wrapped message a DataNode may send (its SaslOutputStream
@@ -126,6 +132,15 @@ int hdfs_dn_recv(hdfs_dn *c, const char *peer, void *buf, size_t n, uint64_t dea
  * connection), or another error with err saying what. */
 int hdfs_dn_recv_now(hdfs_dn *c, const char *peer, void *buf, size_t cap, size_t *got, char *err,
                      size_t errlen);
+/* Sets c up from the cipher option a DataNode answered (a
+ * Hadoop__Hdfs__CipherOptionProto): its keys unwrapped through c's SASL
+ * layer (inKey, then outKey), checked (AES/CTR/NoPadding, keys of 16, 24
+ * or 32 bytes, IVs of 16), c's writes then encrypted with inKey/inIv and
+ * its reads decrypted with outKey/outIv, the SASL layer dropped. 0, or an
+ * error with err saying what (c unchanged but for the layer's sequence
+ * numbers). */
+int hdfs_dn_cipher(hdfs_dn *c, const void *cipher_option, char *err, size_t errlen);
+
 /* Takes n received bytes into c's wrapped messages and unwraps each whole
  * one (the part of hdfs_dn_recv* a fuzzer drives): 0, or an error with err
  * saying what (a length over HDFS_DN_MAX_WRAPPED, a message the layer

@@ -19,7 +19,11 @@
  *      that arrive (hdfs_dn_take, in two parts split at the byte after);
  *      without it the rest as plain bytes the DataNode's side wraps in
  *      messages of up to 255 bytes (the byte after says how many), which
- *      loom's side must take back exactly.
+ *      loom's side must take back exactly;
+ *   253 a DataNode's cipher option (CipherOptionProto), its keys wrapped
+ *      by the DataNode's side of a layer at privacy from the key bytes
+ *      that follow it when the next byte is odd, else as they are:
+ *      hdfs_dn_cipher.
  * Aborts when a check's contract breaks: a packet accepted whose parts do
  * not add up to its length, a read reply accepted with a chunk offset past
  * the offset or a checksum size out of range, an error without a message,
@@ -246,9 +250,54 @@ static void layered(const uint8_t *d, size_t n) {
   hdfs_dn_close(&c);
 }
 
+static void cipher_option(const uint8_t *d, size_t n) {
+  if (n < 2) return;
+  bool wrap = d[0] & 1;
+  size_t olen = d[1] < n - 2 ? d[1] : n - 2;
+  uint8_t *m = copy(d + 2, olen);
+  if (!m) return;
+  Hadoop__Hdfs__CipherOptionProto *o = hadoop__hdfs__cipher_option_proto__unpack(NULL, olen, m);
+  free(m);
+  if (!o) return;
+  uint8_t ha1[16] = {9, 8, 7};
+  hdfs_dn c;
+  hdfs_dn_init(&c, -1);
+  c.sl = calloc(1, sizeof *c.sl);
+  if (!c.sl || hsasl_layer_init(c.sl, HSASL_QOP_CONF, ha1, 0) < 0) abort();
+  /* keys the DataNode's side wraps: the bytes after the option, halved */
+  uint8_t wi[64 + HSASL_WRAP_OVERHEAD], wo[64 + HSASL_WRAP_OVERHEAD];
+  size_t rest = n - 2 - olen, half = rest / 2 > 64 ? 64 : rest / 2, il = 0, ol = 0;
+  hsasl_layer srv;
+  if (hsasl_layer_init(&srv, HSASL_QOP_CONF, ha1, 1) < 0) abort();
+  /* the unpacker's own keys, given back before it frees them */
+  ProtobufCBinaryData oi = o->inkey, oo = o->outkey;
+  protobuf_c_boolean hi = o->has_inkey, ho = o->has_outkey;
+  if (wrap && half && hsasl_wrap(&srv, d + 2 + olen, half, wi, sizeof wi, &il) == 0 &&
+      hsasl_wrap(&srv, d + 2 + olen + half, half, wo, sizeof wo, &ol) == 0) {
+    o->has_inkey = o->has_outkey = 1;
+    o->inkey = (ProtobufCBinaryData){il, wi};
+    o->outkey = (ProtobufCBinaryData){ol, wo};
+  }
+  char err[512] = "";
+  int rc = hdfs_dn_cipher(&c, o, err, sizeof err);
+  if (rc < 0 && !err[0]) abort();
+  if (rc == 0 && (!c.aes_out || !c.aes_in || c.sl)) abort();
+  if (rc == 0 && !(wrap && (half == 16 || half == 24 || half == 32))) abort();
+  o->inkey = oi;
+  o->outkey = oo;
+  o->has_inkey = hi;
+  o->has_outkey = ho;
+  hsasl_layer_free(&srv);
+  hdfs_dn_close(&c);
+  hadoop__hdfs__cipher_option_proto__free_unpacked(o, NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
   switch (data[0]) {
+  case 253:
+    cipher_option(data + 1, size - 1);
+    break;
   case 254:
     layered(data + 1, size - 1);
     break;

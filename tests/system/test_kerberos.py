@@ -402,8 +402,9 @@ def round_trip(fs, s, tmp_path, base, conf, name):
     (tmp_path / f"{name}.java").write_bytes(theirs)
     s.java("-put", tmp_path / f"{name}.java", f"{base}/{name}.java")
     assert sha(fs.ok("cat", s.url(f"{base}/{name}.java"), conf=conf).stdout) == sha(theirs)
-    return set(re.findall(r"DataTransferProtocol SASL at (\S+(?: \(encrypted data transfer\))?)",
-                          r.err))
+    return set(re.findall(r"DataTransferProtocol SASL at "
+                          r"(\S+(?: \(encrypted data transfer\))?(?:, then AES/CTR)?)$", r.err,
+                          re.M))
 
 
 def test_datanodes_that_ask_for_sasl(loom, secure, tmp_path):
@@ -454,11 +455,15 @@ def test_datanodes_that_ask_for_sasl(loom, secure, tmp_path):
 
 
 def test_encrypted_data_transfer(loom, secure, tmp_path):
-    """A cluster with dfs.encrypt.data.transfer (3des): every DataNode
-    connection takes only the encrypted handshake, with the NameNode's data
-    encryption key (getDataEncryptionKey; the cluster says so in its server
-    defaults, the client's configuration need not), then everything under
-    DIGEST-MD5's privacy layer: Java reads what loom wrote and the other way
+    """A cluster with dfs.encrypt.data.transfer (3des, and AES/CTR for
+    clients that ask): every DataNode connection takes only the encrypted
+    handshake, with the NameNode's data encryption key
+    (getDataEncryptionKey; the cluster says so in its server defaults, the
+    client's configuration need not). A client whose
+    dfs.encrypt.data.transfer.cipher.suites names AES/CTR/NoPadding (the
+    cluster's configuration) gets AES keys from the DataNode inside the
+    handshake and the stream in AES/CTR; one that does not, DIGEST-MD5's
+    3des layer. Either way Java reads what loom wrote and the other way
     round, byte for byte, with no dfs.data.transfer.protection anywhere."""
     if not SANITIZED:
         pytest.skip(ASAN_ONLY)
@@ -466,5 +471,9 @@ def test_encrypted_data_transfer(loom, secure, tmp_path):
         fs = Fs(loom, s)
         base = "/user/alice/enc"
         fs.ok("mkdir", s.url(base))
-        assert round_trip(fs, s, tmp_path, base, True, "enc") == \
+        assert round_trip(fs, s, tmp_path, base, True, "aes") == \
+            {"auth-conf (encrypted data transfer), then AES/CTR"}
+        no_aes = conf_with(s, tmp_path / "no-aes",
+                           **{"dfs.encrypt.data.transfer.cipher.suites": ""})
+        assert round_trip(fs, s, tmp_path, base, no_aes, "3des") == \
             {"auth-conf (encrypted data transfer)"}
