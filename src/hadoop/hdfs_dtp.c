@@ -238,8 +238,10 @@ int hdfs_dn_take(hdfs_dn *c, const uint8_t *p, size_t n, char *err, size_t errle
     c->plain_len += got;
     at += 4 + (size_t)len;
   }
-  memmove(c->raw, c->raw + at, c->raw_len - at);
-  c->raw_len -= at;
+  if (at) { /* (no buffer at all until a byte came) */
+    memmove(c->raw, c->raw + at, c->raw_len - at);
+    c->raw_len -= at;
+  }
   return rc;
 }
 
