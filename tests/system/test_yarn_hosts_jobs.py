@@ -126,6 +126,33 @@ print("PROBE " + json.dumps(out, sort_keys=True), flush=True)
 """
 
 
+# The ps, after its probe: listens on its task port until stopped.
+SERVE = r"""
+import os, socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("", int(os.environ["LOOM_PORT"])))
+s.listen(16)
+while True:
+    s.accept()[0].close()
+"""
+
+# The chief, after its probe: waits (90 s at most) until the ps listens.
+WAIT_PS = r"""
+import json, os, socket, sys, time
+host, port = json.loads(os.environ["LOOM_CLUSTER"])["ps"][0].rsplit(":", 1)
+end = time.monotonic() + 90
+while True:
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+        break
+    except OSError:
+        if time.monotonic() > end:
+            sys.exit(f"the ps at {host}:{port} never listened")
+        time.sleep(0.1)
+"""
+
+
 def probes(stdout):
     """{(task, LOCAL_RANK): what PROBE printed}; a task of several procs
     prefixes each proc's lines [role:index.proc]."""
@@ -143,21 +170,24 @@ def test_every_role_sees_the_cluster_of_the_nodes(hloom, hadoop_hosts, tmp_path)
     so that no one node holds them all: TF_CONFIG, LOOM_CLUSTER and the
     torch variables name the nodes' addresses, exactly, each task's its own
     container's node; LOOM_COORD is the client; every agent ran the
-    ./loom YARN localized into its container on that node. The ps finishes
-    like the others (service: false): as a service it was stopped when the
-    rest ended, which under load came before its probe printed."""
+    ./loom YARN localized into its container on that node. The ps, a
+    service, listens on its port once it has printed, and the chief waits
+    for that before it ends (the ps is stopped when the rest have ended:
+    under load that came before its probe printed)."""
     h = hadoop_hosts
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
+    (tmp_path / "serve.py").write_text(SERVE)
+    (tmp_path / "waitps.py").write_text(WAIT_PS)
     py = "/usr/bin/python3 probe.py"
     s = hloom.spec(f"""
 name: hostsenv
 backend: yarn
-files: {{probe.py: {probe}}}
+files: {{probe.py: {probe}, serve.py: {tmp_path / "serve.py"}, waitps.py: {tmp_path / "waitps.py"}}}
 roles:
-  chief: {{memory: 1GiB, command: '{py}'}}
+  chief: {{memory: 1GiB, command: '{py} && /usr/bin/python3 waitps.py'}}
   worker: {{instances: 2, procs: 2, memory: 1GiB, command: '{py}'}}
-  ps: {{memory: 1GiB, service: false, command: '{py}'}}
+  ps: {{memory: 1GiB, command: '{py}; exec /usr/bin/python3 serve.py'}}
   evaluator: {{memory: 1GiB, command: '{py}'}}
 """)
     r = run(hloom, h, s, timeout=180)
