@@ -7,7 +7,7 @@
 #include "agent/agent_int.h"
 #include "fs/fs.h"
 #include "jobdir/jobdir.h"
-#include "yarn/creds.h"
+#include "hadoop/creds.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>

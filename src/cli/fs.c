@@ -1,5 +1,6 @@
 /* fs.c: `loom fs`, files on HDFS (and local paths) from the command line,
- * through loom's own HDFS client: ls, stat, cat, get, put, mkdir, rm, mv. */
+ * through loom's own HDFS client: ls, stat, cat, get, put, mkdir, rm, mv, and
+ * fetchdt (HDFS delegation tokens). */
 #include "cli/fs.h"
 
 #include "core/exitcode.h"
@@ -20,7 +21,8 @@ static int usage_err(const char *fmt, ...) {
   fprintf(stderr, "loom fs: ");
   vfprintf(stderr, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "\nusage: loom fs ls|stat|cat|get|put|mkdir|rm|mv ... (loom fs --help)\n");
+  fprintf(stderr,
+          "\nusage: loom fs ls|stat|cat|get|put|mkdir|rm|mv|fetchdt ... (loom fs --help)\n");
   return LOOM_EXIT_USAGE;
 }
 
@@ -152,6 +154,81 @@ static int cmd_cat(int argc, char **argv) {
   return status;
 }
 
+/* `loom fs fetchdt [--fs URL] [--renewer NAME] FILE`, `--renew FILE`,
+ * `--cancel FILE`: HDFS delegation tokens, as `hdfs fetchdt`. Always over
+ * Kerberos: a token in $HADOOP_TOKEN_FILE_LOCATION is not used for them
+ * (a NameNode gives, renews and cancels tokens for Kerberos connections). */
+static int cmd_fetchdt(int argc, char **argv) {
+  const char *url = "hdfs:///", *renewer = "", *file = NULL;
+  int op = 0; /* 0 fetch, 1 renew, 2 cancel */
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--fs") && i + 1 < argc)
+      url = argv[++i];
+    else if (!strcmp(argv[i], "--renewer") && i + 1 < argc)
+      renewer = argv[++i];
+    else if (!strcmp(argv[i], "--renew"))
+      op = 1;
+    else if (!strcmp(argv[i], "--cancel"))
+      op = 2;
+    else if (argv[i][0] == '-' || file)
+      return usage_err("fetchdt: unexpected '%s' (fetchdt [--fs URL] [--renewer NAME] FILE | "
+                       "--renew FILE | --cancel FILE)",
+                       argv[i]);
+    else
+      file = argv[i];
+  }
+  if (!file) return usage_err("%s", "fetchdt: no FILE");
+  unsetenv("HADOOP_TOKEN_FILE_LOCATION");
+  char err[2048] = "", host[256];
+  int port = 0, rc;
+  hdfs *fs = NULL;
+  if (op == 0) {
+    hdfs_url u;
+    if ((rc = hdfs_parse_url(url, &u, err, sizeof err)) < 0) return fail(rc, err);
+    rc = hdfs_get(u.host, u.port, &fs);
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    if (rc == 0) rc = hdfs_dt_fetch(fs, renewer, &bytes, &len, err, sizeof err);
+    if (rc == 0 && loom__write_atomic(file, bytes, len, 0600, true) < 0) {
+      snprintf(err, sizeof err, "cannot write %s: %s", file, strerror(errno));
+      rc = LOOM_EIO;
+    }
+    char svc_host[256];
+    int svc_port = 0;
+    if (rc == 0 &&
+        hdfs_dt_service(bytes, len, svc_host, sizeof svc_host, &svc_port, err, sizeof err) == 0)
+      printf("%s: %s for %s:%d%s%s\n", file, HDFS_DT_KIND, svc_host, svc_port,
+             renewer[0] ? ", renewer " : "", renewer);
+    free(bytes);
+    return rc < 0 ? fail(rc, err) : LOOM_EXIT_OK;
+  }
+  char *buf = NULL;
+  size_t len = 0;
+  if (loom__read_file(file, 64 << 20, &buf, &len) < 0) {
+    fprintf(stderr, "loom fs: cannot read %s: %s\n", file, strerror(errno));
+    return LOOM_EXIT_USAGE;
+  }
+  rc = hdfs_dt_service((const uint8_t *)buf, len, host, sizeof host, &port, err, sizeof err);
+  if (rc == 0) rc = hdfs_get(host, port, &fs);
+  uint64_t until = 0;
+  if (rc == 0 && op == 1)
+    rc = hdfs_dt_renew(fs, (const uint8_t *)buf, len, &until, err, sizeof err);
+  else if (rc == 0)
+    rc = hdfs_dt_cancel(fs, (const uint8_t *)buf, len, err, sizeof err);
+  free(buf);
+  if (rc < 0) return fail(rc, err);
+  if (op == 1) {
+    char when[40];
+    time_t t = (time_t)(until / 1000);
+    struct tm tm;
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %Z", localtime_r(&t, &tm));
+    printf("%s: renewed until %s\n", file, when);
+  } else {
+    printf("%s: cancelled\n", file);
+  }
+  return LOOM_EXIT_OK;
+}
+
 int loom__fs_main(int argc, char **argv) {
   /* argv[0] is "fs"; --principal and --keytab are the tunables' values
    * for this process (the HDFS client reads them) */
@@ -192,6 +269,7 @@ int loom__fs_main(int argc, char **argv) {
     rc = loom__fs_remove(argv[argc - 1], rec, err, sizeof err);
     return rc < 0 ? fail(rc, err) : LOOM_EXIT_OK;
   }
+  if (!strcmp(c, "fetchdt")) return cmd_fetchdt(argc - 2, argv + 2);
   if (!strcmp(c, "mv") && argc == 4) {
     rc = loom__fs_rename(argv[2], argv[3], false, err, sizeof err);
     return rc < 0 ? fail(rc, err) : LOOM_EXIT_OK;

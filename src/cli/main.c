@@ -86,7 +86,7 @@ static const struct verb {
     {"ps", cmd_ps, "[--help]", "the built-in parameter server, as a ps role's command",
      "Serves this task's shard of the job's variables until the job ends. Use it\n"
      "as the command of the ps role: `ps: {instances: 2, command: loom ps}`.\n"},
-    {"fs", cmd_fs, "[--principal P --keytab F] ls|stat|cat|get|put|mkdir|rm|mv ARGS",
+    {"fs", cmd_fs, "[--principal P --keytab F] ls|stat|cat|get|put|mkdir|rm|mv|fetchdt ARGS",
      "files on HDFS, through loom's own client",
      "  loom fs ls URL              a directory's entries (or a file), like hdfs dfs -ls\n"
      "  loom fs stat URL            one line of JSON: type, length, permission, owner, ...\n"
@@ -96,12 +96,19 @@ static const struct verb {
      "                              -f replaces a file that exists)\n"
      "  loom fs mkdir URL           make a directory and its parents\n"
      "  loom fs rm [-r] URL         remove a file (-r: a directory and all in it)\n"
-     "  loom fs mv SRC DST          rename (DST must not exist)\n\n"
+     "  loom fs mv SRC DST          rename (DST must not exist)\n"
+     "  loom fs fetchdt [--fs URL] [--renewer NAME] FILE\n"
+     "                              an HDFS delegation token into the credentials file\n"
+     "                              FILE (0600), as hdfs fetchdt (Kerberos)\n"
+     "  loom fs fetchdt --renew FILE | --cancel FILE\n"
+     "                              renew (as its renewer) or cancel FILE's token\n\n"
      "URLs: hdfs://host:port/path, or hdfs:///path for the NameNode of fs.defaultFS\n"
      "in $HADOOP_CONF_DIR/core-site.xml; the user is $HADOOP_USER_NAME or the login,\n"
      "or on a Kerberized cluster the principal of the ticket in $KRB5CCNAME (kinit),\n"
      "or with --principal P --keytab F (LOOM_KERBEROS_PRINCIPAL, _KEYTAB) P logged\n"
-     "in from the keytab F, its ticket kept in memory (no kinit, no cache file).\n"
+     "in from the keytab F, its ticket kept in memory (no kinit, no cache file);\n"
+     "with $HADOOP_TOKEN_FILE_LOCATION holding an HDFS delegation token for the\n"
+     "NameNode (as YARN and Spark give containers), the token (no ticket needed).\n"
      "get, put, rm and mv take local paths too. Reads check every checksum and go\n"
      "on from another replica when one is dead or corrupt. Exit status: 0, 1 a\n"
      "filesystem error (no such path, permission denied, exists, no good\n"

@@ -16,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -191,6 +195,50 @@ static void client_conf(hdfs *fs) {
   hconf_free(&c);
 }
 
+/* The HDFS delegation token for fs's NameNode in the credentials file
+ * $HADOOP_TOKEN_FILE_LOCATION names, if any: the token whose service is
+ * the NameNode's "address:port" (as Hadoop names it: the IPv4 address the
+ * host resolves to), or "host:port" as given. A file that cannot be read
+ * or parsed is said once, and nothing is taken from it. */
+static void load_dt(hdfs *fs) {
+  const char *file = getenv("HADOOP_TOKEN_FILE_LOCATION");
+  if (!file || !*file) return;
+  char *buf = NULL, why[512];
+  size_t len = 0;
+  if (loom__read_file(file, 64 << 20, &buf, &len) < 0) {
+    loom__log(LOOM_LOG_WARN, "hadoop",
+              "cannot read the credentials file %s "
+              "(HADOOP_TOKEN_FILE_LOCATION): no delegation token taken from it",
+              file);
+    return;
+  }
+  char svc[2][320];
+  snprintf(svc[1], sizeof svc[1], "%s:%d", fs->host, fs->port);
+  snprintf(svc[0], sizeof svc[0], "%s", svc[1]);
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+  if (getaddrinfo(fs->host, NULL, &hints, &ai) == 0 && ai) {
+    char ip[INET_ADDRSTRLEN];
+    if (inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, ip, sizeof ip))
+      snprintf(svc[0], sizeof svc[0], "%s:%d", ip, fs->port);
+  }
+  if (ai) freeaddrinfo(ai);
+  for (int i = 0; i < 2 && !fs->have_dt; i++) {
+    int rc = hyarn_creds_find_for((const uint8_t *)buf, len, HDFS_DT_KIND, svc[i], &fs->dt, why,
+                                  sizeof why);
+    if (rc == 0) {
+      fs->have_dt = true;
+      loom__strlcpy(fs->dt_from, file, sizeof fs->dt_from);
+    } else if (rc != LOOM_ENOENT) {
+      loom__log(LOOM_LOG_WARN, "hadoop",
+                "the credentials file %s (HADOOP_TOKEN_FILE_LOCATION): "
+                "%s",
+                file, why);
+      break;
+    }
+  }
+  free(buf);
+}
+
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static hdfs *g_all;
 
@@ -215,6 +263,7 @@ int hdfs_get(const char *host, int port, hdfs **out) {
     pthread_mutex_init(&fs->mu, NULL);
     pthread_mutex_init(&fs->dek_mu, NULL);
     client_conf(fs);
+    load_dt(fs);
     fs->next = g_all;
     g_all = fs;
   }
@@ -231,6 +280,7 @@ void hdfs_release_all(void) {
     hipc_close(fs->ipc);
     pthread_mutex_destroy(&fs->mu);
     pthread_mutex_destroy(&fs->dek_mu);
+    hyarn_cred_token_free(&fs->dt);
     free(fs);
   }
   pthread_mutex_unlock(&g_mu);
@@ -274,10 +324,27 @@ int hdfs_nn_call(hdfs *fs, const char *method, const ProtobufCMessage *req,
       fs->ipc = NULL;
     }
     if (!fs->ipc) {
-      hipc_auth a = {
-          .kerberos = true, .principal = fs->nn_principal, .host = fs->host, .qops = fs->qops};
-      rc = hipc_connect_auth(fs->host, fs->port, fs->peer, NN_PROTOCOL, fs->user,
-                             fs->kerberos ? &a : NULL, HDFS_TIMEOUT_MS, &fs->ipc, err, errlen);
+      hsasl_token t = {fs->dt.identifier, fs->dt.identifier_len, fs->dt.password,
+                       fs->dt.password_len};
+      bool dt = fs->have_dt;
+      hipc_auth a = {.token = dt ? &t : NULL,
+                     .kerberos = fs->kerberos,
+                     .principal = fs->nn_principal,
+                     .host = fs->host,
+                     .qops = fs->qops,
+                     .token_no_user = true};
+      rc =
+          hipc_connect_auth(fs->host, fs->port, fs->peer, NN_PROTOCOL, fs->user,
+                            fs->kerberos || dt ? &a : NULL, HDFS_TIMEOUT_MS, &fs->ipc, err, errlen);
+      if (rc == LOOM_EAUTH && dt) {
+        /* say where the token came from */
+        char e2[1024];
+        snprintf(e2, sizeof e2,
+                 "%s (the HDFS delegation token for it in %s, "
+                 "HADOOP_TOKEN_FILE_LOCATION)",
+                 err, fs->dt_from);
+        loom__strlcpy(err, e2, errlen);
+      }
       if (rc < 0) break;
       fresh = true;
     }
@@ -596,4 +663,114 @@ int hdfs_check_ack(const void *pipeline_ack, int64_t seqno, size_t nodes, char *
     return LOOM_EPROTO;
   }
   return 0;
+}
+
+/* ---- delegation tokens ------------------------------------------------------ */
+
+/* The HDFS delegation token in a credentials file's bytes, into t. */
+static int dt_of(const uint8_t *file, size_t len, hyarn_cred_token *t, char *err, size_t errlen) {
+  char why[512];
+  int rc = hyarn_creds_find_for(file, len, HDFS_DT_KIND, NULL, t, why, sizeof why);
+  if (rc < 0) snprintf(err, errlen, "%s", why);
+  return rc;
+}
+
+int hdfs_dt_service(const uint8_t *file, size_t len, char *host, size_t hostlen, int *port,
+                    char *err, size_t errlen) {
+  hyarn_cred_token t;
+  int rc = dt_of(file, len, &t, err, errlen);
+  if (rc < 0) return rc;
+  const char *colon = strrchr(t.service, ':');
+  long long p = 0;
+  if (!colon || colon == t.service || (size_t)(colon - t.service) >= hostlen ||
+      loom__parse_int(colon + 1, 1, 65535, &p) < 0) {
+    snprintf(err, errlen, "the delegation token's service '%s' is not HOST:PORT", t.service);
+    rc = LOOM_EPROTO;
+  } else {
+    snprintf(host, hostlen, "%.*s", (int)(colon - t.service), t.service);
+    *port = (int)p;
+  }
+  hyarn_cred_token_free(&t);
+  return rc;
+}
+
+int hdfs_dt_fetch(hdfs *fs, const char *renewer, uint8_t **file, size_t *len, char *err,
+                  size_t errlen) {
+  *file = NULL;
+  *len = 0;
+  Hadoop__Common__GetDelegationTokenRequestProto req =
+      HADOOP__COMMON__GET_DELEGATION_TOKEN_REQUEST_PROTO__INIT;
+  req.renewer = (char *)(renewer ? renewer : "");
+  Hadoop__Common__GetDelegationTokenResponseProto *resp = NULL;
+  int rc = hdfs_nn_call(fs, "getDelegationToken", &req.base,
+                        &hadoop__common__get_delegation_token_response_proto__descriptor,
+                        (ProtobufCMessage **)&resp, false, err, errlen);
+  if (rc == 0 && (!resp->token || !resp->token->identifier.len)) {
+    snprintf(err, errlen, "%s gave no delegation token (a cluster without security gives none)",
+             fs->peer);
+    rc = LOOM_EPROTO;
+  }
+  if (rc == 0) {
+    /* the NameNode names no service: the client names it, as Java's
+     * SecurityUtil.setTokenService does (address:port) */
+    hyarn_cred_token t = {.identifier = resp->token->identifier.data,
+                          .identifier_len = resp->token->identifier.len,
+                          .password = resp->token->password.data,
+                          .password_len = resp->token->password.len};
+    loom__strlcpy(t.kind, HDFS_DT_KIND, sizeof t.kind);
+    char ip[INET_ADDRSTRLEN] = "";
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(fs->host, NULL, &hints, &ai) == 0 && ai)
+      inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, ip, sizeof ip);
+    if (ai) freeaddrinfo(ai);
+    snprintf(t.service, sizeof t.service, "%.200s:%d", ip[0] ? ip : fs->host, fs->port);
+    rc = hyarn_creds_encode_all(&t, 1, NULL, 0, file, len);
+    if (rc < 0) snprintf(err, errlen, "cannot write the token: %s", loom_strerror(rc));
+  }
+  if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
+  return rc;
+}
+
+/* renewDelegationToken or cancelDelegationToken of the file's token. */
+static int dt_call(hdfs *fs, bool renew, const uint8_t *file, size_t len, uint64_t *expiry_ms,
+                   char *err, size_t errlen) {
+  hyarn_cred_token t;
+  int rc = dt_of(file, len, &t, err, errlen);
+  if (rc < 0) return rc;
+  Hadoop__Common__TokenProto tok = HADOOP__COMMON__TOKEN_PROTO__INIT;
+  tok.identifier = (ProtobufCBinaryData){t.identifier_len, t.identifier};
+  tok.password = (ProtobufCBinaryData){t.password_len, t.password};
+  tok.kind = t.kind;
+  tok.service = t.service;
+  if (renew) {
+    Hadoop__Common__RenewDelegationTokenRequestProto req =
+        HADOOP__COMMON__RENEW_DELEGATION_TOKEN_REQUEST_PROTO__INIT;
+    req.token = &tok;
+    Hadoop__Common__RenewDelegationTokenResponseProto *resp = NULL;
+    rc = hdfs_nn_call(fs, "renewDelegationToken", &req.base,
+                      &hadoop__common__renew_delegation_token_response_proto__descriptor,
+                      (ProtobufCMessage **)&resp, false, err, errlen);
+    if (rc == 0 && expiry_ms) *expiry_ms = resp->newexpirytime;
+    if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
+  } else {
+    Hadoop__Common__CancelDelegationTokenRequestProto req =
+        HADOOP__COMMON__CANCEL_DELEGATION_TOKEN_REQUEST_PROTO__INIT;
+    req.token = &tok;
+    ProtobufCMessage *resp = NULL;
+    rc = hdfs_nn_call(fs, "cancelDelegationToken", &req.base,
+                      &hadoop__common__cancel_delegation_token_response_proto__descriptor, &resp,
+                      false, err, errlen);
+    if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  hyarn_cred_token_free(&t);
+  return rc;
+}
+
+int hdfs_dt_renew(hdfs *fs, const uint8_t *file, size_t len, uint64_t *expiry_ms, char *err,
+                  size_t errlen) {
+  return dt_call(fs, true, file, len, expiry_ms, err, errlen);
+}
+
+int hdfs_dt_cancel(hdfs *fs, const uint8_t *file, size_t len, char *err, size_t errlen) {
+  return dt_call(fs, false, file, len, NULL, err, errlen);
 }

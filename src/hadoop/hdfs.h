@@ -61,6 +61,28 @@ typedef struct hdfs hdfs;
  * freed but by hdfs_release_all. Returns 0, or LOOM_ENOMEM. No I/O: the
  * connection is made at the first call. */
 int hdfs_get(const char *host, int port, hdfs **out);
+
+/* Delegation tokens, as `hdfs fetchdt` handles them: fetched on the
+ * NameNode connection (Kerberos: a NameNode gives tokens to no token
+ * connection), written as a Hadoop credentials file holding one token of
+ * kind HDFS_DT_KIND whose service is the NameNode's "address:port" (what
+ * HADOOP_TOKEN_FILE_LOCATION names for loom's and Java's clients). A
+ * process whose $HADOOP_TOKEN_FILE_LOCATION holds such a token for a
+ * NameNode authenticates to it with the token. */
+#define HDFS_DT_KIND "HDFS_DELEGATION_TOKEN"
+/* A new token, renewable by renewer ("" : nobody), as the bytes of a
+ * credentials file (*file, the caller frees). */
+int hdfs_dt_fetch(hdfs *fs, const char *renewer, uint8_t **file, size_t *len, char *err,
+                  size_t errlen);
+/* The NameNode a credentials file's HDFS token is for (its service). */
+int hdfs_dt_service(const uint8_t *file, size_t len, char *host, size_t hostlen, int *port,
+                    char *err, size_t errlen);
+/* Renews the file's token (the caller must be its renewer): its new
+ * expiry (ms since the epoch) into *expiry_ms. */
+int hdfs_dt_renew(hdfs *fs, const uint8_t *file, size_t len, uint64_t *expiry_ms, char *err,
+                  size_t errlen);
+/* Cancels the file's token: no one can use it after. */
+int hdfs_dt_cancel(hdfs *fs, const uint8_t *file, size_t len, char *err, size_t errlen);
 /* Closes and frees every connection (at exit, for leak checkers). */
 void hdfs_release_all(void);
 /* "the NameNode at 127.0.0.1:9000", for messages. */

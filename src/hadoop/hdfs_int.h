@@ -14,6 +14,7 @@
 #include "datatransfer.pb-c.h"
 #include "hdfs.pb-c.h"
 #include "core/core.h"
+#include "hadoop/creds.h"
 #include "hadoop/ipc.h"
 #include "hadoop/sasl.h"
 
@@ -76,6 +77,13 @@ struct hdfs {
   char dek_pass[200];
   char dek_alg[32];
   uint64_t dek_expiry_ms;
+  /* an HDFS delegation token for this NameNode from the credentials file
+   * $HADOOP_TOKEN_FILE_LOCATION names (as Java's UserGroupInformation
+   * reads it): the NameNode connection then authenticates with it
+   * (TOKEN, DIGEST-MD5) before Kerberos. dt_from: the file. */
+  bool have_dt;
+  hyarn_cred_token dt;
+  char dt_from[512];
 };
 
 /* hdfs.c: the NameNode's calls */

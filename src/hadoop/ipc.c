@@ -222,6 +222,7 @@ struct hipc_client {
   hsasl_layer *layer;
   hgss *gss; /* after Kerberos: the GSS-API context, wrapping when gss_wrap */
   bool gss_wrap;
+  bool token_done; /* authenticated with a token (TOKEN/DIGEST-MD5) */
   size_t max_wrap;
   loom__buf plain;
 };
@@ -729,9 +730,10 @@ static int sasl_handshake(hipc_client *c, const hipc_auth *want, uint64_t deadli
     rc = want->kerberos && !want->token ? LOOM_EAUTH : LOOM_EPROTO;
   }
   /* a token the server takes first (Hadoop's own order), else Kerberos */
-  if (rc == 0 && auth)
+  if (rc == 0 && auth) {
     rc = digest_exchange(c, want->token, auth, deadline, timeout_ms, err, errlen);
-  else if (rc == 0)
+    c->token_done = rc == 0;
+  } else if (rc == 0)
     rc = gss_exchange(c, want, krb, deadline, timeout_ms, err, errlen);
   hipc_response_free(&r);
   loom__buf_free(&b);
@@ -792,7 +794,8 @@ int hipc_connect_auth(const char *host, int port, const char *peer, const char *
   if (rc == 0) {
     /* after Kerberos no user: the server takes the principal it
      * authenticated (a short name there would ask to impersonate it) */
-    rc = sasl ? put_context(&b, protocol, c->gss ? NULL : user, c->client_id)
+    bool nobody = c->gss || (c->token_done && a->token_no_user);
+    rc = sasl ? put_context(&b, protocol, nobody ? NULL : user, c->client_id)
               : hipc_encode_preamble(&b, protocol, user, c->client_id);
     if (rc == 0)
       rc = send_stream(c, b.p, b.len, deadline, "the connection header", err, errlen);

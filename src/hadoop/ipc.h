@@ -123,6 +123,10 @@ typedef struct {
   const char *principal;
   const char *host;
   int qops;
+  /* after the token, the connection context names no user (as Java's
+   * client: the server takes the token's owner; a NameNode refuses a user
+   * that is not it), instead of user */
+  bool token_no_user;
 } hipc_auth;
 /* As hipc_connect_token with a's credentials. After Kerberos the
  * connection context names no user (the server takes the authenticated

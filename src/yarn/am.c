@@ -17,7 +17,7 @@
 #include "containermanagement_protocol.pb-c.h"
 #include "hadoop/conf.h"
 #include "hadoop/hdfs.h"
-#include "yarn/creds.h"
+#include "hadoop/creds.h"
 #include "yarn_service_protos.pb-c.h"
 
 #include <stdio.h>

@@ -9,7 +9,7 @@
 #include "Security.pb-c.h"
 #include "containermanagement_protocol.pb-c.h"
 #include "hadoop/hdfs.h"
-#include "yarn/creds.h"
+#include "hadoop/creds.h"
 #include "yarn_service_protos.pb-c.h"
 
 #include <stdio.h>

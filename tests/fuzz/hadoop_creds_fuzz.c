@@ -4,7 +4,7 @@
  * container, both formats (WRITABLE with Hadoop's VInts, and the
  * delimited CredentialsProto). Aborts when a token or secret is returned
  * whose lengths reach past the input, or when a failure says nothing. */
-#include "yarn/creds.h"
+#include "hadoop/creds.h"
 
 #include <stdint.h>
 #include <stdlib.h>

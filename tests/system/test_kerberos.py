@@ -477,3 +477,45 @@ def test_encrypted_data_transfer(loom, secure, tmp_path):
                            **{"dfs.encrypt.data.transfer.cipher.suites": ""})
         assert round_trip(fs, s, tmp_path, base, no_aes, "3des") == \
             {"auth-conf (encrypted data transfer)"}
+
+
+def test_delegation_tokens(fs, secure, tmp_path):
+    """`loom fs fetchdt` gets an HDFS delegation token over Kerberos into a
+    credentials file (0600), as `hdfs fetchdt`; a process with
+    HADOOP_TOKEN_FILE_LOCATION naming it and no Kerberos ticket at all (what
+    a YARN or Spark container has) reaches HDFS with it: loom's put and cat,
+    the NameNode's audit saying auth:TOKEN for alice; Java's FsShell takes
+    the same file. Its renewer renews it; once cancelled it is refused, the
+    message naming the file."""
+    tok = tmp_path / "alice.token"
+    r = fs.ok("fetchdt", "--renewer", "alice", tok)
+    out = r.stdout.decode()
+    assert re.fullmatch(rf"{re.escape(str(tok))}: HDFS_DELEGATION_TOKEN for "
+                        rf"127\.0\.0\.1:{secure.hdfs.nn}, renewer alice\n", out), out
+    assert tok.stat().st_mode & 0o777 == 0o600
+    only = {"HADOOP_TOKEN_FILE_LOCATION": str(tok)}
+    base = "/user/alice/dt"
+    # no ticket and no token: refused, as before
+    no_ticket(fs("ls", secure.url("/user/alice"), ccache=None), secure.url("/user/alice"))
+    # the token alone
+    fs.ok("mkdir", secure.url(base), ccache=None, env=only)
+    data = blob(MiB + 17, "dt")
+    (tmp_path / "d").write_bytes(data)
+    fs.ok("put", tmp_path / "d", secure.url(f"{base}/d.bin"), ccache=None, env=only)
+    assert sha(fs.ok("cat", secure.url(f"{base}/d.bin"), ccache=None, env=only).stdout) == sha(data)
+    assert ("true", f"alice@{secure.kdc.realm}", "TOKEN") in audit(secure, "create",
+                                                                     f"{base}/d.bin")
+    # Java's client takes loom's file
+    e = secure.kdc.env(None, base=only)
+    r = secure.hdfs.java("-cat", f"{base}/d.bin", env=e)
+    assert sha(r.stdout) == sha(data)
+    # the renewer renews it (over Kerberos), and the owner cancels it
+    r = fs.ok("fetchdt", "--renew", tok)
+    assert r.stdout.decode().startswith(f"{tok}: renewed until "), r.stdout
+    r = fs.ok("fetchdt", "--cancel", tok)
+    assert r.stdout.decode() == f"{tok}: cancelled\n", r.stdout
+    r = fs("ls", secure.url(base), ccache=None, env=only)
+    assert r.returncode == 1, (r.returncode, r.err)
+    assert str(tok) in r.err and "HADOOP_TOKEN_FILE_LOCATION" in r.err, r.err
+    assert r.seconds < 30, r.seconds
+    fs.ok("rm", "-r", secure.url(base))

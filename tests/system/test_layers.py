@@ -59,7 +59,7 @@ ALLOWED = {
     "yarn": BASE | {"hadoop"},  # the YARN client and its application master
     "backend": BASE | {"spec", "jobdir", "fs", "hadoop", "yarn"},
     "http": BASE | {"jobdir", "wire", "wireuv"},  # the dashboard
-    "agent": BASE | {"jobdir", "fs", "wire", "wireuv", "yarn"},  # yarn: a container's credentials
+    "agent": BASE | {"jobdir", "fs", "wire", "wireuv", "hadoop"},  # hadoop: a container's credentials
     "coord": BASE | {"backend", "spec", "jobdir", "feed", "fs", "http", "wire", "wireuv"},
     "cli": BASE | {"agent", "backend", "coord", "spec", "jobdir", "fs", "hadoop", "http", "ps",
                    "wire"},

@@ -14,7 +14,7 @@
 
 #include "Security.pb-c.h"
 #include "testutil.h"
-#include "yarn/creds.h"
+#include "hadoop/creds.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,11 +244,60 @@ static void test_protobuf(void **state) {
   free(b);
 }
 
+/* Tokens written (as `loom fs fetchdt` writes one) are found again, by
+ * kind and by service, with the secret keys after them. */
+static void test_tokens_round_trip(void **state) {
+  (void)state;
+  uint8_t id1[] = {1, 2, 3, 0, 255}, pw1[] = {9, 8, 7}, id2[200], pw2[20];
+  for (size_t i = 0; i < sizeof id2; i++) id2[i] = (uint8_t)(i * 7);
+  memset(pw2, 0x5a, sizeof pw2);
+  hyarn_cred_token t[2] = {{.identifier = id1,
+                            .identifier_len = sizeof id1,
+                            .password = pw1,
+                            .password_len = sizeof pw1},
+                           {.identifier = id2,
+                            .identifier_len = sizeof id2,
+                            .password = pw2,
+                            .password_len = sizeof pw2}};
+  strcpy(t[0].kind, "HDFS_DELEGATION_TOKEN");
+  strcpy(t[0].service, "10.0.0.1:8020");
+  strcpy(t[1].kind, "HDFS_DELEGATION_TOKEN");
+  strcpy(t[1].service, "10.0.0.2:9000");
+  hyarn_cred_secret sec = {.alias = "a", .value = (const uint8_t *)"v", .len = 1};
+  uint8_t *b = NULL;
+  size_t n = 0;
+  assert_int_equal(hyarn_creds_encode_all(t, 2, &sec, 1, &b, &n), 0);
+  hyarn_cred_token got;
+  char err[256];
+  assert_int_equal(
+      hyarn_creds_find_for(b, n, "HDFS_DELEGATION_TOKEN", "10.0.0.2:9000", &got, err, sizeof err),
+      0);
+  assert_int_equal(got.identifier_len, sizeof id2);
+  assert_memory_equal(got.identifier, id2, sizeof id2);
+  assert_memory_equal(got.password, pw2, sizeof pw2);
+  assert_string_equal(got.service, "10.0.0.2:9000");
+  hyarn_cred_token_free(&got);
+  assert_int_equal(hyarn_creds_find(b, n, "HDFS_DELEGATION_TOKEN", &got, err, sizeof err), 0);
+  assert_memory_equal(got.identifier, id1, sizeof id1);
+  assert_string_equal(got.service, "10.0.0.1:8020");
+  hyarn_cred_token_free(&got);
+  assert_int_equal(
+      hyarn_creds_find_for(b, n, "HDFS_DELEGATION_TOKEN", "10.0.0.3:8020", &got, err, sizeof err),
+      LOOM_ENOENT);
+  assert_non_null(strstr(err, "for 10.0.0.3:8020"));
+  uint8_t *v = NULL;
+  size_t vl = 0;
+  assert_int_equal(hyarn_creds_find_secret(b, n, "a", &v, &vl, err, sizeof err), 0);
+  assert_int_equal(vl, 1);
+  free(v);
+  free(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_encode_bytes), cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_limits),       cmocka_unit_test(test_writable_with_tokens),
-      cmocka_unit_test(test_protobuf),
+      cmocka_unit_test(test_protobuf),     cmocka_unit_test(test_tokens_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

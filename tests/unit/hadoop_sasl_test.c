@@ -13,7 +13,7 @@
 #include "Security.pb-c.h"
 #include "core/bytes.h"
 #include "testutil.h"
-#include "yarn/creds.h"
+#include "hadoop/creds.h"
 #include "hadoop/sasl.h"
 
 #include <stdlib.h>

@@ -11,7 +11,7 @@
 #include "yarn/yarn.h"
 #include "fs/fs.h"
 #include "yarn/am.h"
-#include "yarn/creds.h"
+#include "hadoop/creds.h"
 #include "yarn/submit.h"
 #include "hadoop/conf.h"
 #include "hadoop/hdfs.h"

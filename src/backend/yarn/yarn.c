@@ -16,7 +16,7 @@
 
 #include "fs/fs.h"
 #include "yarn/am.h"
-#include "yarn/creds.h"
+#include "hadoop/creds.h"
 #include "yarn/submit.h"
 #include "hadoop/conf.h"
 #include "hadoop/hdfs.h"

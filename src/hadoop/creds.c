@@ -2,11 +2,12 @@
  * of the formats Hadoop's Credentials writes, the WRITABLE layout with
  * Hadoop's VInts and a delimited CredentialsProto, every length checked
  * against what is left. */
-#include "yarn/creds.h"
+#include "hadoop/creds.h"
 
 #include "Security.pb-c.h"
 #include "core/bytes.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +112,17 @@ static int read_token(const uint8_t *buf, size_t len, size_t *at, int64_t i, con
 
 int hyarn_creds_find(const uint8_t *buf, size_t len, const char *kind, hyarn_cred_token *out,
                      char *err, size_t errlen) {
+  return hyarn_creds_find_for(buf, len, kind, NULL, out, err, errlen);
+}
+
+/* Whether a token's service (l bytes at s) is the one asked for (any when
+ * want is NULL). */
+static bool service_is(const char *want, const void *s, size_t l) {
+  return !want || (strlen(want) == l && (!l || !memcmp(want, s, l)));
+}
+
+int hyarn_creds_find_for(const uint8_t *buf, size_t len, const char *kind, const char *service,
+                         hyarn_cred_token *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   Hadoop__Common__CredentialsProto *c;
   size_t at;
@@ -121,23 +133,27 @@ int hyarn_creds_find(const uint8_t *buf, size_t len, const char *kind, hyarn_cre
     int rc = LOOM_ENOENT;
     for (size_t i = 0; i < c->n_tokens && rc == LOOM_ENOENT; i++) {
       const Hadoop__Common__TokenProto *t = c->tokens[i]->token;
-      if (t && t->kind && !strcmp(t->kind, kind))
+      if (t && t->kind && !strcmp(t->kind, kind) &&
+          service_is(service, t->service, t->service ? strlen(t->service) : 0))
         rc = cred_take(out, t->identifier.data, t->identifier.len, t->password.data,
                        t->password.len, (const uint8_t *)t->kind, strlen(t->kind),
                        (const uint8_t *)t->service, strlen(t->service));
     }
     protobuf_c_message_free_unpacked(&c->base, NULL);
-    if (rc == LOOM_ENOENT) snprintf(err, errlen, "no %s token in the credentials", kind);
+    if (rc == LOOM_ENOENT)
+      snprintf(err, errlen, "no %s token%s%s in the credentials", kind, service ? " for " : "",
+               service ? service : "");
     return rc;
   }
   for (int64_t i = 0; i < count; i++) {
     const uint8_t *f[5]; /* alias, identifier, password, kind, service */
     size_t fl[5];
     if (read_token(buf, len, &at, i, f, fl, err, errlen) < 0) return LOOM_EPROTO;
-    if (fl[3] == strlen(kind) && !memcmp(f[3], kind, fl[3]))
+    if (fl[3] == strlen(kind) && !memcmp(f[3], kind, fl[3]) && service_is(service, f[4], fl[4]))
       return cred_take(out, f[1], fl[1], f[2], fl[2], f[3], fl[3], f[4], fl[4]);
   }
-  snprintf(err, errlen, "no %s token among the credentials' %lld", kind, (long long)count);
+  snprintf(err, errlen, "no %s token%s%s among the credentials' %lld", kind, service ? " for " : "",
+           service ? service : "", (long long)count);
   return LOOM_ENOENT;
 }
 
@@ -170,10 +186,34 @@ static size_t write_vlong(uint8_t *p, uint64_t v) {
 }
 
 int hyarn_creds_encode(const hyarn_cred_secret *secrets, int n, uint8_t **out, size_t *outlen) {
+  return hyarn_creds_encode_all(NULL, 0, secrets, n, out, outlen);
+}
+
+/* A VInt length and the bytes at b + *at. */
+static void put_field(uint8_t *b, size_t *at, const void *p, size_t n) {
+  *at += write_vlong(b + *at, n);
+  if (n) memcpy(b + *at, p, n);
+  *at += n;
+}
+
+int hyarn_creds_encode_all(const hyarn_cred_token *tokens, int ntok,
+                           const hyarn_cred_secret *secrets, int n, uint8_t **out, size_t *outlen) {
   *out = NULL;
   *outlen = 0;
   if (n < 0 || n > HYARN_CREDS_MAX_SECRETS || (n && !secrets)) return LOOM_EINVAL;
-  size_t total = 5 + vlong_size(0) + vlong_size((uint64_t)n);
+  if (ntok < 0 || ntok > HYARN_CREDS_MAX_SECRETS || (ntok && !tokens)) return LOOM_EINVAL;
+  size_t total = 5 + vlong_size((uint64_t)ntok) + vlong_size((uint64_t)n);
+  for (int i = 0; i < ntok; i++) {
+    const hyarn_cred_token *t = &tokens[i];
+    size_t il = t->identifier_len, pl = t->password_len, kl = strlen(t->kind),
+           sl = strlen(t->service);
+    if (il > HYARN_CREDS_MAX_FIELD || pl > HYARN_CREDS_MAX_FIELD || (il && !t->identifier) ||
+        (pl && !t->password))
+      return LOOM_EINVAL;
+    /* the alias is the service, as Hadoop's clients name a token */
+    total +=
+        2 * (vlong_size(sl) + sl) + vlong_size(il) + il + vlong_size(pl) + pl + vlong_size(kl) + kl;
+  }
   for (int i = 0; i < n; i++) {
     if (!secrets[i].alias || (secrets[i].len && !secrets[i].value)) return LOOM_EINVAL;
     size_t al = strlen(secrets[i].alias), vl = secrets[i].len;
@@ -187,7 +227,15 @@ int hyarn_creds_encode(const hyarn_cred_secret *secrets, int n, uint8_t **out, s
   memcpy(b, "HDTS", 4);
   b[4] = 0; /* WRITABLE */
   at = 5;
-  at += write_vlong(b + at, 0); /* no tokens */
+  at += write_vlong(b + at, (uint64_t)ntok);
+  for (int i = 0; i < ntok; i++) {
+    const hyarn_cred_token *t = &tokens[i];
+    put_field(b, &at, t->service, strlen(t->service)); /* the alias */
+    put_field(b, &at, t->identifier, t->identifier_len);
+    put_field(b, &at, t->password, t->password_len);
+    put_field(b, &at, t->kind, strlen(t->kind));
+    put_field(b, &at, t->service, strlen(t->service));
+  }
   at += write_vlong(b + at, (uint64_t)n);
   for (int i = 0; i < n; i++) {
     size_t al = strlen(secrets[i].alias), vl = secrets[i].len;

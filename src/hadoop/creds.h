@@ -4,8 +4,8 @@
  * and the writer of the secret keys loom hands its task containers
  * (creds.c). Pure: bytes in, bytes out; the hadoop_creds fuzz harness
  * drives the readers, creds_test the round trip. */
-#ifndef LOOM_YARN_CREDS_H
-#define LOOM_YARN_CREDS_H
+#ifndef LOOM_HADOOP_CREDS_H
+#define LOOM_HADOOP_CREDS_H
 
 #include "core/core.h"
 
@@ -29,6 +29,10 @@ typedef struct {
 int hyarn_creds_find(const uint8_t *buf, size_t len, const char *kind, hyarn_cred_token *out,
                      char *err, size_t errlen);
 void hyarn_cred_token_free(hyarn_cred_token *t);
+/* The same for a token of kind whose service is service (NULL: any):
+ * HDFS_DELEGATION_TOKEN for "10.0.0.1:8020". */
+int hyarn_creds_find_for(const uint8_t *buf, size_t len, const char *kind, const char *service,
+                         hyarn_cred_token *out, char *err, size_t errlen);
 
 /* The secret key under which a YARN task container's credentials carry
  * the job's secret (never its environment: the NodeManager writes that
@@ -56,6 +60,12 @@ typedef struct {
  * HYARN_CREDS_MAX_SECRETS or an alias or value is missing or over
  * HYARN_CREDS_MAX_FIELD bytes, or LOOM_ENOMEM. */
 int hyarn_creds_encode(const hyarn_cred_secret *secrets, int n, uint8_t **out, size_t *outlen);
+/* The same with ntok tokens first (at most HYARN_CREDS_MAX_SECRETS; each
+ * written as Token.write: a Text alias, its service, then the VInt-long
+ * identifier and password and the Text kind and service): the file
+ * `loom fs fetchdt` writes, as `hdfs fetchdt` does. */
+int hyarn_creds_encode_all(const hyarn_cred_token *tokens, int ntok,
+                           const hyarn_cred_secret *secrets, int n, uint8_t **out, size_t *outlen);
 
 /* Finds the secret key alias in the bytes of a credentials file (either
  * format, as hyarn_creds_find). Returns 0 with *value (the caller frees;
