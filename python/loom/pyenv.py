@@ -234,6 +234,45 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 '''
 
 
+def _own_mods(caller_dir: Optional[str]) -> Dict[str, str]:
+    """{name in loom-py: its source}: the caller's modules, then its
+    editable installs."""
+    mods: Dict[str, str] = {}
+    if caller_dir and os.path.isdir(caller_dir):
+        for m in _modules_of(caller_dir):
+            mods[m] = os.path.join(caller_dir, m)
+    for name, path in editable_roots().items():
+        base = os.path.basename(path)
+        mods.setdefault(base if base.removesuffix(".py") == name else name, path)
+    return mods
+
+
+def own_key(caller_dir: Optional[str], sites: List[str]) -> str:
+    """A key for what own_tree would copy, without copying or reading it:
+    every source file's path, size and modification time (as env_digest),
+    the library's, and the sites. A process that ships again with the same
+    key has loom-py's digest already (_OWN_DIGESTS)."""
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    lib = os.path.realpath(library())
+    tops = [pkg, os.path.join(os.path.dirname(pkg), "VERSION"), lib,
+            os.path.join(os.path.dirname(lib), "libloom-deps")]
+    mods = _own_mods(caller_dir)
+    h = hashlib.sha256(f"loom-py-sources 1 {sites!r}".encode())
+    for name, top in [("", t) for t in tops] + sorted(mods.items()):
+        h.update(f"\0top\0{name}\0{top}\0".encode())
+        if os.path.isdir(top):
+            for rel, st in _walk(top):
+                h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\0".encode())
+        elif os.path.exists(top):
+            st = os.stat(top)
+            h.update(f"{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\0".encode())
+    return h.hexdigest()
+
+
+# own_key -> tree_digest of the loom-py it made, for this process
+_OWN_DIGESTS: Dict[str, str] = {}
+
+
 def own_tree(dst: str, caller_dir: Optional[str], sites: List[str]) -> None:
     """dst: the loom package (with libloom.so), the caller's modules and
     editable installs, and a sitecustomize adding sites."""
@@ -251,13 +290,7 @@ def own_tree(dst: str, caller_dir: Optional[str], sites: List[str]) -> None:
     deps = os.path.join(os.path.dirname(lib), "libloom-deps")
     if os.path.isdir(deps):
         shutil.copytree(deps, os.path.join(libdir, "libloom-deps"))
-    mods: Dict[str, str] = {}
-    if caller_dir and os.path.isdir(caller_dir):
-        for m in _modules_of(caller_dir):
-            mods[m] = os.path.join(caller_dir, m)
-    for name, path in editable_roots().items():
-        base = os.path.basename(path)
-        mods.setdefault(base if base.removesuffix(".py") == name else name, path)
+    mods = _own_mods(caller_dir)
     for m, src in mods.items():
         try:
             _copy(src, os.path.join(dst, m))
@@ -434,9 +467,20 @@ def ship(python: PythonLike, backend: str, e: Mapping[str, str], tmp: str,
         out.interpreter[label] = interp
     if backend != "local":
         own = os.path.join(tmp, OWN)
-        own_tree(own, caller_dir, sites)
-        name = f"py-{tree_digest(own)}.tgz"
-        out.shipped.append(_cached(cache, name, "modules", lambda p: _tar(p, [own]), tmp))
+        # the tree is copied and hashed once per process while its sources
+        # are unchanged (a notebook's every run would copy it again)
+        key = own_key(caller_dir, sites)
+        digest = _OWN_DIGESTS.get(key)
+        if digest is None:
+            own_tree(own, caller_dir, sites)
+            digest = _OWN_DIGESTS[key] = tree_digest(own)
+
+        def pack(p: str) -> None:
+            if not os.path.isdir(own):
+                own_tree(own, caller_dir, sites)
+            _tar(p, [own])
+        name = f"py-{digest}.tgz"
+        out.shipped.append(_cached(cache, name, "modules", pack, tmp))
         out.archives[OWN] = out.shipped[-1]["url"]
         out.env["PYTHONPATH"] = OWN
         # the caller's own (a build tree's, hidden on a node) must not reach

@@ -203,3 +203,43 @@ print(json.dumps([r.ok, loom.library(), END is None, repr(EPOCH), LoomError(-1, 
     assert ok and end and epoch == "loom.EPOCH" and name.startswith("LOOM_E")
     if BUILD == ROOT / "build":
         assert lib == str(ROOT / "build" / "libloom.so")
+
+
+def test_a_process_copies_loom_py_once_while_its_sources_stay(loom, tmp_path):
+    """loom.run(fn) off this host ships loom-py (loom and the caller's
+    modules): a process builds and hashes that tree once while its sources
+    are unchanged (a notebook runs job after job); the next ship names the
+    same cached archive without copying anything, and a changed module of
+    the caller's makes a new tree and a new archive."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "helpers.py").write_text("X = 1\n")
+    e = dict(loom.env, PYTHONPATH=str(ROOT / "python"), LOOM_BIN=str(LOOM),
+             LOOM_HOME=str(tmp_path / "home"), **pylib_env())
+    e.pop("LOOM_LIBRARY", None)
+    r = subprocess.run([PY, "-c", f"""
+import json, os, tempfile
+from loom import pyenv
+built = []
+real = pyenv.own_tree
+def counting(dst, caller_dir, sites):
+    built.append(dst)
+    real(dst, caller_dir, sites)
+pyenv.own_tree = counting
+def ship():
+    with tempfile.TemporaryDirectory() as tmp:
+        s = pyenv.ship(None, "slurm", dict(os.environ), tmp, {str(app)!r})
+        return [x for x in s.shipped if x["what"] == "modules"][0]
+first, second = ship(), ship()
+n2 = len(built)
+with open({str(app / "helpers.py")!r}, "a") as f:
+    f.write("Y = 2\\n")
+third = ship()
+print(json.dumps([first, second, third, n2, len(built)]))
+"""], capture_output=True, text=True, env=e, timeout=120)
+    assert r.returncode == 0, r.stderr
+    first, second, third, n2, n3 = json.loads(r.stdout.splitlines()[-1])
+    assert n2 == 1 and n3 == 2, (n2, n3)  # once, then once more for the change
+    assert first["packed"] and not second["packed"], (first, second)
+    assert second["url"] == first["url"] and os.path.isfile(first["url"]), (first, second)
+    assert third["packed"] and third["url"] != first["url"], (first, third)
